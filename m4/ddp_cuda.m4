@@ -1,0 +1,76 @@
+# ddp_cuda.m4 -- CUDA toolkit (optional): nvcc, the runtime and cuBLAS.
+#
+# --with-cuda[=DIR]  default "guess": nvcc on PATH, then /usr/local/cuda; not
+#                    finding it is an error only when asked for explicitly.
+# --without-cuda     CPU-only build.
+# --with-cuda-arch=LIST  comma-separated sm_XX list (default sm_90); SASS for
+#                    each, plus PTX of the newest so later GPUs can JIT it.
+AC_DEFUN([DDP_CUDA], [
+  AC_ARG_WITH([cuda],
+    [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@], [build the CUDA compute backend (default: guess from nvcc on PATH or /usr/local/cuda)])],
+    [], [with_cuda=guess])
+  AC_ARG_WITH([cuda-arch],
+    [AS_HELP_STRING([--with-cuda-arch=LIST], [GPU architectures, e.g. sm_80,sm_90 (default: sm_90 plus PTX)])],
+    [], [with_cuda_arch=sm_90])
+  AC_ARG_VAR([NVCC], [CUDA compiler])
+  AC_ARG_VAR([NVCCFLAGS], [extra flags for nvcc (the C flags are never passed to nvcc)])
+
+  ddp_have_cuda=no
+  ddp_cuda_summary="no (--without-cuda)"
+  CUDA_DIR= CUDA_CPPFLAGS= CUDA_LDFLAGS= CUDA_LIBS=
+  AS_IF([test "x$with_cuda" != xno], [
+    AS_CASE([$with_cuda],
+      [guess|yes], [AS_IF([test -z "$NVCC"], [AC_PATH_PROG([NVCC], [nvcc], [], [$PATH$PATH_SEPARATOR/usr/local/cuda/bin])])
+                    AS_IF([test -n "$NVCC"], [CUDA_DIR=`AS_DIRNAME(["$(AS_DIRNAME(["$NVCC"]))"])`])],
+      [AS_IF([test -z "$NVCC" && test -x "$with_cuda/bin/nvcc"], [NVCC="$with_cuda/bin/nvcc"])
+       CUDA_DIR="$with_cuda"])
+    ddp_cuda_ok=no
+    AS_IF([test -n "$NVCC" && test -n "$CUDA_DIR"], [
+      ddp_cuda_libdir="$CUDA_DIR/lib64"
+      AS_IF([test -d "$ddp_cuda_libdir"], [], [ddp_cuda_libdir="$CUDA_DIR/lib"])
+      CUDA_CPPFLAGS="-isystem $CUDA_DIR/include"
+      CUDA_LDFLAGS="-L$ddp_cuda_libdir -Wl,-rpath,$ddp_cuda_libdir"
+      ddp_save_CPPFLAGS=$CPPFLAGS ddp_save_LDFLAGS=$LDFLAGS ddp_save_LIBS=$LIBS
+      CPPFLAGS="$CPPFLAGS $CUDA_CPPFLAGS" LDFLAGS="$LDFLAGS $CUDA_LDFLAGS"
+      AC_CHECK_HEADERS([cuda_runtime.h cublas_v2.h], [ddp_cuda_ok=yes], [ddp_cuda_ok=no; break])
+      AS_IF([test "x$ddp_cuda_ok" = xyes],
+        [AC_CHECK_LIB([cudart], [cudaGetDeviceCount], [], [ddp_cuda_ok=no])])
+      AS_IF([test "x$ddp_cuda_ok" = xyes],
+        [AC_CHECK_LIB([cublas], [cublasCreate_v2], [], [ddp_cuda_ok=no], [-lcudart])])
+      AS_IF([test "x$ddp_cuda_ok" = xyes], [
+        AC_COMPUTE_INT([ddp_cudart_version], [CUDART_VERSION], [[#include <cuda_runtime_api.h>]])])
+      CPPFLAGS=$ddp_save_CPPFLAGS LDFLAGS=$ddp_save_LDFLAGS LIBS=$ddp_save_LIBS
+    ])
+    AS_IF([test "x$ddp_cuda_ok" = xyes], [
+      ddp_have_cuda=yes
+      CUDA_LIBS="-lcublas -lcudart -lstdc++"
+      dnl -gencode for every listed arch; PTX of the last one for forward compatibility.
+      CUDA_GENCODE=
+      ddp_last_arch=
+      for ddp_arch in `echo "$with_cuda_arch" | tr ',' ' '`; do
+        ddp_num=`echo "$ddp_arch" | sed 's/^sm_//; s/^compute_//'`
+        AS_CASE([$ddp_num], [*[[!0-9a]]*|""], [AC_MSG_ERROR([--with-cuda-arch: '$ddp_arch' is not of the form sm_90])])
+        CUDA_GENCODE="$CUDA_GENCODE -gencode arch=compute_$ddp_num,code=sm_$ddp_num"
+        ddp_last_arch=$ddp_num
+      done
+      CUDA_GENCODE="$CUDA_GENCODE -gencode arch=compute_$ddp_last_arch,code=compute_$ddp_last_arch"
+      ddp_cuda_major=`expr $ddp_cudart_version / 1000`
+      ddp_cuda_minor=`expr \( $ddp_cudart_version % 1000 \) / 10`
+      ddp_cuda_summary="$ddp_cuda_major.$ddp_cuda_minor in $CUDA_DIR (arch: $with_cuda_arch + PTX)"
+      AC_DEFINE([HAVE_CUDA], [1], [Define to 1 to build the CUDA compute backend])
+      AC_DEFINE_UNQUOTED([DDP_CUDA_ARCH], ["$with_cuda_arch"], [CUDA architectures compiled for])
+    ], [
+      AS_IF([test "x$with_cuda" != xguess],
+        [AC_MSG_ERROR([CUDA was asked for (--with-cuda=$with_cuda) but nvcc, cuda_runtime.h, cublas_v2.h,
+  libcudart or libcublas was not found.  Load your site's CUDA module, pass
+  --with-cuda=DIR (the toolkit prefix holding bin/nvcc), or use --without-cuda.])])
+      ddp_cuda_summary="not found (CPU-only build; pass --with-cuda=DIR to enable)"
+    ])
+  ])
+  AC_SUBST([CUDA_DIR])
+  AC_SUBST([CUDA_CPPFLAGS])
+  AC_SUBST([CUDA_LDFLAGS])
+  AC_SUBST([CUDA_LIBS])
+  AC_SUBST([CUDA_GENCODE])
+  AM_CONDITIONAL([HAVE_CUDA], [test "x$ddp_have_cuda" = xyes])
+])

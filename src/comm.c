@@ -1,0 +1,43 @@
+/* comm.c -- backend-independent parts of the communicator. */
+#include "comm.h"
+
+#include <string.h>
+
+size_t comm_dtype_size(comm_dtype_t t)
+{
+    switch (t) {
+    case COMM_FLOAT: return 4;
+    case COMM_DOUBLE: return 8;
+    case COMM_BF16:
+    case COMM_FP16: return 2;
+    case COMM_INT64: return 8;
+    }
+    return 0;
+}
+
+void comm_note_start(comm_t *c, const comm_desc_t *d, size_t allreduce_bytes)
+{
+    c->seq++;
+    if (d)
+        c->last = *d;
+    else
+        c->last = (comm_desc_t){"unnamed", -1, -1};
+    if (allreduce_bytes) {
+        c->allreduce_bytes += allreduce_bytes;
+        c->allreduce_calls++;
+    }
+}
+
+ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                            const comm_desc_t *d)
+{
+    comm_req_t *req = NULL;
+    DDP_TRY(c->ops->iallreduce(c, buf, count, t, d, &req));
+    return c->ops->wait(c, req);
+}
+
+void comm_free(comm_t *c)
+{
+    if (c->ops && c->ops->free) c->ops->free(c);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,153 @@
+/* compute.h -- the compute backend: an ops table over device memory.
+ *
+ * Every layer, loss and optimizer kernel the trainer runs goes through one
+ * of these tables, so the training loop never branches on the device.  The
+ * CPU backend (compute_cpu.c) uses BLAS and plain loops; the CUDA backend
+ * (compute_cuda.c over cuda/) uses cuBLAS and kernels.  All pointers are
+ * device pointers of the backend (host memory for "cpu"); all tensors are
+ * dense row-major float32, images NCHW.
+ *
+ * Gradient accumulation: every *_bwd that produces parameter gradients takes
+ * `beta`: grad = beta * grad + new; beta = 0 overwrites (the first
+ * micro-batch), beta = 1 accumulates.  Input gradients (dx) are always
+ * overwritten; dx == NULL means "not needed" (the first layer).
+ * Every op must accept n == 0 (a rank with no samples in a step).
+ */
+#ifndef DDP_COMPUTE_H
+#define DDP_COMPUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+typedef struct conv_dims {
+    int n, c, h, w;   /* input  [n, c, h, w] */
+    int oc, k;        /* weight [oc, c, k, k], bias [oc] */
+    int stride, pad;  /* zero padding on every side */
+    int oh, ow;       /* output [n, oc, oh, ow] */
+} conv_dims_t;
+
+typedef struct pool_dims {
+    int n, c, h, w;   /* input  [n, c, h, w] */
+    int k, stride;    /* square window, no padding (PyTorch defaults) */
+    int oh, ow;       /* output [n, c, oh, ow], floor mode */
+} pool_dims_t;
+
+typedef struct compute_ops {
+    const char *name;
+
+    /* ---- memory ---------------------------------------------------------- */
+    void *(*alloc)(size_t bytes);  /* zero-filled; NULL when out of memory */
+    void (*free)(void *p);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*zero)(void *p, size_t bytes);
+    void (*sync)(void); /* wait for all queued work */
+
+    /* ---- dense layers ---------------------------------------------------- */
+    /* y[n,out] = x[n,in] w[out,in]^T + b[out] */
+    void (*linear_fwd)(int n, int in, int out, const float *x, const float *w,
+                       const float *b, float *y);
+    /* dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w */
+    void (*linear_bwd)(int n, int in, int out, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db, float beta);
+
+    /* Convolution (cross-correlation, as PyTorch).  `ws` is a workspace of
+     * conv_ws_bytes(d) bytes owned by the caller. */
+    size_t (*conv_ws_bytes)(const conv_dims_t *d);
+    void (*conv_fwd)(const conv_dims_t *d, const float *x, const float *w, const float *b,
+                     float *y, void *ws);
+    void (*conv_bwd)(const conv_dims_t *d, const float *x, const float *w, const float *dy,
+                     float *dx, float *dw, float *db, float beta, void *ws);
+
+    /* ---- pooling --------------------------------------------------------- */
+    void (*maxpool_fwd)(const pool_dims_t *d, const float *x, float *y, int32_t *argmax);
+    void (*maxpool_bwd)(const pool_dims_t *d, const float *dy, const int32_t *argmax, float *dx);
+    void (*avgpool_fwd)(const pool_dims_t *d, const float *x, float *y);
+    void (*avgpool_bwd)(const pool_dims_t *d, const float *dy, float *dx);
+    /* global average pool: x[n,c,hw] -> y[n,c] */
+    void (*gap_fwd)(int n, int c, int hw, const float *x, float *y);
+    void (*gap_bwd)(int n, int c, int hw, const float *dy, float *dx);
+
+    /* ---- batch normalisation (x[n,c,hw]; hw = 1 for BatchNorm1d) ---------- */
+    /* stats[0..c) = sum x, stats[c..2c) = sum x^2 over n*hw (local batch). */
+    void (*bn_stats)(int n, int c, int hw, const float *x, double *stats);
+    /* From (global) stats over `count` values per channel: mean and
+     * invstd = 1/sqrt(var_biased + eps); when update_running, running_mean and
+     * running_var (unbiased var) move by `momentum` as in PyTorch. */
+    void (*bn_finalize)(int c, const double *stats, double count, float eps, float momentum,
+                        int update_running, float *mean, float *invstd,
+                        float *running_mean, float *running_var);
+    /* Eval mode: mean = running_mean, invstd = 1/sqrt(running_var + eps). */
+    void (*bn_eval_params)(int c, const float *running_mean, const float *running_var, float eps,
+                           float *mean, float *invstd);
+    /* y = (x - mean) * invstd * gamma + beta_ */
+    void (*bn_fwd)(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                   const float *gamma, const float *beta_, float *y);
+    /* gstats[0..c) = sum dy, gstats[c..2c) = sum dy * xhat (local batch);
+     * also dgamma = beta dgamma + sum dy*xhat, dbeta = beta dbeta + sum dy. */
+    void (*bn_bwd_stats)(int n, int c, int hw, const float *x, const float *dy, const float *mean,
+                         const float *invstd, double *gstats, float *dgamma, float *dbeta,
+                         float beta);
+    /* dx = gamma invstd (dy - gsum_dy/count - xhat gsum_dyxhat/count), with the
+     * (global) gstats over `count` values per channel. */
+    void (*bn_bwd_data)(int n, int c, int hw, const float *x, const float *dy, const float *mean,
+                        const float *invstd, const float *gamma, const double *gstats,
+                        double count, float *dx);
+
+    /* ---- elementwise ----------------------------------------------------- */
+    void (*relu_fwd)(size_t count, const float *x, float *y);
+    void (*relu_bwd)(size_t count, const float *x, const float *dy, float *dx);
+    void (*gelu_fwd)(size_t count, const float *x, float *y); /* erf form */
+    void (*gelu_bwd)(size_t count, const float *x, const float *dy, float *dx);
+    /* Dropout over x[n, features]; element j of row i is kept iff
+     * ddp_dropout_keep(seed, step, layer, sample_idx[i], j, p) (rng.h), kept
+     * values scaled by 1/(1-p).  sample_idx is a device array of n global
+     * sample indices.  Backward applies the same mask to dy. */
+    void (*dropout_fwd)(int n, size_t features, const float *x, float *y, float p, uint64_t seed,
+                        uint64_t step, uint32_t layer, const int64_t *sample_idx);
+    void (*dropout_bwd)(int n, size_t features, const float *dy, float *dx, float p,
+                        uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx);
+
+    /* ---- losses ---------------------------------------------------------- */
+    /* Softmax cross-entropy with label smoothing eps (PyTorch semantics):
+     * per-sample loss = (1-eps) * -log p[y] + eps * mean_j(-log p[j]).
+     * dlogits = grad_scale * d(loss_i)/d(logits_i) (grad_scale = 1/global count
+     * folds the mean, accumulation and world size in); dlogits may be NULL
+     * (evaluation).  acc[0] += sum of per-sample losses, acc[1] += number of
+     * argmax hits (device doubles). */
+    void (*xent)(int n, int classes, const float *logits, const int32_t *labels, float smoothing,
+                 float grad_scale, float *dlogits, double *acc);
+    /* Mean squared error: acc[0] += sum over n*k of (pred - target)^2;
+     * dpred = grad_scale * 2 (pred - target), grad_scale = 1/(global count*k). */
+    void (*mse)(int n, int k, const float *pred, const float *target, float grad_scale,
+                float *dpred, double *acc);
+
+    /* ---- optimizers over flat buffers (PyTorch semantics) ----------------- */
+    /* SGD: d = g + wd p; buf = first ? d : momentum buf + d (momentum > 0);
+     * d = nesterov ? d + momentum buf : buf; p -= lr d. */
+    void (*sgd_step)(size_t count, float *p, const float *g, float *buf, float lr, float momentum,
+                     int nesterov, float wd, int first);
+    /* AdamW: p *= 1 - lr wd; m,v moments; bias corrections for step t >= 1. */
+    void (*adamw_step)(size_t count, float *p, const float *g, float *m, float *v, float lr,
+                       float beta1, float beta2, float eps, float wd, int64_t t);
+
+    /* ---- reductions and helpers ----------------------------------------- */
+    void (*scale)(size_t count, float *x, float alpha);
+    double (*sumsq)(size_t count, const float *x); /* returns to the host */
+    int (*all_finite)(size_t count, const float *x);
+    /* 16-bit casts for gradient compression: bf16 (round to nearest even)
+     * when bf16 != 0, IEEE fp16 otherwise. */
+    void (*to_half)(size_t count, const float *x, uint16_t *h, int bf16);
+    void (*from_half)(size_t count, const uint16_t *h, float *x, int bf16);
+} compute_ops_t;
+
+/* Backends built into this binary. */
+extern const compute_ops_t compute_cpu_ops;
+
+/* Look up a backend by name ("cpu", "cuda"); NULL when not built in. */
+const compute_ops_t *compute_find(const char *name);
+
+#endif

@@ -1,0 +1,453 @@
+/* config.c -- the option table and everything driven by it. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OFF(f) offsetof(ddp_config_t, f)
+#define BIG 1e18
+
+/* clang-format off */
+const ddp_option_t ddp_options[] = {
+    {"model", OPT_STRING, OFF(model), "linear:256,bn,relu,linear:256,bn,relu,linear:auto", NULL, "SPEC", 0, 0,
+     "layers, comma-separated: linear:OUT conv:OUT:K[:STRIDE[:PAD]] maxpool:K[:STRIDE] "
+     "avgpool:K[:STRIDE] gap bn relu gelu dropout:P flatten (OUT may be 'auto': classes or targets of the data)", "Model"},
+    {"loss", OPT_CHOICE, OFF(loss), "auto", "auto|xent|mse", NULL, 0, 0,
+     "loss: softmax cross-entropy for integer labels, mean squared error for float targets (auto: from the data)", NULL},
+    {"label-smoothing", OPT_FLOAT, OFF(label_smoothing), "0", NULL, "X", 0, 1,
+     "label smoothing of the cross-entropy loss", NULL},
+    {"init", OPT_STRING, OFF(init), "", NULL, "FILE.h5", 0, 0,
+     "load parameters and BatchNorm buffers from a weights file (/model/<name>, PyTorch state_dict names)", NULL},
+
+    {"batch", OPT_INT, OFF(batch), "64", NULL, "B", 1, 1 << 24,
+     "samples per rank per micro-batch (global batch = B x accum x ranks)", "Data"},
+    {"epochs", OPT_INT, OFF(epochs), "1", NULL, "N", 1, BIG, "passes over the training data", NULL},
+    {"steps", OPT_INT, OFF(steps), "0", NULL, "N", 0, BIG,
+     "stop after N optimizer steps (0: run --epochs)", NULL},
+    {"shuffle", OPT_BOOL, OFF(shuffle), "true", NULL, NULL, 0, 0,
+     "reshuffle the training data every epoch (--no-shuffle: file order)", NULL},
+    {"drop-last", OPT_BOOL, OFF(drop_last), "true", NULL, NULL, 0, 0,
+     "drop the last incomplete global batch of each epoch (--no-drop-last: uneven last batch)", NULL},
+    {"prefetch", OPT_INT, OFF(prefetch), "4", NULL, "N", 1, 1024,
+     "batches the loader thread reads ahead", NULL},
+    {"augment", OPT_STRING, OFF(augment), "", NULL, "LIST", 0, 0,
+     "image augmentation: hflip (random horizontal flip), crop:P (random crop after P pixels of zero padding)", NULL},
+    {"eval-every", OPT_INT, OFF(eval_every), "1", NULL, "E", 0, BIG,
+     "evaluate on /val every E epochs and at the end (0: only at the end)", NULL},
+    {"check-data", OPT_BOOL, OFF(check_data), "false", NULL, NULL, 0, 0,
+     "scan all input features for NaN/Inf before training", NULL},
+
+    {"optimizer", OPT_CHOICE, OFF(optimizer), "sgd", "sgd|adamw", NULL, 0, 0,
+     "optimizer (PyTorch semantics)", "Optimizer"},
+    {"lr", OPT_FLOAT, OFF(lr), "0.05", NULL, "X", 0, BIG, "peak learning rate", NULL},
+    {"momentum", OPT_FLOAT, OFF(momentum), "0.9", NULL, "X", 0, 1, "SGD momentum (0: none)", NULL},
+    {"nesterov", OPT_BOOL, OFF(nesterov), "false", NULL, NULL, 0, 0, "SGD Nesterov momentum", NULL},
+    {"weight-decay", OPT_FLOAT, OFF(weight_decay), "0", NULL, "X", 0, BIG,
+     "weight decay (L2 for SGD, decoupled for AdamW)", NULL},
+    {"beta1", OPT_FLOAT, OFF(beta1), "0.9", NULL, "X", 0, 0.999999, "AdamW beta1", NULL},
+    {"beta2", OPT_FLOAT, OFF(beta2), "0.999", NULL, "X", 0, 0.999999999, "AdamW beta2", NULL},
+    {"eps", OPT_FLOAT, OFF(eps), "1e-8", NULL, "X", 0, 1, "AdamW epsilon", NULL},
+    {"lr-schedule", OPT_CHOICE, OFF(lr_schedule), "constant", "constant|cosine|step", NULL, 0, 0,
+     "learning-rate schedule after warm-up (cosine decays to 0 at the last step)", NULL},
+    {"warmup-steps", OPT_INT, OFF(warmup_steps), "0", NULL, "N", 0, BIG,
+     "linear warm-up from lr/N to lr over the first N steps", NULL},
+    {"lr-step-size", OPT_INT, OFF(lr_step_size), "1000", NULL, "N", 1, BIG,
+     "step schedule: multiply lr by --lr-gamma every N steps", NULL},
+    {"lr-gamma", OPT_FLOAT, OFF(lr_gamma), "0.1", NULL, "X", 0, 1, "step schedule decay factor", NULL},
+    {"clip-grad-norm", OPT_FLOAT, OFF(clip_grad_norm), "0", NULL, "X", 0, BIG,
+     "clip gradients to this global L2 norm (0: off)", NULL},
+    {"accum", OPT_INT, OFF(accum), "1", NULL, "K", 1, 1 << 20,
+     "gradient accumulation: K micro-batches per optimizer step, one all-reduce", NULL},
+    {"seed", OPT_INT, OFF(seed), "42", NULL, "N", 0, BIG,
+     "seed of initialisation, shuffling, dropout and augmentation", NULL},
+
+    {"bucket-cap-mb", OPT_FLOAT, OFF(bucket_cap_mb), "25", NULL, "MB", 0.001, 4096,
+     "gradient bucket size cap (MiB)", "Distributed"},
+    {"first-bucket-mb", OPT_FLOAT, OFF(first_bucket_mb), "1", NULL, "MB", 0.001, 4096,
+     "cap of the first bucket reduced (the last layers), so communication starts early", NULL},
+    {"grad-compress", OPT_CHOICE, OFF(grad_compress), "none", "none|bf16|fp16", NULL, 0, 0,
+     "all-reduce gradients in 16 bits (summed in fp32)", NULL},
+    {"freeze", OPT_STRING, OFF(freeze), "", NULL, "NAMES", 0, 0,
+     "parameters not to train, comma-separated (layers.0.weight, or layers.0 for all of a layer)", NULL},
+    {"find-unused", OPT_BOOL, OFF(find_unused), "false", NULL, NULL, 0, 0,
+     "treat a parameter that received no gradient as unused (zero gradient) instead of failing", NULL},
+    {"sync-bn", OPT_BOOL, OFF(sync_bn), "auto", NULL, NULL, 0, 0,
+     "SyncBatchNorm: batch statistics over all ranks (auto: on with more than one rank)", NULL},
+    {"sync", OPT_BOOL, OFF(sync), "true", NULL, NULL, 0, 0,
+     "all-reduce gradients (--no-sync: benchmark mode, replicas diverge)", NULL},
+    {"check-replicas", OPT_INT, OFF(check_replicas), "0", NULL, "N", 0, BIG,
+     "every N steps compare a hash of the parameters across ranks and stop on a difference (0: off)", NULL},
+
+    {"save", OPT_STRING, OFF(save), "", NULL, "FILE.h5", 0, 0,
+     "write the final weights here (HDF5, /model/<name> as PyTorch state_dict)", "Output"},
+    {"config", OPT_STRING, OFF(config), "", NULL, "FILE", 0, 0,
+     "read options from FILE (key = value lines; keys are the long option names)", NULL},
+    {"log-every", OPT_INT, OFF(log_every), "50", NULL, "N", 0, BIG,
+     "print a progress line every N steps (0: never)", NULL},
+    {"quiet", OPT_BOOL, OFF(quiet), "false", NULL, NULL, 0, 0,
+     "print errors and evaluation lines only", NULL},
+};
+/* clang-format on */
+const int ddp_noptions = (int)(sizeof ddp_options / sizeof ddp_options[0]);
+
+_Static_assert(sizeof ddp_options / sizeof ddp_options[0] <= sizeof ((ddp_config_t *)0)->source /
+                   sizeof(opt_source_t),
+               "ddp_config_t.source is too small for the option table");
+
+const ddp_option_t *config_find(const char *name)
+{
+    for (int i = 0; i < ddp_noptions; i++)
+        if (strcmp(ddp_options[i].name, name) == 0) return &ddp_options[i];
+    return NULL;
+}
+
+/* The option whose name is closest to `name` (for "did you mean"). */
+static const char *suggest_(const char *name)
+{
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (int i = 0; i < ddp_noptions; i++) {
+        const char *o = ddp_options[i].name;
+        size_t la = strlen(name), lb = strlen(o);
+        if (la > 40 || lb > 40) continue;
+        size_t d[41][41];
+        for (size_t a = 0; a <= la; a++) d[a][0] = a;
+        for (size_t b = 0; b <= lb; b++) d[0][b] = b;
+        for (size_t a = 1; a <= la; a++)
+            for (size_t b = 1; b <= lb; b++) {
+                size_t sub = d[a - 1][b - 1] + (name[a - 1] != o[b - 1]);
+                size_t del = d[a - 1][b] + 1, ins = d[a][b - 1] + 1;
+                d[a][b] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            }
+        if (d[la][lb] < best_d) {
+            best_d = d[la][lb];
+            best = o;
+        }
+    }
+    return best_d <= 3 ? best : NULL;
+}
+
+static int parse_bool_(const char *v, int *out)
+{
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) return *out = 1, 1;
+        if (strcasecmp(v, no[i]) == 0) return *out = 0, 1;
+    }
+    return 0;
+}
+
+static int choice_index_(const char *choices, const char *v)
+{
+    int idx = 0;
+    size_t lv = strlen(v);
+    for (const char *p = choices; *p; idx++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == lv && strncmp(p, v, len) == 0) return idx;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+const char *config_choice_name(const char *option, int value)
+{
+    static _Thread_local char buf[64];
+    const ddp_option_t *o = config_find(option);
+    if (!o || !o->choices) return "?";
+    const char *p = o->choices;
+    for (int i = 0; i < value && p; i++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    if (!p) return "?";
+    size_t len = strcspn(p, "|");
+    if (len >= sizeof buf) len = sizeof buf - 1;
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    return buf;
+}
+
+ddp_status_t config_set(ddp_config_t *c, const char *key, const char *value, opt_source_t src,
+                        const char *where)
+{
+    const ddp_option_t *o = config_find(key);
+    if (!o) {
+        const char *s = suggest_(key);
+        return ddp_fail(DDP_ERR_USAGE, "%s: unknown option '%s'%s%s%s; see ddptrain --help", where,
+                        key, s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
+    }
+    char *field = (char *)c + o->offset;
+    char *end;
+    switch (o->type) {
+    case OPT_BOOL: {
+        int b;
+        if (strcmp(o->def, "auto") == 0 && strcmp(value, "auto") == 0)
+            b = -1;
+        else if (!parse_bool_(value, &b))
+            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' takes true or false, not '%s'", where,
+                            key, value);
+        *(int *)field = b;
+        break;
+    }
+    case OPT_INT: {
+        errno = 0;
+        long long v = strtoll(value, &end, 10);
+        if (errno || end == value || *end)
+            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' takes an integer, not '%s'", where, key,
+                            value);
+        if ((double)v < o->min || (double)v > o->max)
+            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' = %lld is out of range [%.15g, %.15g]",
+                            where, key, v, o->min, o->max);
+        *(int64_t *)field = v;
+        break;
+    }
+    case OPT_FLOAT: {
+        errno = 0;
+        double v = strtod(value, &end);
+        if (errno || end == value || *end || !isfinite(v))
+            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' takes a number, not '%s'", where, key,
+                            value);
+        if (v < o->min || v > o->max)
+            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' = %g is out of range [%g, %g]", where,
+                            key, v, o->min, o->max);
+        *(double *)field = v;
+        break;
+    }
+    case OPT_STRING:
+        if (strlen(value) >= CONFIG_STR_MAX)
+            return ddp_fail(DDP_ERR_USAGE, "%s: value of option '%s' is longer than %d characters",
+                            where, key, CONFIG_STR_MAX - 1);
+        strcpy(field, value);
+        break;
+    case OPT_CHOICE: {
+        int idx = choice_index_(o->choices, value);
+        if (idx < 0)
+            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' must be one of %s, not '%s'", where, key,
+                            o->choices, value);
+        *(int *)field = idx;
+        break;
+    }
+    }
+    c->source[o - ddp_options] = src;
+    return DDP_OK;
+}
+
+void config_defaults(ddp_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < ddp_noptions; i++) {
+        ddp_status_t s = config_set(c, ddp_options[i].name, ddp_options[i].def, SRC_DEFAULT, "default");
+        (void)s; /* the defaults are valid by construction (tested) */
+    }
+}
+
+static char *trim_(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+ddp_status_t config_load_file(ddp_config_t *c, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ddp_fail(DDP_ERR_USAGE, "cannot open config file %s: %s; check --config", path,
+                        strerror(errno));
+    char line[2 * CONFIG_STR_MAX], where[CONFIG_STR_MAX + 64];
+    int lineno = 0;
+    ddp_status_t s = DDP_OK;
+    while (s == DDP_OK && fgets(line, sizeof line, f)) {
+        lineno++;
+        snprintf(where, sizeof where, "config file %s line %d", path, lineno);
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *l = trim_(line);
+        if (!*l) continue;
+        char *eq = strchr(l, '=');
+        if (!eq) {
+            s = ddp_fail(DDP_ERR_USAGE, "%s: expected 'key = value', got '%s'", where, l);
+            break;
+        }
+        *eq = '\0';
+        char *key = trim_(l), *val = trim_(eq + 1);
+        if (strcmp(key, "config") == 0) {
+            s = ddp_fail(DDP_ERR_USAGE, "%s: a config file cannot include another (key 'config')", where);
+            break;
+        }
+        s = config_set(c, key, val, SRC_FILE, where);
+    }
+    fclose(f);
+    return s;
+}
+
+/* One pass over argv.  apply = 0: syntax, action, inputs and --config only;
+ * apply = 1: set every option. */
+static ddp_status_t scan_args_(ddp_config_t *c, int argc, char **argv, int apply,
+                               config_action_t *action)
+{
+    int only_inputs = 0;
+    if (!apply) c->ninputs = 0;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (only_inputs || a[0] != '-' || a[1] == '\0') {
+            if (!apply) c->inputs[c->ninputs++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_inputs = 1;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            *action = CONFIG_HELP;
+            return DDP_OK;
+        }
+        if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+            *action = CONFIG_VERSION;
+            return DDP_OK;
+        }
+        if (a[1] != '-')
+            return ddp_fail(DDP_ERR_USAGE, "command line: unknown option '%s'; options are long "
+                            "(--batch 64); see ddptrain --help", a);
+        char name[128];
+        const char *val = NULL;
+        const char *eq = strchr(a + 2, '=');
+        size_t len = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+        if (len >= sizeof name) len = sizeof name - 1;
+        memcpy(name, a + 2, len);
+        name[len] = '\0';
+        if (eq) val = eq + 1;
+        const ddp_option_t *o = config_find(name);
+        if (!o && strncmp(name, "no-", 3) == 0 && !eq) {
+            const ddp_option_t *neg = config_find(name + 3);
+            if (neg && neg->type == OPT_BOOL) {
+                o = neg;
+                val = "false";
+            }
+        }
+        if (!o) return config_set(c, name, "", SRC_CMDLINE, "command line"); /* reports it */
+        if (!val) {
+            if (o->type == OPT_BOOL)
+                val = "true";
+            else if (i + 1 < argc)
+                val = argv[++i];
+            else
+                return ddp_fail(DDP_ERR_USAGE, "command line: option --%s needs a value (%s)",
+                                o->name, o->meta ? o->meta : "see --help");
+        }
+        if (strcmp(o->name, "config") == 0 || apply) {
+            DDP_TRY(config_set(c, o->name, val, SRC_CMDLINE, "command line"));
+        }
+    }
+    return DDP_OK;
+}
+
+void config_free(ddp_config_t *c)
+{
+    free(c->inputs);
+    c->inputs = NULL;
+    c->ninputs = 0;
+}
+
+ddp_status_t config_parse_args(ddp_config_t *c, int argc, char **argv, config_input_hook_t hook,
+                               config_action_t *action)
+{
+    config_defaults(c);
+    *action = CONFIG_RUN;
+    c->inputs = calloc((size_t)argc + 1, sizeof(char *));
+    if (!c->inputs) return ddp_fail(DDP_ERR_NOMEM, "out of memory parsing the command line");
+    char cfgfile[CONFIG_STR_MAX];
+    DDP_TRY(scan_args_(c, argc, argv, 0, action));
+    if (*action != CONFIG_RUN) return DDP_OK;
+    strcpy(cfgfile, c->config);
+    /* precedence: input /config < config file < command line */
+    if (hook && c->ninputs > 0) DDP_TRY(hook(c->inputs[0], c));
+    if (cfgfile[0]) DDP_TRY(config_load_file(c, cfgfile));
+    DDP_TRY(scan_args_(c, argc, argv, 1, action));
+    return config_validate(c);
+}
+
+ddp_status_t config_validate(const ddp_config_t *c)
+{
+    if (c->ninputs == 0)
+        return ddp_fail(DDP_ERR_USAGE, "no input file given; usage: ddptrain [options] INPUT.h5 "
+                        "[MORE.h5 ...] (make one with ddptrain-prep; see ddptrain --help)");
+    if (c->model[0] == '\0')
+        return ddp_fail(DDP_ERR_USAGE, "option 'model' is empty; give a layer list such as "
+                        "--model linear:128,relu,linear:10");
+    if (c->optimizer != OPTIM_SGD && c->nesterov)
+        return ddp_fail(DDP_ERR_USAGE, "--nesterov applies to --optimizer sgd only");
+    if (c->nesterov && c->momentum <= 0)
+        return ddp_fail(DDP_ERR_USAGE, "--nesterov needs --momentum > 0 (as in PyTorch)");
+    if (c->first_bucket_mb > c->bucket_cap_mb)
+        return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
+                        c->first_bucket_mb, c->bucket_cap_mb);
+    return DDP_OK;
+}
+
+void config_format(const ddp_config_t *c, const ddp_option_t *o, char *buf, size_t n)
+{
+    const char *field = (const char *)c + o->offset;
+    switch (o->type) {
+    case OPT_BOOL: {
+        int b = *(const int *)field;
+        snprintf(buf, n, "%s", b < 0 ? "auto" : b ? "true" : "false");
+        break;
+    }
+    case OPT_INT: snprintf(buf, n, "%lld", (long long)*(const int64_t *)field); break;
+    case OPT_FLOAT: snprintf(buf, n, "%.9g", *(const double *)field); break;
+    case OPT_STRING: snprintf(buf, n, "%s", field); break;
+    case OPT_CHOICE: snprintf(buf, n, "%s", config_choice_name(o->name, *(const int *)field)); break;
+    }
+}
+
+size_t config_dump(const ddp_config_t *c, char *buf, size_t n)
+{
+    size_t used = 0;
+    char val[CONFIG_STR_MAX];
+    for (int i = 0; i < ddp_noptions; i++) {
+        config_format(c, &ddp_options[i], val, sizeof val);
+        int w = snprintf(buf + (used < n ? used : n), used < n ? n - used : 0, "%s = %s\n",
+                         ddp_options[i].name, val);
+        used += (size_t)w;
+    }
+    return used;
+}
+
+void config_print_help(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "Usage: %s [options] INPUT.h5 [MORE.h5 ...]\n"
+            "       mpirun -np N %s [options] INPUT.h5\n"
+            "Trains a neural network data-parallel over MPI ranks on an HDF5 input deck\n"
+            "(/train/x, /train/y, optional /val).  Several input files are shards of one\n"
+            "dataset.  Options may also come from --config FILE (key = value) and from the\n"
+            "attributes of the input's /config group; the command line wins.\n",
+            prog, prog);
+    for (int i = 0; i < ddp_noptions; i++) {
+        const ddp_option_t *o = &ddp_options[i];
+        char left[96];
+        if (o->section) fprintf(f, "\n%s:\n", o->section);
+        if (o->type == OPT_BOOL)
+            snprintf(left, sizeof left, "--%s, --no-%s", o->name, o->name);
+        else if (o->type == OPT_CHOICE)
+            snprintf(left, sizeof left, "--%s %s", o->name, o->choices);
+        else
+            snprintf(left, sizeof left, "--%s %s", o->name, o->meta);
+        fprintf(f, "  %-34s %s", left, o->help);
+        if (o->type == OPT_STRING)
+            fprintf(f, " [default: %s]\n", o->def[0] ? o->def : "none");
+        else
+            fprintf(f, " [default: %s]\n", o->def);
+    }
+    fprintf(f, "\n  %-34s %s\n  %-34s %s\n", "-h, --help", "show this help and exit",
+            "-V, --version", "show the version and build configuration and exit");
+    fprintf(f, "\nExit codes: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 out of memory, 6 ranks disagree,\n"
+               "7 communication, 8 non-finite values, 9 device, 70 internal error.\n");
+}

@@ -1,0 +1,292 @@
+/* h5util.c -- HDF5 helpers: lock, quiet open, atomic files, attributes. */
+#define _GNU_SOURCE
+#include "h5util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static pthread_mutex_t h5_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+void h5_lock(void) { pthread_mutex_lock(&h5_mutex); }
+void h5_unlock(void) { pthread_mutex_unlock(&h5_mutex); }
+
+void h5_quiet(void)
+{
+    h5_lock();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    h5_unlock();
+}
+
+ddp_status_t h5_open_read(const char *path, hid_t *file)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open: %s; check the path", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return ddp_fail(DDP_ERR_INPUT, "%s: not a regular file", path);
+    h5_lock();
+    htri_t is = H5Fis_hdf5(path);
+    hid_t f = is > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
+    h5_unlock();
+    if (is <= 0)
+        return ddp_fail(DDP_ERR_INPUT, "%s: not an HDF5 file (or truncated); make input decks "
+                        "with ddptrain-prep", path);
+    if (f < 0)
+        return ddp_fail(DDP_ERR_INPUT, "%s: HDF5 cannot open it (corrupt or truncated?)", path);
+    *file = f;
+    return DDP_OK;
+}
+
+ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path)
+{
+    if (strlen(path) >= sizeof a->path)
+        return ddp_fail(DDP_ERR_USAGE, "output path too long: %s", path);
+    strcpy(a->path, path);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    h5_lock();
+    a->file = H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    h5_unlock();
+    if (a->file < 0)
+        return ddp_fail(DDP_ERR_IO, "cannot create %s: %s; check that the directory exists and "
+                        "is writable", a->tmp, strerror(errno));
+    return DDP_OK;
+}
+
+static int fsync_path_(const char *path, int dir)
+{
+    int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+ddp_status_t h5_atomic_commit(h5_atomic_t *a)
+{
+    h5_lock();
+    herr_t rc = H5Fclose(a->file);
+    h5_unlock();
+    a->file = H5I_INVALID_HID;
+    if (rc < 0) {
+        unlink(a->tmp);
+        return ddp_fail(DDP_ERR_IO, "writing %s failed (disk full or quota?); %s was left unchanged",
+                        a->tmp, a->path);
+    }
+    if (fsync_path_(a->tmp, 0) != 0 || rename(a->tmp, a->path) != 0) {
+        int e = errno;
+        unlink(a->tmp);
+        return ddp_fail(DDP_ERR_IO, "cannot finish writing %s: %s; the previous file was left "
+                        "unchanged", a->path, strerror(e));
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", a->path);
+    fsync_path_(dirname(dir), 1);
+    return DDP_OK;
+}
+
+void h5_atomic_abandon(h5_atomic_t *a)
+{
+    if (a->file >= 0) {
+        h5_lock();
+        H5Fclose(a->file);
+        h5_unlock();
+        a->file = H5I_INVALID_HID;
+    }
+    unlink(a->tmp);
+}
+
+int h5_exists(hid_t loc, const char *name)
+{
+    /* walk the path component by component: H5Lexists fails on missing parents */
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", name);
+    int ok = 1;
+    h5_lock();
+    for (char *p = buf + (buf[0] == '/'); ok; p++) {
+        p = strchr(p, '/');
+        if (p) *p = '\0';
+        ok = H5Lexists(loc, buf, H5P_DEFAULT) > 0;
+        if (!p) break;
+        *p = '/';
+    }
+    h5_unlock();
+    return ok;
+}
+
+ddp_status_t h5_write(hid_t loc, const char *name, hid_t mem_type, hid_t file_type, int ndim,
+                      const hsize_t *dims, const void *data)
+{
+    h5_lock();
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t space = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, dims, NULL);
+    hid_t ds = H5Dcreate2(loc, name, file_type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    if (ds >= 0) H5Dclose(ds);
+    H5Sclose(space);
+    H5Pclose(lcpl);
+    h5_unlock();
+    if (rc < 0) return ddp_fail(DDP_ERR_IO, "cannot write dataset %s (disk full?)", name);
+    return DDP_OK;
+}
+
+static ddp_status_t attr_write_(hid_t obj, const char *name, hid_t type, hid_t space,
+                                const void *v)
+{
+    h5_lock();
+    if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
+    hid_t at = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = at < 0 ? -1 : H5Awrite(at, type, v);
+    if (at >= 0) H5Aclose(at);
+    h5_unlock();
+    if (rc < 0) return ddp_fail(DDP_ERR_IO, "cannot write attribute %s", name);
+    return DDP_OK;
+}
+
+ddp_status_t h5_attr_write_str(hid_t obj, const char *name, const char *value)
+{
+    h5_lock();
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(value) + 1);
+    H5Tset_strpad(t, H5T_STR_NULLTERM);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    h5_unlock();
+    ddp_status_t s = attr_write_(obj, name, t, sp, value);
+    h5_lock();
+    H5Sclose(sp);
+    H5Tclose(t);
+    h5_unlock();
+    return s;
+}
+
+static ddp_status_t attr_write_scalar_(hid_t obj, const char *name, hid_t type, const void *v)
+{
+    h5_lock();
+    hid_t sp = H5Screate(H5S_SCALAR);
+    h5_unlock();
+    ddp_status_t s = attr_write_(obj, name, type, sp, v);
+    h5_lock();
+    H5Sclose(sp);
+    h5_unlock();
+    return s;
+}
+
+ddp_status_t h5_attr_write_i64(hid_t obj, const char *name, int64_t value)
+{
+    return attr_write_scalar_(obj, name, H5T_NATIVE_INT64, &value);
+}
+
+ddp_status_t h5_attr_write_f64(hid_t obj, const char *name, double value)
+{
+    return attr_write_scalar_(obj, name, H5T_NATIVE_DOUBLE, &value);
+}
+
+ddp_status_t h5_attr_write_f32v(hid_t obj, const char *name, const float *v, size_t n)
+{
+    hsize_t d = n;
+    h5_lock();
+    hid_t sp = H5Screate_simple(1, &d, NULL);
+    h5_unlock();
+    ddp_status_t s = attr_write_(obj, name, H5T_NATIVE_FLOAT, sp, v);
+    h5_lock();
+    H5Sclose(sp);
+    h5_unlock();
+    return s;
+}
+
+/* Open attribute `name` and return its element count (0 on failure). */
+static hid_t attr_open_(hid_t obj, const char *name, hssize_t *npoints, H5T_class_t *cls)
+{
+    if (H5Aexists(obj, name) <= 0) return H5I_INVALID_HID;
+    hid_t at = H5Aopen(obj, name, H5P_DEFAULT);
+    if (at < 0) return at;
+    hid_t sp = H5Aget_space(at), t = H5Aget_type(at);
+    *npoints = H5Sget_simple_extent_npoints(sp);
+    *cls = H5Tget_class(t);
+    H5Sclose(sp);
+    H5Tclose(t);
+    return at;
+}
+
+ddp_status_t h5_attr_read_str(hid_t obj, const char *name, char *buf, size_t n)
+{
+    hssize_t np;
+    H5T_class_t cls;
+    ddp_status_t s = DDP_OK;
+    h5_lock();
+    hid_t at = attr_open_(obj, name, &np, &cls);
+    if (at < 0 || cls != H5T_STRING || np != 1) {
+        s = ddp_fail(DDP_ERR_INPUT, "attribute %s is missing or not a string", name);
+    } else {
+        hid_t ft = H5Aget_type(at);
+        if (H5Tis_variable_str(ft) > 0) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, H5T_VARIABLE);
+            char *v = NULL;
+            if (H5Aread(at, mt, &v) < 0 || !v)
+                s = ddp_fail(DDP_ERR_INPUT, "cannot read string attribute %s", name);
+            else
+                snprintf(buf, n, "%s", v);
+            if (v) H5free_memory(v);
+            H5Tclose(mt);
+        } else {
+            size_t sz = H5Tget_size(ft);
+            char *tmp = calloc(sz + 1, 1);
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, sz + 1);
+            if (!tmp || H5Aread(at, mt, tmp) < 0)
+                s = ddp_fail(DDP_ERR_INPUT, "cannot read string attribute %s", name);
+            else
+                snprintf(buf, n, "%s", tmp);
+            free(tmp);
+            H5Tclose(mt);
+        }
+        H5Tclose(ft);
+    }
+    if (at >= 0) H5Aclose(at);
+    h5_unlock();
+    return s;
+}
+
+static ddp_status_t attr_read_num_(hid_t obj, const char *name, hid_t mt, void *v, size_t *n)
+{
+    hssize_t np;
+    H5T_class_t cls;
+    ddp_status_t s = DDP_OK;
+    h5_lock();
+    hid_t at = attr_open_(obj, name, &np, &cls);
+    if (at < 0 || (cls != H5T_INTEGER && cls != H5T_FLOAT) || np < 1 || (size_t)np > *n)
+        s = ddp_fail(DDP_ERR_INPUT, "attribute %s is missing, not numeric or has %lld values "
+                     "(at most %zu expected)", name, (long long)(at < 0 ? 0 : np), *n);
+    else if (H5Aread(at, mt, v) < 0)
+        s = ddp_fail(DDP_ERR_INPUT, "cannot read attribute %s", name);
+    else
+        *n = (size_t)np;
+    if (at >= 0) H5Aclose(at);
+    h5_unlock();
+    return s;
+}
+
+ddp_status_t h5_attr_read_i64(hid_t obj, const char *name, int64_t *v)
+{
+    size_t n = 1;
+    return attr_read_num_(obj, name, H5T_NATIVE_INT64, v, &n);
+}
+
+ddp_status_t h5_attr_read_f64(hid_t obj, const char *name, double *v)
+{
+    size_t n = 1;
+    return attr_read_num_(obj, name, H5T_NATIVE_DOUBLE, v, &n);
+}
+
+ddp_status_t h5_attr_read_f32v(hid_t obj, const char *name, float *v, size_t *n)
+{
+    return attr_read_num_(obj, name, H5T_NATIVE_FLOAT, v, n);
+}

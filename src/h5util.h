@@ -1,0 +1,57 @@
+/* h5util.h -- small HDF5 helpers shared by the loader, checkpoints and
+ * ddptrain-prep: the global HDF5 lock, quiet opening with clear errors,
+ * atomic file creation, attributes and whole-dataset I/O.
+ *
+ * The HDF5 library is not thread-safe in the usual builds: every HDF5 call
+ * in ddptrain happens between h5_lock() and h5_unlock().
+ */
+#ifndef DDP_H5UTIL_H
+#define DDP_H5UTIL_H
+
+#include <hdf5.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+void h5_lock(void);
+void h5_unlock(void);
+/* Turn off HDF5's automatic error-stack printing (we report our own). */
+void h5_quiet(void);
+
+/* Open an existing file read-only.  Errors: missing file, not HDF5. */
+ddp_status_t h5_open_read(const char *path, hid_t *file);
+
+/* Atomic writes: create PATH.tmp.<pid>, write, then h5_commit (close, fsync,
+ * rename over PATH, fsync the directory) or h5_abandon (close, unlink).  The
+ * old PATH survives any failure before the rename. */
+typedef struct h5_atomic {
+    hid_t file;
+    char path[4096];
+    char tmp[4200];
+} h5_atomic_t;
+ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path);
+ddp_status_t h5_atomic_commit(h5_atomic_t *a);
+void h5_atomic_abandon(h5_atomic_t *a);
+
+/* Does `name` (a path like "/train/x") exist under loc? */
+int h5_exists(hid_t loc, const char *name);
+
+/* Create intermediate groups as needed and write a whole dataset. */
+ddp_status_t h5_write(hid_t loc, const char *name, hid_t mem_type, hid_t file_type, int ndim,
+                      const hsize_t *dims, const void *data);
+
+/* Attributes on an object (dataset or group). */
+ddp_status_t h5_attr_write_str(hid_t obj, const char *name, const char *value);
+ddp_status_t h5_attr_write_i64(hid_t obj, const char *name, int64_t value);
+ddp_status_t h5_attr_write_f64(hid_t obj, const char *name, double value);
+ddp_status_t h5_attr_write_f32v(hid_t obj, const char *name, const float *v, size_t n);
+/* Read an attribute; DDP_ERR_INPUT if absent or of the wrong kind.  Strings
+ * are fixed- or variable-length; buf is always terminated. */
+ddp_status_t h5_attr_read_str(hid_t obj, const char *name, char *buf, size_t n);
+ddp_status_t h5_attr_read_i64(hid_t obj, const char *name, int64_t *v);
+ddp_status_t h5_attr_read_f64(hid_t obj, const char *name, double *v);
+/* Float vector attribute: *n in = capacity, out = length. */
+ddp_status_t h5_attr_read_f32v(hid_t obj, const char *name, float *v, size_t *n);
+
+#endif

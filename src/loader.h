@@ -1,0 +1,53 @@
+/* loader.h -- the streaming loader: a thread that reads batches ahead.
+ *
+ * The loader thread walks the sampler (epochs x steps from a start cursor),
+ * reads each batch with deck_read (coalesced HDF5 reads), applies
+ * augmentation, and queues it; at most `prefetch` batches are held, so
+ * memory is bounded by prefetch x batch, never by N.  HDF5 is called from
+ * this thread only, under h5util's lock (checkpoints and evaluation take the
+ * same lock).  A read failure is handed to the consumer with the batch.
+ */
+#ifndef DDP_LOADER_H
+#define DDP_LOADER_H
+
+#include <stdint.h>
+
+#include "deck.h"
+#include "sampler.h"
+#include "status.h"
+
+typedef struct loader_batch {
+    int n;               /* local samples (0..batch) */
+    int64_t epoch, step; /* step within the epoch */
+    int64_t global_n;    /* samples in this step over all ranks */
+    int64_t *idx;        /* [batch] global sample indices */
+    float *x;            /* [batch, sample_numel] normalised, augmented */
+    int32_t *labels;     /* [batch] (classification) or NULL */
+    float *targets;      /* [batch, k] (regression) or NULL */
+} loader_batch_t;
+
+typedef struct loader_opts {
+    int prefetch;        /* batches read ahead (>= 1) */
+    const char *augment; /* "hflip,crop:4" or "" */
+    int64_t first_epoch, first_step; /* start cursor */
+    int64_t epochs;      /* run through epoch first_epoch + epochs - 1 */
+} loader_opts_t;
+
+typedef struct loader loader_t;
+
+/* Validate options (augment spec against the data shape) and start the thread. */
+ddp_status_t loader_start(loader_t **l, deck_t *d, const sampler_t *s, const loader_opts_t *o);
+/* The next batch in order (blocks until it is read).  Returns the loader
+ * thread's error if reading it failed, or DDP_ERR_INTERNAL past the end. */
+ddp_status_t loader_next(loader_t *l, loader_batch_t **b);
+/* Hand a batch's memory back to the loader. */
+void loader_release(loader_t *l, loader_batch_t *b);
+/* Seconds the consumer spent waiting in loader_next so far. */
+double loader_wait_seconds(const loader_t *l);
+void loader_stop(loader_t *l);
+
+/* Parse and check an --augment spec for a sample shape (also used by config
+ * validation). */
+ddp_status_t augment_check(const char *spec, act_shape_t shape);
+
+#endif

@@ -1,0 +1,154 @@
+/* model.h -- the model: a sequential layer list built from a spec string,
+ * with named tensor views over ONE flat parameter buffer and ONE flat
+ * gradient buffer.
+ *
+ * Layout: trainable parameters are placed bucket by bucket (buckets follow
+ * reverse layer order, so the last layers' gradients come first), then the
+ * frozen parameters.  The parameter and gradient buffers share this layout,
+ * so every bucket is one contiguous slice of both and the optimizer is one
+ * loop over [0, ntrainable).  Running statistics of BatchNorm live in a
+ * separate flat buffer.  Tensor names and shapes are those of PyTorch's
+ * nn.Sequential state_dict (layers.<i>.weight ...), i counting every layer.
+ */
+#ifndef DDP_MODEL_H
+#define DDP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "compute.h"
+#include "status.h"
+
+typedef enum layer_kind {
+    LAYER_LINEAR,
+    LAYER_CONV,
+    LAYER_MAXPOOL,
+    LAYER_AVGPOOL,
+    LAYER_GAP,
+    LAYER_BN,
+    LAYER_RELU,
+    LAYER_GELU,
+    LAYER_DROPOUT,
+    LAYER_FLATTEN
+} layer_kind_t;
+
+/* Per-sample activation shape: images are (c, h, w); feature vectors are
+ * (c = features, h = w = 1) with image = 0. */
+typedef struct act_shape {
+    int c, h, w;
+    int image;
+} act_shape_t;
+
+static inline size_t act_numel(act_shape_t s) { return (size_t)s.c * s.h * s.w; }
+
+#define TENSOR_NAME_MAX 48
+
+typedef enum tensor_kind {
+    TENSOR_PARAM,     /* in params/grads */
+    TENSOR_BUFFER,    /* float, in bufs (running_mean, running_var) */
+    TENSOR_COUNTER    /* int64 num_batches_tracked, held in the layer */
+} tensor_kind_t;
+
+typedef struct tensor {
+    char name[TENSOR_NAME_MAX]; /* "layers.3.weight" */
+    tensor_kind_t kind;
+    int ndim;
+    int shape[4];
+    size_t numel;
+    size_t offset; /* floats into params/grads (PARAM) or bufs (BUFFER) */
+    int layer;     /* index into model.layers */
+    int frozen;    /* PARAM excluded by --freeze */
+    int bucket;    /* bucket index; -1 for frozen params and buffers */
+} tensor_t;
+
+typedef struct bucket {
+    size_t offset, count; /* floats: [offset, offset+count) of params/grads */
+    int ntensors;
+    int *tensors;         /* tensor ids, in the order their gradients arrive */
+} bucket_t;
+
+typedef struct layer {
+    layer_kind_t kind;
+    int index;         /* position in the spec (state_dict index) */
+    char token[40];    /* the spec token, for messages */
+    act_shape_t in, out;
+    int k, stride, pad; /* conv / pools */
+    float p;            /* dropout */
+    int weight, bias;   /* tensor ids or -1 */
+    int running_mean, running_var, num_batches; /* BN tensor ids or -1 */
+    int64_t num_batches_tracked;
+
+    /* device memory, sized for the model's batch */
+    float *y;           /* output [batch, out] (NULL for flatten: aliases input) */
+    int32_t *argmax;    /* maxpool */
+    float *mean, *invstd; /* BN [c] */
+    double *stats;      /* BN [2c] statistics scratch */
+} layer_t;
+
+typedef struct model_opts {
+    const char *spec;        /* --model */
+    act_shape_t input;       /* per-sample input shape from the data */
+    int outputs;             /* classes or regression targets: resolves linear:auto */
+    int batch;               /* activations are allocated for this many samples */
+    size_t bucket_cap_bytes; /* --bucket-cap-mb */
+    size_t first_bucket_bytes; /* cap of the first bucket reduced (the last layers) */
+    const char *freeze;      /* --freeze: comma-separated tensor names or layers.<i> */
+} model_opts_t;
+
+typedef struct model {
+    const compute_ops_t *be;
+    int nlayers;
+    layer_t *layers;
+    int ntensors;
+    tensor_t *tensors;
+    int nbuckets;
+    bucket_t *buckets;
+    size_t nparams;    /* floats in params (and grads) */
+    size_t ntrainable; /* [0, ntrainable) are trainable and bucketed */
+    size_t nbufs;      /* floats in bufs */
+    float *params, *grads, *bufs; /* device */
+    act_shape_t input;
+    int outputs;       /* features of the last layer */
+    int batch;
+    float *dact[2];    /* activation-gradient ping-pong buffers [batch, max act] */
+    void *conv_ws;     /* shared convolution workspace */
+    size_t act_bytes;  /* activation memory (for the start-up table) */
+} model_t;
+
+/* Parse the spec, check it against the input shape, lay out tensors and
+ * buckets, allocate device memory.  Errors name the offending layer token. */
+ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *be);
+void model_free(model_t *m);
+
+/* PyTorch-default initialisation from (seed, tensor index): kaiming-uniform
+ * (a = sqrt(5)) weights, uniform(+-1/sqrt(fan_in)) biases, BN weight 1, bias
+ * 0, running mean 0, var 1. */
+ddp_status_t model_init_params(model_t *m, uint64_t seed);
+
+int model_find_tensor(const model_t *m, const char *name); /* -1 if absent */
+int model_has_layer(const model_t *m, layer_kind_t kind);
+
+/* Everything a forward/backward pass needs to know about the step. */
+typedef struct step_ctx {
+    int n;                     /* local samples (may be 0 on a rank without data) */
+    int64_t global_n;          /* samples in the union batch of all ranks */
+    const int64_t *sample_idx; /* device [n]: global sample indices (dropout keys) */
+    int64_t step;              /* optimizer step (dropout key) */
+    uint64_t seed;
+    int train;                 /* 1: batch statistics, dropout; 0: eval mode */
+    comm_t *sync_bn;           /* non-NULL: SyncBatchNorm over this communicator */
+    float grad_beta;           /* 0: overwrite parameter gradients, 1: accumulate */
+    /* Called after layer l's parameter gradients are final (reducer hook). */
+    ddp_status_t (*grads_ready)(void *arg, int layer);
+    void *grads_ready_arg;
+} step_ctx_t;
+
+/* Forward x [n, input] through all layers; returns the output [n, outputs]. */
+ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, const float **out);
+/* Backward from dout [n, outputs] (written by the loss into model_dout()). */
+ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx);
+/* The buffer the loss writes d(loss)/d(output) into before model_backward. */
+float *model_dout(model_t *m);
+
+#endif

@@ -1,0 +1,51 @@
+/* status.h -- status codes and the one error message a failing call leaves behind.
+ *
+ * Library code never prints or exits on error: it records one message with
+ * ddp_fail() and returns the status up the stack.  One place (ddp_main) reports
+ * it and ends the whole job (every rank), with the exit code of the status.
+ */
+#ifndef DDP_STATUS_H
+#define DDP_STATUS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+typedef enum ddp_status {
+    DDP_OK = 0,
+    DDP_ERR_USAGE,    /* bad option, config file or model spec        exit 2 */
+    DDP_ERR_INPUT,    /* bad input deck or weights file               exit 3 */
+    DDP_ERR_IO,       /* cannot write/read a file (disk, permissions) exit 4 */
+    DDP_ERR_NOMEM,    /* out of host or device memory                 exit 5 */
+    DDP_ERR_MISMATCH, /* ranks disagree (config, layout, weights)     exit 6 */
+    DDP_ERR_COMM,     /* a collective failed or timed out             exit 7 */
+    DDP_ERR_NUMERIC,  /* non-finite loss or gradient                  exit 8 */
+    DDP_ERR_DEVICE,   /* CUDA / NCCL failure                          exit 9 */
+    DDP_ERR_INTERNAL  /* a bug in ddptrain                            exit 70 */
+} ddp_status_t;
+
+/* Record a message for status s and return s (so `return ddp_fail(...)`).
+ * The message should say what failed, where (file, dataset, option, layer)
+ * and what to do.  Only the first failure is kept until ddp_clear_error(). */
+ddp_status_t ddp_fail(ddp_status_t s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Replace the recorded message (used to add context on the way up). */
+ddp_status_t ddp_fail_override(ddp_status_t s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *ddp_error_message(void);
+void ddp_clear_error(void);
+
+/* Exit code for a status (0 for DDP_OK). */
+int ddp_exit_code(ddp_status_t s);
+const char *ddp_status_name(ddp_status_t s);
+
+/* Out-of-memory helpers: NULL-checked allocation with a message naming what. */
+void *ddp_malloc(size_t bytes, const char *what);
+void *ddp_calloc(size_t n, size_t size, const char *what);
+
+#define DDP_TRY(call)                                                          \
+    do {                                                                       \
+        ddp_status_t ddp_try_s_ = (call);                                      \
+        if (ddp_try_s_ != DDP_OK) return ddp_try_s_;                           \
+    } while (0)
+
+#endif

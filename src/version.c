@@ -1,0 +1,65 @@
+/* version.c -- version and build configuration (backends and library versions). */
+#include "ddp_build.h"
+#include "version.h"
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <string.h>
+
+#include "compute.h"
+#ifdef HAVE_OPENBLAS_GET_CONFIG
+char *openblas_get_config(void);
+#endif
+#ifdef HAVE_CUDA
+#include "ddp_cuda.h"
+#endif
+#ifdef HAVE_NCCL
+#include <nccl.h>
+#endif
+
+const char *ddp_version(void) { return PACKAGE_VERSION; }
+
+void ddp_print_version(FILE *f, const char *prog)
+{
+    char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, major = 0, minor = 0;
+    MPI_Get_library_version(mpi, &len);
+    char *nl = strchr(mpi, '\n');
+    if (nl) *nl = '\0';
+    MPI_Get_version(&major, &minor);
+    unsigned hmaj, hmin, hrel;
+    H5get_libversion(&hmaj, &hmin, &hrel);
+
+    fprintf(f, "%s %s\n", prog, PACKAGE_VERSION);
+    fprintf(f, "  compute backends : cpu\n");
+    fprintf(f, "  comm backends    : mpi\n");
+    fprintf(f, "  MPI              : %s (MPI %d.%d)\n", mpi, major, minor);
+    fprintf(f, "  HDF5             : %u.%u.%u (%s)\n", hmaj, hmin, hrel, DDP_HDF5_KIND);
+#ifdef HAVE_OPENBLAS_GET_CONFIG
+    fprintf(f, "  BLAS             : %s\n", openblas_get_config());
+#else
+    fprintf(f, "  BLAS             : CBLAS\n");
+#endif
+#ifdef HAVE_CUDA
+    {
+        char cuda[128];
+        ddp_cuda_version_string(cuda, sizeof cuda);
+        fprintf(f, "  CUDA             : %s (kernels for %s)\n", cuda, DDP_CUDA_ARCH);
+    }
+#else
+    fprintf(f, "  CUDA             : not built (configure --with-cuda)\n");
+#endif
+#ifdef HAVE_NCCL
+    {
+        int v = 0;
+        ncclGetVersion(&v);
+        fprintf(f, "  NCCL             : %d.%d.%d (built with %d.%d.%d)\n", v / 10000,
+                (v % 10000) / 100, v % 100, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+    }
+#else
+    fprintf(f, "  NCCL             : not built (configure --with-nccl)\n");
+#endif
+    fprintf(f, "  PMIx             : %s\n", DDP_PMIX_SUMMARY);
+    fprintf(f, "  compiler         : %s\n", DDP_BUILD_CC);
+    fprintf(f, "  configure        : %s\n", DDP_CONFIGURE_ARGS);
+}

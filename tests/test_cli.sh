@@ -1,0 +1,38 @@
+#!/bin/sh
+# test_cli.sh -- the command line: --help lists every option with its
+# default, --version names the build, bad usage is one clear line + exit 2.
+. ./testenv.sh || exit 99
+set -u
+fail() { echo "FAIL: $*" >&2; exit 1; }
+out=$(mktemp -d) || exit 99
+trap 'rm -rf "$out"' EXIT
+
+"$DDPTRAIN" --help >"$out/help" 2>&1 || fail "--help exited non-zero"
+for opt in model batch epochs lr optimizer bucket-cap-mb grad-compress accum sync-bn save init; do
+  grep -q -- "--$opt" "$out/help" || fail "--help does not list --$opt"
+done
+grep -q "default: 64" "$out/help" || fail "--help shows no default for --batch"
+
+"$DDPTRAIN" --version >"$out/version" 2>&1 || fail "--version exited non-zero"
+for what in "ddptrain" "compute backends" "MPI" "HDF5" "CUDA" "NCCL" "BLAS"; do
+  grep -q "$what" "$out/version" || fail "--version lacks '$what'"
+done
+
+# usage errors: exit code 2, one line on stderr naming the problem
+"$DDPTRAIN" --bacth 3 x.h5 >"$out/o" 2>"$out/e"; rc=$?
+[ "$rc" -eq 2 ] || fail "unknown option: exit $rc, expected 2"
+grep -q "unknown option 'bacth'" "$out/e" || fail "unknown option message: $(cat "$out/e")"
+[ "$(grep -c 'ddptrain: error' "$out/e")" -eq 1 ] || fail "expected one error line: $(cat "$out/e")"
+
+"$DDPTRAIN" >"$out/o" 2>"$out/e"; rc=$?
+[ "$rc" -eq 2 ] || fail "no input: exit $rc, expected 2"
+grep -q "no input file" "$out/e" || fail "no input message: $(cat "$out/e")"
+
+# a missing input file is an input error (3) with the file named, on 2 ranks too
+if [ -n "$MPIEXEC" ]; then
+  mpirun_np 2 "$DDPTRAIN" "$out/missing.h5" >"$out/o" 2>"$out/e"; rc=$?
+  [ "$rc" -ne 0 ] || fail "missing input on 2 ranks: exit 0"
+  grep -q "missing.h5" "$out/e" || fail "missing input message: $(cat "$out/e")"
+  [ "$(grep -c 'ddptrain: error' "$out/e")" -eq 1 ] || fail "2 ranks: expected one error line: $(cat "$out/e")"
+fi
+echo "ok"
