@@ -14,6 +14,13 @@
 
 #include "status.h"
 
+/* Link info type of H5Literate callbacks across HDF5 1.10 and 1.12+. */
+#if H5_VERSION_GE(1, 12, 0)
+typedef H5L_info2_t h5_link_info_t;
+#else
+typedef H5L_info_t h5_link_info_t;
+#endif
+
 void h5_lock(void);
 void h5_unlock(void);
 /* Turn off HDF5's automatic error-stack printing (we report our own). */

@@ -1,0 +1,91 @@
+/* optim.c -- SGD/AdamW steps, gradient clipping and the lr schedules. */
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
+                        int64_t total_steps)
+{
+    memset(o, 0, sizeof *o);
+    o->be = m->be;
+    o->kind = cfg->optimizer;
+    o->schedule = cfg->lr_schedule;
+    o->lr = cfg->lr;
+    o->momentum = cfg->momentum;
+    o->nesterov = cfg->nesterov;
+    o->weight_decay = cfg->weight_decay;
+    o->beta1 = cfg->beta1;
+    o->beta2 = cfg->beta2;
+    o->eps = cfg->eps;
+    o->clip = cfg->clip_grad_norm;
+    o->lr_gamma = cfg->lr_gamma;
+    o->warmup = cfg->warmup_steps;
+    o->step_size = cfg->lr_step_size;
+    o->total_steps = total_steps;
+    o->count = m->ntrainable;
+    int nstate = o->kind == OPTIM_ADAMW ? 2 : (o->momentum > 0 ? 1 : 0);
+    for (int i = 0; i < nstate; i++) {
+        o->state[i] = o->be->alloc(o->count * sizeof(float) + sizeof(float));
+        if (!o->state[i]) {
+            optim_free(o);
+            return ddp_fail(DDP_ERR_NOMEM, "out of memory for the optimizer state (%zu bytes)",
+                            o->count * sizeof(float));
+        }
+    }
+    return DDP_OK;
+}
+
+void optim_free(optim_t *o)
+{
+    for (int i = 0; i < 2; i++)
+        if (o->state[i]) o->be->free(o->state[i]);
+    o->state[0] = o->state[1] = NULL;
+}
+
+size_t optim_state_bytes(const optim_t *o)
+{
+    return (size_t)((o->state[0] != NULL) + (o->state[1] != NULL)) * o->count * sizeof(float);
+}
+
+double optim_lr(const optim_t *o, int64_t t)
+{
+    if (o->warmup > 0 && t < o->warmup) return o->lr * (double)(t + 1) / (double)o->warmup;
+    switch (o->schedule) {
+    case SCHED_COSINE: {
+        int64_t span = o->total_steps - o->warmup;
+        if (span <= 0) return o->lr;
+        double progress = (double)(t - o->warmup) / (double)span;
+        if (progress > 1) progress = 1;
+        return o->lr * 0.5 * (1.0 + cos(M_PI * progress));
+    }
+    case SCHED_STEP: return o->lr * pow(o->lr_gamma, (double)(t / o->step_size));
+    default: return o->lr;
+    }
+}
+
+ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
+{
+    const compute_ops_t *be = o->be;
+    *grad_norm = -1;
+    if (o->clip > 0) {
+        double norm = sqrt(be->sumsq(o->count, m->grads));
+        *grad_norm = norm;
+        if (!isfinite(norm))
+            return ddp_fail(DDP_ERR_NUMERIC, "the gradient norm is %g at step %lld: training "
+                            "diverged; lower --lr or check the input data (--check-data)", norm,
+                            (long long)o->t);
+        /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), if < 1 */
+        double coef = o->clip / (norm + 1e-6);
+        if (coef < 1) be->scale(o->count, m->grads, (float)coef);
+    }
+    float lr = (float)optim_lr(o, o->t);
+    o->t++;
+    if (o->kind == OPTIM_ADAMW)
+        be->adamw_step(o->count, m->params, m->grads, o->state[0], o->state[1], lr,
+                       (float)o->beta1, (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->t);
+    else
+        be->sgd_step(o->count, m->params, m->grads, o->state[0], lr, (float)o->momentum,
+                     o->nesterov, (float)o->weight_decay, o->t == 1);
+    return DDP_OK;
+}

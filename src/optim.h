@@ -1,0 +1,39 @@
+/* optim.h -- optimizers and learning-rate schedules over the flat buffers.
+ *
+ * The optimizer state (SGD momentum, AdamW moments) has the layout of the
+ * parameter buffer, so one step is one loop over the trainable range
+ * [0, ntrainable); it runs locally on every rank on identical inputs. */
+#ifndef DDP_OPTIM_H
+#define DDP_OPTIM_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "model.h"
+#include "status.h"
+
+typedef struct optim {
+    const compute_ops_t *be;
+    int kind;            /* optimizer_kind_t */
+    int schedule;        /* schedule_kind_t */
+    double lr, momentum, weight_decay, beta1, beta2, eps, clip, lr_gamma;
+    int nesterov;
+    int64_t warmup, step_size, total_steps;
+    size_t count;        /* trainable floats */
+    float *state[2];     /* SGD: momentum buffer; AdamW: m, v (device) */
+    int64_t t;           /* optimizer steps taken */
+} optim_t;
+
+ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
+                        int64_t total_steps);
+void optim_free(optim_t *o);
+/* Bytes of optimizer state (for the start-up table). */
+size_t optim_state_bytes(const optim_t *o);
+/* Learning rate of step t (0-based), after warm-up and schedule. */
+double optim_lr(const optim_t *o, int64_t t);
+/* Clip (if configured), then update the parameters from the gradients.
+ * *grad_norm receives the global gradient norm before clipping (or -1 when
+ * it was not computed). */
+ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm);
+
+#endif

@@ -1,0 +1,135 @@
+/* reducer.c -- bucketed, overlapped gradient all-reduce (see reducer.h). */
+#include "reducer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int find_unused)
+{
+    memset(r, 0, sizeof *r);
+    r->m = m;
+    r->comm = c;
+    r->be = m->be;
+    r->compress = compress;
+    r->find_unused = find_unused;
+    int nb = m->nbuckets ? m->nbuckets : 1;
+    r->pending = calloc((size_t)nb, sizeof *r->pending);
+    r->req = calloc((size_t)nb, sizeof *r->req);
+    r->ready = calloc((size_t)(m->ntensors ? m->ntensors : 1), 1);
+    if (!r->pending || !r->req || !r->ready) {
+        reducer_free(r);
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory for the reducer");
+    }
+    if (compress != COMPRESS_NONE) {
+        r->half = r->be->alloc(m->ntrainable * sizeof(uint16_t) + 2);
+        if (!r->half) {
+            reducer_free(r);
+            return ddp_fail(DDP_ERR_NOMEM, "out of memory for the gradient compression buffer");
+        }
+    }
+    r->skip_grad = getenv("DDP_FAULT_SKIP_GRAD");
+    return DDP_OK;
+}
+
+void reducer_free(reducer_t *r)
+{
+    if (r->half) r->be->free(r->half);
+    free(r->pending);
+    free(r->req);
+    free(r->ready);
+    memset(r, 0, sizeof *r);
+}
+
+void reducer_begin(reducer_t *r, int sync, int64_t step, float grad_beta)
+{
+    const model_t *m = r->m;
+    r->sync = sync && r->comm->size > 1;
+    r->step = step;
+    r->grad_beta = grad_beta;
+    r->next_launch = 0;
+    for (int b = 0; b < m->nbuckets; b++) r->pending[b] = m->buckets[b].ntensors;
+    memset(r->ready, 0, (size_t)m->ntensors);
+}
+
+static ddp_status_t launch_(reducer_t *r, int b)
+{
+    const bucket_t *B = &r->m->buckets[b];
+    comm_desc_t d = {"gradient-bucket", b, r->step};
+    float *g = r->m->grads + B->offset;
+    if (r->compress == COMPRESS_NONE)
+        return r->comm->ops->iallreduce(r->comm, g, B->count, COMM_FLOAT, &d, &r->req[b]);
+    int bf16 = r->compress == COMPRESS_BF16;
+    uint16_t *h = r->half + B->offset;
+    r->be->to_half(B->count, g, h, bf16);
+    return r->comm->ops->iallreduce(r->comm, h, B->count, bf16 ? COMM_BF16 : COMM_FP16, &d,
+                                    &r->req[b]);
+}
+
+/* Launch every ready bucket in order. */
+static ddp_status_t launch_ready_(reducer_t *r)
+{
+    while (r->next_launch < r->m->nbuckets && r->pending[r->next_launch] == 0) {
+        DDP_TRY(launch_(r, r->next_launch));
+        r->bytes_sent += r->m->buckets[r->next_launch].count *
+                         (r->compress == COMPRESS_NONE ? sizeof(float) : sizeof(uint16_t));
+        r->next_launch++;
+    }
+    return DDP_OK;
+}
+
+static void mark_(reducer_t *r, int t)
+{
+    const tensor_t *T = &r->m->tensors[t];
+    if (T->kind != TENSOR_PARAM || T->frozen || r->ready[t]) return;
+    r->ready[t] = 1;
+    r->pending[T->bucket]--;
+}
+
+ddp_status_t reducer_layer_ready(void *arg, int layer)
+{
+    reducer_t *r = arg;
+    if (!r->sync) return DDP_OK;
+    const layer_t *L = &r->m->layers[layer];
+    int ids[2] = {L->weight, L->bias};
+    for (int i = 0; i < 2; i++)
+        if (ids[i] >= 0 && !(r->skip_grad && strcmp(r->skip_grad, r->m->tensors[ids[i]].name) == 0))
+            mark_(r, ids[i]);
+    return launch_ready_(r);
+}
+
+ddp_status_t reducer_finish(reducer_t *r)
+{
+    const model_t *m = r->m;
+    if (!r->sync) return DDP_OK;
+    /* parameters that never became ready */
+    for (int t = 0; t < m->ntensors; t++) {
+        const tensor_t *T = &m->tensors[t];
+        if (T->kind != TENSOR_PARAM || T->frozen || r->ready[t]) continue;
+        if (!r->find_unused)
+            return ddp_fail(DDP_ERR_INTERNAL, "parameter %s received no gradient in step %lld, so "
+                            "its bucket %d cannot finish reduction; if some parameters are unused "
+                            "by design, pass --find-unused (they then get a zero gradient)",
+                            T->name, (long long)r->step, T->bucket);
+        if (r->grad_beta == 0) r->be->zero(m->grads + T->offset, T->numel * sizeof(float));
+        mark_(r, t);
+    }
+    DDP_TRY(launch_ready_(r));
+    double t0 = now_();
+    for (int b = 0; b < m->nbuckets; b++) {
+        DDP_TRY(r->comm->ops->wait(r->comm, r->req[b]));
+        r->req[b] = NULL;
+        if (r->compress != COMPRESS_NONE)
+            r->be->from_half(m->buckets[b].count, r->half + m->buckets[b].offset,
+                             m->grads + m->buckets[b].offset, r->compress == COMPRESS_BF16);
+    }
+    r->wait_seconds += now_() - t0;
+    return DDP_OK;
+}

@@ -1,0 +1,242 @@
+/* check_model.c -- model specs (shapes, names, errors), the flat layout and
+ * buckets, --freeze, PyTorch-default initialisation, weights files. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "h5util.h"
+#include "model.h"
+#include "tests.h"
+#include "weights.h"
+
+static ddp_status_t build_(model_t *m, const char *spec, act_shape_t in, int outputs,
+                           size_t cap, size_t first, const char *freeze)
+{
+    model_opts_t o = {.spec = spec, .input = in, .outputs = outputs, .batch = 4,
+                      .bucket_cap_bytes = cap, .first_bucket_bytes = first, .freeze = freeze};
+    return model_build(m, &o, &compute_cpu_ops);
+}
+
+static const act_shape_t img = {3, 8, 8, 1}, vec = {20, 1, 1, 0};
+
+START_TEST(cnn_shapes_and_names)
+{
+    model_t m;
+    ck_assert_int_eq(build_(&m, "conv:8:3:1:1,bn,relu,maxpool:2,conv:16:3:2,bn,gelu,gap,dropout:0.5,"
+                            "linear:auto", img, 5, 1 << 20, 1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(m.nlayers, 10);
+    ck_assert_int_eq(m.layers[0].out.c, 8);
+    ck_assert_int_eq(m.layers[0].out.h, 8);
+    ck_assert_int_eq(m.layers[3].out.h, 4);      /* maxpool 2 */
+    ck_assert_int_eq(m.layers[4].out.h, 1);      /* (4 - 3)/2 + 1 */
+    ck_assert_int_eq(m.layers[7].out.image, 0);  /* gap */
+    ck_assert_int_eq(m.outputs, 5);              /* linear:auto */
+    int t = model_find_tensor(&m, "layers.0.weight");
+    ck_assert_int_ge(t, 0);
+    ck_assert_int_eq(m.tensors[t].ndim, 4);
+    ck_assert_int_eq(m.tensors[t].shape[0], 8);
+    ck_assert_int_eq(m.tensors[t].shape[1], 3);
+    ck_assert_int_eq(m.tensors[t].shape[3], 3);
+    ck_assert_int_ge(model_find_tensor(&m, "layers.1.running_var"), 0);
+    ck_assert_int_ge(model_find_tensor(&m, "layers.5.num_batches_tracked"), 0);
+    t = model_find_tensor(&m, "layers.9.weight");
+    ck_assert_int_eq(m.tensors[t].shape[0], 5);
+    ck_assert_int_eq(m.tensors[t].shape[1], 16);
+    ck_assert_int_lt(model_find_tensor(&m, "layers.2.weight"), 0);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(linear_flattens_images)
+{
+    model_t m;
+    ck_assert_int_eq(build_(&m, "linear:7,relu,flatten,linear:3", img, 3, 1 << 20, 1 << 20, ""),
+                     DDP_OK);
+    int t = model_find_tensor(&m, "layers.0.weight");
+    ck_assert_int_eq(m.tensors[t].shape[1], 3 * 8 * 8);
+    ck_assert_int_ge(model_find_tensor(&m, "layers.3.bias"), 0);
+    model_free(&m);
+}
+END_TEST
+
+static void bad_(const char *spec, act_shape_t in, const char *needle)
+{
+    model_t m;
+    ddp_clear_error();
+    ck_assert_msg(build_(&m, spec, in, 4, 1 << 20, 1 << 20, "") == DDP_ERR_USAGE,
+                  "spec '%s' was accepted", spec);
+    ck_assert_msg(strstr(ddp_error_message(), needle) != NULL, "spec '%s': message '%s' lacks '%s'",
+                  spec, ddp_error_message(), needle);
+    ck_assert_msg(strstr(ddp_error_message(), "allowed layers") != NULL, "no help in '%s'",
+                  ddp_error_message());
+    ddp_clear_error();
+}
+
+START_TEST(bad_specs_point_at_the_layer)
+{
+    bad_("linear:10,relux", vec, "layer 1 'relux'");
+    bad_("linear:0", vec, "layer 0 'linear:0'");
+    bad_("linear:10,conv:3:3", vec, "layer 1 'conv:3:3'");
+    bad_("conv:4:9", img, "kernel larger");
+    bad_("maxpool:2,maxpool:2,maxpool:2,maxpool:2", img, "layer 3");
+    bad_("linear:4,dropout:1.5", vec, "dropout probability");
+    bad_("linear:4,,relu", vec, "layer 1");
+    bad_("linear:4:5", vec, "too many arguments");
+    bad_("conv:4", img, "needs more arguments");
+    bad_("gap", vec, "gap needs image input");
+    model_t m;
+    ck_assert_int_eq(build_(&m, "conv:4:3", img, 4, 1 << 20, 1 << 20, ""), DDP_ERR_USAGE);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "end the model with gap or linear"));
+    ddp_clear_error();
+}
+END_TEST
+
+START_TEST(buckets_reverse_contiguous_capped)
+{
+    /* 784-1024-1024-10 MLP with BN: the first bucket (last layers) under 1 MiB */
+    model_t m;
+    act_shape_t in = {784, 1, 1, 0};
+    ck_assert_int_eq(build_(&m, "linear:1024,bn,relu,linear:1024,bn,relu,linear:10", in, 10,
+                            (size_t)5 << 20, (size_t)1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(m.ntrainable, m.nparams);
+    size_t expect_off = 0;
+    int last_layer = 1 << 30;
+    for (int b = 0; b < m.nbuckets; b++) {
+        const bucket_t *B = &m.buckets[b];
+        ck_assert_uint_eq(B->offset, expect_off);
+        size_t sum = 0;
+        for (int i = 0; i < B->ntensors; i++) {
+            const tensor_t *T = &m.tensors[B->tensors[i]];
+            ck_assert_int_eq(T->bucket, b);
+            ck_assert_uint_eq(T->offset, B->offset + sum); /* contiguous, arrival order */
+            ck_assert_int_le(T->layer, last_layer);        /* reverse layer order */
+            last_layer = T->layer;
+            sum += T->numel;
+        }
+        ck_assert_uint_eq(sum, B->count);
+        size_t cap = b == 0 ? (size_t)1 << 20 : (size_t)5 << 20;
+        /* a bucket passes its cap only when it holds one tensor larger than it */
+        ck_assert(B->count * 4 <= cap || B->ntensors == 1);
+        expect_off += B->count;
+    }
+    ck_assert_uint_eq(expect_off, m.ntrainable);
+    ck_assert_int_eq(m.tensors[m.buckets[0].tensors[0]].layer, 6);
+    ck_assert_uint_le(m.buckets[0].count * 4, (size_t)1 << 20);
+    ck_assert_int_ge(m.nbuckets, 3);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(freeze_excludes_from_buckets)
+{
+    model_t m;
+    ck_assert_int_eq(build_(&m, "linear:8,bn,relu,linear:4", vec, 4, 1 << 20, 1 << 20,
+                            "layers.0,layers.3.bias"), DDP_OK);
+    int w0 = model_find_tensor(&m, "layers.0.weight"), b3 = model_find_tensor(&m, "layers.3.bias");
+    int w3 = model_find_tensor(&m, "layers.3.weight");
+    ck_assert(m.tensors[w0].frozen && m.tensors[b3].frozen && !m.tensors[w3].frozen);
+    ck_assert_int_eq(m.tensors[w0].bucket, -1);
+    ck_assert_uint_ge(m.tensors[w0].offset, m.ntrainable); /* after the trainable range */
+    ck_assert_uint_eq(m.ntrainable, 4 * 8 + 8 + 8);        /* layers.3.weight + bn */
+    model_free(&m);
+    ck_assert_int_eq(build_(&m, "linear:8,relu,linear:4", vec, 4, 1 << 20, 1 << 20, "layers.7"),
+                     DDP_ERR_USAGE);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "'layers.7'"));
+    ddp_clear_error();
+}
+END_TEST
+
+START_TEST(init_follows_pytorch_defaults)
+{
+    model_t m;
+    act_shape_t in = {400, 1, 1, 0};
+    ck_assert_int_eq(build_(&m, "linear:300,bn,relu,linear:2", in, 2, 1 << 20, 1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(model_init_params(&m, 7), DDP_OK);
+    const tensor_t *W = &m.tensors[model_find_tensor(&m, "layers.0.weight")];
+    const float *w = m.params + W->offset;
+    double bound = 1.0 / sqrt(400.0), s = 0, s2 = 0, mx = 0;
+    for (size_t i = 0; i < W->numel; i++) {
+        s += w[i];
+        s2 += (double)w[i] * w[i];
+        mx = fmax(mx, fabs(w[i]));
+    }
+    double mean = s / W->numel, var = s2 / W->numel - mean * mean;
+    ck_assert_double_le(mx, bound);
+    ck_assert_double_ge(mx, 0.99 * bound);
+    ck_assert_double_le(fabs(mean), 5 * bound / sqrt(3.0 * W->numel));
+    ck_assert_double_le(fabs(var - bound * bound / 3) / (bound * bound / 3), 0.02); /* U(-b,b) */
+    const tensor_t *G = &m.tensors[model_find_tensor(&m, "layers.1.weight")];
+    const tensor_t *RV = &m.tensors[model_find_tensor(&m, "layers.1.running_var")];
+    for (size_t i = 0; i < G->numel; i++) {
+        ck_assert_float_eq(m.params[G->offset + i], 1.0f);
+        ck_assert_float_eq(m.bufs[RV->offset + i], 1.0f);
+    }
+    /* same seed: same weights; another seed: different */
+    float first = w[0];
+    ck_assert_int_eq(model_init_params(&m, 7), DDP_OK);
+    ck_assert_float_eq(w[0], first);
+    ck_assert_int_eq(model_init_params(&m, 8), DDP_OK);
+    ck_assert_float_ne(w[0], first);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(weights_round_trip_and_errors)
+{
+    model_t a, b;
+    char path[600], bad[600];
+    snprintf(path, sizeof path, "%s/w.h5", test_tmpdir());
+    ck_assert_int_eq(build_(&a, "linear:6,bn,relu,linear:3", vec, 3, 1 << 20, 1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(model_init_params(&a, 1), DDP_OK);
+    a.layers[1].num_batches_tracked = 17;
+    a.bufs[0] = 0.25f;
+    ck_assert_int_eq(weights_save(path, &a, NULL), DDP_OK);
+    ck_assert_int_eq(build_(&b, "linear:6,bn,relu,linear:3", vec, 3, 1 << 20, 1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(model_init_params(&b, 2), DDP_OK);
+    ck_assert_msg(weights_load(path, &b) == DDP_OK, "%s", ddp_error_message());
+    ck_assert_int_eq(memcmp(a.params, b.params, a.nparams * 4), 0);
+    ck_assert_int_eq(memcmp(a.bufs, b.bufs, a.nbufs * 4), 0);
+    ck_assert_int_eq(b.layers[1].num_batches_tracked, 17);
+    model_free(&b);
+
+    /* another model: every missing, extra and mis-shaped tensor is named */
+    ck_assert_int_eq(build_(&b, "linear:7,relu,linear:3", vec, 3, 1 << 20, 1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(weights_load(path, &b), DDP_ERR_INPUT);
+    const char *msg = ddp_error_message();
+    ck_assert_ptr_nonnull(strstr(msg, "layers.0.weight has shape file [6, 20], model [7, 20]"));
+    ck_assert_ptr_nonnull(strstr(msg, "layers.2.weight"));     /* missing */
+    ck_assert_ptr_nonnull(strstr(msg, "unexpected tensor layers.1.running_mean"));
+    ck_assert_ptr_nonnull(strstr(msg, "unexpected tensor layers.3.weight"));
+    ddp_clear_error();
+    model_free(&b);
+
+    /* not a weights file at all */
+    snprintf(bad, sizeof bad, "%s/notweights.h5", test_tmpdir());
+    FILE *f = fopen(bad, "w");
+    fputs("not hdf5", f);
+    fclose(f);
+    ck_assert_int_eq(weights_load(bad, &a), DDP_ERR_INPUT);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "not an HDF5 file"));
+    ddp_clear_error();
+
+    /* a failed save leaves the old file intact */
+    snprintf(bad, sizeof bad, "%s/no/such/dir/w.h5", test_tmpdir());
+    ck_assert_int_eq(weights_save(bad, &a, NULL), DDP_ERR_IO);
+    ddp_clear_error();
+    model_free(&a);
+}
+END_TEST
+
+Suite *test_suite(void)
+{
+    Suite *s = suite_create("model");
+    TCase *t = tcase_create("model");
+    tcase_add_test(t, cnn_shapes_and_names);
+    tcase_add_test(t, linear_flattens_images);
+    tcase_add_test(t, bad_specs_point_at_the_layer);
+    tcase_add_test(t, buckets_reverse_contiguous_capped);
+    tcase_add_test(t, freeze_excludes_from_buckets);
+    tcase_add_test(t, init_follows_pytorch_defaults);
+    tcase_add_test(t, weights_round_trip_and_errors);
+    suite_add_tcase(s, t);
+    return s;
+}
