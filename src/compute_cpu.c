@@ -1,0 +1,1057 @@
+/* compute_cpu.c -- the CPU compute backend: every op of compute_ops_t on
+ * host memory, GEMMs through CBLAS (row-major cblas_sgemm), the rest in
+ * plain C loops written so that the compiler vectorises them at -O2.
+ *
+ * Semantics are PyTorch's (see compute.h and the comment of each op).  No op
+ * starts threads; BLAS runs with the threads it was configured for.
+ *
+ * Vectorisation: GCC at -O2 only vectorises loops whose trip count is a known
+ * multiple of the vector length and that need no run-time alias checks.  Hot
+ * loops are therefore written over blocks of VB elements: a constant-length
+ * inner loop into a local array `t`, then a copy-out loop, then a scalar
+ * tail.  Reading every input of a block before writing its output also makes
+ * the elementwise ops safe in place (y == x, dx == dy).
+ *
+ * Conventions: parameter gradients follow `beta` (0 overwrites without
+ * reading the old value, 1 accumulates, anything else scales first); input
+ * gradients are overwritten, dx == NULL skips them; n == 0 does no work
+ * except the beta update of parameter gradients.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute.h"
+#include "half.h"
+#include "rng.h"
+
+#define VB 16  /* elements per vectorised block */
+#define CB 256 /* channels per block of per-channel coefficients (BN, hw == 1) */
+
+/* Largest number of GEMM columns (samples x output pixels) one convolution
+ * GEMM covers: bigger GEMMs run faster, the workspace grows with them. */
+#define CONV_COLS 4096
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ======================================================================== */
+/* memory                                                                   */
+/* ======================================================================== */
+
+static void *cpu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    /* 64-byte aligned (one cache line, one AVX-512 vector); never size 0 so
+     * that NULL always means out of memory */
+    size_t sz = bytes ? (bytes + 63) / 64 * 64 : 64;
+    if (posix_memalign(&p, 64, sz) != 0) return NULL;
+    memset(p, 0, sz);
+    return p;
+}
+
+static void cpu_free(void *p) { free(p); }
+
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+static void cpu_zero(void *p, size_t bytes)
+{
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void cpu_sync(void) {}
+
+/* ======================================================================== */
+/* small helpers                                                            */
+/* ======================================================================== */
+
+/* g = beta g (beta = 0: zero without reading g). */
+static void grad_scale_(size_t count, float *g, float beta)
+{
+    if (count == 0 || beta == 1.0f) return;
+    if (beta == 0.0f) {
+        memset(g, 0, count * sizeof *g);
+        return;
+    }
+    for (size_t i = 0; i < count; i++) g[i] *= beta;
+}
+
+/* acc[k] += a[k], k < len */
+static inline void span_add_(size_t len, const float *restrict a, float *restrict acc)
+{
+    size_t k = 0;
+    for (; k + VB <= len; k += VB)
+        for (int q = 0; q < VB; q++) acc[k + q] += a[k + q];
+    for (; k < len; k++) acc[k] += a[k];
+}
+
+/* sum of x[k], k < len, in double */
+static inline double span_sum_(size_t len, const float *restrict x)
+{
+    double acc[VB] = {0};
+    size_t k = 0;
+    for (; k + VB <= len; k += VB)
+        for (int q = 0; q < VB; q++) acc[q] += (double)x[k + q];
+    double s = 0;
+    for (; k < len; k++) s += (double)x[k];
+    for (int q = 0; q < VB; q++) s += acc[q];
+    return s;
+}
+
+/* y[k] = x[k] a + b (scalars a, b), y may equal x */
+static inline void span_axpb_s_(size_t len, const float *x, float a, float b, float *y)
+{
+    size_t k = 0;
+    for (; k + VB <= len; k += VB) {
+        float t[VB];
+        for (int q = 0; q < VB; q++) t[q] = x[k + q] * a + b;
+        for (int q = 0; q < VB; q++) y[k + q] = t[q];
+    }
+    for (; k < len; k++) y[k] = x[k] * a + b;
+}
+
+/* y[k] = x[k] a[k] + b[k] (per-channel a, b), y may equal x */
+static inline void span_axpb_v_(size_t len, const float *x, const float *a, const float *b,
+                                float *y)
+{
+    size_t k = 0;
+    for (; k + VB <= len; k += VB) {
+        float t[VB];
+        for (int q = 0; q < VB; q++) t[q] = x[k + q] * a[k + q] + b[k + q];
+        for (int q = 0; q < VB; q++) y[k + q] = t[q];
+    }
+    for (; k < len; k++) y[k] = x[k] * a[k] + b[k];
+}
+
+/* ======================================================================== */
+/* dense layers                                                             */
+/* ======================================================================== */
+
+/* y[n,out] = x[n,in] w[out,in]^T + b[out] */
+static void cpu_linear_fwd(int n, int in, int out, const float *x, const float *w,
+                           const float *b, float *y)
+{
+    if (n <= 0 || out <= 0) return;
+    /* the bias goes in first so the GEMM adds onto it (one pass over y) */
+    if (b)
+        for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
+    if (in <= 0) {
+        if (!b) memset(y, 0, (size_t)n * out * sizeof *y);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in,
+                b ? 1.0f : 0.0f, y, out);
+}
+
+/* dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w */
+static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *w,
+                           const float *dy, float *dx, float *dw, float *db, float beta)
+{
+    if (n <= 0 || in <= 0) {
+        if (dw && in > 0) grad_scale_((size_t)out * in, dw, beta);
+        if (db && out > 0) grad_scale_((size_t)out, db, beta);
+        if (db && out > 0 && n > 0) /* in == 0: the bias still has a gradient */
+            for (int i = 0; i < n; i++) span_add_((size_t)out, dy + (size_t)i * out, db);
+        return;
+    }
+    if (out <= 0) {
+        if (dx) memset(dx, 0, (size_t)n * in * sizeof *dx);
+        return;
+    }
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
+                    beta, dw, in);
+    if (db) {
+        /* column sum of dy, row by row (unit stride, vectorised) */
+        grad_scale_((size_t)out, db, beta);
+        for (int i = 0; i < n; i++) span_add_((size_t)out, dy + (size_t)i * out, db);
+    }
+    if (dx)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
+                    0.0f, dx, in);
+}
+
+/* ======================================================================== */
+/* convolution: im2col + GEMM over groups of samples                        */
+/* ======================================================================== */
+
+/* Samples per GEMM: enough that the GEMM has about CONV_COLS columns.  It
+ * grows with n, so a workspace sized for n samples serves any smaller n. */
+static int conv_group_(const conv_dims_t *d)
+{
+    long ohw = (long)d->oh * d->ow;
+    long g = ohw > 0 ? CONV_COLS / ohw : 1;
+    return (int)MAX(1, MIN(g, (long)MAX(d->n, 1)));
+}
+
+/* Workspace: col [c*k*k, g*oh*ow] and an output/gradient staging area
+ * [oc, g*oh*ow] (in floats). */
+static size_t cpu_conv_ws_bytes(const conv_dims_t *d)
+{
+    size_t ckk = (size_t)d->c * d->k * d->k;
+    size_t cols = (size_t)conv_group_(d) * d->oh * d->ow;
+    return (ckk + (size_t)d->oc) * cols * sizeof(float);
+}
+
+/* Output columns [lo, hi) whose input column ox*s - p + kj lies in [0, w). */
+static void conv_valid_(int ow, int w, int s, int p, int kj, int *lo, int *hi)
+{
+    int a = p - kj;                          /* need ox*s >= a */
+    int l = a <= 0 ? 0 : (a + s - 1) / s;
+    int b = w - 1 + p - kj;                  /* need ox*s <= b */
+    int h = b < 0 ? 0 : b / s + 1;
+    *lo = MIN(l, ow);
+    *hi = MAX(*lo, MIN(h, ow));
+}
+
+/* col[r, off + oy*ow + ox] = x[ci, oy*s - p + ki, ox*s - p + kj] (zero outside),
+ * r = (ci*k + ki)*k + kj, row stride ld */
+static void im2col_(const conv_dims_t *d, const float *x, float *col, size_t ld)
+{
+    const int k = d->k, s = d->stride, p = d->pad, h = d->h, w = d->w, oh = d->oh, ow = d->ow;
+    for (int ci = 0; ci < d->c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                float *row = col + (size_t)((ci * k + ki) * k + kj) * ld;
+                int lo, hi;
+                conv_valid_(ow, w, s, p, kj, &lo, &hi);
+                for (int oy = 0; oy < oh; oy++) {
+                    float *dst = row + (size_t)oy * ow;
+                    int iy = oy * s - p + ki;
+                    if (iy < 0 || iy >= h) {
+                        memset(dst, 0, (size_t)ow * sizeof *dst);
+                        continue;
+                    }
+                    const float *src = x + ((size_t)ci * h + iy) * w - p + kj;
+                    for (int ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
+                    if (s == 1)
+                        memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof *dst);
+                    else
+                        for (int ox = lo; ox < hi; ox++) dst[ox] = src[(size_t)ox * s];
+                    for (int ox = hi; ox < ow; ox++) dst[ox] = 0.0f;
+                }
+            }
+}
+
+/* The adjoint of im2col_: dx (zeroed here) accumulates the columns. */
+static void col2im_(const conv_dims_t *d, const float *col, size_t ld, float *dx)
+{
+    const int k = d->k, s = d->stride, p = d->pad, h = d->h, w = d->w, oh = d->oh, ow = d->ow;
+    memset(dx, 0, (size_t)d->c * h * w * sizeof *dx);
+    for (int ci = 0; ci < d->c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                const float *row = col + (size_t)((ci * k + ki) * k + kj) * ld;
+                int lo, hi;
+                conv_valid_(ow, w, s, p, kj, &lo, &hi);
+                for (int oy = 0; oy < oh; oy++) {
+                    int iy = oy * s - p + ki;
+                    if (iy < 0 || iy >= h) continue;
+                    const float *src = row + (size_t)oy * ow;
+                    float *dst = dx + ((size_t)ci * h + iy) * w - p + kj;
+                    if (s == 1)
+                        span_add_((size_t)(hi - lo), src + lo, dst + lo);
+                    else
+                        for (int ox = lo; ox < hi; ox++) dst[(size_t)ox * s] += src[ox];
+                }
+            }
+}
+
+static void cpu_conv_fwd(const conv_dims_t *d, const float *x, const float *w, const float *b,
+                         float *y, void *ws)
+{
+    if (d->n <= 0 || d->oc <= 0) return;
+    const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
+    const int ckk = d->c * d->k * d->k, g = conv_group_(d);
+    float *col = ws;
+    float *stage = col + (size_t)ckk * g * ohw;
+    for (int i0 = 0; i0 < d->n; i0 += g) {
+        int gn = MIN(g, d->n - i0);
+        size_t ld = (size_t)gn * ohw;
+        for (int gi = 0; gi < gn; gi++)
+            im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
+        if (gn == 1) {
+            /* one sample: the GEMM writes y directly, onto the bias */
+            float *yi = y + (size_t)i0 * d->oc * ohw;
+            for (int o = 0; o < d->oc; o++) {
+                const float bo = b ? b[o] : 0.0f;
+                for (size_t k = 0; k < ohw; k++) yi[o * ohw + k] = bo;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, (int)ohw, ckk, 1.0f, w,
+                        ckk, col, (int)ld, 1.0f, yi, (int)ohw);
+            continue;
+        }
+        /* stage[oc, gn*ohw] = w[oc, ckk] col[ckk, gn*ohw], then scatter + bias */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, (int)ld, ckk, 1.0f, w, ckk,
+                    col, (int)ld, 0.0f, stage, (int)ld);
+        for (int gi = 0; gi < gn; gi++)
+            for (int o = 0; o < d->oc; o++)
+                span_axpb_s_(ohw, stage + o * ld + gi * ohw, 1.0f, b ? b[o] : 0.0f,
+                             y + ((size_t)(i0 + gi) * d->oc + o) * ohw);
+    }
+}
+
+static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, const float *dy,
+                         float *dx, float *dw, float *db, float beta, void *ws)
+{
+    const int ckk = d->c * d->k * d->k;
+    if (d->n <= 0 || d->oc <= 0) {
+        if (dw) grad_scale_((size_t)d->oc * ckk, dw, beta);
+        if (db) grad_scale_((size_t)d->oc, db, beta);
+        if (d->n > 0 && dx) memset(dx, 0, (size_t)d->n * d->c * d->h * d->w * sizeof *dx);
+        return;
+    }
+    const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
+    const int g = conv_group_(d);
+    float *col = ws;
+    float *stage = col + (size_t)ckk * g * ohw;
+    if (db) {
+        grad_scale_((size_t)d->oc, db, beta);
+        for (int i = 0; i < d->n; i++)
+            for (int o = 0; o < d->oc; o++)
+                db[o] += (float)span_sum_(ohw, dy + ((size_t)i * d->oc + o) * ohw);
+    }
+    float wbeta = beta;
+    for (int i0 = 0; i0 < d->n; i0 += g) {
+        int gn = MIN(g, d->n - i0);
+        size_t ld = (size_t)gn * ohw;
+        /* dyg [oc, gn*ohw]: dy of the group, channel-major */
+        const float *dyg = dy + (size_t)i0 * d->oc * ohw;
+        if (gn > 1) {
+            for (int gi = 0; gi < gn; gi++)
+                for (int o = 0; o < d->oc; o++)
+                    memcpy(stage + o * ld + gi * ohw, dy + ((size_t)(i0 + gi) * d->oc + o) * ohw,
+                           ohw * sizeof *stage);
+            dyg = stage;
+        }
+        if (dw) {
+            for (int gi = 0; gi < gn; gi++)
+                im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
+            /* dw[oc, ckk] (+)= dyg[oc, gn*ohw] col[ckk, gn*ohw]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->oc, ckk, (int)ld, 1.0f, dyg,
+                        (int)ld, col, (int)ld, wbeta, dw, ckk);
+            wbeta = 1.0f;
+        }
+        if (dx) {
+            /* dcol[ckk, gn*ohw] = w[oc, ckk]^T dyg, into col, then col2im */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, d->oc, 1.0f, w,
+                        ckk, dyg, (int)ld, 0.0f, col, (int)ld);
+            for (int gi = 0; gi < gn; gi++)
+                col2im_(d, col + (size_t)gi * ohw, ld, dx + (size_t)(i0 + gi) * chw);
+        }
+    }
+}
+
+/* ======================================================================== */
+/* pooling                                                                  */
+/* ======================================================================== */
+
+/* Max over each window; argmax is the index in the input plane (iy*w + ix)
+ * of the first maximum in row-major window order; a NaN wins (PyTorch CPU). */
+static void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int32_t *argmax)
+{
+    const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
+    const size_t ohw = (size_t)d->oh * d->ow;
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * hw;
+        float *yp = y + pl * ohw;
+        int32_t *ap = argmax + pl * ohw;
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                int y0 = oy * d->stride, x0 = ox * d->stride;
+                int best = y0 * d->w + x0;
+                float bv = xp[best];
+                for (int ky = 0; ky < d->k; ky++)
+                    for (int kx = 0; kx < d->k; kx++) {
+                        int idx = (y0 + ky) * d->w + x0 + kx;
+                        float v = xp[idx];
+                        if (v > bv || isnan(v)) {
+                            bv = v;
+                            best = idx;
+                        }
+                    }
+                yp[oy * d->ow + ox] = bv;
+                ap[oy * d->ow + ox] = best;
+            }
+    }
+}
+
+static void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argmax,
+                            float *dx)
+{
+    const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
+    const size_t ohw = (size_t)d->oh * d->ow;
+    if (planes) memset(dx, 0, planes * hw * sizeof *dx);
+    for (size_t pl = 0; pl < planes; pl++) {
+        float *dxp = dx + pl * hw;
+        const float *dyp = dy + pl * ohw;
+        const int32_t *ap = argmax + pl * ohw;
+        for (size_t o = 0; o < ohw; o++) dxp[ap[o]] += dyp[o];
+    }
+}
+
+static void cpu_avgpool_fwd(const pool_dims_t *d, const float *x, float *y)
+{
+    const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
+    const size_t ohw = (size_t)d->oh * d->ow;
+    const float inv = 1.0f / (float)(d->k * d->k);
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * hw;
+        float *yp = y + pl * ohw;
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                const float *win = xp + (size_t)oy * d->stride * d->w + (size_t)ox * d->stride;
+                float s = 0;
+                for (int ky = 0; ky < d->k; ky++)
+                    for (int kx = 0; kx < d->k; kx++) s += win[ky * d->w + kx];
+                yp[oy * d->ow + ox] = s * inv;
+            }
+    }
+}
+
+static void cpu_avgpool_bwd(const pool_dims_t *d, const float *dy, float *dx)
+{
+    const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
+    const size_t ohw = (size_t)d->oh * d->ow;
+    const float inv = 1.0f / (float)(d->k * d->k);
+    if (planes) memset(dx, 0, planes * hw * sizeof *dx);
+    for (size_t pl = 0; pl < planes; pl++) {
+        float *dxp = dx + pl * hw;
+        const float *dyp = dy + pl * ohw;
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                float *win = dxp + (size_t)oy * d->stride * d->w + (size_t)ox * d->stride;
+                float g = dyp[oy * d->ow + ox] * inv;
+                for (int ky = 0; ky < d->k; ky++)
+                    for (int kx = 0; kx < d->k; kx++) win[ky * d->w + kx] += g;
+            }
+    }
+}
+
+static void cpu_gap_fwd(int n, int c, int hw, const float *x, float *y)
+{
+    const size_t planes = (size_t)MAX(n, 0) * MAX(c, 0);
+    const double inv = hw > 0 ? 1.0 / hw : 0.0;
+    for (size_t pl = 0; pl < planes; pl++)
+        y[pl] = (float)(span_sum_((size_t)hw, x + pl * hw) * inv);
+}
+
+static void cpu_gap_bwd(int n, int c, int hw, const float *dy, float *dx)
+{
+    const size_t planes = (size_t)MAX(n, 0) * MAX(c, 0);
+    const float inv = hw > 0 ? 1.0f / (float)hw : 0.0f;
+    for (size_t pl = 0; pl < planes; pl++) {
+        float g = dy[pl] * inv;
+        float *dxp = dx + pl * hw;
+        for (int k = 0; k < hw; k++) dxp[k] = g;
+    }
+}
+
+/* ======================================================================== */
+/* batch normalisation                                                      */
+/* ======================================================================== */
+
+/* s1[j] += x[j], s2[j] += x[j]^2 in double, j < len */
+static inline void span_stats_(size_t len, const float *restrict x, double *restrict s1,
+                               double *restrict s2)
+{
+    size_t k = 0;
+    for (; k + VB <= len; k += VB)
+        for (int q = 0; q < VB; q++) {
+            double v = x[k + q];
+            s1[k + q] += v;
+            s2[k + q] += v * v;
+        }
+    for (; k < len; k++) {
+        double v = x[k];
+        s1[k] += v;
+        s2[k] += v * v;
+    }
+}
+
+static void cpu_bn_stats(int n, int c, int hw, const float *x, double *stats)
+{
+    if (c <= 0) return;
+    double *s1 = stats, *s2 = stats + c;
+    memset(stats, 0, 2 * (size_t)c * sizeof *stats);
+    if (n <= 0 || hw <= 0) return;
+    if (hw == 1) {
+        /* x[n, c]: add rows (unit stride over channels) */
+        for (int i = 0; i < n; i++) span_stats_((size_t)c, x + (size_t)i * c, s1, s2);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) {
+            const float *xp = x + ((size_t)i * c + ch) * hw;
+            double a1[VB] = {0}, a2[VB] = {0}, t1 = 0, t2 = 0;
+            int k = 0;
+            for (; k + VB <= hw; k += VB)
+                for (int q = 0; q < VB; q++) {
+                    double v = xp[k + q];
+                    a1[q] += v;
+                    a2[q] += v * v;
+                }
+            for (; k < hw; k++) {
+                double v = xp[k];
+                t1 += v;
+                t2 += v * v;
+            }
+            for (int q = 0; q < VB; q++) {
+                t1 += a1[q];
+                t2 += a2[q];
+            }
+            s1[ch] += t1;
+            s2[ch] += t2;
+        }
+}
+
+/* Statistics are double; count <= 0 (no sample anywhere) gives mean 0,
+ * invstd 1/sqrt(eps) and leaves the running statistics alone.  The unbiased
+ * variance needs count > 1; with count == 1 the biased one is used. */
+static void cpu_bn_finalize(int c, const double *stats, double count, float eps, float momentum,
+                            int update_running, float *mean, float *invstd, float *running_mean,
+                            float *running_var)
+{
+    for (int ch = 0; ch < c; ch++) {
+        double m = 0, var = 0;
+        if (count > 0) {
+            m = stats[ch] / count;
+            var = stats[c + ch] / count - m * m;
+            if (var < 0) var = 0; /* rounding */
+        }
+        mean[ch] = (float)m;
+        invstd[ch] = (float)(1.0 / sqrt(var + (double)eps));
+        if (update_running && count > 0) {
+            double unbiased = count > 1 ? var * count / (count - 1) : var;
+            running_mean[ch] =
+                (float)((1.0 - momentum) * (double)running_mean[ch] + (double)momentum * m);
+            running_var[ch] =
+                (float)((1.0 - momentum) * (double)running_var[ch] + (double)momentum * unbiased);
+        }
+    }
+}
+
+static void cpu_bn_eval_params(int c, const float *running_mean, const float *running_var,
+                               float eps, float *mean, float *invstd)
+{
+    for (int ch = 0; ch < c; ch++) {
+        mean[ch] = running_mean[ch];
+        invstd[ch] = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
+    }
+}
+
+/* y = x a + b with a = invstd gamma, b = beta_ - mean a (PyTorch's CPU form) */
+static void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean,
+                       const float *invstd, const float *gamma, const float *beta_, float *y)
+{
+    if (n <= 0 || c <= 0 || hw <= 0) return;
+    if (hw == 1) {
+        float a[CB], b[CB];
+        for (int j0 = 0; j0 < c; j0 += CB) {
+            int len = MIN(CB, c - j0);
+            for (int j = 0; j < len; j++) {
+                a[j] = invstd[j0 + j] * gamma[j0 + j];
+                b[j] = beta_[j0 + j] - mean[j0 + j] * a[j];
+            }
+            for (int i = 0; i < n; i++) {
+                size_t off = (size_t)i * c + j0;
+                span_axpb_v_((size_t)len, x + off, a, b, y + off);
+            }
+        }
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) {
+            float a = invstd[ch] * gamma[ch], b = beta_[ch] - mean[ch] * a;
+            size_t off = ((size_t)i * c + ch) * hw;
+            span_axpb_s_((size_t)hw, x + off, a, b, y + off);
+        }
+}
+
+/* g1[j] += dy[j], g2[j] += dy[j] (x[j] - mean[j]) in double, j < len */
+static inline void span_gstats_(size_t len, const float *restrict x, const float *restrict dy,
+                                const float *restrict mean, double *restrict g1,
+                                double *restrict g2)
+{
+    size_t k = 0;
+    for (; k + VB <= len; k += VB)
+        for (int q = 0; q < VB; q++) {
+            float g = dy[k + q];
+            g1[k + q] += (double)g;
+            g2[k + q] += (double)(g * (x[k + q] - mean[k + q]));
+        }
+    for (; k < len; k++) {
+        float g = dy[k];
+        g1[k] += (double)g;
+        g2[k] += (double)(g * (x[k] - mean[k]));
+    }
+}
+
+static void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
+                             const float *mean, const float *invstd, double *gstats,
+                             float *dgamma, float *dbeta, float beta)
+{
+    if (c <= 0) return;
+    double *g1 = gstats, *g2 = gstats + c;
+    memset(gstats, 0, 2 * (size_t)c * sizeof *gstats);
+    if (n > 0 && hw == 1) {
+        for (int i = 0; i < n; i++) {
+            size_t off = (size_t)i * c;
+            span_gstats_((size_t)c, x + off, dy + off, mean, g1, g2);
+        }
+    } else if (n > 0 && hw > 1) {
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < c; ch++) {
+                size_t off = ((size_t)i * c + ch) * hw;
+                const float *xp = x + off, *gp = dy + off;
+                const float m = mean[ch];
+                double a1[VB] = {0}, a2[VB] = {0}, t1 = 0, t2 = 0;
+                int k = 0;
+                for (; k + VB <= hw; k += VB)
+                    for (int q = 0; q < VB; q++) {
+                        float g = gp[k + q];
+                        a1[q] += (double)g;
+                        a2[q] += (double)(g * (xp[k + q] - m));
+                    }
+                for (; k < hw; k++) {
+                    float g = gp[k];
+                    t1 += (double)g;
+                    t2 += (double)(g * (xp[k] - m));
+                }
+                for (int q = 0; q < VB; q++) {
+                    t1 += a1[q];
+                    t2 += a2[q];
+                }
+                g1[ch] += t1;
+                g2[ch] += t2;
+            }
+    }
+    /* sum dy xhat = invstd sum dy (x - mean) */
+    for (int ch = 0; ch < c; ch++) {
+        g2[ch] *= (double)invstd[ch];
+        if (dgamma) dgamma[ch] = (float)(beta == 0.0f ? g2[ch] : beta * dgamma[ch] + g2[ch]);
+        if (dbeta) dbeta[ch] = (float)(beta == 0.0f ? g1[ch] : beta * dbeta[ch] + g1[ch]);
+    }
+}
+
+/* dx = gamma invstd (dy - mdy - xhat mdyx) = A dy + B x + C per channel with
+ * A = gamma invstd, B = -A invstd mdyx, C = -A mdy - B mean. */
+static inline void span_bn_dx_(size_t len, const float *x, const float *dy, const float *A,
+                               const float *B, const float *C, float *dx)
+{
+    size_t k = 0;
+    for (; k + VB <= len; k += VB) {
+        float t[VB];
+        for (int q = 0; q < VB; q++) t[q] = A[k + q] * dy[k + q] + B[k + q] * x[k + q] + C[k + q];
+        for (int q = 0; q < VB; q++) dx[k + q] = t[q];
+    }
+    for (; k < len; k++) dx[k] = A[k] * dy[k] + B[k] * x[k] + C[k];
+}
+
+static void bn_dx_coef_(int ch, const float *mean, const float *invstd, const float *gamma,
+                        const double *gstats, int c, double count, float *A, float *B, float *C)
+{
+    double a = (double)gamma[ch] * invstd[ch];
+    double mdy = count > 0 ? gstats[ch] / count : 0;
+    double mdyx = count > 0 ? gstats[c + ch] / count : 0;
+    double b = -a * invstd[ch] * mdyx;
+    *A = (float)a;
+    *B = (float)b;
+    *C = (float)(-a * mdy - b * mean[ch]);
+}
+
+static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy,
+                            const float *mean, const float *invstd, const float *gamma,
+                            const double *gstats, double count, float *dx)
+{
+    if (n <= 0 || c <= 0 || hw <= 0 || !dx) return;
+    if (hw == 1) {
+        float A[CB], B[CB], C[CB];
+        for (int j0 = 0; j0 < c; j0 += CB) {
+            int len = MIN(CB, c - j0);
+            for (int j = 0; j < len; j++)
+                bn_dx_coef_(j0 + j, mean, invstd, gamma, gstats, c, count, &A[j], &B[j], &C[j]);
+            for (int i = 0; i < n; i++) {
+                size_t off = (size_t)i * c + j0;
+                span_bn_dx_((size_t)len, x + off, dy + off, A, B, C, dx + off);
+            }
+        }
+        return;
+    }
+    for (int ch = 0; ch < c; ch++) {
+        float A, B, C;
+        bn_dx_coef_(ch, mean, invstd, gamma, gstats, c, count, &A, &B, &C);
+        for (int i = 0; i < n; i++) {
+            size_t off = ((size_t)i * c + ch) * hw;
+            const float *xp = x + off, *gp = dy + off;
+            float *dp = dx + off;
+            int k = 0;
+            for (; k + VB <= hw; k += VB) {
+                float t[VB];
+                for (int q = 0; q < VB; q++) t[q] = A * gp[k + q] + B * xp[k + q] + C;
+                for (int q = 0; q < VB; q++) dp[k + q] = t[q];
+            }
+            for (; k < hw; k++) dp[k] = A * gp[k] + B * xp[k] + C;
+        }
+    }
+}
+
+/* ======================================================================== */
+/* elementwise                                                              */
+/* ======================================================================== */
+
+/* NaN passes through (PyTorch); in place is fine */
+static void cpu_relu_fwd(size_t count, const float *x, float *y)
+{
+    size_t i = 0;
+    for (; i + VB <= count; i += VB) {
+        float t[VB];
+        for (int q = 0; q < VB; q++) t[q] = x[i + q] < 0.0f ? 0.0f : x[i + q];
+        for (int q = 0; q < VB; q++) y[i + q] = t[q];
+    }
+    for (; i < count; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+/* dx = x > 0 ? dy : 0 (x the input or the output: same mask) */
+static void cpu_relu_bwd(size_t count, const float *x, const float *dy, float *dx)
+{
+    size_t i = 0;
+    for (; i + VB <= count; i += VB) {
+        float t[VB];
+        float g[VB];
+        for (int q = 0; q < VB; q++) g[q] = dy[i + q]; /* unconditional loads vectorise */
+        for (int q = 0; q < VB; q++) t[q] = x[i + q] <= 0.0f ? 0.0f : g[q];
+        for (int q = 0; q < VB; q++) dx[i + q] = t[q];
+    }
+    for (; i < count; i++) dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];
+}
+
+static void cpu_gelu_fwd(size_t count, const float *x, float *y)
+{
+    for (size_t i = 0; i < count; i++) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
+    }
+}
+
+/* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
+static void cpu_gelu_bwd(size_t count, const float *x, const float *dy, float *dx)
+{
+    const float inv_sqrt_2pi = 0.3989422804014327f;
+    for (size_t i = 0; i < count; i++) {
+        float v = x[i];
+        float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
+        float pdf = expf(-0.5f * v * v) * inv_sqrt_2pi;
+        dx[i] = dy[i] * (cdf + v * pdf);
+    }
+}
+
+/* out[i, j] = keep(i, j) ? in[i, j] / (1 - p) : 0, the keep decision being
+ * exactly ddp_dropout_keep(seed, step, layer, sample_idx[i], j, p), computed
+ * four elements per Philox call as that function does. */
+static void dropout_apply_(int n, size_t features, const float *in, float *out, float p,
+                           uint64_t seed, uint64_t step, uint32_t layer,
+                           const int64_t *sample_idx)
+{
+    if (n <= 0 || features == 0) return;
+    if (p <= 0.0f) { /* u01 >= 0 always: everything kept, scale 1 */
+        cpu_copy(out, in, (size_t)n * features * sizeof *out);
+        return;
+    }
+    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    const uint64_t key = ddp_key(seed, DDP_STREAM_DROPOUT, (step << 16) ^ layer);
+    for (int i = 0; i < n; i++) {
+        const float *a = in + (size_t)i * features;
+        float *b = out + (size_t)i * features;
+        const uint64_t sample = (uint64_t)sample_idx[i];
+        for (size_t j = 0; j < features; j += 4) {
+            ddp_u32x4_t r = ddp_rand4(key, sample, j >> 2);
+            size_t m = MIN((size_t)4, features - j);
+            for (size_t q = 0; q < m; q++)
+                b[j + q] = ddp_u01(r.v[q]) >= p ? a[j + q] * scale : 0.0f;
+        }
+    }
+}
+
+static void cpu_dropout_fwd(int n, size_t features, const float *x, float *y, float p,
+                            uint64_t seed, uint64_t step, uint32_t layer,
+                            const int64_t *sample_idx)
+{
+    dropout_apply_(n, features, x, y, p, seed, step, layer, sample_idx);
+}
+
+static void cpu_dropout_bwd(int n, size_t features, const float *dy, float *dx, float p,
+                            uint64_t seed, uint64_t step, uint32_t layer,
+                            const int64_t *sample_idx)
+{
+    dropout_apply_(n, features, dy, dx, p, seed, step, layer, sample_idx);
+}
+
+/* ======================================================================== */
+/* losses                                                                   */
+/* ======================================================================== */
+
+/* Per row: max and the first argmax, then sum exp(z - max) and log in
+ * double; loss = lse - (1-eps) z_y - eps mean_j z_j (equal to the PyTorch
+ * form, agreeing with it to float rounding of the logits, ~1e-6 relative).
+ * dlogits = grad_scale (softmax - (1-eps) onehot - eps/C); it may alias
+ * logits.  Labels outside [0, classes) contribute nothing. */
+static void cpu_xent(int n, int classes, const float *logits, const int32_t *labels,
+                     float smoothing, float grad_scale, float *dlogits, double *acc)
+{
+    if (n <= 0 || classes <= 0) return;
+    const double eps = smoothing;
+    double loss = 0, hits = 0;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * classes;
+        float *dl = dlogits ? dlogits + (size_t)i * classes : NULL;
+        const int y = labels[i];
+        const int valid = y >= 0 && y < classes;
+        float zmax = z[0];
+        int arg = 0;
+        double zsum = 0;
+        for (int j = 0; j < classes; j++) {
+            if (z[j] > zmax) {
+                zmax = z[j];
+                arg = j;
+            }
+            zsum += z[j];
+        }
+        const float zy = valid ? z[y] : 0.0f;
+        double s = 0;
+        for (int j = 0; j < classes; j++) {
+            float e = expf(z[j] - zmax);
+            s += e;
+            if (dl) dl[j] = e;
+        }
+        if (!valid) {
+            if (dl) memset(dl, 0, (size_t)classes * sizeof *dl);
+            continue;
+        }
+        double lse = (double)zmax + log(s);
+        loss += lse - (1.0 - eps) * zy - eps * zsum / classes;
+        hits += arg == y;
+        if (dl) {
+            const float inv = (float)(1.0 / s), off = (float)(eps / classes);
+            for (int j = 0; j < classes; j++) dl[j] = (dl[j] * inv - off) * grad_scale;
+            dl[y] -= (float)(1.0 - eps) * grad_scale;
+        }
+    }
+    acc[0] += loss;
+    acc[1] += hits;
+}
+
+static void cpu_mse(int n, int k, const float *pred, const float *target, float grad_scale,
+                    float *dpred, double *acc)
+{
+    if (n <= 0 || k <= 0) return;
+    const size_t count = (size_t)n * k;
+    const float two = 2.0f * grad_scale;
+    double s[VB] = {0}, tail = 0;
+    size_t i = 0;
+    for (; i + VB <= count; i += VB) {
+        float t[VB];
+        for (int q = 0; q < VB; q++) {
+            t[q] = pred[i + q] - target[i + q];
+            s[q] += (double)t[q] * t[q];
+        }
+        if (dpred)
+            for (int q = 0; q < VB; q++) dpred[i + q] = two * t[q];
+    }
+    for (; i < count; i++) {
+        float t = pred[i] - target[i];
+        tail += (double)t * t;
+        if (dpred) dpred[i] = two * t;
+    }
+    for (int q = 0; q < VB; q++) tail += s[q];
+    acc[0] += tail;
+}
+
+/* ======================================================================== */
+/* optimizers (p, g, buf, m, v are distinct arrays)                         */
+/* ======================================================================== */
+
+/* p -= lr (g + wd p) */
+static inline void sgd_plain_(size_t len, float *restrict p, const float *restrict g, float lr,
+                              float wd)
+{
+    for (size_t k = 0; k < len; k++) p[k] -= lr * (g[k] + wd * p[k]);
+}
+
+/* buf = m buf + d; p -= lr (nesterov ? d + m buf : buf), d = g + wd p */
+static inline void sgd_mom_(size_t len, float *restrict p, const float *restrict g,
+                            float *restrict buf, float lr, float m, float wd, int nesterov)
+{
+    if (nesterov) {
+        for (size_t k = 0; k < len; k++) {
+            float d = g[k] + wd * p[k];
+            float b = m * buf[k] + d;
+            buf[k] = b;
+            p[k] -= lr * (d + m * b);
+        }
+    } else {
+        for (size_t k = 0; k < len; k++) {
+            float b = m * buf[k] + (g[k] + wd * p[k]);
+            buf[k] = b;
+            p[k] -= lr * b;
+        }
+    }
+}
+
+static void cpu_sgd_step(size_t count, float *p, const float *g, float *buf, float lr,
+                         float momentum, int nesterov, float wd, int first)
+{
+    if (count == 0) return;
+    if (momentum == 0.0f || !buf) {
+        size_t i = 0;
+        for (; i + VB <= count; i += VB) sgd_plain_(VB, p + i, g + i, lr, wd);
+        sgd_plain_(count - i, p + i, g + i, lr, wd);
+        return;
+    }
+    /* first step: buf = d exactly (m * 0 + d) */
+    if (first) memset(buf, 0, count * sizeof *buf);
+    size_t i = 0;
+    for (; i + VB <= count; i += VB) sgd_mom_(VB, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
+    sgd_mom_(count - i, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
+}
+
+static inline void adamw_span_(size_t len, float *restrict p, const float *restrict g,
+                               float *restrict m, float *restrict v, float decay, float b1,
+                               float c1, float b2, float c2, float step_size, float bc2_sqrt,
+                               float eps)
+{
+    for (size_t k = 0; k < len; k++) {
+        float gk = g[k];
+        float mk = b1 * m[k] + c1 * gk;
+        float vk = b2 * v[k] + c2 * gk * gk;
+        m[k] = mk;
+        v[k] = vk;
+        p[k] = p[k] * decay - step_size * (mk / (sqrtf(vk) / bc2_sqrt + eps));
+    }
+}
+
+/* PyTorch 1.13 AdamW: p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * p -= lr/bc1 m / (sqrt(v)/sqrt(bc2) + eps), bc_i = 1 - beta_i^t (in double). */
+static void cpu_adamw_step(size_t count, float *p, const float *g, float *m, float *v, float lr,
+                           float beta1, float beta2, float eps, float wd, int64_t t)
+{
+    if (count == 0) return;
+    if (t < 1) t = 1;
+    const double bc1 = 1.0 - pow((double)beta1, (double)t);
+    const double bc2 = 1.0 - pow((double)beta2, (double)t);
+    const float decay = (float)(1.0 - (double)lr * wd);
+    const float step_size = (float)((double)lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const float c1 = (float)(1.0 - beta1), c2 = (float)(1.0 - beta2);
+    size_t i = 0;
+    for (; i + VB <= count; i += VB)
+        adamw_span_(VB, p + i, g + i, m + i, v + i, decay, beta1, c1, beta2, c2, step_size,
+                    bc2_sqrt, eps);
+    adamw_span_(count - i, p + i, g + i, m + i, v + i, decay, beta1, c1, beta2, c2, step_size,
+                bc2_sqrt, eps);
+}
+
+/* ======================================================================== */
+/* reductions and helpers                                                   */
+/* ======================================================================== */
+
+static void cpu_scale(size_t count, float *x, float alpha)
+{
+    size_t i = 0;
+    for (; i + VB <= count; i += VB)
+        for (int q = 0; q < VB; q++) x[i + q] *= alpha;
+    for (; i < count; i++) x[i] *= alpha;
+}
+
+static double cpu_sumsq(size_t count, const float *x)
+{
+    double acc[VB] = {0}, s = 0;
+    size_t i = 0;
+    for (; i + VB <= count; i += VB)
+        for (int q = 0; q < VB; q++) acc[q] += (double)x[i + q] * x[i + q];
+    for (; i < count; i++) s += (double)x[i] * x[i];
+    for (int q = 0; q < VB; q++) s += acc[q];
+    return s;
+}
+
+/* x * 0 is 0 for finite x and NaN for Inf or NaN: one NaN poisons the sum */
+static int cpu_all_finite(size_t count, const float *x)
+{
+    const size_t chunk = 4096; /* stop early on a bad chunk */
+    for (size_t c0 = 0; c0 < count; c0 += chunk) {
+        size_t end = MIN(count, c0 + chunk), i = c0;
+        float acc[VB] = {0}, s = 0;
+        for (; i + VB <= end; i += VB)
+            for (int q = 0; q < VB; q++) acc[q] += x[i + q] * 0.0f;
+        for (; i < end; i++) s += x[i] * 0.0f;
+        for (int q = 0; q < VB; q++) s += acc[q];
+        if (s != 0.0f) return 0;
+    }
+    return 1;
+}
+
+static void cpu_to_half(size_t count, const float *x, uint16_t *h, int bf16)
+{
+    if (bf16)
+        for (size_t i = 0; i < count; i++) h[i] = ddp_f32_to_bf16(x[i]);
+    else
+        for (size_t i = 0; i < count; i++) h[i] = ddp_f32_to_f16(x[i]);
+}
+
+static void cpu_from_half(size_t count, const uint16_t *h, float *x, int bf16)
+{
+    if (bf16)
+        for (size_t i = 0; i < count; i++) x[i] = ddp_bf16_to_f32(h[i]);
+    else
+        for (size_t i = 0; i < count; i++) x[i] = ddp_f16_to_f32(h[i]);
+}
+
+/* ======================================================================== */
+
+const compute_ops_t compute_cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .conv_ws_bytes = cpu_conv_ws_bytes,
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd = cpu_conv_bwd,
+    .maxpool_fwd = cpu_maxpool_fwd,
+    .maxpool_bwd = cpu_maxpool_bwd,
+    .avgpool_fwd = cpu_avgpool_fwd,
+    .avgpool_bwd = cpu_avgpool_bwd,
+    .gap_fwd = cpu_gap_fwd,
+    .gap_bwd = cpu_gap_bwd,
+    .bn_stats = cpu_bn_stats,
+    .bn_finalize = cpu_bn_finalize,
+    .bn_eval_params = cpu_bn_eval_params,
+    .bn_fwd = cpu_bn_fwd,
+    .bn_bwd_stats = cpu_bn_bwd_stats,
+    .bn_bwd_data = cpu_bn_bwd_data,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .dropout_bwd = cpu_dropout_bwd,
+    .xent = cpu_xent,
+    .mse = cpu_mse,
+    .sgd_step = cpu_sgd_step,
+    .adamw_step = cpu_adamw_step,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .all_finite = cpu_all_finite,
+    .to_half = cpu_to_half,
+    .from_half = cpu_from_half,
+};
