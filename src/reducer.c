@@ -80,6 +80,7 @@ static ddp_status_t launch_ready_(reducer_t *r)
         DDP_TRY(launch_(r, r->next_launch));
         r->bytes_sent += r->m->buckets[r->next_launch].count *
                          (r->compress == COMPRESS_NONE ? sizeof(float) : sizeof(uint16_t));
+        r->calls++;
         r->next_launch++;
     }
     return DDP_OK;

@@ -35,6 +35,7 @@ typedef struct reducer {
     const char *skip_grad; /* fault injection: a tensor never marked ready */
     /* statistics */
     uint64_t bytes_sent;   /* payload bytes all-reduced by the reducer */
+    uint64_t calls;        /* bucket all-reduces started */
     double wait_seconds;   /* time blocked in reducer_finish */
 } reducer_t;
 

@@ -523,6 +523,8 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
 
     DDP_TRY(agree_(world, open_data_(t)));
     DDP_TRY(agree_(world, build_model_(t)));
+    /* before any collective whose size depends on the options or the model */
+    DDP_TRY(agree_(world, consistency_check_(t)));
     DDP_TRY(broadcast_model_(t));
 
     /* steps */
@@ -565,7 +567,6 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
                             sizeof(int64_t));
     t->data_bytes = per_batch * (size_t)(cfg->prefetch + 2); /* queue + device copy + eval */
 
-    DDP_TRY(agree_(world, consistency_check_(t)));
     ddp_status_t s = optim_init(&t->opt, cfg, m, t->total_steps);
     if (s == DDP_OK) {
         s = reducer_init(&t->red, &t->model, &t->comm, cfg->grad_compress, cfg->find_unused);
@@ -738,9 +739,10 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     comm_desc_t d = {"summary", -1, step};
     DDP_TRY(comm_allreduce(&t->comm, &total_samples, 1, COMM_DOUBLE, &d));
     log_info("done: %lld steps, %.0f samples in %.2f s = %.0f samples/s; comm-wait %.1f%%; "
-             "peak RSS %.1f MiB (rank 0)",
+             "grad_bytes=%llu grad_allreduces=%llu peak_rss_mib=%.1f (rank 0)",
              (long long)step, total_samples, elapsed, total_samples / elapsed,
-             100.0 * t->t_comm_wait / elapsed, peak_rss_mib_());
+             100.0 * t->t_comm_wait / elapsed, (unsigned long long)t->red.bytes_sent,
+             (unsigned long long)t->red.calls, peak_rss_mib_());
     return DDP_OK;
 }
 

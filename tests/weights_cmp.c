@@ -1,11 +1,12 @@
 /* weights_cmp.c -- compare two weights files tensor by tensor (test helper).
  *
- *   weights_cmp A.h5 B.h5 [TOL]
+ *   weights_cmp A.h5 B.h5 [TOL [PREFIX]]
  *
  * For every dataset under /model of A: B must hold the same name and shape;
  * prints the largest relative difference ||a - b||_inf / max(||b||_inf, 1e-12)
  * per tensor and overall, and exits 1 when it exceeds TOL (default 1e-5),
- * 2 on a structural difference.  TOL = 0 demands bit-identical files. */
+ * 2 on a structural difference.  TOL = 0 demands bit-identical files.
+ * With PREFIX, only tensors whose names start with it are compared. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@ typedef struct ctx {
     char worst_name[256];
     int structural;
     int count;
+    const char *prefix;
 } ctx_t;
 
 static double *read_(hid_t g, const char *name, size_t *n, int *nd, hsize_t *dims)
@@ -47,6 +49,7 @@ typedef H5L_info_t link_info_t;
 static herr_t visit_(hid_t ga, const char *name, const link_info_t *info, void *arg)
 {
     ctx_t *c = arg;
+    if (c->prefix && strncmp(name, c->prefix, strlen(c->prefix)) != 0) return 0;
     size_t na, nb;
     int nda, ndb;
     hsize_t da[8], db[8];
@@ -94,7 +97,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "weights_cmp: no /model group\n");
         return 2;
     }
-    ctx_t c = {.a = ga, .b = gb};
+    ctx_t c = {.a = ga, .b = gb, .prefix = argc > 4 ? argv[4] : NULL};
     H5Literate(ga, H5_INDEX_NAME, H5_ITER_INC, NULL, visit_, &c);
     hsize_t nlinks_a = 0, nlinks_b = 0;
     H5G_info_t ia, ib;
@@ -102,7 +105,7 @@ int main(int argc, char **argv)
     H5Gget_info(gb, &ib);
     nlinks_a = ia.nlinks;
     nlinks_b = ib.nlinks;
-    if (nlinks_a != nlinks_b) {
+    if (!c.prefix && nlinks_a != nlinks_b) {
         printf("different tensor counts: %llu vs %llu\n", (unsigned long long)nlinks_a,
                (unsigned long long)nlinks_b);
         c.structural = 1;

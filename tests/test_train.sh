@@ -1,0 +1,52 @@
+#!/bin/sh
+# test_train.sh -- one-process training end to end: it learns the synthetic
+# task, prints the start-up table and evaluation lines, saves weights that
+# --init reads back, rejects mismatched --init files and bad model specs, and
+# its start-up memory estimate matches the measured peak RSS within 25%.
+. ./testenv.sh || exit 99
+set -u
+ddp_tmpdir
+"$DDPPREP" synthetic --classes 10 --features 32 --samples 6000 --val 1000 --seed 1 -o "$T/d.h5" \
+  >/dev/null || fail "ddptrain-prep synthetic"
+
+# learns: validation accuracy far above chance (0.1) after 4 epochs
+"$DDPTRAIN" "$T/d.h5" --model linear:64,bn,relu,linear:auto --epochs 4 --batch 32 \
+  --optimizer adamw --lr 0.003 --save "$T/w.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "training run"; }
+for what in "memory/rank" "buckets" "global batch 32" "eval epoch=4" "saved weights to"; do
+  grep -q "$what" "$T/o" || { cat "$T/o"; fail "output lacks '$what'"; }
+done
+acc=$(ddp_field "$T/o" val_acc)
+awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }' || { cat "$T/o"; fail "val_acc $acc not above 0.6"; }
+echo "1 rank, 4 epochs: val_acc $acc"
+n_eval=$(grep -c "^eval epoch=" "$T/o")
+[ "$n_eval" -eq 4 ] || fail "expected 4 evaluation lines (--eval-every 1), got $n_eval"
+
+# --init reads the saved weights back (lr 0: the linear weights stay put)
+"$DDPTRAIN" "$T/d.h5" --model linear:64,bn,relu,linear:auto --steps 1 --lr 0 --init "$T/w.h5" \
+  --save "$T/w2.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "--init run"; }
+"$WEIGHTS_CMP" "$T/w2.h5" "$T/w.h5" 0 layers.0. >/dev/null || fail "--init did not load layers.0"
+"$WEIGHTS_CMP" "$T/w2.h5" "$T/w.h5" 0 layers.3. >/dev/null || fail "--init did not load layers.3"
+
+# a weights file of another model: every problem named, exit 3
+"$DDPTRAIN" "$T/d.h5" --model linear:32,relu,linear:auto --init "$T/w.h5" >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 3 ] || { cat "$T/e"; fail "--init mismatch: exit $rc, expected 3"; }
+grep -q "layers.0.weight has shape file \[64, 32\], model \[32, 32\]" "$T/e" || { cat "$T/e"; fail "shape message"; }
+grep -q "unexpected tensor layers.1.running_mean" "$T/e" || { cat "$T/e"; fail "extra tensor message"; }
+
+# a bad spec: exit 2, the layer named
+"$DDPTRAIN" "$T/d.h5" --model linear:64,bnn,linear:auto >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 2 ] || fail "bad spec: exit $rc, expected 2"
+grep -q "layer 1 'bnn': unknown layer type" "$T/e" || { cat "$T/e"; fail "bad spec message"; }
+
+# memory estimate vs measured peak RSS (a model large enough to dominate the
+# process: about 65M parameters, 3 float copies with momentum)
+"$DDPTRAIN" "$T/d.h5" --model linear:8000,relu,linear:8000,relu,linear:auto --batch 16 --steps 2 \
+  --eval-every 0 --log-every 0 >"$T/o" 2>&1 || { cat "$T/o"; fail "large model run"; }
+est=$(grep "memory/rank" "$T/o" | sed 's/.*= \([0-9.]*\) MiB.*/\1/')
+rss=$(ddp_field "$T/o" peak_rss_mib)
+awk -v e="$est" -v r="$rss" 'BEGIN { d = (r - e) / r; if (d < 0) d = -d; exit !(d <= 0.25) }' \
+  || { cat "$T/o"; fail "memory estimate $est MiB vs peak RSS $rss MiB: more than 25% apart"; }
+echo "memory estimate $est MiB, peak RSS $rss MiB"
+echo ok
