@@ -1,10 +1,781 @@
-/* deck.c -- input decks: open, validate, read (see deck.h). */
+/* deck.c -- input decks: open and validate HDF5 shards, coalesced batch
+ * reads with normalisation, label scans and start-up checks (see deck.h). */
 #include "deck.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "h5util.h"
+
+/* Data sieve buffer of the files a deck opens.  HDF5 reads uncompressed
+ * chunks that bypass the chunk cache through the sieve buffer, which turns
+ * every small random sample read into a 64 KiB read by default; with 0 the
+ * selected bytes are read directly (bench/bench_loader measures both). */
+#define DECK_SIEVE_BYTES 0
+/* Labels are scanned at open in pieces of this many values. */
+#define DECK_SCAN_PIECE ((hsize_t)1 << 20)
+/* deck_check_finite reads about this many bytes at a time. */
+#define DECK_CHECK_BYTES ((size_t)4 << 20)
+
+/* ---- opening ------------------------------------------------------------ */
+
+static const char *dtype_name_(deck_dtype_t t) { return t == DECK_U8 ? "uint8" : "float32"; }
+
+/* "[28,28] uint8" for a sample shape (dims without the sample dimension). */
+static void shape_str_(const hsize_t *dims, int rank, const char *type, char *buf, size_t n)
+{
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < rank && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%llu", i ? "," : "", (unsigned long long)dims[i]);
+    if (o < n) snprintf(buf + o, n - o, "] %s", type);
+}
+
+/* Read local rows [first, first + cnt) of ds into buf. */
+static herr_t read_range_(hid_t ds, hid_t memtype, hsize_t first, hsize_t cnt, void *buf)
+{
+    hid_t fs = H5Dget_space(ds);
+    hsize_t dims[H5S_MAX_RANK], start[H5S_MAX_RANK] = {0}, count[H5S_MAX_RANK];
+    int rank = H5Sget_simple_extent_dims(fs, dims, NULL);
+    hsize_t per_row = 1;
+    for (int i = 1; i < rank; i++) {
+        count[i] = dims[i];
+        per_row *= dims[i];
+    }
+    start[0] = first;
+    count[0] = cnt;
+    herr_t rc = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    hsize_t mdims[2] = {cnt, per_row};
+    hid_t ms = H5Screate_simple(2, mdims, NULL);
+    if (rc >= 0) rc = H5Dread(ds, memtype, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return rc;
+}
+
+/* Open a dataset with a chunk cache that suits whole-sample reads: off for
+ * uncompressed chunks (direct reads of the selection), a few chunks for
+ * compressed ones (each chunk is decompressed once per H5Dread, and a
+ * sequential reader re-uses the chunk a batch boundary splits). */
+static hid_t dataset_open_(hid_t file, const char *name)
+{
+    hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+    if (ds < 0) return ds;
+    hid_t dcpl = H5Dget_create_plist(ds);
+    int chunked = H5Pget_layout(dcpl) == H5D_CHUNKED;
+    int filters = chunked ? H5Pget_nfilters(dcpl) : 0;
+    size_t chunk_bytes = 0;
+    if (chunked) {
+        hsize_t cd[H5S_MAX_RANK];
+        int r = H5Pget_chunk(dcpl, H5S_MAX_RANK, cd);
+        hid_t t = H5Dget_type(ds);
+        chunk_bytes = H5Tget_size(t);
+        H5Tclose(t);
+        for (int i = 0; i < r; i++) chunk_bytes *= cd[i];
+    }
+    H5Pclose(dcpl);
+    if (!chunked) return ds;
+    H5Dclose(ds);
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    if (filters > 0) {
+        size_t bytes = 4 * chunk_bytes;
+        if (bytes < ((size_t)1 << 20)) bytes = (size_t)1 << 20;
+        H5Pset_chunk_cache(dapl, 521, bytes, 1.0);
+    } else {
+        H5Pset_chunk_cache(dapl, 0, 0, 1.0);
+    }
+    ds = H5Dopen2(file, name, dapl);
+    H5Pclose(dapl);
+    return ds;
+}
+
+/* Open /<split>/x and /<split>/y of one file and check them against the
+ * shards opened before.  *skip is set when a non-train split is absent. */
+static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
+{
+    char xname[32], yname[32];
+    snprintf(xname, sizeof xname, "/%s/x", d->split);
+    snprintf(yname, sizeof yname, "/%s/y", d->split);
+    *skip = 0;
+
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    h5_lock();
+    H5Pset_sieve_buf_size(fapl, DECK_SIEVE_BYTES);
+    h5_unlock();
+    hid_t f;
+    ddp_status_t s = h5_open_read_fapl(path, fapl, &f);
+    h5_lock();
+    H5Pclose(fapl);
+    h5_unlock();
+    if (s != DDP_OK) return s;
+
+    int hasx = h5_exists(f, xname), hasy = h5_exists(f, yname);
+    if (!hasx && strcmp(d->split, "train") != 0 && !hasy) {
+        h5_lock();
+        H5Fclose(f);
+        h5_unlock();
+        *skip = 1;
+        return DDP_OK;
+    }
+    deck_shard_t *sh = &d->shards[d->nshards];
+    memset(sh, 0, sizeof *sh);
+    sh->file = f;
+    sh->x = sh->y = H5I_INVALID_HID;
+    sh->path = strdup(path);
+    d->nshards++;
+    if (!sh->path) return ddp_fail(DDP_ERR_NOMEM, "out of memory opening %s", path);
+    if (!hasx)
+        return ddp_fail(DDP_ERR_INPUT, "%s: no dataset %s; an input deck holds %s [N, ...] "
+                        "samples and %s [N] labels (make one with ddptrain-prep)",
+                        path, xname, xname, yname);
+    if (!hasy)
+        return ddp_fail(DDP_ERR_INPUT, "%s: no dataset %s (labels or targets for %s); make the "
+                        "deck with ddptrain-prep", path, yname, xname);
+
+    h5_lock();
+    sh->x = dataset_open_(f, xname);
+    sh->y = dataset_open_(f, yname);
+    hsize_t xd[H5S_MAX_RANK] = {0}, yd[H5S_MAX_RANK] = {0};
+    int xr = -1, yr = -1;
+    H5T_class_t xc = H5T_NO_CLASS, yc = H5T_NO_CLASS;
+    size_t xsz = 0;
+    H5T_sign_t xsign = H5T_SGN_ERROR;
+    if (sh->x >= 0) {
+        hid_t sp = H5Dget_space(sh->x), t = H5Dget_type(sh->x);
+        xr = H5Sget_simple_extent_dims(sp, xd, NULL);
+        xc = H5Tget_class(t);
+        xsz = H5Tget_size(t);
+        if (xc == H5T_INTEGER) xsign = H5Tget_sign(t);
+        H5Tclose(t);
+        H5Sclose(sp);
+    }
+    if (sh->y >= 0) {
+        hid_t sp = H5Dget_space(sh->y), t = H5Dget_type(sh->y);
+        yr = H5Sget_simple_extent_dims(sp, yd, NULL);
+        yc = H5Tget_class(t);
+        H5Tclose(t);
+        H5Sclose(sp);
+    }
+    h5_unlock();
+
+    if (sh->x < 0 || xr < 0)
+        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open dataset %s (corrupt file?); re-create "
+                        "it with ddptrain-prep", path, xname);
+    if (sh->y < 0 || yr < 0)
+        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open dataset %s (corrupt file?); re-create "
+                        "it with ddptrain-prep", path, yname);
+    deck_dtype_t dt;
+    if (xc == H5T_INTEGER && xsz == 1 && xsign == H5T_SGN_NONE)
+        dt = DECK_U8;
+    else if (xc == H5T_FLOAT)
+        dt = DECK_F32;
+    else
+        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s must be uint8 or float32 (it holds "
+                        "%zu-byte %s values)", path, xname, xsz,
+                        xc == H5T_INTEGER ? "integer" : "non-numeric");
+    if (xr < 2 || xr > 4)
+        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s has rank %d; expected [N, features], "
+                        "[N, H, W] or [N, C, H, W]", path, xname, xr);
+    if (xd[0] == 0)
+        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s holds no samples", path, xname);
+    if (yd[0] != xd[0] || yr < 1)
+        return ddp_fail(DDP_ERR_INPUT, "%s: %s has %llu samples but %s has %llu; x and y must "
+                        "have the same length", path, xname, (unsigned long long)xd[0], yname,
+                        (unsigned long long)(yr < 1 ? 0 : yd[0]));
+    int regression, targets = 0;
+    if (yc == H5T_INTEGER && (yr == 1 || (yr == 2 && yd[1] == 1))) {
+        regression = 0;
+    } else if (yc == H5T_FLOAT && yr <= 2) {
+        regression = 1;
+        targets = yr == 1 ? 1 : (int)yd[1];
+        if (targets < 1)
+            return ddp_fail(DDP_ERR_INPUT, "%s: %s has no target columns", path, yname);
+    } else {
+        return ddp_fail(DDP_ERR_INPUT, "%s: %s must be [N] integer class labels or [N, k] "
+                        "float targets", path, yname);
+    }
+
+    act_shape_t shape;
+    if (xr == 2) shape = (act_shape_t){(int)xd[1], 1, 1, 0};
+    else if (xr == 3) shape = (act_shape_t){1, (int)xd[1], (int)xd[2], 1};
+    else shape = (act_shape_t){(int)xd[1], (int)xd[2], (int)xd[3], 1};
+
+    sh->n = (int64_t)xd[0];
+    if (d->nshards == 1) {
+        d->dtype = dt;
+        d->xrank = xr;
+        d->yrank = yr;
+        d->shape = shape;
+        d->sample_numel = act_numel(shape);
+        d->sample_bytes = d->sample_numel * (dt == DECK_U8 ? 1 : sizeof(float));
+        d->regression = regression;
+        d->targets = targets;
+        if (d->sample_numel == 0)
+            return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s has empty samples", path, xname);
+    } else {
+        const deck_shard_t *s0 = &d->shards[0];
+        hsize_t d0[4] = {0};
+        int r0 = d->xrank - 1;
+        if (d->xrank == 2) d0[0] = (hsize_t)d->shape.c;
+        else if (d->xrank == 3) { d0[0] = (hsize_t)d->shape.h; d0[1] = (hsize_t)d->shape.w; }
+        else { d0[0] = (hsize_t)d->shape.c; d0[1] = (hsize_t)d->shape.h; d0[2] = (hsize_t)d->shape.w; }
+        int same = xr == d->xrank && dt == d->dtype;
+        for (int i = 0; same && i < r0; i++) same = d0[i] == xd[i + 1];
+        if (!same) {
+            char a[96], b[96];
+            shape_str_(d0, r0, dtype_name_(d->dtype), a, sizeof a);
+            shape_str_(xd + 1, xr - 1, dtype_name_(dt), b, sizeof b);
+            return ddp_fail(DDP_ERR_INPUT, "%s: %s samples are %s but %s has %s; the shards of "
+                            "one deck must agree", s0->path, xname, a, path, b);
+        }
+        if (regression != d->regression || targets != d->targets)
+            return ddp_fail(DDP_ERR_INPUT, "%s: %s holds %s but %s holds %s; the shards of one "
+                            "deck must agree", s0->path, yname,
+                            d->regression ? "float targets" : "integer labels", path,
+                            regression ? "float targets" : "integer labels");
+    }
+    sh->first = d->n;
+    d->n += sh->n;
+    return DDP_OK;
+}
+
+/* mean / std / scale from the first shard's x (or its /train/x for val). */
+static ddp_status_t stats_(deck_t *d)
+{
+    const deck_shard_t *sh = &d->shards[0];
+    char xname[32];
+    snprintf(xname, sizeof xname, "/%s/x", d->split);
+    hid_t obj = sh->x, own = H5I_INVALID_HID;
+    if (strcmp(d->split, "train") != 0 && !h5_attr_exists(obj, "mean") &&
+        !h5_attr_exists(obj, "std") && !h5_attr_exists(obj, "scale") &&
+        h5_exists(sh->file, "/train/x")) {
+        h5_lock();
+        own = H5Dopen2(sh->file, "/train/x", H5P_DEFAULT);
+        h5_unlock();
+        if (own >= 0) {
+            obj = own;
+            snprintf(xname, sizeof xname, "/train/x");
+        }
+    }
+    ddp_status_t s = DDP_OK;
+    size_t numel = d->sample_numel;
+    size_t nmean = numel, nstd = numel;
+    float *mean = ddp_malloc(numel * sizeof *mean, "normalisation"),
+          *sd = ddp_malloc(numel * sizeof *sd, "normalisation");
+    d->norm_a = ddp_malloc(numel * sizeof *d->norm_a, "normalisation");
+    d->norm_b = ddp_malloc(numel * sizeof *d->norm_b, "normalisation");
+    if (!mean || !sd || !d->norm_a || !d->norm_b) {
+        free(mean);
+        free(sd);
+        s = DDP_ERR_NOMEM;
+        goto out;
+    }
+    double scale = d->dtype == DECK_U8 ? 1.0 / 255.0 : 1.0;
+    if (d->dtype == DECK_U8 && h5_attr_exists(obj, "scale")) {
+        s = h5_attr_read_f64(obj, "scale", &scale);
+        if (s == DDP_OK && !(isfinite(scale) && scale > 0))
+            s = ddp_fail(DDP_ERR_INPUT, "%s: attribute scale of %s is %g; it must be a positive "
+                         "number", sh->path, xname, scale);
+        else if (s != DDP_OK)
+            s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute scale of %s must be one number",
+                                  sh->path, xname);
+    }
+    int hm = h5_attr_exists(obj, "mean"), hs = h5_attr_exists(obj, "std");
+    if (s == DDP_OK && hm) s = h5_attr_read_f32v(obj, "mean", mean, &nmean);
+    if (s == DDP_OK && hs) s = h5_attr_read_f32v(obj, "std", sd, &nstd);
+    if (s != DDP_OK) {
+        s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute mean or std of %s is not a vector "
+                              "of at most %zu numbers", sh->path, xname, numel);
+    } else {
+        if (!hm) { nmean = 1; mean[0] = 0; }
+        if (!hs) { nstd = 1; sd[0] = 1; }
+        size_t c = (size_t)d->shape.c;
+        if (nmean != nstd && hm && hs)
+            s = ddp_fail(DDP_ERR_INPUT, "%s: attributes mean (%zu values) and std (%zu values) "
+                         "of %s differ in length", sh->path, nmean, nstd, xname);
+        for (int k = 0; s == DDP_OK && k < 2; k++) {
+            size_t m = k ? nstd : nmean;
+            if (m != 1 && m != c && m != numel)
+                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute %s of %s has %zu values; expected 1, "
+                             "one per channel (%zu) or one per element (%zu)", sh->path,
+                             k ? "std" : "mean", xname, m, c, numel);
+        }
+        for (size_t i = 0; s == DDP_OK && i < nmean; i++)
+            if (!isfinite(mean[i]))
+                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute mean of %s has a non-finite value "
+                             "at %zu", sh->path, xname, i);
+        for (size_t i = 0; s == DDP_OK && i < nstd; i++)
+            if (!(isfinite(sd[i]) && sd[i] > 0))
+                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute std of %s has %g at %zu; every std "
+                             "must be positive and finite", sh->path, xname, (double)sd[i], i);
+    }
+    if (s == DDP_OK) {
+        size_t hw = (size_t)d->shape.h * (size_t)d->shape.w;
+        for (size_t e = 0; e < numel; e++) {
+            size_t im = nmean == 1 ? 0 : nmean == numel ? e : e / hw;
+            size_t is = nstd == 1 ? 0 : nstd == numel ? e : e / hw;
+            d->norm_a[e] = (float)(scale / sd[is]);
+            d->norm_b[e] = (float)(-(double)mean[im] / sd[is]);
+        }
+        d->scale = (float)scale;
+        d->nstat = (int)(nmean > nstd ? nmean : nstd);
+        /* keep mean/std in deck_t at the common length */
+        float *m2 = ddp_malloc((size_t)d->nstat * sizeof *m2, "normalisation");
+        float *s2 = ddp_malloc((size_t)d->nstat * sizeof *s2, "normalisation");
+        if (!m2 || !s2) {
+            free(m2);
+            free(s2);
+            s = DDP_ERR_NOMEM;
+        } else {
+            for (int i = 0; i < d->nstat; i++) {
+                m2[i] = mean[nmean == 1 ? 0 : i];
+                s2[i] = sd[nstd == 1 ? 0 : i];
+            }
+            d->mean = m2;
+            d->std = s2;
+        }
+    }
+    free(mean);
+    free(sd);
+out:
+    if (own >= 0) {
+        h5_lock();
+        H5Dclose(own);
+        h5_unlock();
+    }
+    return s;
+}
+
+/* Scan the labels of every shard (bounded memory): range checks and the
+ * number of classes. */
+static ddp_status_t scan_labels_(deck_t *d)
+{
+    char yname[32];
+    snprintf(yname, sizeof yname, "/%s/y", d->split);
+    d->label_min = INT64_MAX;
+    d->label_max = -1;
+    int64_t attr_classes = 0;
+    int attr_shard = -1;
+    hsize_t piece = DECK_SCAN_PIECE;
+    int64_t *buf = ddp_malloc((size_t)piece * sizeof *buf, "the label scan");
+    if (!buf) return DDP_ERR_NOMEM;
+    ddp_status_t s = DDP_OK;
+    for (int k = 0; k < d->nshards && s == DDP_OK; k++) {
+        deck_shard_t *sh = &d->shards[k];
+        if (h5_attr_exists(sh->y, "classes")) {
+            int64_t c;
+            s = h5_attr_read_i64(sh->y, "classes", &c);
+            if (s != DDP_OK || c < 1 || c > INT32_MAX) {
+                s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute classes of %s must be a "
+                                      "positive integer", sh->path, yname);
+                break;
+            }
+            if (c > attr_classes) {
+                attr_classes = c;
+                attr_shard = k;
+            }
+        }
+        for (hsize_t off = 0; off < (hsize_t)sh->n && s == DDP_OK; off += piece) {
+            hsize_t cnt = (hsize_t)sh->n - off < piece ? (hsize_t)sh->n - off : piece;
+            h5_lock();
+            herr_t rc = read_range_(sh->y, H5T_NATIVE_INT64, off, cnt, buf);
+            h5_unlock();
+            if (rc < 0) {
+                s = ddp_fail(DDP_ERR_INPUT, "%s: cannot read %s samples [%llu, %llu) (truncated "
+                             "or corrupt file?); re-create it with ddptrain-prep", sh->path,
+                             yname, (unsigned long long)off, (unsigned long long)(off + cnt));
+                break;
+            }
+            for (hsize_t i = 0; i < cnt; i++) {
+                int64_t v = buf[i];
+                if (v < 0) {
+                    s = ddp_fail(DDP_ERR_INPUT, "%s: %s sample %llu has label %lld; class labels "
+                                 "must be 0, 1, ..., classes-1", sh->path, yname,
+                                 (unsigned long long)(off + i), (long long)v);
+                    break;
+                }
+                if (v > d->label_max) {
+                    d->label_max = v;
+                    d->label_max_shard = k;
+                }
+                if (v < d->label_min) d->label_min = v;
+            }
+        }
+    }
+    free(buf);
+    if (s != DDP_OK) return s;
+    if (d->label_max >= INT32_MAX)
+        return ddp_fail(DDP_ERR_INPUT, "%s: %s holds label %lld; class labels must be "
+                        "0..classes-1", d->shards[d->label_max_shard].path, yname,
+                        (long long)d->label_max);
+    if (attr_classes > 0 && d->label_max >= attr_classes)
+        return ddp_fail(DDP_ERR_INPUT, "%s: %s holds label %lld but its attribute classes "
+                        "says %lld (from %s); labels must be 0..classes-1",
+                        d->shards[d->label_max_shard].path, yname, (long long)d->label_max,
+                        (long long)attr_classes, d->shards[attr_shard].path);
+    d->classes = (int)(attr_classes > 0 ? attr_classes : d->label_max + 1);
+    return DDP_OK;
+}
+
+ddp_status_t deck_open(deck_t *d, char *const *paths, int npaths, const char *split)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->split, sizeof d->split, "%s", split);
+    if (npaths < 1 || !paths) return ddp_fail(DDP_ERR_USAGE, "no input file given");
+    d->shards = ddp_calloc((size_t)npaths, sizeof *d->shards, "the input shards");
+    if (!d->shards) return DDP_ERR_NOMEM;
+    ddp_status_t s = DDP_OK;
+    for (int i = 0; i < npaths && s == DDP_OK; i++) {
+        int skip;
+        s = shard_open_(d, paths[i], &skip);
+    }
+    if (s == DDP_OK && d->nshards == 0)
+        s = ddp_fail(DDP_ERR_INPUT, "%s: no dataset /%s/x in %s", paths[0], split,
+                     npaths > 1 ? "any of the input files" : "the file");
+    if (s == DDP_OK) s = stats_(d);
+    if (s == DDP_OK && !d->regression) s = scan_labels_(d);
+    if (s != DDP_OK) deck_close(d);
+    return s;
+}
+
+void deck_close(deck_t *d)
+{
+    h5_lock();
+    for (int i = 0; i < d->nshards; i++) {
+        deck_shard_t *sh = &d->shards[i];
+        if (sh->x >= 0) H5Dclose(sh->x);
+        if (sh->y >= 0) H5Dclose(sh->y);
+        if (sh->file >= 0) H5Fclose(sh->file);
+        free(sh->path);
+    }
+    h5_unlock();
+    free(d->shards);
+    free(d->mean);
+    free(d->std);
+    free(d->norm_a);
+    free(d->norm_b);
+    free(d->scratch);
+    char split[sizeof d->split];
+    memcpy(split, d->split, sizeof split);
+    memset(d, 0, sizeof *d);
+    memcpy(d->split, split, sizeof split);
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+typedef struct pos_pair {
+    int64_t idx; /* global sample index */
+    int64_t pos; /* position in the batch */
+} pos_pair_t;
+
+static int pair_cmp_(const void *a, const void *b)
+{
+    const pos_pair_t *x = a, *y = b;
+    if (x->idx != y->idx) return x->idx < y->idx ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static void *scratch_(deck_t *d, size_t bytes)
+{
+    if (bytes > d->scratch_bytes) {
+        void *p = realloc(d->scratch, bytes);
+        if (!p) {
+            ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for a batch read; "
+                     "reduce --batch", bytes);
+            return NULL;
+        }
+        d->scratch = p;
+        d->scratch_bytes = bytes;
+    }
+    return d->scratch;
+}
+
+/* Select the runs of consecutive local indices u[0..m) on dataset ds's
+ * file space (rows of `rank`-dim data) and read them into buf (m rows). */
+static herr_t read_rows_(hid_t ds, hid_t memtype, const int64_t *u, int64_t m, int64_t base,
+                         void *buf)
+{
+    hid_t fs = H5Dget_space(ds);
+    hsize_t dims[H5S_MAX_RANK], start[H5S_MAX_RANK] = {0};
+    int rank = H5Sget_simple_extent_dims(fs, dims, NULL);
+    hsize_t count[H5S_MAX_RANK];
+    size_t per_row = 1;
+    for (int i = 1; i < rank; i++) {
+        count[i] = dims[i];
+        per_row *= dims[i];
+    }
+    herr_t rc = 0;
+    H5S_seloper_t op = H5S_SELECT_SET;
+    for (int64_t a = 0; a < m && rc >= 0;) {
+        int64_t b = a + 1;
+        while (b < m && u[b] == u[b - 1] + 1) b++;
+        start[0] = (hsize_t)(u[a] - base);
+        count[0] = (hsize_t)(b - a);
+        rc = H5Sselect_hyperslab(fs, op, start, NULL, count, NULL);
+        op = H5S_SELECT_OR;
+        a = b;
+    }
+    hsize_t mdims[2] = {(hsize_t)m, per_row};
+    hid_t ms = H5Screate_simple(2, mdims, NULL);
+    if (rc >= 0) rc = H5Dread(ds, memtype, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return rc;
+}
+
+/* After a failed read: find the first run that fails on its own, to name it. */
+static void read_failure_(const deck_t *d, const deck_shard_t *sh, hid_t ds, const char *what,
+                          hid_t memtype, const int64_t *u, int64_t m, void *buf, size_t row)
+{
+    char name[32];
+    snprintf(name, sizeof name, "/%s/%s", d->split, what);
+    int64_t lo = u[0] - sh->first, hi = u[m - 1] - sh->first + 1;
+    for (int64_t a = 0; a < m;) {
+        int64_t b = a + 1;
+        while (b < m && u[b] == u[b - 1] + 1) b++;
+        if (read_rows_(ds, memtype, u + a, b - a, sh->first, (char *)buf + (size_t)a * row) < 0) {
+            lo = u[a] - sh->first;
+            hi = u[b - 1] - sh->first + 1;
+            break;
+        }
+        a = b;
+    }
+    ddp_fail(DDP_ERR_INPUT, "%s: reading %s samples [%lld, %lld) failed (truncated or corrupt "
+             "file?); check the file with ddptrain-prep info and re-create it", sh->path, name,
+             (long long)lo, (long long)hi);
+}
+
+ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
+                          float *targets, int flags)
+{
+    if (n <= 0) return DDP_OK;
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= d->n)
+            return ddp_fail(DDP_ERR_INTERNAL, "deck_read: sample index %lld outside [0, %lld)",
+                            (long long)idx[i], (long long)d->n);
+    if (labels && d->regression) labels = NULL;
+    if (targets && !d->regression) targets = NULL;
+    size_t k = d->regression ? (size_t)d->targets : 1;
+    size_t yrow = d->regression ? k * sizeof(float) : sizeof(int32_t);
+    int want_y = labels || targets;
+
+    /* scratch: pairs [n], slot [n], uniq [n], x rows [n], y rows [n] */
+    size_t nn = (size_t)n;
+    size_t off_slot = nn * sizeof(pos_pair_t);
+    size_t off_uniq = off_slot + nn * sizeof(int64_t);
+    size_t off_x = off_uniq + nn * sizeof(int64_t);
+    size_t off_y = off_x + ((nn * d->sample_bytes + 15) & ~(size_t)15);
+    char *sc = scratch_(d, off_y + nn * yrow);
+    if (!sc) return DDP_ERR_NOMEM;
+    pos_pair_t *pairs = (pos_pair_t *)sc;
+    int64_t *slot = (int64_t *)(sc + off_slot), *uniq = (int64_t *)(sc + off_uniq);
+    unsigned char *xb = (unsigned char *)sc + off_x;
+    unsigned char *yb = (unsigned char *)sc + off_y;
+
+    /* sort, keeping the inverse permutation; merge duplicates */
+    for (int i = 0; i < n; i++) pairs[i] = (pos_pair_t){idx[i], i};
+    qsort(pairs, nn, sizeof *pairs, pair_cmp_);
+    int64_t m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m == 0 || uniq[m - 1] != pairs[i].idx) uniq[m++] = pairs[i].idx;
+        slot[pairs[i].pos] = m - 1;
+    }
+
+    /* one H5Dread per shard (and one for y) over the union of the runs */
+    hid_t xt = d->dtype == DECK_U8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+    hid_t yt = d->regression ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32;
+    ddp_status_t s = DDP_OK;
+    int64_t a = 0;
+    h5_lock();
+    for (int sidx = 0; sidx < d->nshards && a < m && s == DDP_OK; sidx++) {
+        const deck_shard_t *sh = &d->shards[sidx];
+        int64_t end = sh->first + sh->n, b = a;
+        while (b < m && uniq[b] < end) b++;
+        if (b == a) continue;
+        unsigned char *xdst = xb + (size_t)a * d->sample_bytes;
+        if (read_rows_(sh->x, xt, uniq + a, b - a, sh->first, xdst) < 0) {
+            read_failure_(d, sh, sh->x, "x", xt, uniq + a, b - a, xdst, d->sample_bytes);
+            s = DDP_ERR_INPUT;
+        } else if (want_y &&
+                   read_rows_(sh->y, yt, uniq + a, b - a, sh->first, yb + (size_t)a * yrow) < 0) {
+            read_failure_(d, sh, sh->y, "y", yt, uniq + a, b - a, yb + (size_t)a * yrow, yrow);
+            s = DDP_ERR_INPUT;
+        }
+        a = b;
+    }
+    h5_unlock();
+    if (s != DDP_OK) return s;
+
+    /* scatter into batch order, converting and normalising */
+    size_t numel = d->sample_numel;
+    int raw = flags & DECK_READ_RAW;
+    const float *na = d->norm_a, *nb = d->norm_b;
+    for (int i = 0; i < n; i++) {
+        size_t r = (size_t)slot[i];
+        float *dst = x ? x + (size_t)i * numel : NULL;
+        if (dst && d->dtype == DECK_U8) {
+            const unsigned char *src = xb + r * d->sample_bytes;
+            if (raw)
+                for (size_t e = 0; e < numel; e++) dst[e] = (float)src[e];
+            else
+                for (size_t e = 0; e < numel; e++) dst[e] = (float)src[e] * na[e] + nb[e];
+        } else if (dst) {
+            const float *src = (const float *)(xb + r * d->sample_bytes);
+            if (raw)
+                memcpy(dst, src, numel * sizeof *dst);
+            else
+                for (size_t e = 0; e < numel; e++) dst[e] = src[e] * na[e] + nb[e];
+        }
+        if (labels) labels[i] = ((const int32_t *)yb)[r];
+        if (targets) memcpy(targets + (size_t)i * k, yb + r * yrow, yrow);
+    }
+    return DDP_OK;
+}
+
+ddp_status_t deck_read(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
+                       float *targets)
+{
+    return deck_read_ex(d, idx, n, x, labels, targets, 0);
+}
+
+void deck_normalize(const deck_t *d, float *x, int n)
+{
+    size_t numel = d->sample_numel;
+    for (int i = 0; i < n; i++) {
+        float *v = x + (size_t)i * numel;
+        for (size_t e = 0; e < numel; e++) v[e] = v[e] * d->norm_a[e] + d->norm_b[e];
+    }
+}
+
+ddp_status_t deck_read_range(deck_t *d, int64_t first, int n, float *x, int32_t *labels,
+                             float *targets)
+{
+    if (n <= 0) return DDP_OK;
+    int64_t *idx = ddp_malloc((size_t)n * sizeof *idx, "a range read");
+    if (!idx) return DDP_ERR_NOMEM;
+    for (int i = 0; i < n; i++) idx[i] = first + i;
+    ddp_status_t s = deck_read_ex(d, idx, n, x, labels, targets, 0);
+    free(idx);
+    return s;
+}
+
+void deck_eval_range(const deck_t *d, int world, int rank, int64_t *first, int64_t *count)
+{
+    int64_t lo = d->n * rank / world, hi = d->n * (rank + 1) / world;
+    *first = lo;
+    *count = hi - lo;
+}
+
+/* ---- checks ------------------------------------------------------------- */
+
+/* Scan one float dataset of a shard for NaN/Inf in pieces. */
+static ddp_status_t check_finite_ds_(const deck_t *d, const deck_shard_t *sh, hid_t ds,
+                                     const char *what, size_t per_row, float *buf, size_t cap)
+{
+    char name[32];
+    snprintf(name, sizeof name, "/%s/%s", d->split, what);
+    size_t rows = cap / per_row;
+    if (rows == 0) rows = 1;
+    for (int64_t off = 0; off < sh->n; off += (int64_t)rows) {
+        int64_t cnt = sh->n - off < (int64_t)rows ? sh->n - off : (int64_t)rows;
+        h5_lock();
+        herr_t rc = read_range_(ds, H5T_NATIVE_FLOAT, (hsize_t)off, (hsize_t)cnt, buf);
+        h5_unlock();
+        if (rc < 0)
+            return ddp_fail(DDP_ERR_INPUT, "%s: reading %s samples [%lld, %lld) failed "
+                            "(truncated or corrupt file?); re-create it", sh->path, name,
+                            (long long)off, (long long)(off + cnt));
+        size_t total = (size_t)cnt * per_row;
+        for (size_t i = 0; i < total; i++)
+            if (!isfinite(buf[i]))
+                return ddp_fail(DDP_ERR_INPUT, "%s: %s sample %lld, element %zu is %s; the "
+                                "data must be finite (fix or drop that sample)", sh->path, name,
+                                (long long)(off + (int64_t)(i / per_row)), i % per_row,
+                                isnan(buf[i]) ? "NaN" : "infinite");
+    }
+    return DDP_OK;
+}
+
+ddp_status_t deck_check_finite(deck_t *d)
+{
+    if (d->dtype == DECK_U8 && !d->regression) return DDP_OK;
+    size_t cap = DECK_CHECK_BYTES / sizeof(float);
+    size_t need = d->sample_numel > (size_t)d->targets ? d->sample_numel : (size_t)d->targets;
+    if (cap < need) cap = need;
+    float *buf = ddp_malloc(cap * sizeof *buf, "the finite check");
+    if (!buf) return DDP_ERR_NOMEM;
+    ddp_status_t s = DDP_OK;
+    for (int k = 0; k < d->nshards && s == DDP_OK; k++) {
+        const deck_shard_t *sh = &d->shards[k];
+        if (d->dtype == DECK_F32)
+            s = check_finite_ds_(d, sh, sh->x, "x", d->sample_numel, buf, cap);
+        if (s == DDP_OK && d->regression)
+            s = check_finite_ds_(d, sh, sh->y, "y", (size_t)d->targets, buf, cap);
+    }
+    free(buf);
+    return s;
+}
+
+ddp_status_t deck_require_labels(const deck_t *d)
+{
+    if (!d->regression) return DDP_OK;
+    return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds float targets [N, %d] but the loss needs "
+                    "integer class labels [N]; use --loss mse for regression, or store labels",
+                    d->shards[0].path, d->split, d->targets);
+}
+
+ddp_status_t deck_check_classes(const deck_t *d, int outputs)
+{
+    DDP_TRY(deck_require_labels(d));
+    if (d->label_max < outputs) return DDP_OK;
+    return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds label %lld but the model has %d outputs; "
+                    "make the last layer linear:%d (the deck has %d classes)",
+                    d->shards[d->label_max_shard].path, d->split, (long long)d->label_max,
+                    outputs, d->classes, d->classes);
+}
+
+ddp_status_t deck_require_targets(const deck_t *d, int outputs)
+{
+    if (!d->regression)
+        return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds integer class labels but the loss "
+                        "needs float targets [N, %d]; use a classification loss, or store "
+                        "float targets (ddptrain-prep csv --regression)", d->shards[0].path,
+                        d->split, outputs);
+    if (d->targets != outputs)
+        return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds %d targets per sample but the model "
+                        "has %d outputs; make the last layer linear:%d", d->shards[0].path,
+                        d->split, d->targets, outputs, d->targets);
+    return DDP_OK;
+}
+
+ddp_status_t deck_check_size(const deck_t *d, int world, int batch, int drop_last)
+{
+    int64_t need = (int64_t)world * batch;
+    if (d->n >= need) return DDP_OK;
+    return ddp_fail(DDP_ERR_INPUT, "%s%s: /%s holds %lld samples, fewer than one global batch "
+                    "(%d ranks x --batch %d = %lld)%s; use a smaller --batch or fewer ranks",
+                    d->shards[0].path, d->nshards > 1 ? " (and the other shards)" : "", d->split,
+                    (long long)d->n, world, batch, (long long)need,
+                    drop_last ? " so --drop-last leaves no step" : "");
+}
+
+void deck_describe(const deck_t *d, char *buf, size_t n)
+{
+    char shape[64];
+    if (d->shape.image)
+        snprintf(shape, sizeof shape, "%dx%dx%d images", d->shape.c, d->shape.h, d->shape.w);
+    else
+        snprintf(shape, sizeof shape, "%d features", d->shape.c);
+    char kind[48];
+    if (d->regression)
+        snprintf(kind, sizeof kind, "%d regression target%s", d->targets,
+                 d->targets == 1 ? "" : "s");
+    else
+        snprintf(kind, sizeof kind, "%d classes", d->classes);
+    snprintf(buf, n, "%lld samples of %s (%s), %s, %d file%s", (long long)d->n, shape,
+             dtype_name_(d->dtype), kind, d->nshards, d->nshards == 1 ? "" : "s");
+}
 
 int deck_has_split(const char *path, const char *split)
 {

@@ -9,6 +9,27 @@
  *
  * Values the model sees: x = (raw * scale - mean[ch]) / std[ch].
  * All HDF5 calls are made under h5util's global lock.
+ *
+ * Details:
+ *   - x ranks: [N, F] features (shape c = F, h = w = 1, image = 0);
+ *     [N, H, W] grayscale images (c = 1); [N, C, H, W] images.
+ *   - y: [N] of any HDF5 integer type = class labels; [N, k] (or [N]) float
+ *     = regression targets.  Labels are scanned once at open (bounded
+ *     memory): negative labels, or labels >= the `classes` attribute, are
+ *     input errors.
+ *   - mean/std: 1 value, one per channel (images) or one per element of a
+ *     sample.  For the val split they come from /val/x, else from /train/x
+ *     (so validation data is normalised like the training data).
+ *   - Shards: every file must hold /train; /val may be in any subset of the
+ *     files (ddptrain-prep split puts it in the first shard only), files
+ *     without it are skipped when opening "val".  Attributes come from the
+ *     first file holding the split.
+ *   - A deck_t is used by one thread at a time (it owns scratch buffers);
+ *     open a second deck_t for another thread (e.g. evaluation).
+ *   - Uncompressed chunked data is read with the chunk cache off (direct
+ *     reads of the selected bytes); compressed data gets a cache of a few
+ *     chunks (random access then costs a whole chunk per sample: prefer
+ *     uncompressed decks, which is what ddptrain-prep writes).
  */
 #ifndef DDP_DECK_H
 #define DDP_DECK_H
@@ -44,6 +65,16 @@ typedef struct deck {
     float scale;            /* uint8 scale (1 for float32 data) */
     float *mean, *std;      /* per channel (images) or per feature; NULL = 0 / 1 */
     int nstat;              /* entries in mean/std (1, channels or features) */
+
+    /* private (deck.c) */
+    int64_t label_min, label_max; /* over all shards (labels only) */
+    int label_max_shard;    /* the shard holding label_max */
+    int xrank;              /* rank of the x datasets (2, 3 or 4) */
+    int yrank;              /* rank of the y datasets (1 or 2) */
+    size_t sample_bytes;    /* raw bytes of one sample of x */
+    float *norm_a, *norm_b; /* per element: value = raw * a + b */
+    void *scratch;          /* staging buffers of deck_read */
+    size_t scratch_bytes;
 } deck_t;
 
 /* Open and validate /<split>/ in every path; shapes, types and label kinds
@@ -64,7 +95,38 @@ ddp_status_t deck_load_config(const char *path, ddp_config_t *cfg);
 ddp_status_t deck_read(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
                        float *targets);
 
-/* Scan every feature for NaN/Inf (--check-data, ddptrain-prep info). */
+/* As deck_read; with DECK_READ_RAW x receives raw values as float (uint8
+ * 0..255, float32 as stored: no scale, no mean/std), for augmentation that
+ * must happen before normalisation (deck_normalize). */
+enum { DECK_READ_RAW = 1 };
+ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
+                          float *targets, int flags);
+/* Normalise n raw samples in place: x = x * scale/std + (-mean/std). */
+void deck_normalize(const deck_t *d, float *x, int n);
+
+/* Contiguous reads (evaluation): samples [first, first + n) in order. */
+ddp_status_t deck_read_range(deck_t *d, int64_t first, int n, float *x, int32_t *labels,
+                             float *targets);
+/* Evaluation partition: rank r of W reads [r*N/W, (r+1)*N/W) (disjoint,
+ * covering, unpadded; counts differ by at most one). */
+void deck_eval_range(const deck_t *d, int world, int rank, int64_t *first, int64_t *count);
+
+/* Scan every feature (and regression target) for NaN/Inf (--check-data,
+ * ddptrain-prep info).  Bounded memory. */
 ddp_status_t deck_check_finite(deck_t *d);
+
+/* Start-up checks for the trainer (DDP_ERR_INPUT with file and dataset named):
+ * the loss needs integer class labels (not float targets); */
+ddp_status_t deck_require_labels(const deck_t *d);
+/* the model has `outputs` classes: every label must be < outputs; */
+ddp_status_t deck_check_classes(const deck_t *d, int outputs);
+/* regression needs float targets of width `outputs`; */
+ddp_status_t deck_require_targets(const deck_t *d, int outputs);
+/* at least world * batch samples (one full global batch). */
+ddp_status_t deck_check_size(const deck_t *d, int world, int batch, int drop_last);
+
+/* One line describing the deck: "20000 samples of 64 features (float32),
+ * 10 classes, 1 file". */
+void deck_describe(const deck_t *d, char *buf, size_t n);
 
 #endif

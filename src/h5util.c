@@ -26,6 +26,11 @@ void h5_quiet(void)
 
 ddp_status_t h5_open_read(const char *path, hid_t *file)
 {
+    return h5_open_read_fapl(path, H5P_DEFAULT, file);
+}
+
+ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file)
+{
     struct stat st;
     if (stat(path, &st) != 0)
         return ddp_fail(DDP_ERR_INPUT, "%s: cannot open: %s; check the path", path, strerror(errno));
@@ -33,7 +38,7 @@ ddp_status_t h5_open_read(const char *path, hid_t *file)
         return ddp_fail(DDP_ERR_INPUT, "%s: not a regular file", path);
     h5_lock();
     htri_t is = H5Fis_hdf5(path);
-    hid_t f = is > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
+    hid_t f = is > 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : H5I_INVALID_HID;
     h5_unlock();
     if (is <= 0)
         return ddp_fail(DDP_ERR_INPUT, "%s: not an HDF5 file (or truncated); make input decks "
@@ -70,9 +75,12 @@ static int fsync_path_(const char *path, int dir)
 
 ddp_status_t h5_atomic_commit(h5_atomic_t *a)
 {
-    h5_lock();
-    herr_t rc = H5Fclose(a->file);
-    h5_unlock();
+    herr_t rc = 0;
+    if (a->file >= 0) { /* the writer may have closed it to validate it */
+        h5_lock();
+        rc = H5Fclose(a->file);
+        h5_unlock();
+    }
     a->file = H5I_INVALID_HID;
     if (rc < 0) {
         unlink(a->tmp);
@@ -135,6 +143,14 @@ ddp_status_t h5_write(hid_t loc, const char *name, hid_t mem_type, hid_t file_ty
     h5_unlock();
     if (rc < 0) return ddp_fail(DDP_ERR_IO, "cannot write dataset %s (disk full?)", name);
     return DDP_OK;
+}
+
+int h5_attr_exists(hid_t obj, const char *name)
+{
+    h5_lock();
+    int yes = H5Aexists(obj, name) > 0;
+    h5_unlock();
+    return yes;
 }
 
 static ddp_status_t attr_write_(hid_t obj, const char *name, hid_t type, hid_t space,

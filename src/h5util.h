@@ -28,10 +28,14 @@ void h5_quiet(void);
 
 /* Open an existing file read-only.  Errors: missing file, not HDF5. */
 ddp_status_t h5_open_read(const char *path, hid_t *file);
+/* The same with a file access property list (H5P_DEFAULT allowed). */
+ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file);
 
 /* Atomic writes: create PATH.tmp.<pid>, write, then h5_commit (close, fsync,
  * rename over PATH, fsync the directory) or h5_abandon (close, unlink).  The
- * old PATH survives any failure before the rename. */
+ * old PATH survives any failure before the rename.  A writer may close
+ * a->file itself (setting it to H5I_INVALID_HID) to check the temporary
+ * file before h5_atomic_commit renames it. */
 typedef struct h5_atomic {
     hid_t file;
     char path[4096];
@@ -47,6 +51,9 @@ int h5_exists(hid_t loc, const char *name);
 /* Create intermediate groups as needed and write a whole dataset. */
 ddp_status_t h5_write(hid_t loc, const char *name, hid_t mem_type, hid_t file_type, int ndim,
                       const hsize_t *dims, const void *data);
+
+/* Does attribute `name` exist on obj?  (Records no error.) */
+int h5_attr_exists(hid_t obj, const char *name);
 
 /* Attributes on an object (dataset or group). */
 ddp_status_t h5_attr_write_str(hid_t obj, const char *name, const char *value);
