@@ -245,6 +245,7 @@ ddp_status_t h5_attr_read_str(hid_t obj, const char *name, char *buf, size_t n)
         if (H5Tis_variable_str(ft) > 0) {
             hid_t mt = H5Tcopy(H5T_C_S1);
             H5Tset_size(mt, H5T_VARIABLE);
+            H5Tset_cset(mt, H5Tget_cset(ft)); /* no conversion between ASCII and UTF-8 */
             char *v = NULL;
             if (H5Aread(at, mt, &v) < 0 || !v)
                 s = ddp_fail(DDP_ERR_INPUT, "cannot read string attribute %s", name);
@@ -257,6 +258,7 @@ ddp_status_t h5_attr_read_str(hid_t obj, const char *name, char *buf, size_t n)
             char *tmp = calloc(sz + 1, 1);
             hid_t mt = H5Tcopy(H5T_C_S1);
             H5Tset_size(mt, sz + 1);
+            H5Tset_cset(mt, H5Tget_cset(ft));
             if (!tmp || H5Aread(at, mt, tmp) < 0)
                 s = ddp_fail(DDP_ERR_INPUT, "cannot read string attribute %s", name);
             else

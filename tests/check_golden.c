@@ -4,7 +4,13 @@
  * buffers after 5 steps of SGD-with-momentum and of AdamW.  We load the same
  * initial weights, run the same steps through model/optim/compute_cpu, and
  * compare.  Tolerance: 1e-5 relative, with an absolute floor of 1e-6 for
- * values near zero (float32 summation order differs from PyTorch's). */
+ * values near zero (float32 summation order differs from PyTorch's).
+ *
+ * One exception, explained in make_fixtures.py: a bias directly followed by
+ * BatchNorm has a true gradient of zero, so its gradient is rounding noise;
+ * AdamW normalises that noise into steps of up to lr, which no other
+ * implementation reproduces.  Under AdamW such a bias (and the running_mean
+ * of the BN after it) is only bounded: within 2 * steps * lr of PyTorch. */
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,8 +95,20 @@ static double fwd_bwd_(const fixture_t *fx, model_t *m, const float **out)
     return acc[0] / fx->n;
 }
 
-/* Compare tensor values (params, buffers, or grads) with the fixture group. */
-static void compare_group_(const fixture_t *fx, const model_t *m, const char *group, int grads)
+/* Is tensor t a bias feeding BatchNorm, or the running_mean of that BN? */
+static int noise_driven_(const model_t *m, int t)
+{
+    const tensor_t *T = &m->tensors[t];
+    int l = T->layer;
+    if (t == m->layers[l].bias && l + 1 < m->nlayers && m->layers[l + 1].kind == LAYER_BN)
+        return 1;
+    return t == m->layers[l].running_mean && l > 0 && m->layers[l - 1].bias >= 0;
+}
+
+/* Compare tensor values (params, buffers, or grads) with the fixture group.
+ * bound > 0: noise-driven tensors are only checked to lie within bound. */
+static void compare_group_(const fixture_t *fx, const model_t *m, const char *group, int grads,
+                           double bound)
 {
     for (int t = 0; t < m->ntensors; t++) {
         const tensor_t *T = &m->tensors[t];
@@ -108,6 +126,13 @@ static void compare_group_(const fixture_t *fx, const model_t *m, const char *gr
         float *ref = read_all_(fx->f, name, H5T_NATIVE_FLOAT, 4, &nd, d);
         const float *got = grads ? m->grads + T->offset
                                  : (T->kind == TENSOR_PARAM ? m->params : m->bufs) + T->offset;
+        if (bound > 0 && noise_driven_(m, t)) {
+            for (size_t i = 0; i < T->numel; i++)
+                ck_assert_msg(fabs((double)got[i] - ref[i]) <= bound, "%s[%zu] = %g, torch %g",
+                              name, i, got[i], ref[i]);
+            free(ref);
+            continue;
+        }
         double worst = 0;
         size_t at = 0;
         for (size_t i = 0; i < T->numel; i++) {
@@ -140,7 +165,7 @@ static void forward_and_grads_(const char *file)
     float *rl = read_all_(fx.f, "/forward/loss", H5T_NATIVE_FLOAT, 4, &nd, d);
     ck_assert_msg(fabs(loss - rl[0]) <= REL_TOL * fabs(rl[0]), "%s loss %.9g, torch %.9g", file,
                   loss, rl[0]);
-    compare_group_(&fx, &m, "/grad", 1);
+    compare_group_(&fx, &m, "/grad", 1, 0);
     free(ref);
     free(rl);
     model_free(&m);
@@ -180,7 +205,7 @@ static void five_steps_(const char *file, const char *opt)
         ck_assert_int_eq(optim_step(&o, &m, &norm), DDP_OK);
     }
     snprintf(group, sizeof group, "/%s/step5", opt);
-    compare_group_(&fx, &m, group, 0);
+    compare_group_(&fx, &m, group, 0, strcmp(opt, "adamw") == 0 ? 2 * 5 * cfg.lr : 0);
     optim_free(&o);
     model_free(&m);
     fixture_close_(&fx);
