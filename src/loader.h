@@ -6,6 +6,15 @@
  * memory is bounded by prefetch x batch, never by N.  HDF5 is called from
  * this thread only, under h5util's lock (checkpoints and evaluation take the
  * same lock).  A read failure is handed to the consumer with the batch.
+ *
+ * Exactly: prefetch + 1 batch buffers are allocated at start (the consumer
+ * holds one while up to `prefetch` wait in the queue) and none after.  A
+ * rank that runs short in the last step of an epoch (no drop_last) gets a
+ * batch with n < batch, possibly 0, so it still takes part in the step.
+ * The augmentation seed is the sampler's seed.  Batches come in order
+ * (epoch, step); an error is returned by loader_next after the batches read
+ * before it, and again by every later call.  loader_stop may be called at
+ * any time (batches still held by the consumer become invalid).
  */
 #ifndef DDP_LOADER_H
 #define DDP_LOADER_H
@@ -42,8 +51,11 @@ ddp_status_t loader_start(loader_t **l, deck_t *d, const sampler_t *s, const loa
 ddp_status_t loader_next(loader_t *l, loader_batch_t **b);
 /* Hand a batch's memory back to the loader. */
 void loader_release(loader_t *l, loader_batch_t *b);
-/* Seconds the consumer spent waiting in loader_next so far. */
+/* Seconds the consumer spent waiting in loader_next so far (the data
+ * stall: take differences per step or per logging interval). */
 double loader_wait_seconds(const loader_t *l);
+/* Most batches that were ever queued at once (<= prefetch; for tests). */
+int loader_ready_peak(const loader_t *l);
 void loader_stop(loader_t *l);
 
 /* Parse and check an --augment spec for a sample shape (also used by config

@@ -1,0 +1,256 @@
+/* loader.c -- the streaming loader thread and its bounded batch queue
+ * (see loader.h).
+ *
+ * prefetch + 1 batch slots are allocated once: up to `prefetch` read-ahead
+ * batches wait in the queue while the consumer holds one.  The thread takes
+ * a free slot, fills it (sampler -> deck_read -> augmentation), and queues
+ * it; it sleeps while `prefetch` batches are queued or no slot is free.  An
+ * error ends the thread; its message (thread-local in status.c) is copied
+ * into the loader and re-raised by loader_next once the batches read before
+ * it have been consumed.
+ */
+#include "loader.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "augment.h"
+#include "h5util.h"
+
+struct loader {
+    deck_t *d;
+    sampler_t s;          /* the thread's own copy */
+    loader_opts_t o;
+    augment_t aug;
+    float *aug_tmp;       /* [sample_numel] */
+
+    int nslots;
+    loader_batch_t *slots;
+    int *free_list, nfree;
+    loader_batch_t **ready; /* ring of nslots, in order */
+    int rhead, rcount;
+    int ready_peak;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv_ready, cv_free;
+    pthread_t thread;
+    int started;
+    int stop, done;
+    ddp_status_t err;
+    char errmsg[1024];
+    double wait_s;
+};
+
+static double now_(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Fill one batch; HDF5 is called (under the lock) by deck_read. */
+static ddp_status_t fill_(loader_t *l, loader_batch_t *b, int64_t epoch, int64_t step)
+{
+    deck_t *d = l->d;
+    b->epoch = epoch;
+    b->step = step;
+    b->n = sampler_batch(&l->s, step, b->idx);
+    b->global_n = sampler_global_count(&l->s, step);
+    int aug = augment_active(&l->aug);
+    DDP_TRY(deck_read_ex(d, b->idx, b->n, b->x, b->labels, b->targets,
+                         aug ? DECK_READ_RAW : 0));
+    if (aug) {
+        for (int i = 0; i < b->n; i++)
+            augment_sample(&l->aug, d->shape, l->s.seed, epoch, b->idx[i],
+                           b->x + (size_t)i * d->sample_numel, l->aug_tmp);
+        deck_normalize(d, b->x, b->n);
+    }
+    return DDP_OK;
+}
+
+static void *thread_main_(void *arg)
+{
+    loader_t *l = arg;
+    ddp_status_t s = DDP_OK;
+    h5_quiet(); /* thread-safe HDF5 builds keep the error printing per thread */
+    int64_t last = l->o.first_epoch + l->o.epochs;
+    for (int64_t e = l->o.first_epoch; e < last && s == DDP_OK; e++) {
+        sampler_set_epoch(&l->s, e);
+        for (int64_t t = e == l->o.first_epoch ? l->o.first_step : 0; t < l->s.steps; t++) {
+            pthread_mutex_lock(&l->mu);
+            while (!l->stop && (l->nfree == 0 || l->rcount >= l->o.prefetch))
+                pthread_cond_wait(&l->cv_free, &l->mu);
+            if (l->stop) {
+                pthread_mutex_unlock(&l->mu);
+                return NULL;
+            }
+            loader_batch_t *b = &l->slots[l->free_list[--l->nfree]];
+            pthread_mutex_unlock(&l->mu);
+
+            s = fill_(l, b, e, t);
+
+            pthread_mutex_lock(&l->mu);
+            if (s != DDP_OK) {
+                l->free_list[l->nfree++] = (int)(b - l->slots);
+                l->err = s;
+                snprintf(l->errmsg, sizeof l->errmsg, "%s", ddp_error_message());
+                ddp_clear_error();
+            } else {
+                l->ready[(l->rhead + l->rcount) % l->nslots] = b;
+                l->rcount++;
+                if (l->rcount > l->ready_peak) l->ready_peak = l->rcount;
+            }
+            pthread_cond_signal(&l->cv_ready);
+            pthread_mutex_unlock(&l->mu);
+            if (s != DDP_OK) break;
+        }
+    }
+    pthread_mutex_lock(&l->mu);
+    l->done = 1;
+    pthread_cond_signal(&l->cv_ready);
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void free_(loader_t *l)
+{
+    if (l->slots)
+        for (int i = 0; i < l->nslots; i++) {
+            free(l->slots[i].idx);
+            free(l->slots[i].x);
+            free(l->slots[i].labels);
+            free(l->slots[i].targets);
+        }
+    free(l->slots);
+    free(l->free_list);
+    free(l->ready);
+    free(l->aug_tmp);
+    free(l);
+}
+
+ddp_status_t loader_start(loader_t **out, deck_t *d, const sampler_t *s, const loader_opts_t *o)
+{
+    *out = NULL;
+    if (o->prefetch < 1)
+        return ddp_fail(DDP_ERR_USAGE, "--prefetch %d: read at least 1 batch ahead", o->prefetch);
+    if (s->n != d->n)
+        return ddp_fail(DDP_ERR_INTERNAL, "loader: the sampler covers %lld samples, the deck "
+                        "holds %lld", (long long)s->n, (long long)d->n);
+    loader_t *l = ddp_calloc(1, sizeof *l, "the loader");
+    if (!l) return DDP_ERR_NOMEM;
+    l->d = d;
+    l->s = *s;
+    l->o = *o;
+    l->o.augment = NULL; /* parsed below; the caller's string need not outlive us */
+    ddp_status_t st = augment_parse(o->augment, d->shape, &l->aug);
+    if (st != DDP_OK) {
+        free_(l);
+        return st;
+    }
+    int B = s->batch;
+    size_t numel = d->sample_numel;
+    l->nslots = o->prefetch + 1;
+    l->slots = ddp_calloc((size_t)l->nslots, sizeof *l->slots, "the batch queue");
+    l->free_list = ddp_calloc((size_t)l->nslots, sizeof *l->free_list, "the batch queue");
+    l->ready = ddp_calloc((size_t)l->nslots, sizeof *l->ready, "the batch queue");
+    l->aug_tmp = ddp_malloc(numel * sizeof *l->aug_tmp, "augmentation");
+    int ok = l->slots && l->free_list && l->ready && l->aug_tmp;
+    for (int i = 0; ok && i < l->nslots; i++) {
+        loader_batch_t *b = &l->slots[i];
+        b->idx = ddp_malloc((size_t)B * sizeof *b->idx, "a batch");
+        b->x = ddp_malloc((size_t)B * numel * sizeof *b->x, "a batch");
+        if (d->regression)
+            b->targets = ddp_malloc((size_t)B * (size_t)d->targets * sizeof *b->targets,
+                                    "a batch");
+        else
+            b->labels = ddp_malloc((size_t)B * sizeof *b->labels, "a batch");
+        ok = b->idx && b->x && (b->targets || b->labels);
+        l->free_list[l->nfree++] = i;
+    }
+    if (!ok) {
+        free_(l);
+        return DDP_ERR_NOMEM;
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv_ready, NULL);
+    pthread_cond_init(&l->cv_free, NULL);
+    if (pthread_create(&l->thread, NULL, thread_main_, l) != 0) {
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv_ready);
+        pthread_cond_destroy(&l->cv_free);
+        free_(l);
+        return ddp_fail(DDP_ERR_NOMEM, "cannot start the loader thread (too many threads?)");
+    }
+    l->started = 1;
+    *out = l;
+    return DDP_OK;
+}
+
+ddp_status_t loader_next(loader_t *l, loader_batch_t **b)
+{
+    *b = NULL;
+    pthread_mutex_lock(&l->mu);
+    if (l->rcount == 0 && !l->done && !l->err) {
+        double t0 = now_();
+        while (l->rcount == 0 && !l->done && !l->err) pthread_cond_wait(&l->cv_ready, &l->mu);
+        l->wait_s += now_() - t0;
+    }
+    ddp_status_t s = DDP_OK;
+    if (l->rcount > 0) {
+        *b = l->ready[l->rhead];
+        l->rhead = (l->rhead + 1) % l->nslots;
+        l->rcount--;
+        pthread_cond_signal(&l->cv_free);
+    } else if (l->err) {
+        s = ddp_fail(l->err, "%s", l->errmsg);
+    } else {
+        s = ddp_fail(DDP_ERR_INTERNAL, "loader_next: no batch left (past the last epoch)");
+    }
+    pthread_mutex_unlock(&l->mu);
+    return s;
+}
+
+void loader_release(loader_t *l, loader_batch_t *b)
+{
+    if (!b) return;
+    pthread_mutex_lock(&l->mu);
+    l->free_list[l->nfree++] = (int)(b - l->slots);
+    pthread_cond_signal(&l->cv_free);
+    pthread_mutex_unlock(&l->mu);
+}
+
+double loader_wait_seconds(const loader_t *l)
+{
+    loader_t *m = (loader_t *)l;
+    pthread_mutex_lock(&m->mu);
+    double w = m->wait_s;
+    pthread_mutex_unlock(&m->mu);
+    return w;
+}
+
+int loader_ready_peak(const loader_t *l)
+{
+    loader_t *m = (loader_t *)l;
+    pthread_mutex_lock(&m->mu);
+    int p = m->ready_peak;
+    pthread_mutex_unlock(&m->mu);
+    return p;
+}
+
+void loader_stop(loader_t *l)
+{
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->cv_free);
+    pthread_cond_broadcast(&l->cv_ready);
+    pthread_mutex_unlock(&l->mu);
+    if (l->started) pthread_join(l->thread, NULL);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv_ready);
+    pthread_cond_destroy(&l->cv_free);
+    free_(l);
+}
