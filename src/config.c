@@ -156,7 +156,10 @@ static int choice_index_(const char *choices, const char *v)
 
 const char *config_choice_name(const char *option, int value)
 {
-    static _Thread_local char buf[64];
+    /* a few rotating buffers: several names may appear in one printf */
+    static _Thread_local char bufs[4][64];
+    static _Thread_local int next;
+    char *buf = bufs[next++ & 3];
     const ddp_option_t *o = config_find(option);
     if (!o || !o->choices) return "?";
     const char *p = o->choices;
@@ -166,7 +169,7 @@ const char *config_choice_name(const char *option, int value)
     }
     if (!p) return "?";
     size_t len = strcspn(p, "|");
-    if (len >= sizeof buf) len = sizeof buf - 1;
+    if (len >= sizeof bufs[0]) len = sizeof bufs[0] - 1;
     memcpy(buf, p, len);
     buf[len] = '\0';
     return buf;

@@ -2,7 +2,8 @@
 # test_compress.sh -- 16-bit gradient all-reduce: bf16 and fp16 runs train
 # (the loss goes down on the synthetic task) and stay close to the fp32 run
 # after 20 steps: max |w16 - w32| / max |w32| per tensor below 2e-2 (measured
-# about 2e-3: each 16-bit rounding is relative 2^-8 (bf16) or 2^-11 (fp16)).
+# 7.6e-3 for bf16 and 7.6e-4 for fp16: each 16-bit rounding is relative 2^-8
+# (bf16) or 2^-11 (fp16)).
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -13,8 +14,8 @@ mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --save "$T/f32.h5" >"$T/o32" 2>&1 || f
 for c in bf16 fp16; do
   mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --grad-compress $c --save "$T/$c.h5" >"$T/o" 2>&1 \
     || { cat "$T/o"; fail "$c run"; }
-  first=$(grep -o 'loss [0-9.]*' "$T/o" | head -n 1 | cut -d' ' -f2)
-  last=$(grep -o 'loss [0-9.]*' "$T/o" | tail -n 1 | cut -d' ' -f2)
+  first=$(grep -o 'loss [0-9][0-9.]*' "$T/o" | head -n 1 | cut -d' ' -f2)
+  last=$(grep -o 'loss [0-9][0-9.]*' "$T/o" | tail -n 1 | cut -d' ' -f2)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' \
     || { cat "$T/o"; fail "$c: loss did not go down ($first -> $last)"; }
   "$WEIGHTS_CMP" "$T/$c.h5" "$T/f32.h5" 2e-2 >"$T/cmp" || { cat "$T/cmp"; fail "$c too far from fp32"; }
