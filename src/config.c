@@ -423,6 +423,35 @@ size_t config_dump(const ddp_config_t *c, char *buf, size_t n)
     return used;
 }
 
+/* "  LEFT   text..." with the text wrapped at 100 columns under itself. */
+static void print_wrapped_(FILE *f, const char *left, const char *text)
+{
+    enum { INDENT = 37, WIDTH = 100 };
+    int col = fprintf(f, "  %-34s ", left);
+    if (col > INDENT) {
+        fprintf(f, "\n%*s", INDENT, "");
+        col = INDENT;
+    }
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " ");
+        if (w == 0) break;
+        if (col > INDENT) {
+            if (col + 1 + (int)w > WIDTH) {
+                fprintf(f, "\n%*s", INDENT, "");
+                col = INDENT;
+            } else {
+                col += fprintf(f, " ");
+            }
+        }
+        for (size_t i = 0; i < w; i++) fputc(p[i] == '\001' ? ' ' : p[i], f);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
 void config_print_help(FILE *f, const char *prog)
 {
     fprintf(f,
@@ -443,11 +472,10 @@ void config_print_help(FILE *f, const char *prog)
             snprintf(left, sizeof left, "--%s %s", o->name, o->choices);
         else
             snprintf(left, sizeof left, "--%s %s", o->name, o->meta);
-        fprintf(f, "  %-34s %s", left, o->help);
-        if (o->type == OPT_STRING)
-            fprintf(f, " [default: %s]\n", o->def[0] ? o->def : "none");
-        else
-            fprintf(f, " [default: %s]\n", o->def);
+        char text[1024];
+        snprintf(text, sizeof text, "%s [default:\001%s]", o->help, /* \001: unbreakable */
+                 o->type == OPT_STRING && !o->def[0] ? "none" : o->def);
+        print_wrapped_(f, left, text);
     }
     fprintf(f, "\n  %-34s %s\n  %-34s %s\n", "-h, --help", "show this help and exit",
             "-V, --version", "show the version and build configuration and exit");
