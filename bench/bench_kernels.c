@@ -250,19 +250,32 @@ int main(int argc, char **argv)
         double l = net_step_(&m, i == 0);
         if (i == 0) loss0 = l;
     }
-    /* interleave full steps and GEMM-only steps so both see the same machine */
+    /* full steps and GEMM-only steps alternate in blocks of 10, so both see
+     * the same machine (it is shared) without the GEMM-only pass evicting the
+     * training state before every step */
     double *tstep = malloc((size_t)steps * sizeof *tstep);
     double *tgemm = malloc((size_t)steps * sizeof *tgemm);
     double gflop = 0;
-    for (int i = 0; i < steps; i++) {
+    for (int i0 = 0; i0 < steps; i0 += 10) {
+        int i1 = i0 + 10 < steps ? i0 + 10 : steps;
         timing = 1;
-        double t0 = now_();
-        loss = net_step_(&m, warmup == 0 && i == 0);
-        tstep[i] = now_() - t0;
+        for (int i = i0; i < i1; i++) {
+            double t0 = now_();
+            loss = net_step_(&m, warmup == 0 && i == 0);
+            tstep[i] = now_() - t0;
+        }
         timing = 0;
-        tgemm[i] = gemm_step_(&m, &gflop);
-        /* the GEMM-only pass overwrote activations and gradients; the next
+        /* the GEMM-only pass overwrites activations and gradients; the next
          * step recomputes all of them from the weights */
+        for (int i = i0; i < i1; i++) tgemm[i] = gemm_step_(&m, &gflop);
+    }
+    /* memory reference for sgd_step: a copy of the parameter buffer */
+    double tcopy = 1e9;
+    for (int i = 0; i < 20; i++) {
+        double t0 = now_();
+        memcpy(m.grads, m.params, m.nparams * sizeof(float));
+        double t = now_() - t0;
+        tcopy = t < tcopy ? t : tcopy;
     }
     qsort(tstep, (size_t)steps, sizeof *tstep, cmp_double_);
     qsort(tgemm, (size_t)steps, sizeof *tgemm, cmp_double_);
@@ -292,9 +305,15 @@ int main(int argc, char **argv)
            batch / gemm_med, gflop / gemm_med * 1e-9);
     printf("  %-34s %10.3f %11.1f%%\n", "non-GEMM overhead (step - GEMMs)",
            (step_med - gemm_med) * 1e3, 100 * (step_med - gemm_med) / step_med);
-    printf("  %-34s %10.3f %11.1f%%\n", "  of which outside linear_*", (total / steps - gemm_ops) * 1e3,
-           100 * (total / steps - gemm_ops) / (total / steps));
-
+    printf("  %-34s %10.3f %11.1f%%\n", "  of which outside linear_*",
+           (total / steps - gemm_ops) * 1e3, 100 * (total / steps - gemm_ops) / (total / steps));
+    double sgd_s = op_time[OP_SGD] / steps, sgd_bytes = 20.0 * (double)m.nparams;
+    printf("  %-34s %10.3f %11.1f%%\n", "  of which sgd_step", sgd_s * 1e3,
+           100 * sgd_s / (total / steps));
+    printf("#\n# sgd_step moves 20 B/parameter (p, buf read+write, g read): %.1f GB/s;\n",
+           sgd_bytes / sgd_s * 1e-9);
+    printf("# memcpy of the %.1f MB parameter buffer (read+write): %.1f GB/s\n",
+           m.nparams * 4e-6, 8.0 * (double)m.nparams / tcopy * 1e-9);
     int ok = be->all_finite(m.nparams, m.params) && loss < loss0;
     printf("# check: loss %.4f -> %.4f, weights finite: %s -> %s\n", loss0, loss,
            be->all_finite(m.nparams, m.params) ? "yes" : "NO", ok ? "OK" : "WRONG");

@@ -23,11 +23,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "compute.h"
 #include "half.h"
 #include "rng.h"
 
-#define VB 16  /* elements per vectorised block */
+#define VB 16 /* elements per vectorised block */
+/* Unrolls a loop over one block completely; the SLP vectoriser then turns
+ * the block into straight-line vector code (the count must equal VB). */
+#define UNROLL_VB _Pragma("GCC unroll 16")
+#define SB 8   /* channels per block of double accumulators (BN statistics) */
 #define CB 256 /* channels per block of per-channel coefficients (BN, hw == 1) */
 
 /* Largest number of GEMM columns (samples x output pixels) one convolution
@@ -86,6 +94,7 @@ static inline void span_add_(size_t len, const float *restrict a, float *restric
 {
     size_t k = 0;
     for (; k + VB <= len; k += VB)
+        UNROLL_VB
         for (int q = 0; q < VB; q++) acc[k + q] += a[k + q];
     for (; k < len; k++) acc[k] += a[k];
 }
@@ -109,7 +118,9 @@ static inline void span_axpb_s_(size_t len, const float *x, float a, float b, fl
     size_t k = 0;
     for (; k + VB <= len; k += VB) {
         float t[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[k + q] * a + b;
+        UNROLL_VB
         for (int q = 0; q < VB; q++) y[k + q] = t[q];
     }
     for (; k < len; k++) y[k] = x[k] * a + b;
@@ -122,7 +133,9 @@ static inline void span_axpb_v_(size_t len, const float *x, const float *a, cons
     size_t k = 0;
     for (; k + VB <= len; k += VB) {
         float t[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[k + q] * a[k + q] + b[k + q];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) y[k + q] = t[q];
     }
     for (; k < len; k++) y[k] = x[k] * a[k] + b[k];
@@ -456,21 +469,34 @@ static void cpu_gap_bwd(int n, int c, int hw, const float *dy, float *dx)
 /* batch normalisation                                                      */
 /* ======================================================================== */
 
-/* s1[j] += x[j], s2[j] += x[j]^2 in double, j < len */
-static inline void span_stats_(size_t len, const float *restrict x, double *restrict s1,
-                               double *restrict s2)
+/* x[n, c] (hw == 1): s1[j] = sum_i x[i, j], s2[j] = sum_i x[i, j]^2 in double.
+ * Channels go in blocks of SB whose accumulators stay in registers while
+ * the rows stream by (accumulating into s1/s2 in memory row by row would
+ * move four times the bytes of x). */
+static void stats_rows_(int n, int c, const float *restrict x, double *restrict s1,
+                        double *restrict s2)
 {
-    size_t k = 0;
-    for (; k + VB <= len; k += VB)
-        for (int q = 0; q < VB; q++) {
-            double v = x[k + q];
-            s1[k + q] += v;
-            s2[k + q] += v * v;
+    int j0 = 0;
+    for (; j0 + SB <= c; j0 += SB) {
+        double a1[SB] = {0}, a2[SB] = {0};
+        for (int i = 0; i < n; i++) {
+            const float *xr = x + (size_t)i * c + j0;
+            for (int q = 0; q < SB; q++) {
+                double v = xr[q];
+                a1[q] += v;
+                a2[q] += v * v;
+            }
         }
-    for (; k < len; k++) {
-        double v = x[k];
-        s1[k] += v;
-        s2[k] += v * v;
+        for (int q = 0; q < SB; q++) s1[j0 + q] = a1[q], s2[j0 + q] = a2[q];
+    }
+    for (; j0 < c; j0++) {
+        double t1 = 0, t2 = 0;
+        for (int i = 0; i < n; i++) {
+            double v = x[(size_t)i * c + j0];
+            t1 += v;
+            t2 += v * v;
+        }
+        s1[j0] = t1, s2[j0] = t2;
     }
 }
 
@@ -482,7 +508,7 @@ static void cpu_bn_stats(int n, int c, int hw, const float *x, double *stats)
     if (n <= 0 || hw <= 0) return;
     if (hw == 1) {
         /* x[n, c]: add rows (unit stride over channels) */
-        for (int i = 0; i < n; i++) span_stats_((size_t)c, x + (size_t)i * c, s1, s2);
+        stats_rows_(n, c, x, s1, s2);
         return;
     }
     for (int i = 0; i < n; i++)
@@ -573,22 +599,34 @@ static void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean,
         }
 }
 
-/* g1[j] += dy[j], g2[j] += dy[j] (x[j] - mean[j]) in double, j < len */
-static inline void span_gstats_(size_t len, const float *restrict x, const float *restrict dy,
-                                const float *restrict mean, double *restrict g1,
-                                double *restrict g2)
+/* x, dy [n, c] (hw == 1): g1[j] = sum_i dy[i, j], g2[j] = sum_i dy[i, j] (x[i, j] -
+ * mean[j]) in double, register-blocked as stats_rows_ */
+static void gstats_rows_(int n, int c, const float *restrict x, const float *restrict dy,
+                         const float *restrict mean, double *restrict g1, double *restrict g2)
 {
-    size_t k = 0;
-    for (; k + VB <= len; k += VB)
-        for (int q = 0; q < VB; q++) {
-            float g = dy[k + q];
-            g1[k + q] += (double)g;
-            g2[k + q] += (double)(g * (x[k + q] - mean[k + q]));
+    int j0 = 0;
+    for (; j0 + SB <= c; j0 += SB) {
+        double a1[SB] = {0}, a2[SB] = {0};
+        float m[SB];
+        for (int q = 0; q < SB; q++) m[q] = mean[j0 + q];
+        for (int i = 0; i < n; i++) {
+            const float *xr = x + (size_t)i * c + j0, *gr = dy + (size_t)i * c + j0;
+            for (int q = 0; q < SB; q++) {
+                float g = gr[q];
+                a1[q] += (double)g;
+                a2[q] += (double)(g * (xr[q] - m[q]));
+            }
         }
-    for (; k < len; k++) {
-        float g = dy[k];
-        g1[k] += (double)g;
-        g2[k] += (double)(g * (x[k] - mean[k]));
+        for (int q = 0; q < SB; q++) g1[j0 + q] = a1[q], g2[j0 + q] = a2[q];
+    }
+    for (; j0 < c; j0++) {
+        double t1 = 0, t2 = 0;
+        for (int i = 0; i < n; i++) {
+            float g = dy[(size_t)i * c + j0];
+            t1 += (double)g;
+            t2 += (double)(g * (x[(size_t)i * c + j0] - mean[j0]));
+        }
+        g1[j0] = t1, g2[j0] = t2;
     }
 }
 
@@ -600,10 +638,7 @@ static void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *
     double *g1 = gstats, *g2 = gstats + c;
     memset(gstats, 0, 2 * (size_t)c * sizeof *gstats);
     if (n > 0 && hw == 1) {
-        for (int i = 0; i < n; i++) {
-            size_t off = (size_t)i * c;
-            span_gstats_((size_t)c, x + off, dy + off, mean, g1, g2);
-        }
+        gstats_rows_(n, c, x, dy, mean, g1, g2);
     } else if (n > 0 && hw > 1) {
         for (int i = 0; i < n; i++)
             for (int ch = 0; ch < c; ch++) {
@@ -647,7 +682,9 @@ static inline void span_bn_dx_(size_t len, const float *x, const float *dy, cons
     size_t k = 0;
     for (; k + VB <= len; k += VB) {
         float t[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = A[k + q] * dy[k + q] + B[k + q] * x[k + q] + C[k + q];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) dx[k + q] = t[q];
     }
     for (; k < len; k++) dx[k] = A[k] * dy[k] + B[k] * x[k] + C[k];
@@ -693,7 +730,9 @@ static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *d
             int k = 0;
             for (; k + VB <= hw; k += VB) {
                 float t[VB];
+                UNROLL_VB
                 for (int q = 0; q < VB; q++) t[q] = A * gp[k + q] + B * xp[k + q] + C;
+                UNROLL_VB
                 for (int q = 0; q < VB; q++) dp[k + q] = t[q];
             }
             for (; k < hw; k++) dp[k] = A * gp[k] + B * xp[k] + C;
@@ -711,7 +750,9 @@ static void cpu_relu_fwd(size_t count, const float *x, float *y)
     size_t i = 0;
     for (; i + VB <= count; i += VB) {
         float t[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[i + q] < 0.0f ? 0.0f : x[i + q];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) y[i + q] = t[q];
     }
     for (; i < count; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
@@ -724,8 +765,11 @@ static void cpu_relu_bwd(size_t count, const float *x, const float *dy, float *d
     for (; i + VB <= count; i += VB) {
         float t[VB];
         float g[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) g[q] = dy[i + q]; /* unconditional loads vectorise */
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[i + q] <= 0.0f ? 0.0f : g[q];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) dx[i + q] = t[q];
     }
     for (; i < count; i++) dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];
@@ -925,10 +969,31 @@ static inline void adamw_span_(size_t len, float *restrict p, const float *restr
                                float c1, float b2, float c2, float step_size, float bc2_sqrt,
                                float eps)
 {
-    for (size_t k = 0; k < len; k++) {
+    size_t k = 0;
+#ifdef __SSE2__
+    /* sqrtf keeps GCC from vectorising (errno): the same operations, in the
+     * same order, four at a time (sqrtps rounds exactly as sqrtss) */
+    const __m128 vb1 = _mm_set1_ps(b1), vc1 = _mm_set1_ps(c1), vb2 = _mm_set1_ps(b2);
+    const __m128 vc2 = _mm_set1_ps(c2), vdecay = _mm_set1_ps(decay);
+    const __m128 vstep = _mm_set1_ps(step_size), vbc2 = _mm_set1_ps(bc2_sqrt);
+    const __m128 veps = _mm_set1_ps(eps);
+    for (; k + 4 <= len; k += 4) {
+        __m128 gk = _mm_loadu_ps(g + k);
+        __m128 mk = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + k)), _mm_mul_ps(vc1, gk));
+        __m128 vk = _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + k)),
+                               _mm_mul_ps(vc2, _mm_mul_ps(gk, gk)));
+        __m128 den = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vk), vbc2), veps);
+        __m128 pk = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(p + k), vdecay),
+                               _mm_mul_ps(vstep, _mm_div_ps(mk, den)));
+        _mm_storeu_ps(m + k, mk);
+        _mm_storeu_ps(v + k, vk);
+        _mm_storeu_ps(p + k, pk);
+    }
+#endif
+    for (; k < len; k++) {
         float gk = g[k];
         float mk = b1 * m[k] + c1 * gk;
-        float vk = b2 * v[k] + c2 * gk * gk;
+        float vk = b2 * v[k] + c2 * (gk * gk);
         m[k] = mk;
         v[k] = vk;
         p[k] = p[k] * decay - step_size * (mk / (sqrtf(vk) / bc2_sqrt + eps));
@@ -948,12 +1013,7 @@ static void cpu_adamw_step(size_t count, float *p, const float *g, float *m, flo
     const float step_size = (float)((double)lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
     const float c1 = (float)(1.0 - beta1), c2 = (float)(1.0 - beta2);
-    size_t i = 0;
-    for (; i + VB <= count; i += VB)
-        adamw_span_(VB, p + i, g + i, m + i, v + i, decay, beta1, c1, beta2, c2, step_size,
-                    bc2_sqrt, eps);
-    adamw_span_(count - i, p + i, g + i, m + i, v + i, decay, beta1, c1, beta2, c2, step_size,
-                bc2_sqrt, eps);
+    adamw_span_(count, p, g, m, v, decay, beta1, c1, beta2, c2, step_size, bc2_sqrt, eps);
 }
 
 /* ======================================================================== */
@@ -964,6 +1024,7 @@ static void cpu_scale(size_t count, float *x, float alpha)
 {
     size_t i = 0;
     for (; i + VB <= count; i += VB)
+        UNROLL_VB
         for (int q = 0; q < VB; q++) x[i + q] *= alpha;
     for (; i < count; i++) x[i] *= alpha;
 }
