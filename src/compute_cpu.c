@@ -5,12 +5,17 @@
  * Semantics are PyTorch's (see compute.h and the comment of each op).  No op
  * starts threads; BLAS runs with the threads it was configured for.
  *
- * Vectorisation: GCC at -O2 only vectorises loops whose trip count is a known
- * multiple of the vector length and that need no run-time alias checks.  Hot
- * loops are therefore written over blocks of VB elements: a constant-length
- * inner loop into a local array `t`, then a copy-out loop, then a scalar
- * tail.  Reading every input of a block before writing its output also makes
- * the elementwise ops safe in place (y == x, dx == dy).
+ * Vectorisation: GCC 12 at -O2 only vectorises loops whose trip count is a
+ * known multiple of the vector length and that need no run-time alias
+ * checks.  Hot loops are therefore written over blocks of VB elements: a
+ * fully unrolled (UNROLL_VB) loop computing the block into a local array `t`,
+ * a copy-out loop, then a scalar tail; the SLP vectoriser turns each block
+ * into straight-line vector code with `t` in registers.  Reading every input
+ * of a block before writing its output also makes the elementwise ops safe
+ * in place (y == x, dx == dy; other overlaps are not supported).  Sums that
+ * must be double accumulate in VB independent lanes (plain loops the loop
+ * vectoriser takes).  The GEMMs and sgd_step/adamw_step are bound by BLAS
+ * and by memory bandwidth respectively (bench/bench_kernels.c).
  *
  * Conventions: parameter gradients follow `beta` (0 overwrites without
  * reading the old value, 1 accumulates, anything else scales first); input
@@ -32,8 +37,8 @@
 #include "rng.h"
 
 #define VB 16 /* elements per vectorised block */
-/* Unrolls a loop over one block completely; the SLP vectoriser then turns
- * the block into straight-line vector code (the count must equal VB). */
+/* Unrolls a loop over one block completely (GCC >= 8 and clang know the
+ * pragma); the literal must equal VB. */
 #define UNROLL_VB _Pragma("GCC unroll 16")
 #define SB 8   /* channels per block of double accumulators (BN statistics) */
 #define CB 256 /* channels per block of per-channel coefficients (BN, hw == 1) */
@@ -93,9 +98,10 @@ static void grad_scale_(size_t count, float *g, float beta)
 static inline void span_add_(size_t len, const float *restrict a, float *restrict acc)
 {
     size_t k = 0;
-    for (; k + VB <= len; k += VB)
+    for (; k + VB <= len; k += VB) {
         UNROLL_VB
         for (int q = 0; q < VB; q++) acc[k + q] += a[k + q];
+    }
     for (; k < len; k++) acc[k] += a[k];
 }
 
@@ -240,12 +246,13 @@ static void im2col_(const conv_dims_t *d, const float *x, float *col, size_t ld)
                         memset(dst, 0, (size_t)ow * sizeof *dst);
                         continue;
                     }
-                    const float *src = x + ((size_t)ci * h + iy) * w - p + kj;
+                    const float *xrow = x + ((size_t)ci * h + iy) * w;
+                    const int off = kj - p; /* ix = ox*s + off, in [0, w) on [lo, hi) */
                     for (int ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
                     if (s == 1)
-                        memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof *dst);
+                        memcpy(dst + lo, xrow + lo + off, (size_t)(hi - lo) * sizeof *dst);
                     else
-                        for (int ox = lo; ox < hi; ox++) dst[ox] = src[(size_t)ox * s];
+                        for (int ox = lo; ox < hi; ox++) dst[ox] = xrow[ox * s + off];
                     for (int ox = hi; ox < ow; ox++) dst[ox] = 0.0f;
                 }
             }
@@ -266,11 +273,12 @@ static void col2im_(const conv_dims_t *d, const float *col, size_t ld, float *dx
                     int iy = oy * s - p + ki;
                     if (iy < 0 || iy >= h) continue;
                     const float *src = row + (size_t)oy * ow;
-                    float *dst = dx + ((size_t)ci * h + iy) * w - p + kj;
+                    float *dxrow = dx + ((size_t)ci * h + iy) * w;
+                    const int off = kj - p;
                     if (s == 1)
-                        span_add_((size_t)(hi - lo), src + lo, dst + lo);
+                        span_add_((size_t)(hi - lo), src + lo, dxrow + lo + off);
                     else
-                        for (int ox = lo; ox < hi; ox++) dst[(size_t)ox * s] += src[ox];
+                        for (int ox = lo; ox < hi; ox++) dxrow[ox * s + off] += src[ox];
                 }
             }
 }
@@ -674,32 +682,33 @@ static void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *
     }
 }
 
-/* dx = gamma invstd (dy - mdy - xhat mdyx) = A dy + B x + C per channel with
- * A = gamma invstd, B = -A invstd mdyx, C = -A mdy - B mean. */
+/* dx = gamma invstd (dy - mdy - xhat mdyx) = A dy + B (x - mean) + C per
+ * channel with A = gamma invstd, B = -A invstd mdyx, C = -A mdy (x - mean
+ * rather than folding mean into C: no cancellation when |mean| >> std). */
 static inline void span_bn_dx_(size_t len, const float *x, const float *dy, const float *A,
-                               const float *B, const float *C, float *dx)
+                               const float *B, const float *C, const float *mean, float *dx)
 {
     size_t k = 0;
     for (; k + VB <= len; k += VB) {
         float t[VB];
         UNROLL_VB
-        for (int q = 0; q < VB; q++) t[q] = A[k + q] * dy[k + q] + B[k + q] * x[k + q] + C[k + q];
+        for (int q = 0; q < VB; q++)
+            t[q] = A[k + q] * dy[k + q] + B[k + q] * (x[k + q] - mean[k + q]) + C[k + q];
         UNROLL_VB
         for (int q = 0; q < VB; q++) dx[k + q] = t[q];
     }
-    for (; k < len; k++) dx[k] = A[k] * dy[k] + B[k] * x[k] + C[k];
+    for (; k < len; k++) dx[k] = A[k] * dy[k] + B[k] * (x[k] - mean[k]) + C[k];
 }
 
-static void bn_dx_coef_(int ch, const float *mean, const float *invstd, const float *gamma,
-                        const double *gstats, int c, double count, float *A, float *B, float *C)
+static void bn_dx_coef_(int ch, const float *invstd, const float *gamma, const double *gstats,
+                        int c, double count, float *A, float *B, float *C)
 {
     double a = (double)gamma[ch] * invstd[ch];
     double mdy = count > 0 ? gstats[ch] / count : 0;
     double mdyx = count > 0 ? gstats[c + ch] / count : 0;
-    double b = -a * invstd[ch] * mdyx;
     *A = (float)a;
-    *B = (float)b;
-    *C = (float)(-a * mdy - b * mean[ch]);
+    *B = (float)(-a * invstd[ch] * mdyx);
+    *C = (float)(-a * mdy);
 }
 
 static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy,
@@ -712,17 +721,18 @@ static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *d
         for (int j0 = 0; j0 < c; j0 += CB) {
             int len = MIN(CB, c - j0);
             for (int j = 0; j < len; j++)
-                bn_dx_coef_(j0 + j, mean, invstd, gamma, gstats, c, count, &A[j], &B[j], &C[j]);
+                bn_dx_coef_(j0 + j, invstd, gamma, gstats, c, count, &A[j], &B[j], &C[j]);
             for (int i = 0; i < n; i++) {
                 size_t off = (size_t)i * c + j0;
-                span_bn_dx_((size_t)len, x + off, dy + off, A, B, C, dx + off);
+                span_bn_dx_((size_t)len, x + off, dy + off, A, B, C, mean + j0, dx + off);
             }
         }
         return;
     }
     for (int ch = 0; ch < c; ch++) {
         float A, B, C;
-        bn_dx_coef_(ch, mean, invstd, gamma, gstats, c, count, &A, &B, &C);
+        const float m = mean[ch];
+        bn_dx_coef_(ch, invstd, gamma, gstats, c, count, &A, &B, &C);
         for (int i = 0; i < n; i++) {
             size_t off = ((size_t)i * c + ch) * hw;
             const float *xp = x + off, *gp = dy + off;
@@ -731,11 +741,11 @@ static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *d
             for (; k + VB <= hw; k += VB) {
                 float t[VB];
                 UNROLL_VB
-                for (int q = 0; q < VB; q++) t[q] = A * gp[k + q] + B * xp[k + q] + C;
+                for (int q = 0; q < VB; q++) t[q] = A * gp[k + q] + B * (xp[k + q] - m) + C;
                 UNROLL_VB
                 for (int q = 0; q < VB; q++) dp[k + q] = t[q];
             }
-            for (; k < hw; k++) dp[k] = A * gp[k] + B * xp[k] + C;
+            for (; k < hw; k++) dp[k] = A * gp[k] + B * (xp[k] - m) + C;
         }
     }
 }
@@ -1023,9 +1033,10 @@ static void cpu_adamw_step(size_t count, float *p, const float *g, float *m, flo
 static void cpu_scale(size_t count, float *x, float alpha)
 {
     size_t i = 0;
-    for (; i + VB <= count; i += VB)
+    for (; i + VB <= count; i += VB) {
         UNROLL_VB
         for (int q = 0; q < VB; q++) x[i + q] *= alpha;
+    }
     for (; i < count; i++) x[i] *= alpha;
 }
 

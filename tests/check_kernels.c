@@ -637,6 +637,61 @@ START_TEST(bn_running_and_eval)
 }
 END_TEST
 
+/* Data far from zero (mean 1000, std ~0.6): the double statistics keep the
+ * variance (a float E[x^2] - mean^2 would lose it entirely) and dx, computed
+ * from x - mean, keeps its accuracy.  Reference: two-pass double. */
+START_TEST(bn_large_offset)
+{
+    const int n = 64, c = 5;
+    for (int hw = 1; hw <= 3; hw += 2) {
+        seed_(65 + (uint64_t)hw);
+        size_t xn = (size_t)n * c * hw;
+        float *x = fvec_(xn, 1), *dy = fvec_(xn, 1), *dx = fzero_(xn), *gamma = fvec_(c, 1);
+        float mean[5], invstd[5], rm[5] = {0}, rv[5] = {0}, dg[5], db[5];
+        double stats[10], gs[10], cnt = (double)n * hw;
+        for (size_t i = 0; i < xn; i++) x[i] += 1000.0f;
+        B->bn_stats(n, c, hw, x, stats);
+        B->bn_finalize(c, stats, cnt, 1e-5f, 0.1f, 0, mean, invstd, rm, rv);
+        B->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gs, dg, db, 0.0f);
+        B->bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gs, cnt, dx);
+        for (int ch = 0; ch < c; ch++) {
+            double m = 0, v = 0, sdy = 0, sdyx = 0, dmax = 0;
+#define X_(i, q) ((double)x[((size_t)(i) * c + ch) * hw + (q)])
+#define DY_(i, q) ((double)dy[((size_t)(i) * c + ch) * hw + (q)])
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) m += X_(i, q);
+            m /= cnt;
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) v += (X_(i, q) - m) * (X_(i, q) - m);
+            v /= cnt;
+            double is = 1 / sqrt(v + 1e-5);
+            ck_assert_double_le(fabs(mean[ch] - m), 1e-4); /* float rounding of 1000 */
+            ck_assert_double_le(fabs(invstd[ch] - is), 1e-5 * is);
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) {
+                    sdy += DY_(i, q);
+                    sdyx += DY_(i, q) * (X_(i, q) - m) * is;
+                }
+#define WANT_(i, q) \
+    (gamma[ch] * is * (DY_(i, q) - sdy / cnt - (X_(i, q) - m) * is * sdyx / cnt))
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) dmax = fmax(dmax, fabs(WANT_(i, q)));
+            /* 1e-5 of the channel's largest |dx| (observed ~1e-6: mean is a float) */
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) {
+                    double got = dx[((size_t)i * c + ch) * hw + q], want = WANT_(i, q);
+                    ck_assert_msg(fabs(got - want) <= 1e-5 * dmax,
+                                  "dx[%d,%d,%d] = %.7g, expected %.7g", i, ch, q, got, want);
+                }
+#undef WANT_
+#undef X_
+#undef DY_
+        }
+        free(x), free(dy), free(dx), free(gamma);
+    }
+}
+END_TEST
+
 /* ---- elementwise ------------------------------------------------------ */
 
 typedef struct ew_ctx {
@@ -1345,6 +1400,7 @@ Suite *test_suite(void)
     tcase_add_test(t, gap_gradients);
     tcase_add_loop_test(t, bn_gradients, 0, sizeof bn_cases_ / sizeof bn_cases_[0]);
     tcase_add_test(t, bn_running_and_eval);
+    tcase_add_test(t, bn_large_offset);
     tcase_add_test(t, relu_gelu_gradients);
     tcase_add_test(t, dropout_mask);
     tcase_add_test(t, xent_gradients_and_values);
