@@ -1069,6 +1069,23 @@ START_TEST(memory_ops)
 }
 END_TEST
 
+/* count == 0 / n == 0 for the ops not covered above: nothing is touched */
+START_TEST(empty_counts)
+{
+    float a[4] = {1, -2, 3, -4}, b[4] = {5, 5, 5, 5}, m[4] = {0}, v[4] = {0};
+    uint16_t h[4] = {7, 7, 7, 7};
+    B->relu_fwd(0, a, b), B->relu_bwd(0, a, a, b), B->gelu_fwd(0, a, b), B->gelu_bwd(0, a, a, b);
+    B->scale(0, b, 3.0f), B->to_half(0, a, h, 1), B->from_half(0, h, b, 0);
+    B->sgd_step(0, b, a, m, 0.1f, 0.9f, 1, 0.1f, 1);
+    B->adamw_step(0, b, a, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 1);
+    double acc[2] = {0, 0};
+    B->mse(0, 4, a, a, 1.0f, b, acc);
+    assert_all_eq_(b, 5.0f, 4, "outputs after count 0");
+    for (int i = 0; i < 4; i++) ck_assert_uint_eq(h[i], 7);
+    ck_assert_double_eq(acc[0], 0);
+}
+END_TEST
+
 /* ---- the fixture models, composed from the ops, against PyTorch -------- */
 
 enum { K_LIN, K_CONV, K_BN, K_RELU, K_MAXPOOL, K_GAP };
@@ -1411,6 +1428,7 @@ Suite *test_suite(void)
     tcase_add_test(t, scale_sumsq_finite);
     tcase_add_test(t, half_round_trips);
     tcase_add_test(t, memory_ops);
+    tcase_add_test(t, empty_counts);
     tcase_add_test(t, fixture_mlp);
     tcase_add_test(t, fixture_cnn);
     suite_add_tcase(s, t);
