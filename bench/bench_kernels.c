@@ -29,22 +29,31 @@ static double now_(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-enum { OP_LIN_FWD, OP_LIN_BWD, OP_BN_FWD, OP_BN_BWD, OP_RELU_FWD, OP_RELU_BWD, OP_XENT, OP_SGD,
-       NOPS };
-static const char *op_names[NOPS] = {"linear_fwd", "linear_bwd", "bn_fwd (stats+fwd)",
-                                     "bn_bwd (stats+data)", "relu_fwd", "relu_bwd",
-                                     "xent", "sgd_step"};
+enum {
+    OP_LIN_FWD,
+    OP_LIN_BWD,
+    OP_BN_FWD,
+    OP_BN_BWD,
+    OP_RELU_FWD,
+    OP_RELU_BWD,
+    OP_XENT,
+    OP_SGD,
+    NOPS
+};
+static const char *op_names[NOPS] = {
+    "linear_fwd", "linear_bwd", "bn_fwd (stats+fwd)", "bn_bwd (stats+data)", "relu_fwd", "relu_bwd",
+    "xent",       "sgd_step"};
 static double op_time[NOPS], op_flop[NOPS];
 static int timing; /* accumulate into op_time */
 
-#define TIMED(op, flop, call)                                                              \
-    do {                                                                                   \
-        double t0_ = now_();                                                               \
-        call;                                                                              \
-        if (timing) {                                                                      \
-            op_time[op] += now_() - t0_;                                                   \
-            op_flop[op] += (flop);                                                         \
-        }                                                                                  \
+#define TIMED(op, flop, call)                                                                      \
+    do {                                                                                           \
+        double t0_ = now_();                                                                       \
+        call;                                                                                      \
+        if (timing) {                                                                              \
+            op_time[op] += now_() - t0_;                                                           \
+            op_flop[op] += (flop);                                                                 \
+        }                                                                                          \
     } while (0)
 
 #define NLIN 3
@@ -55,10 +64,10 @@ typedef struct net {
     int batch;
     float *params, *grads, *mom; /* flat */
     size_t nparams;
-    float *W[NLIN], *b[NLIN], *gamma[2], *beta[2];   /* views into params */
+    float *W[NLIN], *b[NLIN], *gamma[2], *beta[2];     /* views into params */
     float *dW[NLIN], *db[NLIN], *dgamma[2], *dbeta[2]; /* views into grads */
-    float *x, *h[NLIN], *bnout[2], *act[2];           /* activations */
-    float *dbuf[2];                                   /* gradient ping-pong */
+    float *x, *h[NLIN], *bnout[2], *act[2];            /* activations */
+    float *dbuf[2];                                    /* gradient ping-pong */
     float *mean[2], *invstd[2], *rm[2], *rv[2];
     double *stats[2], *gstats[2];
     int32_t *labels;
@@ -117,7 +126,8 @@ static void net_init_(net_t *m, const compute_ops_t *be, int batch)
         m->bnout[l] = xalloc_(be, (size_t)batch * c * sizeof(float));
         m->act[l] = xalloc_(be, (size_t)batch * c * sizeof(float));
     }
-    for (int l = 0; l < NLIN; l++) m->h[l] = xalloc_(be, (size_t)batch * dims[l + 1] * sizeof(float));
+    for (int l = 0; l < NLIN; l++)
+        m->h[l] = xalloc_(be, (size_t)batch * dims[l + 1] * sizeof(float));
     m->x = xalloc_(be, (size_t)batch * dims[0] * sizeof(float));
     for (size_t i = 0; i < (size_t)batch * dims[0]; i++) m->x[i] = urand_(&s);
     m->labels = xalloc_(be, (size_t)batch * sizeof(int32_t));
@@ -147,7 +157,8 @@ static double net_step_(net_t *m, int first)
     const float *in = m->x;
     for (int l = 0; l < NLIN; l++) {
         int fi = dims[l], fo = dims[l + 1];
-        TIMED(OP_LIN_FWD, 2.0 * n * fi * fo, be->linear_fwd(n, fi, fo, in, m->W[l], m->b[l], m->h[l]));
+        TIMED(OP_LIN_FWD, 2.0 * n * fi * fo,
+              be->linear_fwd(n, fi, fo, in, m->W[l], m->b[l], m->h[l]));
         if (l == NLIN - 1) break;
         TIMED(OP_BN_FWD, 0, {
             be->bn_stats(n, fo, 1, m->h[l], m->stats[l]);
@@ -202,12 +213,12 @@ static double gemm_step_(net_t *m, double *flop)
         int fi = dims[l], fo = dims[l + 1];
         const float *xin = l ? m->act[l - 1] : m->x;
         const float *dy = l == NLIN - 1 ? m->dlogits : m->dbuf[(l + 1) & 1];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fo, fi, n, 1.0f, dy, fo, xin, fi,
-                    0.0f, m->dW[l], fi);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fo, fi, n, 1.0f, dy, fo, xin, fi, 0.0f,
+                    m->dW[l], fi);
         f += 2.0 * n * fi * fo;
         if (l) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, fi, fo, 1.0f, dy, fo,
-                        m->W[l], fi, 0.0f, m->dbuf[l & 1], fi);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, fi, fo, 1.0f, dy, fo, m->W[l],
+                        fi, 0.0f, m->dbuf[l & 1], fi);
             f += 2.0 * n * fi * fo;
         }
     }
@@ -312,8 +323,8 @@ int main(int argc, char **argv)
            100 * sgd_s / (total / steps));
     printf("#\n# sgd_step moves 20 B/parameter (p, buf read+write, g read): %.1f GB/s;\n",
            sgd_bytes / sgd_s * 1e-9);
-    printf("# memcpy of the %.1f MB parameter buffer (read+write): %.1f GB/s\n",
-           m.nparams * 4e-6, 8.0 * (double)m.nparams / tcopy * 1e-9);
+    printf("# memcpy of the %.1f MB parameter buffer (read+write): %.1f GB/s\n", m.nparams * 4e-6,
+           8.0 * (double)m.nparams / tcopy * 1e-9);
     int ok = be->all_finite(m.nparams, m.params) && loss < loss0;
     printf("# check: loss %.4f -> %.4f, weights finite: %s -> %s\n", loss0, loss,
            be->all_finite(m.nparams, m.params) ? "yes" : "NO", ok ? "OK" : "WRONG");

@@ -40,8 +40,8 @@
 /* Unrolls a loop over one block completely (GCC >= 8 and clang know the
  * pragma); the literal must equal VB. */
 #define UNROLL_VB _Pragma("GCC unroll 16")
-#define SB 8   /* channels per block of double accumulators (BN statistics) */
-#define CB 256 /* channels per block of per-channel coefficients (BN, hw == 1) */
+#define SB        8   /* channels per block of double accumulators (BN statistics) */
+#define CB        256 /* channels per block of per-channel coefficients (BN, hw == 1) */
 
 /* Largest number of GEMM columns (samples x output pixels) one convolution
  * GEMM covers: bigger GEMMs run faster, the workspace grows with them. */
@@ -65,7 +65,10 @@ static void *cpu_alloc(size_t bytes)
     return p;
 }
 
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p)
+{
+    free(p);
+}
 
 static void cpu_copy(void *dst, const void *src, size_t bytes)
 {
@@ -152,8 +155,8 @@ static inline void span_axpb_v_(size_t len, const float *x, const float *a, cons
 /* ======================================================================== */
 
 /* y[n,out] = x[n,in] w[out,in]^T + b[out] */
-static void cpu_linear_fwd(int n, int in, int out, const float *x, const float *w,
-                           const float *b, float *y)
+static void cpu_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
+                           float *y)
 {
     if (n <= 0 || out <= 0) return;
     /* the bias goes in first so the GEMM adds onto it (one pass over y) */
@@ -168,8 +171,8 @@ static void cpu_linear_fwd(int n, int in, int out, const float *x, const float *
 }
 
 /* dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w */
-static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *w,
-                           const float *dy, float *dx, float *dw, float *db, float beta)
+static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
+                           float *dx, float *dw, float *db, float beta)
 {
     if (n <= 0 || in <= 0) {
         if (dw && in > 0) grad_scale_((size_t)out * in, dw, beta);
@@ -183,8 +186,8 @@ static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *
         return;
     }
     if (dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
-                    beta, dw, in);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, beta,
+                    dw, in);
     if (db) {
         /* column sum of dy, row by row (unit stride, vectorised) */
         grad_scale_((size_t)out, db, beta);
@@ -220,9 +223,9 @@ static size_t cpu_conv_ws_bytes(const conv_dims_t *d)
 /* Output columns [lo, hi) whose input column ox*s - p + kj lies in [0, w). */
 static void conv_valid_(int ow, int w, int s, int p, int kj, int *lo, int *hi)
 {
-    int a = p - kj;                          /* need ox*s >= a */
+    int a = p - kj; /* need ox*s >= a */
     int l = a <= 0 ? 0 : (a + s - 1) / s;
-    int b = w - 1 + p - kj;                  /* need ox*s <= b */
+    int b = w - 1 + p - kj; /* need ox*s <= b */
     int h = b < 0 ? 0 : b / s + 1;
     *lo = MIN(l, ow);
     *hi = MAX(*lo, MIN(h, ow));
@@ -360,8 +363,8 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
         }
         if (dx) {
             /* dcol[ckk, gn*ohw] = w[oc, ckk]^T dyg, into col, then col2im */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, d->oc, 1.0f, w,
-                        ckk, dyg, (int)ld, 0.0f, col, (int)ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, d->oc, 1.0f, w, ckk,
+                        dyg, (int)ld, 0.0f, col, (int)ld);
             for (int gi = 0; gi < gn; gi++)
                 col2im_(d, col + (size_t)gi * ohw, ld, dx + (size_t)(i0 + gi) * chw);
         }
@@ -402,8 +405,7 @@ static void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int3
     }
 }
 
-static void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argmax,
-                            float *dx)
+static void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argmax, float *dx)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
     const size_t ohw = (size_t)d->oh * d->ow;
@@ -580,8 +582,8 @@ static void cpu_bn_eval_params(int c, const float *running_mean, const float *ru
 }
 
 /* y = x a + b with a = invstd gamma, b = beta_ - mean a (PyTorch's CPU form) */
-static void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean,
-                       const float *invstd, const float *gamma, const float *beta_, float *y)
+static void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                       const float *gamma, const float *beta_, float *y)
 {
     if (n <= 0 || c <= 0 || hw <= 0) return;
     if (hw == 1) {
@@ -639,8 +641,8 @@ static void gstats_rows_(int n, int c, const float *restrict x, const float *res
 }
 
 static void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
-                             const float *mean, const float *invstd, double *gstats,
-                             float *dgamma, float *dbeta, float beta)
+                             const float *mean, const float *invstd, double *gstats, float *dgamma,
+                             float *dbeta, float beta)
 {
     if (c <= 0) return;
     double *g1 = gstats, *g2 = gstats + c;
@@ -809,8 +811,7 @@ static void cpu_gelu_bwd(size_t count, const float *x, const float *dy, float *d
  * exactly ddp_dropout_keep(seed, step, layer, sample_idx[i], j, p), computed
  * four elements per Philox call as that function does. */
 static void dropout_apply_(int n, size_t features, const float *in, float *out, float p,
-                           uint64_t seed, uint64_t step, uint32_t layer,
-                           const int64_t *sample_idx)
+                           uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx)
 {
     if (n <= 0 || features == 0) return;
     if (p <= 0.0f) { /* u01 >= 0 always: everything kept, scale 1 */
@@ -833,15 +834,13 @@ static void dropout_apply_(int n, size_t features, const float *in, float *out, 
 }
 
 static void cpu_dropout_fwd(int n, size_t features, const float *x, float *y, float p,
-                            uint64_t seed, uint64_t step, uint32_t layer,
-                            const int64_t *sample_idx)
+                            uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx)
 {
     dropout_apply_(n, features, x, y, p, seed, step, layer, sample_idx);
 }
 
 static void cpu_dropout_bwd(int n, size_t features, const float *dy, float *dx, float p,
-                            uint64_t seed, uint64_t step, uint32_t layer,
-                            const int64_t *sample_idx)
+                            uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx)
 {
     dropout_apply_(n, features, dy, dx, p, seed, step, layer, sample_idx);
 }
@@ -970,7 +969,8 @@ static void cpu_sgd_step(size_t count, float *p, const float *g, float *buf, flo
     /* first step: buf = d exactly (m * 0 + d) */
     if (first) memset(buf, 0, count * sizeof *buf);
     size_t i = 0;
-    for (; i + VB <= count; i += VB) sgd_mom_(VB, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
+    for (; i + VB <= count; i += VB)
+        sgd_mom_(VB, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
     sgd_mom_(count - i, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
 }
 
@@ -990,8 +990,8 @@ static inline void adamw_span_(size_t len, float *restrict p, const float *restr
     for (; k + 4 <= len; k += 4) {
         __m128 gk = _mm_loadu_ps(g + k);
         __m128 mk = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + k)), _mm_mul_ps(vc1, gk));
-        __m128 vk = _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + k)),
-                               _mm_mul_ps(vc2, _mm_mul_ps(gk, gk)));
+        __m128 vk =
+            _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + k)), _mm_mul_ps(vc2, _mm_mul_ps(gk, gk)));
         __m128 den = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vk), vbc2), veps);
         __m128 pk = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(p + k), vdecay),
                                _mm_mul_ps(vstep, _mm_div_ps(mk, den)));
