@@ -29,22 +29,31 @@ static double now_(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-enum { OP_LIN_FWD, OP_LIN_BWD, OP_BN_FWD, OP_BN_BWD, OP_RELU_FWD, OP_RELU_BWD, OP_XENT, OP_SGD,
-       NOPS };
-static const char *op_names[NOPS] = {"linear_fwd", "linear_bwd", "bn_fwd (stats+fwd)",
-                                     "bn_bwd (stats+data)", "relu_fwd", "relu_bwd",
-                                     "xent", "sgd_step"};
+enum {
+    OP_LIN_FWD,
+    OP_LIN_BWD,
+    OP_BN_FWD,
+    OP_BN_BWD,
+    OP_RELU_FWD,
+    OP_RELU_BWD,
+    OP_XENT,
+    OP_SGD,
+    NOPS
+};
+static const char *op_names[NOPS] = {
+    "linear_fwd", "linear_bwd", "bn_fwd (stats+fwd)", "bn_bwd (stats+data)", "relu_fwd", "relu_bwd",
+    "xent",       "sgd_step"};
 static double op_time[NOPS], op_flop[NOPS];
 static int timing; /* accumulate into op_time */
 
-#define TIMED(op, flop, call)                                                              \
-    do {                                                                                   \
-        double t0_ = now_();                                                               \
-        call;                                                                              \
-        if (timing) {                                                                      \
-            op_time[op] += now_() - t0_;                                                   \
-            op_flop[op] += (flop);                                                         \
-        }                                                                                  \
+#define TIMED(op, flop, call)                                                                      \
+    do {                                                                                           \
+        double t0_ = now_();                                                                       \
+        call;                                                                                      \
+        if (timing) {                                                                              \
+            op_time[op] += now_() - t0_;                                                           \
+            op_flop[op] += (flop);                                                                 \
+        }                                                                                          \
     } while (0)
 
 #define NLIN 3
@@ -55,10 +64,10 @@ typedef struct net {
     int batch;
     float *params, *grads, *mom; /* flat */
     size_t nparams;
-    float *W[NLIN], *b[NLIN], *gamma[2], *beta[2];   /* views into params */
+    float *W[NLIN], *b[NLIN], *gamma[2], *beta[2];     /* views into params */
     float *dW[NLIN], *db[NLIN], *dgamma[2], *dbeta[2]; /* views into grads */
-    float *x, *h[NLIN], *bnout[2], *act[2];           /* activations */
-    float *dbuf[2];                                   /* gradient ping-pong */
+    float *x, *h[NLIN], *bnout[2], *act[2];            /* activations */
+    float *dbuf[2];                                    /* gradient ping-pong */
     float *mean[2], *invstd[2], *rm[2], *rv[2];
     double *stats[2], *gstats[2];
     int32_t *labels;
@@ -117,7 +126,8 @@ static void net_init_(net_t *m, const compute_ops_t *be, int batch)
         m->bnout[l] = xalloc_(be, (size_t)batch * c * sizeof(float));
         m->act[l] = xalloc_(be, (size_t)batch * c * sizeof(float));
     }
-    for (int l = 0; l < NLIN; l++) m->h[l] = xalloc_(be, (size_t)batch * dims[l + 1] * sizeof(float));
+    for (int l = 0; l < NLIN; l++)
+        m->h[l] = xalloc_(be, (size_t)batch * dims[l + 1] * sizeof(float));
     m->x = xalloc_(be, (size_t)batch * dims[0] * sizeof(float));
     for (size_t i = 0; i < (size_t)batch * dims[0]; i++) m->x[i] = urand_(&s);
     m->labels = xalloc_(be, (size_t)batch * sizeof(int32_t));
@@ -147,7 +157,8 @@ static double net_step_(net_t *m, int first)
     const float *in = m->x;
     for (int l = 0; l < NLIN; l++) {
         int fi = dims[l], fo = dims[l + 1];
-        TIMED(OP_LIN_FWD, 2.0 * n * fi * fo, be->linear_fwd(n, fi, fo, in, m->W[l], m->b[l], m->h[l]));
+        TIMED(OP_LIN_FWD, 2.0 * n * fi * fo,
+              be->linear_fwd(n, fi, fo, in, m->W[l], m->b[l], m->h[l]));
         if (l == NLIN - 1) break;
         TIMED(OP_BN_FWD, 0, {
             be->bn_stats(n, fo, 1, m->h[l], m->stats[l]);
@@ -202,12 +213,12 @@ static double gemm_step_(net_t *m, double *flop)
         int fi = dims[l], fo = dims[l + 1];
         const float *xin = l ? m->act[l - 1] : m->x;
         const float *dy = l == NLIN - 1 ? m->dlogits : m->dbuf[(l + 1) & 1];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fo, fi, n, 1.0f, dy, fo, xin, fi,
-                    0.0f, m->dW[l], fi);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, fo, fi, n, 1.0f, dy, fo, xin, fi, 0.0f,
+                    m->dW[l], fi);
         f += 2.0 * n * fi * fo;
         if (l) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, fi, fo, 1.0f, dy, fo,
-                        m->W[l], fi, 0.0f, m->dbuf[l & 1], fi);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, fi, fo, 1.0f, dy, fo, m->W[l],
+                        fi, 0.0f, m->dbuf[l & 1], fi);
             f += 2.0 * n * fi * fo;
         }
     }
@@ -250,19 +261,32 @@ int main(int argc, char **argv)
         double l = net_step_(&m, i == 0);
         if (i == 0) loss0 = l;
     }
-    /* interleave full steps and GEMM-only steps so both see the same machine */
+    /* full steps and GEMM-only steps alternate in blocks of 10, so both see
+     * the same machine (it is shared) without the GEMM-only pass evicting the
+     * training state before every step */
     double *tstep = malloc((size_t)steps * sizeof *tstep);
     double *tgemm = malloc((size_t)steps * sizeof *tgemm);
     double gflop = 0;
-    for (int i = 0; i < steps; i++) {
+    for (int i0 = 0; i0 < steps; i0 += 10) {
+        int i1 = i0 + 10 < steps ? i0 + 10 : steps;
         timing = 1;
-        double t0 = now_();
-        loss = net_step_(&m, warmup == 0 && i == 0);
-        tstep[i] = now_() - t0;
+        for (int i = i0; i < i1; i++) {
+            double t0 = now_();
+            loss = net_step_(&m, warmup == 0 && i == 0);
+            tstep[i] = now_() - t0;
+        }
         timing = 0;
-        tgemm[i] = gemm_step_(&m, &gflop);
-        /* the GEMM-only pass overwrote activations and gradients; the next
+        /* the GEMM-only pass overwrites activations and gradients; the next
          * step recomputes all of them from the weights */
+        for (int i = i0; i < i1; i++) tgemm[i] = gemm_step_(&m, &gflop);
+    }
+    /* memory reference for sgd_step: a copy of the parameter buffer */
+    double tcopy = 1e9;
+    for (int i = 0; i < 20; i++) {
+        double t0 = now_();
+        memcpy(m.grads, m.params, m.nparams * sizeof(float));
+        double t = now_() - t0;
+        tcopy = t < tcopy ? t : tcopy;
     }
     qsort(tstep, (size_t)steps, sizeof *tstep, cmp_double_);
     qsort(tgemm, (size_t)steps, sizeof *tgemm, cmp_double_);
@@ -292,9 +316,15 @@ int main(int argc, char **argv)
            batch / gemm_med, gflop / gemm_med * 1e-9);
     printf("  %-34s %10.3f %11.1f%%\n", "non-GEMM overhead (step - GEMMs)",
            (step_med - gemm_med) * 1e3, 100 * (step_med - gemm_med) / step_med);
-    printf("  %-34s %10.3f %11.1f%%\n", "  of which outside linear_*", (total / steps - gemm_ops) * 1e3,
-           100 * (total / steps - gemm_ops) / (total / steps));
-
+    printf("  %-34s %10.3f %11.1f%%\n", "  of which outside linear_*",
+           (total / steps - gemm_ops) * 1e3, 100 * (total / steps - gemm_ops) / (total / steps));
+    double sgd_s = op_time[OP_SGD] / steps, sgd_bytes = 20.0 * (double)m.nparams;
+    printf("  %-34s %10.3f %11.1f%%\n", "  of which sgd_step", sgd_s * 1e3,
+           100 * sgd_s / (total / steps));
+    printf("#\n# sgd_step moves 20 B/parameter (p, buf read+write, g read): %.1f GB/s;\n",
+           sgd_bytes / sgd_s * 1e-9);
+    printf("# memcpy of the %.1f MB parameter buffer (read+write): %.1f GB/s\n", m.nparams * 4e-6,
+           8.0 * (double)m.nparams / tcopy * 1e-9);
     int ok = be->all_finite(m.nparams, m.params) && loss < loss0;
     printf("# check: loss %.4f -> %.4f, weights finite: %s -> %s\n", loss0, loss,
            be->all_finite(m.nparams, m.params) ? "yes" : "NO", ok ? "OK" : "WRONG");

@@ -5,12 +5,17 @@
  * Semantics are PyTorch's (see compute.h and the comment of each op).  No op
  * starts threads; BLAS runs with the threads it was configured for.
  *
- * Vectorisation: GCC at -O2 only vectorises loops whose trip count is a known
- * multiple of the vector length and that need no run-time alias checks.  Hot
- * loops are therefore written over blocks of VB elements: a constant-length
- * inner loop into a local array `t`, then a copy-out loop, then a scalar
- * tail.  Reading every input of a block before writing its output also makes
- * the elementwise ops safe in place (y == x, dx == dy).
+ * Vectorisation: GCC 12 at -O2 only vectorises loops whose trip count is a
+ * known multiple of the vector length and that need no run-time alias
+ * checks.  Hot loops are therefore written over blocks of VB elements: a
+ * fully unrolled (UNROLL_VB) loop computing the block into a local array `t`,
+ * a copy-out loop, then a scalar tail; the SLP vectoriser turns each block
+ * into straight-line vector code with `t` in registers.  Reading every input
+ * of a block before writing its output also makes the elementwise ops safe
+ * in place (y == x, dx == dy; other overlaps are not supported).  Sums that
+ * must be double accumulate in VB independent lanes (plain loops the loop
+ * vectoriser takes).  The GEMMs and sgd_step/adamw_step are bound by BLAS
+ * and by memory bandwidth respectively (bench/bench_kernels.c).
  *
  * Conventions: parameter gradients follow `beta` (0 overwrites without
  * reading the old value, 1 accumulates, anything else scales first); input
@@ -23,12 +28,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "compute.h"
 #include "half.h"
 #include "rng.h"
 
-#define VB 16  /* elements per vectorised block */
-#define CB 256 /* channels per block of per-channel coefficients (BN, hw == 1) */
+#define VB 16 /* elements per vectorised block */
+/* Unrolls a loop over one block completely (GCC >= 8 and clang know the
+ * pragma); the literal must equal VB. */
+#define UNROLL_VB _Pragma("GCC unroll 16")
+#define SB        8   /* channels per block of double accumulators (BN statistics) */
+#define CB        256 /* channels per block of per-channel coefficients (BN, hw == 1) */
 
 /* Largest number of GEMM columns (samples x output pixels) one convolution
  * GEMM covers: bigger GEMMs run faster, the workspace grows with them. */
@@ -52,7 +65,10 @@ static void *cpu_alloc(size_t bytes)
     return p;
 }
 
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p)
+{
+    free(p);
+}
 
 static void cpu_copy(void *dst, const void *src, size_t bytes)
 {
@@ -85,8 +101,10 @@ static void grad_scale_(size_t count, float *g, float beta)
 static inline void span_add_(size_t len, const float *restrict a, float *restrict acc)
 {
     size_t k = 0;
-    for (; k + VB <= len; k += VB)
+    for (; k + VB <= len; k += VB) {
+        UNROLL_VB
         for (int q = 0; q < VB; q++) acc[k + q] += a[k + q];
+    }
     for (; k < len; k++) acc[k] += a[k];
 }
 
@@ -109,7 +127,9 @@ static inline void span_axpb_s_(size_t len, const float *x, float a, float b, fl
     size_t k = 0;
     for (; k + VB <= len; k += VB) {
         float t[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[k + q] * a + b;
+        UNROLL_VB
         for (int q = 0; q < VB; q++) y[k + q] = t[q];
     }
     for (; k < len; k++) y[k] = x[k] * a + b;
@@ -122,7 +142,9 @@ static inline void span_axpb_v_(size_t len, const float *x, const float *a, cons
     size_t k = 0;
     for (; k + VB <= len; k += VB) {
         float t[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[k + q] * a[k + q] + b[k + q];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) y[k + q] = t[q];
     }
     for (; k < len; k++) y[k] = x[k] * a[k] + b[k];
@@ -133,8 +155,8 @@ static inline void span_axpb_v_(size_t len, const float *x, const float *a, cons
 /* ======================================================================== */
 
 /* y[n,out] = x[n,in] w[out,in]^T + b[out] */
-static void cpu_linear_fwd(int n, int in, int out, const float *x, const float *w,
-                           const float *b, float *y)
+static void cpu_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
+                           float *y)
 {
     if (n <= 0 || out <= 0) return;
     /* the bias goes in first so the GEMM adds onto it (one pass over y) */
@@ -149,8 +171,8 @@ static void cpu_linear_fwd(int n, int in, int out, const float *x, const float *
 }
 
 /* dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w */
-static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *w,
-                           const float *dy, float *dx, float *dw, float *db, float beta)
+static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
+                           float *dx, float *dw, float *db, float beta)
 {
     if (n <= 0 || in <= 0) {
         if (dw && in > 0) grad_scale_((size_t)out * in, dw, beta);
@@ -164,8 +186,8 @@ static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *
         return;
     }
     if (dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
-                    beta, dw, in);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, beta,
+                    dw, in);
     if (db) {
         /* column sum of dy, row by row (unit stride, vectorised) */
         grad_scale_((size_t)out, db, beta);
@@ -201,9 +223,9 @@ static size_t cpu_conv_ws_bytes(const conv_dims_t *d)
 /* Output columns [lo, hi) whose input column ox*s - p + kj lies in [0, w). */
 static void conv_valid_(int ow, int w, int s, int p, int kj, int *lo, int *hi)
 {
-    int a = p - kj;                          /* need ox*s >= a */
+    int a = p - kj; /* need ox*s >= a */
     int l = a <= 0 ? 0 : (a + s - 1) / s;
-    int b = w - 1 + p - kj;                  /* need ox*s <= b */
+    int b = w - 1 + p - kj; /* need ox*s <= b */
     int h = b < 0 ? 0 : b / s + 1;
     *lo = MIN(l, ow);
     *hi = MAX(*lo, MIN(h, ow));
@@ -227,12 +249,13 @@ static void im2col_(const conv_dims_t *d, const float *x, float *col, size_t ld)
                         memset(dst, 0, (size_t)ow * sizeof *dst);
                         continue;
                     }
-                    const float *src = x + ((size_t)ci * h + iy) * w - p + kj;
+                    const float *xrow = x + ((size_t)ci * h + iy) * w;
+                    const int off = kj - p; /* ix = ox*s + off, in [0, w) on [lo, hi) */
                     for (int ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
                     if (s == 1)
-                        memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof *dst);
+                        memcpy(dst + lo, xrow + lo + off, (size_t)(hi - lo) * sizeof *dst);
                     else
-                        for (int ox = lo; ox < hi; ox++) dst[ox] = src[(size_t)ox * s];
+                        for (int ox = lo; ox < hi; ox++) dst[ox] = xrow[ox * s + off];
                     for (int ox = hi; ox < ow; ox++) dst[ox] = 0.0f;
                 }
             }
@@ -253,11 +276,12 @@ static void col2im_(const conv_dims_t *d, const float *col, size_t ld, float *dx
                     int iy = oy * s - p + ki;
                     if (iy < 0 || iy >= h) continue;
                     const float *src = row + (size_t)oy * ow;
-                    float *dst = dx + ((size_t)ci * h + iy) * w - p + kj;
+                    float *dxrow = dx + ((size_t)ci * h + iy) * w;
+                    const int off = kj - p;
                     if (s == 1)
-                        span_add_((size_t)(hi - lo), src + lo, dst + lo);
+                        span_add_((size_t)(hi - lo), src + lo, dxrow + lo + off);
                     else
-                        for (int ox = lo; ox < hi; ox++) dst[(size_t)ox * s] += src[ox];
+                        for (int ox = lo; ox < hi; ox++) dxrow[ox * s + off] += src[ox];
                 }
             }
 }
@@ -339,8 +363,8 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
         }
         if (dx) {
             /* dcol[ckk, gn*ohw] = w[oc, ckk]^T dyg, into col, then col2im */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, d->oc, 1.0f, w,
-                        ckk, dyg, (int)ld, 0.0f, col, (int)ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, d->oc, 1.0f, w, ckk,
+                        dyg, (int)ld, 0.0f, col, (int)ld);
             for (int gi = 0; gi < gn; gi++)
                 col2im_(d, col + (size_t)gi * ohw, ld, dx + (size_t)(i0 + gi) * chw);
         }
@@ -381,8 +405,7 @@ static void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int3
     }
 }
 
-static void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argmax,
-                            float *dx)
+static void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argmax, float *dx)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
     const size_t ohw = (size_t)d->oh * d->ow;
@@ -456,21 +479,34 @@ static void cpu_gap_bwd(int n, int c, int hw, const float *dy, float *dx)
 /* batch normalisation                                                      */
 /* ======================================================================== */
 
-/* s1[j] += x[j], s2[j] += x[j]^2 in double, j < len */
-static inline void span_stats_(size_t len, const float *restrict x, double *restrict s1,
-                               double *restrict s2)
+/* x[n, c] (hw == 1): s1[j] = sum_i x[i, j], s2[j] = sum_i x[i, j]^2 in double.
+ * Channels go in blocks of SB whose accumulators stay in registers while
+ * the rows stream by (accumulating into s1/s2 in memory row by row would
+ * move four times the bytes of x). */
+static void stats_rows_(int n, int c, const float *restrict x, double *restrict s1,
+                        double *restrict s2)
 {
-    size_t k = 0;
-    for (; k + VB <= len; k += VB)
-        for (int q = 0; q < VB; q++) {
-            double v = x[k + q];
-            s1[k + q] += v;
-            s2[k + q] += v * v;
+    int j0 = 0;
+    for (; j0 + SB <= c; j0 += SB) {
+        double a1[SB] = {0}, a2[SB] = {0};
+        for (int i = 0; i < n; i++) {
+            const float *xr = x + (size_t)i * c + j0;
+            for (int q = 0; q < SB; q++) {
+                double v = xr[q];
+                a1[q] += v;
+                a2[q] += v * v;
+            }
         }
-    for (; k < len; k++) {
-        double v = x[k];
-        s1[k] += v;
-        s2[k] += v * v;
+        for (int q = 0; q < SB; q++) s1[j0 + q] = a1[q], s2[j0 + q] = a2[q];
+    }
+    for (; j0 < c; j0++) {
+        double t1 = 0, t2 = 0;
+        for (int i = 0; i < n; i++) {
+            double v = x[(size_t)i * c + j0];
+            t1 += v;
+            t2 += v * v;
+        }
+        s1[j0] = t1, s2[j0] = t2;
     }
 }
 
@@ -482,7 +518,7 @@ static void cpu_bn_stats(int n, int c, int hw, const float *x, double *stats)
     if (n <= 0 || hw <= 0) return;
     if (hw == 1) {
         /* x[n, c]: add rows (unit stride over channels) */
-        for (int i = 0; i < n; i++) span_stats_((size_t)c, x + (size_t)i * c, s1, s2);
+        stats_rows_(n, c, x, s1, s2);
         return;
     }
     for (int i = 0; i < n; i++)
@@ -546,8 +582,8 @@ static void cpu_bn_eval_params(int c, const float *running_mean, const float *ru
 }
 
 /* y = x a + b with a = invstd gamma, b = beta_ - mean a (PyTorch's CPU form) */
-static void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean,
-                       const float *invstd, const float *gamma, const float *beta_, float *y)
+static void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                       const float *gamma, const float *beta_, float *y)
 {
     if (n <= 0 || c <= 0 || hw <= 0) return;
     if (hw == 1) {
@@ -573,37 +609,46 @@ static void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean,
         }
 }
 
-/* g1[j] += dy[j], g2[j] += dy[j] (x[j] - mean[j]) in double, j < len */
-static inline void span_gstats_(size_t len, const float *restrict x, const float *restrict dy,
-                                const float *restrict mean, double *restrict g1,
-                                double *restrict g2)
+/* x, dy [n, c] (hw == 1): g1[j] = sum_i dy[i, j], g2[j] = sum_i dy[i, j] (x[i, j] -
+ * mean[j]) in double, register-blocked as stats_rows_ */
+static void gstats_rows_(int n, int c, const float *restrict x, const float *restrict dy,
+                         const float *restrict mean, double *restrict g1, double *restrict g2)
 {
-    size_t k = 0;
-    for (; k + VB <= len; k += VB)
-        for (int q = 0; q < VB; q++) {
-            float g = dy[k + q];
-            g1[k + q] += (double)g;
-            g2[k + q] += (double)(g * (x[k + q] - mean[k + q]));
+    int j0 = 0;
+    for (; j0 + SB <= c; j0 += SB) {
+        double a1[SB] = {0}, a2[SB] = {0};
+        float m[SB];
+        for (int q = 0; q < SB; q++) m[q] = mean[j0 + q];
+        for (int i = 0; i < n; i++) {
+            const float *xr = x + (size_t)i * c + j0, *gr = dy + (size_t)i * c + j0;
+            for (int q = 0; q < SB; q++) {
+                float g = gr[q];
+                a1[q] += (double)g;
+                a2[q] += (double)(g * (xr[q] - m[q]));
+            }
         }
-    for (; k < len; k++) {
-        float g = dy[k];
-        g1[k] += (double)g;
-        g2[k] += (double)(g * (x[k] - mean[k]));
+        for (int q = 0; q < SB; q++) g1[j0 + q] = a1[q], g2[j0 + q] = a2[q];
+    }
+    for (; j0 < c; j0++) {
+        double t1 = 0, t2 = 0;
+        for (int i = 0; i < n; i++) {
+            float g = dy[(size_t)i * c + j0];
+            t1 += (double)g;
+            t2 += (double)(g * (x[(size_t)i * c + j0] - mean[j0]));
+        }
+        g1[j0] = t1, g2[j0] = t2;
     }
 }
 
 static void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
-                             const float *mean, const float *invstd, double *gstats,
-                             float *dgamma, float *dbeta, float beta)
+                             const float *mean, const float *invstd, double *gstats, float *dgamma,
+                             float *dbeta, float beta)
 {
     if (c <= 0) return;
     double *g1 = gstats, *g2 = gstats + c;
     memset(gstats, 0, 2 * (size_t)c * sizeof *gstats);
     if (n > 0 && hw == 1) {
-        for (int i = 0; i < n; i++) {
-            size_t off = (size_t)i * c;
-            span_gstats_((size_t)c, x + off, dy + off, mean, g1, g2);
-        }
+        gstats_rows_(n, c, x, dy, mean, g1, g2);
     } else if (n > 0 && hw > 1) {
         for (int i = 0; i < n; i++)
             for (int ch = 0; ch < c; ch++) {
@@ -639,30 +684,33 @@ static void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *
     }
 }
 
-/* dx = gamma invstd (dy - mdy - xhat mdyx) = A dy + B x + C per channel with
- * A = gamma invstd, B = -A invstd mdyx, C = -A mdy - B mean. */
+/* dx = gamma invstd (dy - mdy - xhat mdyx) = A dy + B (x - mean) + C per
+ * channel with A = gamma invstd, B = -A invstd mdyx, C = -A mdy (x - mean
+ * rather than folding mean into C: no cancellation when |mean| >> std). */
 static inline void span_bn_dx_(size_t len, const float *x, const float *dy, const float *A,
-                               const float *B, const float *C, float *dx)
+                               const float *B, const float *C, const float *mean, float *dx)
 {
     size_t k = 0;
     for (; k + VB <= len; k += VB) {
         float t[VB];
-        for (int q = 0; q < VB; q++) t[q] = A[k + q] * dy[k + q] + B[k + q] * x[k + q] + C[k + q];
+        UNROLL_VB
+        for (int q = 0; q < VB; q++)
+            t[q] = A[k + q] * dy[k + q] + B[k + q] * (x[k + q] - mean[k + q]) + C[k + q];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) dx[k + q] = t[q];
     }
-    for (; k < len; k++) dx[k] = A[k] * dy[k] + B[k] * x[k] + C[k];
+    for (; k < len; k++) dx[k] = A[k] * dy[k] + B[k] * (x[k] - mean[k]) + C[k];
 }
 
-static void bn_dx_coef_(int ch, const float *mean, const float *invstd, const float *gamma,
-                        const double *gstats, int c, double count, float *A, float *B, float *C)
+static void bn_dx_coef_(int ch, const float *invstd, const float *gamma, const double *gstats,
+                        int c, double count, float *A, float *B, float *C)
 {
     double a = (double)gamma[ch] * invstd[ch];
     double mdy = count > 0 ? gstats[ch] / count : 0;
     double mdyx = count > 0 ? gstats[c + ch] / count : 0;
-    double b = -a * invstd[ch] * mdyx;
     *A = (float)a;
-    *B = (float)b;
-    *C = (float)(-a * mdy - b * mean[ch]);
+    *B = (float)(-a * invstd[ch] * mdyx);
+    *C = (float)(-a * mdy);
 }
 
 static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy,
@@ -675,17 +723,18 @@ static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *d
         for (int j0 = 0; j0 < c; j0 += CB) {
             int len = MIN(CB, c - j0);
             for (int j = 0; j < len; j++)
-                bn_dx_coef_(j0 + j, mean, invstd, gamma, gstats, c, count, &A[j], &B[j], &C[j]);
+                bn_dx_coef_(j0 + j, invstd, gamma, gstats, c, count, &A[j], &B[j], &C[j]);
             for (int i = 0; i < n; i++) {
                 size_t off = (size_t)i * c + j0;
-                span_bn_dx_((size_t)len, x + off, dy + off, A, B, C, dx + off);
+                span_bn_dx_((size_t)len, x + off, dy + off, A, B, C, mean + j0, dx + off);
             }
         }
         return;
     }
     for (int ch = 0; ch < c; ch++) {
         float A, B, C;
-        bn_dx_coef_(ch, mean, invstd, gamma, gstats, c, count, &A, &B, &C);
+        const float m = mean[ch];
+        bn_dx_coef_(ch, invstd, gamma, gstats, c, count, &A, &B, &C);
         for (int i = 0; i < n; i++) {
             size_t off = ((size_t)i * c + ch) * hw;
             const float *xp = x + off, *gp = dy + off;
@@ -693,10 +742,12 @@ static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *d
             int k = 0;
             for (; k + VB <= hw; k += VB) {
                 float t[VB];
-                for (int q = 0; q < VB; q++) t[q] = A * gp[k + q] + B * xp[k + q] + C;
+                UNROLL_VB
+                for (int q = 0; q < VB; q++) t[q] = A * gp[k + q] + B * (xp[k + q] - m) + C;
+                UNROLL_VB
                 for (int q = 0; q < VB; q++) dp[k + q] = t[q];
             }
-            for (; k < hw; k++) dp[k] = A * gp[k] + B * xp[k] + C;
+            for (; k < hw; k++) dp[k] = A * gp[k] + B * (xp[k] - m) + C;
         }
     }
 }
@@ -711,7 +762,9 @@ static void cpu_relu_fwd(size_t count, const float *x, float *y)
     size_t i = 0;
     for (; i + VB <= count; i += VB) {
         float t[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[i + q] < 0.0f ? 0.0f : x[i + q];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) y[i + q] = t[q];
     }
     for (; i < count; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
@@ -724,8 +777,11 @@ static void cpu_relu_bwd(size_t count, const float *x, const float *dy, float *d
     for (; i + VB <= count; i += VB) {
         float t[VB];
         float g[VB];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) g[q] = dy[i + q]; /* unconditional loads vectorise */
+        UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[i + q] <= 0.0f ? 0.0f : g[q];
+        UNROLL_VB
         for (int q = 0; q < VB; q++) dx[i + q] = t[q];
     }
     for (; i < count; i++) dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];
@@ -755,8 +811,7 @@ static void cpu_gelu_bwd(size_t count, const float *x, const float *dy, float *d
  * exactly ddp_dropout_keep(seed, step, layer, sample_idx[i], j, p), computed
  * four elements per Philox call as that function does. */
 static void dropout_apply_(int n, size_t features, const float *in, float *out, float p,
-                           uint64_t seed, uint64_t step, uint32_t layer,
-                           const int64_t *sample_idx)
+                           uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx)
 {
     if (n <= 0 || features == 0) return;
     if (p <= 0.0f) { /* u01 >= 0 always: everything kept, scale 1 */
@@ -779,15 +834,13 @@ static void dropout_apply_(int n, size_t features, const float *in, float *out, 
 }
 
 static void cpu_dropout_fwd(int n, size_t features, const float *x, float *y, float p,
-                            uint64_t seed, uint64_t step, uint32_t layer,
-                            const int64_t *sample_idx)
+                            uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx)
 {
     dropout_apply_(n, features, x, y, p, seed, step, layer, sample_idx);
 }
 
 static void cpu_dropout_bwd(int n, size_t features, const float *dy, float *dx, float p,
-                            uint64_t seed, uint64_t step, uint32_t layer,
-                            const int64_t *sample_idx)
+                            uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx)
 {
     dropout_apply_(n, features, dy, dx, p, seed, step, layer, sample_idx);
 }
@@ -916,7 +969,8 @@ static void cpu_sgd_step(size_t count, float *p, const float *g, float *buf, flo
     /* first step: buf = d exactly (m * 0 + d) */
     if (first) memset(buf, 0, count * sizeof *buf);
     size_t i = 0;
-    for (; i + VB <= count; i += VB) sgd_mom_(VB, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
+    for (; i + VB <= count; i += VB)
+        sgd_mom_(VB, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
     sgd_mom_(count - i, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
 }
 
@@ -925,10 +979,31 @@ static inline void adamw_span_(size_t len, float *restrict p, const float *restr
                                float c1, float b2, float c2, float step_size, float bc2_sqrt,
                                float eps)
 {
-    for (size_t k = 0; k < len; k++) {
+    size_t k = 0;
+#ifdef __SSE2__
+    /* sqrtf keeps GCC from vectorising (errno): the same operations, in the
+     * same order, four at a time (sqrtps rounds exactly as sqrtss) */
+    const __m128 vb1 = _mm_set1_ps(b1), vc1 = _mm_set1_ps(c1), vb2 = _mm_set1_ps(b2);
+    const __m128 vc2 = _mm_set1_ps(c2), vdecay = _mm_set1_ps(decay);
+    const __m128 vstep = _mm_set1_ps(step_size), vbc2 = _mm_set1_ps(bc2_sqrt);
+    const __m128 veps = _mm_set1_ps(eps);
+    for (; k + 4 <= len; k += 4) {
+        __m128 gk = _mm_loadu_ps(g + k);
+        __m128 mk = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + k)), _mm_mul_ps(vc1, gk));
+        __m128 vk =
+            _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + k)), _mm_mul_ps(vc2, _mm_mul_ps(gk, gk)));
+        __m128 den = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vk), vbc2), veps);
+        __m128 pk = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(p + k), vdecay),
+                               _mm_mul_ps(vstep, _mm_div_ps(mk, den)));
+        _mm_storeu_ps(m + k, mk);
+        _mm_storeu_ps(v + k, vk);
+        _mm_storeu_ps(p + k, pk);
+    }
+#endif
+    for (; k < len; k++) {
         float gk = g[k];
         float mk = b1 * m[k] + c1 * gk;
-        float vk = b2 * v[k] + c2 * gk * gk;
+        float vk = b2 * v[k] + c2 * (gk * gk);
         m[k] = mk;
         v[k] = vk;
         p[k] = p[k] * decay - step_size * (mk / (sqrtf(vk) / bc2_sqrt + eps));
@@ -948,12 +1023,7 @@ static void cpu_adamw_step(size_t count, float *p, const float *g, float *m, flo
     const float step_size = (float)((double)lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
     const float c1 = (float)(1.0 - beta1), c2 = (float)(1.0 - beta2);
-    size_t i = 0;
-    for (; i + VB <= count; i += VB)
-        adamw_span_(VB, p + i, g + i, m + i, v + i, decay, beta1, c1, beta2, c2, step_size,
-                    bc2_sqrt, eps);
-    adamw_span_(count - i, p + i, g + i, m + i, v + i, decay, beta1, c1, beta2, c2, step_size,
-                bc2_sqrt, eps);
+    adamw_span_(count, p, g, m, v, decay, beta1, c1, beta2, c2, step_size, bc2_sqrt, eps);
 }
 
 /* ======================================================================== */
@@ -963,8 +1033,10 @@ static void cpu_adamw_step(size_t count, float *p, const float *g, float *m, flo
 static void cpu_scale(size_t count, float *x, float alpha)
 {
     size_t i = 0;
-    for (; i + VB <= count; i += VB)
+    for (; i + VB <= count; i += VB) {
+        UNROLL_VB
         for (int q = 0; q < VB; q++) x[i + q] *= alpha;
+    }
     for (; i < count; i++) x[i] *= alpha;
 }
 

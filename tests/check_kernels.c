@@ -24,8 +24,8 @@
 #include "rng.h"
 #include "tests.h"
 
-#define H 1e-2f
-#define FD_TOL 2e-3
+#define H         1e-2f
+#define FD_TOL    2e-3
 #define FD_TOL_BN 5e-3
 
 static const compute_ops_t *B = &compute_cpu_ops;
@@ -34,7 +34,10 @@ static const compute_ops_t *B = &compute_cpu_ops;
 
 static uint64_t rng_state_ = 88172645463325252ull;
 
-static void seed_(uint64_t s) { rng_state_ = s * 2654435761ull + 88172645463325252ull; }
+static void seed_(uint64_t s)
+{
+    rng_state_ = s * 2654435761ull + 88172645463325252ull;
+}
 
 /* uniform in [-1, 1) */
 static float urand_(void)
@@ -80,8 +83,7 @@ static void assert_all_eq_(const float *a, float v, size_t n, const char *what)
         ck_assert_msg(a[i] == v, "%s[%zu] = %g, expected %g", what, i, a[i], v);
 }
 
-static void assert_close_v_(const float *a, const float *b, size_t n, double tol,
-                            const char *what)
+static void assert_close_v_(const float *a, const float *b, size_t n, double tol, const char *what)
 {
     for (size_t i = 0; i < n; i++)
         ck_assert_msg(fabs((double)a[i] - b[i]) <= tol * fmax(1.0, fabs((double)b[i])),
@@ -106,8 +108,7 @@ static void fd_check_(const char *what, objective_fn f, void *ctx, float *v, siz
         v[i] = save;
         double num = (lp - lm) / ((double)up - (double)dn);
         ck_assert_msg(fabs(num - analytic[i]) <= tol * fmax(1.0, fabs(num)),
-                      "%s[%zu]: analytic %.7g, finite difference %.7g", what, i, analytic[i],
-                      num);
+                      "%s[%zu]: analytic %.7g, finite difference %.7g", what, i, analytic[i], num);
     }
 }
 
@@ -212,9 +213,18 @@ static conv_dims_t conv_dims_(int n, int c, int h, int w, int oc, int k, int s, 
     return d;
 }
 
-static size_t conv_xn_(const conv_dims_t *d) { return (size_t)d->n * d->c * d->h * d->w; }
-static size_t conv_yn_(const conv_dims_t *d) { return (size_t)d->n * d->oc * d->oh * d->ow; }
-static size_t conv_wn_(const conv_dims_t *d) { return (size_t)d->oc * d->c * d->k * d->k; }
+static size_t conv_xn_(const conv_dims_t *d)
+{
+    return (size_t)d->n * d->c * d->h * d->w;
+}
+static size_t conv_yn_(const conv_dims_t *d)
+{
+    return (size_t)d->n * d->oc * d->oh * d->ow;
+}
+static size_t conv_wn_(const conv_dims_t *d)
+{
+    return (size_t)d->oc * d->c * d->k * d->k;
+}
 
 /* Naive references in double: forward, and the three gradients for dy. */
 static void conv_naive_(const conv_dims_t *d, const float *x, const float *w, const float *b,
@@ -328,8 +338,10 @@ START_TEST(conv_naive)
     float *dw2 = fzero_(wn), *db2 = fzero_(on);
     B->conv_bwd(&d, x, w, dy, NULL, dw2, db2, 1.0f, ws);
     B->conv_bwd(&d, x, w, dy, NULL, dw2, db2, 1.0f, ws);
-    for (size_t i = 0; i < wn; i++) ck_assert_float_eq_tol(dw2[i], 2 * dw[i], 1e-5f * fmaxf(1, fabsf(dw[i])));
-    for (size_t i = 0; i < on; i++) ck_assert_float_eq_tol(db2[i], 2 * db[i], 1e-5f * fmaxf(1, fabsf(db[i])));
+    for (size_t i = 0; i < wn; i++)
+        ck_assert_float_eq_tol(dw2[i], 2 * dw[i], 1e-5f * fmaxf(1, fabsf(dw[i])));
+    for (size_t i = 0; i < on; i++)
+        ck_assert_float_eq_tol(db2[i], 2 * db[i], 1e-5f * fmaxf(1, fabsf(db[i])));
     /* a smaller batch in the same workspace (the workspace serves any n' <= n) */
     if (d.n > 1) {
         conv_dims_t d1 = d;
@@ -411,7 +423,10 @@ static float *distinct_(size_t n)
 /* window 2 stride 2 on odd sizes (floor mode drops the last row/column),
  * window 3 stride 2 and stride 1 (overlapping windows) */
 static const int pool_cases_[][6] = {
-    {2, 3, 6, 7, 2, 2}, {2, 2, 7, 7, 3, 2}, {1, 2, 5, 6, 3, 1}, {2, 1, 4, 4, 2, 1},
+    {2, 3, 6, 7, 2, 2},
+    {2, 2, 7, 7, 3, 2},
+    {1, 2, 5, 6, 3, 1},
+    {2, 1, 4, 4, 2, 1},
 };
 
 START_TEST(pool_gradients)
@@ -442,20 +457,27 @@ START_TEST(maxpool_ties_and_naive)
 {
     /* ties pick the first maximum in row-major window order (PyTorch CPU) */
     pool_dims_t d = pool_dims_(1, 1, 4, 4, 2, 2);
-    float x[16] = {1, 3, 0, 0, 3, 2, 0, 0, 5, 5, 2, 2, 5, 5, 2, 2}, y[4], dx[16], dy[4] = {1, 2, 3, 4};
+    float x[16] = {1, 3, 0, 0, 3, 2, 0, 0, 5, 5, 2, 2, 5, 5, 2, 2}, y[4], dx[16],
+          dy[4] = {1, 2, 3, 4};
     int32_t am[4];
     B->maxpool_fwd(&d, x, y, am);
-    ck_assert_float_eq(y[0], 3); ck_assert_float_eq(y[1], 0);
-    ck_assert_float_eq(y[2], 5); ck_assert_float_eq(y[3], 2);
-    ck_assert_int_eq(am[0], 1); ck_assert_int_eq(am[1], 2);
-    ck_assert_int_eq(am[2], 8); ck_assert_int_eq(am[3], 10);
+    ck_assert_float_eq(y[0], 3);
+    ck_assert_float_eq(y[1], 0);
+    ck_assert_float_eq(y[2], 5);
+    ck_assert_float_eq(y[3], 2);
+    ck_assert_int_eq(am[0], 1);
+    ck_assert_int_eq(am[1], 2);
+    ck_assert_int_eq(am[2], 8);
+    ck_assert_int_eq(am[3], 10);
     B->maxpool_bwd(&d, dy, am, dx);
     const float want[16] = {0, 1, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0};
     ck_assert_mem_eq(dx, want, sizeof want);
     /* avg pool values against the definition */
     B->avgpool_fwd(&d, x, y);
-    ck_assert_float_eq(y[0], 2.25f); ck_assert_float_eq(y[1], 0.0f);
-    ck_assert_float_eq(y[2], 5.0f); ck_assert_float_eq(y[3], 2.0f);
+    ck_assert_float_eq(y[0], 2.25f);
+    ck_assert_float_eq(y[1], 0.0f);
+    ck_assert_float_eq(y[2], 5.0f);
+    ck_assert_float_eq(y[3], 2.0f);
     /* n == 0 */
     pool_dims_t z = pool_dims_(0, 3, 4, 4, 2, 2);
     y[0] = 9;
@@ -509,8 +531,8 @@ static double bn_obj_(void *p)
 {
     bn_ctx_t *c = p;
     B->bn_stats(c->n, c->c, c->hw, c->x, c->stats);
-    B->bn_finalize(c->c, c->stats, (double)c->n * c->hw, 1e-5f, 0.1f, 0, c->mean, c->invstd,
-                   c->rm, c->rv);
+    B->bn_finalize(c->c, c->stats, (double)c->n * c->hw, 1e-5f, 0.1f, 0, c->mean, c->invstd, c->rm,
+                   c->rv);
     B->bn_fwd(c->n, c->c, c->hw, c->x, c->mean, c->invstd, c->gamma, c->beta, c->y);
     return dot_(c->y, c->wo, (size_t)c->n * c->c * c->hw);
 }
@@ -613,7 +635,8 @@ START_TEST(bn_running_and_eval)
     float rm1[3], rv1[3];
     memcpy(rm1, rm, sizeof rm), memcpy(rv1, rv, sizeof rv);
     B->bn_finalize(c, stats, n * hw, 1e-5f, 0.1f, 0, mean, invstd, rm, rv);
-    ck_assert_mem_eq(rm, rm1, sizeof rm); ck_assert_mem_eq(rv, rv1, sizeof rv);
+    ck_assert_mem_eq(rm, rm1, sizeof rm);
+    ck_assert_mem_eq(rv, rv1, sizeof rv);
     /* eval mode */
     B->bn_eval_params(c, rm, rv, 1e-5f, mean, invstd);
     for (int ch = 0; ch < c; ch++) {
@@ -628,12 +651,68 @@ START_TEST(bn_running_and_eval)
     B->bn_fwd(0, c, hw, x, mean, invstd, rm, rv, y);
     B->bn_bwd_stats(0, c, hw, x, x, mean, invstd, gs, dg, db, 1.0f);
     for (int i = 0; i < 6; i++) ck_assert_double_eq(gs[i], 0);
-    assert_all_eq_(dg, 5, 3, "dgamma n=0 beta=1"); assert_all_eq_(db, 5, 3, "dbeta n=0 beta=1");
+    assert_all_eq_(dg, 5, 3, "dgamma n=0 beta=1");
+    assert_all_eq_(db, 5, 3, "dbeta n=0 beta=1");
     B->bn_bwd_stats(0, c, hw, x, x, mean, invstd, gs, dg, db, 0.0f);
-    assert_all_eq_(dg, 0, 3, "dgamma n=0 beta=0"); assert_all_eq_(db, 0, 3, "dbeta n=0 beta=0");
+    assert_all_eq_(dg, 0, 3, "dgamma n=0 beta=0");
+    assert_all_eq_(db, 0, 3, "dbeta n=0 beta=0");
     B->bn_bwd_data(0, c, hw, x, x, mean, invstd, rm, gs, 10, y);
     ck_assert_float_eq(y[0], 9);
     free(x);
+}
+END_TEST
+
+/* Data far from zero (mean 1000, std ~0.6): the double statistics keep the
+ * variance (a float E[x^2] - mean^2 would lose it entirely) and dx, computed
+ * from x - mean, keeps its accuracy.  Reference: two-pass double. */
+START_TEST(bn_large_offset)
+{
+    const int n = 64, c = 5;
+    for (int hw = 1; hw <= 3; hw += 2) {
+        seed_(65 + (uint64_t)hw);
+        size_t xn = (size_t)n * c * hw;
+        float *x = fvec_(xn, 1), *dy = fvec_(xn, 1), *dx = fzero_(xn), *gamma = fvec_(c, 1);
+        float mean[5], invstd[5], rm[5] = {0}, rv[5] = {0}, dg[5], db[5];
+        double stats[10], gs[10], cnt = (double)n * hw;
+        for (size_t i = 0; i < xn; i++) x[i] += 1000.0f;
+        B->bn_stats(n, c, hw, x, stats);
+        B->bn_finalize(c, stats, cnt, 1e-5f, 0.1f, 0, mean, invstd, rm, rv);
+        B->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gs, dg, db, 0.0f);
+        B->bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gs, cnt, dx);
+        for (int ch = 0; ch < c; ch++) {
+            double m = 0, v = 0, sdy = 0, sdyx = 0, dmax = 0;
+#define X_(i, q)  ((double)x[((size_t)(i)*c + ch) * hw + (q)])
+#define DY_(i, q) ((double)dy[((size_t)(i)*c + ch) * hw + (q)])
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) m += X_(i, q);
+            m /= cnt;
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) v += (X_(i, q) - m) * (X_(i, q) - m);
+            v /= cnt;
+            double is = 1 / sqrt(v + 1e-5);
+            ck_assert_double_le(fabs(mean[ch] - m), 1e-4); /* float rounding of 1000 */
+            ck_assert_double_le(fabs(invstd[ch] - is), 1e-5 * is);
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) {
+                    sdy += DY_(i, q);
+                    sdyx += DY_(i, q) * (X_(i, q) - m) * is;
+                }
+#define WANT_(i, q) (gamma[ch] * is * (DY_(i, q) - sdy / cnt - (X_(i, q) - m) * is * sdyx / cnt))
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) dmax = fmax(dmax, fabs(WANT_(i, q)));
+            /* 1e-5 of the channel's largest |dx| (observed ~1e-6: mean is a float) */
+            for (int i = 0; i < n; i++)
+                for (int q = 0; q < hw; q++) {
+                    double got = dx[((size_t)i * c + ch) * hw + q], want = WANT_(i, q);
+                    ck_assert_msg(fabs(got - want) <= 1e-5 * dmax,
+                                  "dx[%d,%d,%d] = %.7g, expected %.7g", i, ch, q, got, want);
+                }
+#undef WANT_
+#undef X_
+#undef DY_
+        }
+        free(x), free(dy), free(dx), free(gamma);
+    }
 }
 END_TEST
 
@@ -790,8 +869,8 @@ START_TEST(xent_gradients_and_values)
         double acc[2] = {1, 2};
         B->xent(c.n, c.classes, c.logits, c.labels, c.smoothing, 1.0f, dl, acc);
         ck_assert_double_eq_tol(acc[0], 1 + want, 1e-6 * fabs(want));
-        fd_check_(s ? "xent (smoothing 0.1) dlogits" : "xent dlogits", xent_obj_, &c, c.logits,
-                  ln, dl, FD_TOL);
+        fd_check_(s ? "xent (smoothing 0.1) dlogits" : "xent dlogits", xent_obj_, &c, c.logits, ln,
+                  dl, FD_TOL);
         /* grad_scale scales; the gradient of each row sums to zero */
         B->xent(c.n, c.classes, c.logits, c.labels, c.smoothing, 0.25f, dl2, acc);
         for (size_t i = 0; i < ln; i++) ck_assert_float_eq_tol(dl2[i], 0.25f * dl[i], 1e-7);
@@ -854,8 +933,7 @@ START_TEST(mse_gradients)
     B->mse(c.n, c.k, c.p, c.t, 1.0f, d, acc);
     fd_check_("mse dpred", mse_obj_, &c, c.p, cnt, d, FD_TOL);
     B->mse(c.n, c.k, c.p, c.t, 0.5f / 35, d, acc);
-    for (size_t i = 0; i < cnt; i++)
-        ck_assert_float_eq_tol(d[i], (c.p[i] - c.t[i]) / 35.0f, 1e-7);
+    for (size_t i = 0; i < cnt; i++) ck_assert_float_eq_tol(d[i], (c.p[i] - c.t[i]) / 35.0f, 1e-7);
     ck_assert_double_eq_tol(acc[0], 2 * want, 2e-6 * want);
     B->mse(0, c.k, c.p, c.t, 1.0f, d, acc);
     ck_assert_double_eq_tol(acc[0], 2 * want, 2e-6 * want);
@@ -976,7 +1054,8 @@ START_TEST(half_round_trips)
             ck_assert_uint_eq(h[i], bf ? ddp_f32_to_bf16(x[i]) : ddp_f32_to_f16(x[i]));
         B->from_half(n, h, back, bf);
         for (size_t i = 0; i < n; i++) {
-            ck_assert_float_le(fabsf(back[i] - x[i]), fabsf(x[i]) * (bf ? 1.0f / 256 : 1.0f / 2048));
+            ck_assert_float_le(fabsf(back[i] - x[i]),
+                               fabsf(x[i]) * (bf ? 1.0f / 256 : 1.0f / 2048));
         }
         /* values already in 16 bits survive both ways exactly */
         float *again = fzero_(n);
@@ -994,7 +1073,8 @@ END_TEST
 START_TEST(memory_ops)
 {
     float *a = B->alloc(1000 * sizeof *a), *b = B->alloc(1000 * sizeof *b);
-    ck_assert_ptr_nonnull(a); ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
     assert_all_eq_(a, 0.0f, 1000, "alloc"); /* zero-filled */
     float host[1000];
     for (int i = 0; i < 1000; i++) host[i] = (float)i;
@@ -1004,7 +1084,8 @@ START_TEST(memory_ops)
     B->download(host, b, sizeof host);
     for (int i = 0; i < 1000; i++) ck_assert_float_eq(host[i], (float)i);
     B->zero(b, 10 * sizeof *b);
-    ck_assert_float_eq(b[9], 0); ck_assert_float_eq(b[10], 10);
+    ck_assert_float_eq(b[9], 0);
+    ck_assert_float_eq(b[10], 10);
     B->sync();
     void *z = B->alloc(0);
     ck_assert_ptr_nonnull(z);
@@ -1014,15 +1095,32 @@ START_TEST(memory_ops)
 }
 END_TEST
 
+/* count == 0 / n == 0 for the ops not covered above: nothing is touched */
+START_TEST(empty_counts)
+{
+    float a[4] = {1, -2, 3, -4}, b[4] = {5, 5, 5, 5}, m[4] = {0}, v[4] = {0};
+    uint16_t h[4] = {7, 7, 7, 7};
+    B->relu_fwd(0, a, b), B->relu_bwd(0, a, a, b), B->gelu_fwd(0, a, b), B->gelu_bwd(0, a, a, b);
+    B->scale(0, b, 3.0f), B->to_half(0, a, h, 1), B->from_half(0, h, b, 0);
+    B->sgd_step(0, b, a, m, 0.1f, 0.9f, 1, 0.1f, 1);
+    B->adamw_step(0, b, a, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 1);
+    double acc[2] = {0, 0};
+    B->mse(0, 4, a, a, 1.0f, b, acc);
+    assert_all_eq_(b, 5.0f, 4, "outputs after count 0");
+    for (int i = 0; i < 4; i++) ck_assert_uint_eq(h[i], 7);
+    ck_assert_double_eq(acc[0], 0);
+}
+END_TEST
+
 /* ---- the fixture models, composed from the ops, against PyTorch -------- */
 
 enum { K_LIN, K_CONV, K_BN, K_RELU, K_MAXPOOL, K_GAP };
 
 typedef struct fl {
-    int kind, arg;              /* features / channels, or pool window */
-    int c, h, w, oc, oh, ow;    /* input [c, h, w], output [oc, oh, ow] */
-    float *W, *b, *dW, *db;     /* weight/gamma, bias/beta and their gradients */
-    float *mW, *mb, *vW, *vb;   /* optimizer state */
+    int kind, arg;            /* features / channels, or pool window */
+    int c, h, w, oc, oh, ow;  /* input [c, h, w], output [oc, oh, ow] */
+    float *W, *b, *dW, *db;   /* weight/gamma, bias/beta and their gradients */
+    float *mW, *mb, *vW, *vb; /* optimizer state */
     float *rm, *rv, *mean, *invstd;
     double *stats;
     float *y, *dx;
@@ -1180,8 +1278,7 @@ static double fm_step_(fmodel_t *m, const float *x, const int32_t *labels, float
         case K_BN: {
             double gs[64];
             B->bn_bwd_stats(n, l->c, hw, xin, dy, l->mean, l->invstd, gs, l->dW, l->db, 0.0f);
-            B->bn_bwd_data(n, l->c, hw, xin, dy, l->mean, l->invstd, l->W, gs, (double)n * hw,
-                           dx);
+            B->bn_bwd_data(n, l->c, hw, xin, dy, l->mean, l->invstd, l->W, gs, (double)n * hw, dx);
             break;
         }
         case K_RELU: B->relu_bwd((size_t)n * l->c * hw, xin, dy, dx); break;
@@ -1314,7 +1411,7 @@ static void check_fixture_(const char *file, const int (*spec)[2], int nl, int c
 
 START_TEST(fixture_mlp)
 {
-    static const int spec[][2] = {{K_LIN, 32}, {K_BN, 0}, {K_RELU, 0}, {K_LIN, 16},
+    static const int spec[][2] = {{K_LIN, 32}, {K_BN, 0},   {K_RELU, 0}, {K_LIN, 16},
                                   {K_BN, 0},   {K_RELU, 0}, {K_LIN, 5}};
     check_fixture_("mlp.h5", spec, 7, 20, 1, 1);
 }
@@ -1322,9 +1419,9 @@ END_TEST
 
 START_TEST(fixture_cnn)
 {
-    static const int spec[][2] = {{K_CONV, 8}, {K_BN, 0},   {K_RELU, 0}, {K_MAXPOOL, 2},
-                                  {K_CONV, 16}, {K_BN, 0},  {K_RELU, 0}, {K_GAP, 0},
-                                  {K_LIN, 5}};
+    static const int spec[][2] = {{K_CONV, 8},    {K_BN, 0},    {K_RELU, 0},
+                                  {K_MAXPOOL, 2}, {K_CONV, 16}, {K_BN, 0},
+                                  {K_RELU, 0},    {K_GAP, 0},   {K_LIN, 5}};
     check_fixture_("cnn.h5", spec, 9, 3, 8, 8);
 }
 END_TEST
@@ -1345,6 +1442,7 @@ Suite *test_suite(void)
     tcase_add_test(t, gap_gradients);
     tcase_add_loop_test(t, bn_gradients, 0, sizeof bn_cases_ / sizeof bn_cases_[0]);
     tcase_add_test(t, bn_running_and_eval);
+    tcase_add_test(t, bn_large_offset);
     tcase_add_test(t, relu_gelu_gradients);
     tcase_add_test(t, dropout_mask);
     tcase_add_test(t, xent_gradients_and_values);
@@ -1355,6 +1453,7 @@ Suite *test_suite(void)
     tcase_add_test(t, scale_sumsq_finite);
     tcase_add_test(t, half_round_trips);
     tcase_add_test(t, memory_ops);
+    tcase_add_test(t, empty_counts);
     tcase_add_test(t, fixture_mlp);
     tcase_add_test(t, fixture_cnn);
     suite_add_tcase(s, t);
