@@ -36,6 +36,11 @@ typedef struct pool_dims {
 
 typedef struct compute_ops {
     const char *name;
+    /* Prepare the backend for this process: the CPU backend sets BLAS to one
+     * thread unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS says otherwise
+     * (one rank per core); a GPU backend picks the device of the local rank.
+     * `describe` receives a short text for the start-up table. */
+    ddp_status_t (*init)(int local_rank, int local_size, char *describe, size_t n);
 
     /* ---- memory ---------------------------------------------------------- */
     void *(*alloc)(size_t bytes);  /* zero-filled; NULL when out of memory */

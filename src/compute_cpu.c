@@ -23,6 +23,7 @@
  * except the beta update of parameter gradients.
  */
 #include <cblas.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "ddp_build.h"
 #include "compute.h"
 #include "half.h"
 #include "rng.h"
@@ -1085,8 +1087,28 @@ static void cpu_from_half(size_t count, const uint16_t *h, float *x, int bf16)
 
 /* ======================================================================== */
 
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+void openblas_set_num_threads(int n);
+int openblas_get_num_threads(void);
+#endif
+
+static ddp_status_t cpu_init(int local_rank, int local_size, char *describe, size_t n)
+{
+    (void)local_rank;
+    (void)local_size;
+    int threads = 1;
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS"))
+        openblas_set_num_threads(1);
+    threads = openblas_get_num_threads();
+#endif
+    snprintf(describe, n, "cpu (%d BLAS thread%s per rank)", threads, threads > 1 ? "s" : "");
+    return DDP_OK;
+}
+
 const compute_ops_t compute_cpu_ops = {
     .name = "cpu",
+    .init = cpu_init,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,

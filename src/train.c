@@ -96,6 +96,7 @@ typedef struct trainer {
     comm_t comm;
     int comm_ok;
     const compute_ops_t *be;
+    char device[128];   /* the backend's description, for the start-up table */
     deck_t train, val;
     int have_train, have_val;
     int loss;      /* LOSS_XENT or LOSS_MSE */
@@ -336,9 +337,9 @@ static void print_table_(trainer_t *t)
     size_t pbytes = m->nparams * sizeof(float) + m->nbufs * sizeof(float);
     size_t gbytes = m->nparams * sizeof(float);
     size_t obytes = optim_state_bytes(&t->opt) + (t->red.half ? m->ntrainable * 2 : 0);
-    log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), compute %s, comm %s",
+    log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), device %s, comm %s",
              ddp_version(), t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
-             t->comm.nnodes > 1 ? "s" : "", t->comm.local_size, t->be->name, t->comm.ops->name);
+             t->comm.nnodes > 1 ? "s" : "", t->comm.local_size, t->device, t->comm.ops->name);
     char shape[64];
     if (d->shape.image)
         snprintf(shape, sizeof shape, "[%d, %d, %d]", d->shape.c, d->shape.h, d->shape.w);
@@ -520,6 +521,8 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
     MPI_Comm world = t->comm.mpi;
     int W = t->comm.size;
     t->be = compute_find("cpu");
+    DDP_TRY(agree_(world, t->be->init(t->comm.local_rank, t->comm.local_size, t->device,
+                                      sizeof t->device)));
 
     DDP_TRY(agree_(world, open_data_(t)));
     DDP_TRY(agree_(world, build_model_(t)));
