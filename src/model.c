@@ -334,12 +334,19 @@ static void *dev_alloc_(model_t *m, size_t bytes, ddp_status_t *s, const char *w
     return p;
 }
 
-static ddp_status_t alloc_(model_t *m)
+ddp_status_t model_alloc(model_t *m, const model_mem_t *grad_mem)
 {
     ddp_status_t s = DDP_OK;
     const compute_ops_t *be = m->be;
     m->params = dev_alloc_(m, m->nparams * sizeof(float), &s, "parameters");
-    m->grads = dev_alloc_(m, m->nparams * sizeof(float), &s, "gradients");
+    if (grad_mem && grad_mem->alloc) {
+        void *g = NULL;
+        s = grad_mem->alloc(grad_mem->arg, m->nparams * sizeof(float) + sizeof(float), &g);
+        m->grads = g;
+        if (s == DDP_OK) m->grad_mem = *grad_mem;
+    } else {
+        m->grads = dev_alloc_(m, m->nparams * sizeof(float), &s, "gradients");
+    }
     m->bufs = dev_alloc_(m, m->nbufs * sizeof(float), &s, "BatchNorm buffers");
     size_t max_act = act_numel(m->input), ws = 0;
     m->act_bytes = 0;
@@ -382,6 +389,14 @@ static ddp_status_t alloc_(model_t *m)
 
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *be)
 {
+    ddp_status_t s = model_layout(m, o, be);
+    if (s == DDP_OK) s = model_alloc(m, NULL);
+    if (s != DDP_OK) model_free(m);
+    return s;
+}
+
+ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t *be)
+{
     memset(m, 0, sizeof *m);
     m->be = be;
     m->input = o->input;
@@ -422,7 +437,6 @@ ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t 
         m->outputs = last.c;
     }
     if (s == DDP_OK) s = layout_(m, o);
-    if (s == DDP_OK) s = alloc_(m);
     if (s != DDP_OK) model_free(m);
     return s;
 }
@@ -440,7 +454,10 @@ void model_free(model_t *m)
             be->free(L->stats);
         }
         be->free(m->params);
-        be->free(m->grads);
+        if (m->grad_mem.alloc)
+            m->grad_mem.free(m->grad_mem.arg, m->grads);
+        else
+            be->free(m->grads);
         be->free(m->bufs);
         be->free(m->dact[0]);
         be->free(m->dact[1]);

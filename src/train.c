@@ -171,7 +171,7 @@ static ddp_status_t build_model_(trainer_t *t)
         .first_bucket_bytes = (size_t)(cfg->first_bucket_mb * 1024 * 1024),
         .freeze = cfg->freeze,
     };
-    DDP_TRY(model_build(&t->model, &mo, t->be));
+    DDP_TRY(model_layout(&t->model, &mo, t->be));
     t->have_model = 1;
     const model_t *m = &t->model;
     if (d->regression && m->outputs != d->targets)
@@ -187,11 +187,18 @@ static ddp_status_t build_model_(trainer_t *t)
                         "classes", cfg->inputs[0], t->val.classes - 1, m->outputs);
     t->sync_bn = cfg->sync_bn < 0 ? (t->comm.size > 1 && model_has_layer(m, LAYER_BN))
                                   : (cfg->sync_bn && t->comm.size > 1);
+    return DDP_OK;
+}
 
+/* Memory (the gradient buffer from the comm backend, collectively: every
+ * rank has the same layout by now), initial weights, --init on rank 0. */
+static ddp_status_t alloc_model_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    DDP_TRY(model_alloc(&t->model, NULL));
     DDP_TRY(model_init_params(&t->model, (uint64_t)cfg->seed));
-    ddp_status_t s = DDP_OK;
-    if (cfg->init[0] && t->comm.rank == 0) s = weights_load(cfg->init, &t->model);
-    return s;
+    if (cfg->init[0] && t->comm.rank == 0) return weights_load(cfg->init, &t->model);
+    return DDP_OK;
 }
 
 /* Rank 0's parameters, buffers and BN counters go to every rank. */
@@ -528,6 +535,7 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
     DDP_TRY(agree_(world, build_model_(t)));
     /* before any collective whose size depends on the options or the model */
     DDP_TRY(agree_(world, consistency_check_(t)));
+    DDP_TRY(agree_(world, alloc_model_(t)));
     DDP_TRY(broadcast_model_(t));
 
     /* steps */
