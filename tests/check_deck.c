@@ -66,8 +66,20 @@ static void naive_read_(const naive_t *nv, int64_t g, float *x, int32_t *label, 
     H5Fclose(file);
 }
 
-/* Random index sets (with duplicates, across shards) read both ways. */
+/* Random index sets (with duplicates, across shards) read both ways, with
+ * every way deck_read has of reading (direct, HDF5 runs, HDF5 union). */
+static void compare_reads_once_(deck_t *d, const naive_t *nv, uint64_t seed, int rounds);
 static void compare_reads_(deck_t *d, const naive_t *nv, uint64_t seed, int rounds)
+{
+    static const deck_io_t modes[] = {DECK_IO_AUTO, DECK_IO_RUNS, DECK_IO_UNION};
+    for (int i = 0; i < 3; i++) {
+        deck_set_io(d, modes[i]);
+        compare_reads_once_(d, nv, seed, rounds);
+    }
+    deck_set_io(d, DECK_IO_AUTO);
+}
+
+static void compare_reads_once_(deck_t *d, const naive_t *nv, uint64_t seed, int rounds)
 {
     size_t numel = d->sample_numel;
     int k = d->regression ? d->targets : 0;
@@ -137,6 +149,7 @@ START_TEST(read_u8_images_two_shards)
     ck_assert_int_eq(d.dtype, DECK_U8);
     ck_assert_int_eq(d.classes, 10);
     ck_assert_float_eq_tol(d.scale, 1.0f / 255, 1e-9);
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 2); /* both shards read directly */
     naive_t nv = naive_for_(&d, paths, 2, 1.0 / 255, 1);
     compare_reads_(&d, &nv, 11, 40);
     deck_close(&d);
@@ -168,6 +181,7 @@ START_TEST(read_u8_chw_three_shards_per_channel)
     ck_assert_int_eq(d.n, 76);
     ck_assert_int_eq(d.nstat, 3);
     ck_assert_int_eq(d.classes, 7); /* max label + 1 */
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 2); /* not the compressed one */
     naive_t nv = naive_for_(&d, paths, 3, 1.0 / 255, 3);
     compare_reads_(&d, &nv, 12, 40);
 
@@ -455,6 +469,52 @@ START_TEST(bad_truncated_and_corrupt_chunk)
     ck_assert_int_eq(tdeck_write(q, &t), 0);
     ck_assert_int_eq(truncate(q, 2000), 0);
     ck_assert_input_error(open1_(&d, q), q, "truncated");
+
+    /* uncompressed data truncated under an open deck (direct reads): the
+     * failing read names the file, dataset and sample range */
+    q = tdeck_path("shrunk.h5");
+    ck_assert_int_eq(tdeck_write(q, &t), 0);
+    ck_assert_int_eq(open1_(&d, q), DDP_OK);
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 1);
+    f = H5Fopen(q, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ds = H5Dopen2(f, "/train/x", H5P_DEFAULT);
+    coord[0] = 63;
+    ck_assert_int_ge(H5Dget_chunk_info_by_coord(ds, coord, &mask, &addr, &size), 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+    ck_assert_int_eq(truncate(q, (off_t)addr + 64), 0); /* inside sample 63 */
+    int64_t late[2] = {65, 66};
+    ck_assert_input_error(deck_read(&d, late, 2, x, lab, NULL), q, "/train/x samples [65, 67)");
+    deck_close(&d);
+}
+END_TEST
+
+START_TEST(read_contiguous_layout)
+{
+    /* h5_write makes contiguous datasets: read at H5Dget_offset directly */
+    float x[40 * 3];
+    int y[40];
+    for (int i = 0; i < 40; i++) {
+        y[i] = i % 4;
+        for (int e = 0; e < 3; e++) x[i * 3 + e] = (float)(i * 10 + e);
+    }
+    const char *p = tdeck_path("contig.h5");
+    write_xy_(p, 40, x, 40, y, 0);
+    deck_t d;
+    ck_assert_int_eq(open1_(&d, p), DDP_OK);
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 1);
+    int64_t idx[6] = {39, 0, 17, 18, 17, 5};
+    float out[6 * 3];
+    int32_t lab[6];
+    for (int mode = 0; mode < 3; mode++) {
+        deck_set_io(&d, mode == 0 ? DECK_IO_AUTO : mode == 1 ? DECK_IO_RUNS : DECK_IO_UNION);
+        ck_assert_int_eq(deck_read(&d, idx, 6, out, lab, NULL), DDP_OK);
+        for (int i = 0; i < 6; i++) {
+            ck_assert_int_eq(lab[i], idx[i] % 4);
+            for (int e = 0; e < 3; e++) ck_assert_float_eq(out[i * 3 + e], (float)(idx[i] * 10 + e));
+        }
+    }
+    deck_close(&d);
 }
 END_TEST
 
@@ -466,6 +526,7 @@ Suite *test_suite(void)
     tcase_add_test(t, read_u8_chw_three_shards_per_channel);
     tcase_add_test(t, read_f32_features_regression);
     tcase_add_test(t, eval_ranges_and_val_split);
+    tcase_add_test(t, read_contiguous_layout);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("bad input");
     tcase_add_test(b, bad_missing_and_not_hdf5);

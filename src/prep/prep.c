@@ -39,7 +39,8 @@ static const char usage_[] =
     "      says why if not (includes the non-finite check).\n"
     "\n"
     "Every writer stores per-channel (images) or per-feature mean/std attributes,\n"
-    "chunks along the sample dimension (about 128 KiB per chunk, uncompressed),\n"
+    "chunks along the sample dimension (about 128 KiB per chunk, at most 4096\n"
+    "chunks, uncompressed),\n"
     "checks the result as an input deck and writes atomically (temporary file, then\n"
     "rename).  Options: -h/--help, -V/--version.\n";
 
@@ -78,6 +79,10 @@ hsize_t prep_chunk_rows(size_t row_bytes, hsize_t n)
 {
     hsize_t rows = (hsize_t)((128u << 10) / (row_bytes ? row_bytes : 1));
     if (rows < 1) rows = 1;
+    /* at most PREP_MAX_CHUNKS chunks (ddptrain's direct reads need each
+     * chunk's address; see deck_io_t) */
+    if (rows < (n + PREP_MAX_CHUNKS - 1) / PREP_MAX_CHUNKS)
+        rows = (n + PREP_MAX_CHUNKS - 1) / PREP_MAX_CHUNKS;
     if (n > 0 && rows > n) rows = n;
     return rows;
 }
