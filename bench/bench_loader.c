@@ -87,7 +87,8 @@ static int gen_(const char *path, long long n, int c, int h, int w)
         hsize_t cnt = (hsize_t)n - off < block ? (hsize_t)n - off : block;
         for (hsize_t i = 0; i < cnt; i++) {
             uint64_t g = off + i;
-            for (size_t e = 0; e < row; e++) buf[i * row + e] = (unsigned char)((g * 131 + e * 7) >> 2);
+            for (size_t e = 0; e < row; e++)
+                buf[i * row + e] = (unsigned char)((g * 131 + e * 7) >> 2);
             lab[i] = (int32_t)(g % 10);
         }
         hsize_t start[4] = {off, 0, 0, 0}, count[4];
@@ -125,9 +126,9 @@ static int gen_(const char *path, long long n, int c, int h, int w)
 
 /* Where the rows of one dataset are: chunk addresses from HDF5. */
 typedef struct raw_ds {
-    size_t row;            /* bytes per row */
+    size_t row; /* bytes per row */
     hsize_t chunk_rows;
-    haddr_t *chunk_addr;   /* [nchunks] */
+    haddr_t *chunk_addr; /* [nchunks] */
 } raw_ds_t;
 
 typedef struct raw {
@@ -181,8 +182,8 @@ static void raw_rows_(int fd, const raw_ds_t *r, const int64_t *sorted, int n, u
         int b = a + 1;
         while (b < n && sorted[b] == sorted[b - 1] + 1 && sorted[b] / (int64_t)r->chunk_rows == c)
             b++;
-        off_t at = (off_t)r->chunk_addr[c] + (off_t)((sorted[a] - c * (int64_t)r->chunk_rows) *
-                                                     (int64_t)r->row);
+        off_t at = (off_t)r->chunk_addr[c] +
+                   (off_t)((sorted[a] - c * (int64_t)r->chunk_rows) * (int64_t)r->row);
         size_t len = (size_t)(b - a) * r->row;
         if (pread(fd, stage + o, len, at) != (ssize_t)len) {
             perror("pread");
@@ -194,8 +195,8 @@ static void raw_rows_(int fd, const raw_ds_t *r, const int64_t *sorted, int n, u
 }
 
 /* Read the batch's samples and labels (sorted) into xs and ys. */
-static void raw_read_(const raw_t *r, const int64_t *idx, int n, int64_t *sorted,
-                      unsigned char *xs, unsigned char *ys)
+static void raw_read_(const raw_t *r, const int64_t *idx, int n, int64_t *sorted, unsigned char *xs,
+                      unsigned char *ys)
 {
     memcpy(sorted, idx, (size_t)n * sizeof *sorted);
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_i64_);
@@ -206,8 +207,8 @@ static void raw_read_(const raw_t *r, const int64_t *idx, int n, int64_t *sorted
 /* ---- modes ---- */
 
 enum { M_RAW, M_RAWCONV, M_DECK, M_LOADER, M_PERSAMPLE, M_RUNS, M_UNION, M_COUNT };
-static const char *mode_names[M_COUNT] = {"raw-pread", "raw+convert", "deck_read", "loader",
-                                          "per-sample", "h5-runs", "h5-union"};
+static const char *mode_names[M_COUNT] = {"raw-pread",  "raw+convert", "deck_read", "loader",
+                                          "per-sample", "h5-runs",     "h5-union"};
 
 typedef struct pos_pair {
     int64_t idx, pos;

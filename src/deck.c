@@ -12,10 +12,11 @@
 
 #include "h5util.h"
 
-/* Data sieve buffer of the files a deck opens.  HDF5 reads uncompressed
- * chunks that bypass the chunk cache through the sieve buffer, which turns
- * every small random sample read into a 64 KiB read by default; with 0 the
- * selected bytes are read directly (bench/bench_loader measures both). */
+/* Data sieve buffer of the files a deck opens.  When x is read through
+ * HDF5 (compressed or otherwise not direct, see deck_io_t), uncompressed
+ * chunks that bypass the chunk cache go through the sieve buffer, which
+ * turns every small random sample read into a 64 KiB read by default; with
+ * 0 the selected bytes are read directly. */
 #ifndef DECK_SIEVE_BYTES
 #define DECK_SIEVE_BYTES 0
 #endif
@@ -38,7 +39,10 @@
 
 /* ---- opening ------------------------------------------------------------ */
 
-static const char *dtype_name_(deck_dtype_t t) { return t == DECK_U8 ? "uint8" : "float32"; }
+static const char *dtype_name_(deck_dtype_t t)
+{
+    return t == DECK_U8 ? "uint8" : "float32";
+}
 
 /* "[28,28] uint8" for a sample shape (dims without the sample dimension). */
 static void shape_str_(const hsize_t *dims, int rank, const char *type, char *buf, size_t n)
@@ -110,9 +114,9 @@ static hid_t dataset_open_(hid_t file, const char *name)
 
 /* Direct reads of one dataset (see deck_io_t). */
 typedef struct deck_direct {
-    int64_t chunk_rows;   /* rows per chunk (all rows if contiguous) */
+    int64_t chunk_rows; /* rows per chunk (all rows if contiguous) */
     int64_t nchunks;
-    uint64_t *addr;       /* [nchunks] file address; HADDR_UNDEF: never written */
+    uint64_t *addr; /* [nchunks] file address; HADDR_UNDEF: never written */
 } deck_direct_t;
 
 /* Can rows of ds be read at their file addresses, as memory type mt?
@@ -197,10 +201,10 @@ static void direct_init_(deck_shard_t *sh, const deck_t *d)
     if (fapl < 0 || H5Pget_driver(fapl) != H5FD_SEC2) ok = 0;
     if (fapl >= 0) H5Pclose(fapl);
     if (ok) {
-        sh->direct_x = direct_make_(sh->x, d->dtype == DECK_U8 ? H5T_NATIVE_UINT8
-                                                               : H5T_NATIVE_FLOAT, sh->n);
-        sh->direct_y = direct_make_(sh->y, d->regression ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32,
-                                    sh->n);
+        sh->direct_x =
+            direct_make_(sh->x, d->dtype == DECK_U8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, sh->n);
+        sh->direct_y =
+            direct_make_(sh->y, d->regression ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, sh->n);
     }
     h5_unlock();
     if (sh->direct_x || sh->direct_y) sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
@@ -259,12 +263,15 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
     d->nshards++;
     if (!sh->path) return ddp_fail(DDP_ERR_NOMEM, "out of memory opening %s", path);
     if (!hasx)
-        return ddp_fail(DDP_ERR_INPUT, "%s: no dataset %s; an input deck holds %s [N, ...] "
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: no dataset %s; an input deck holds %s [N, ...] "
                         "samples and %s [N] labels (make one with ddptrain-prep)",
                         path, xname, xname, yname);
     if (!hasy)
-        return ddp_fail(DDP_ERR_INPUT, "%s: no dataset %s (labels or targets for %s); make the "
-                        "deck with ddptrain-prep", path, yname, xname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: no dataset %s (labels or targets for %s); make the "
+                        "deck with ddptrain-prep",
+                        path, yname, xname);
 
     h5_lock();
     sh->x = dataset_open_(f, xname);
@@ -293,28 +300,36 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
     h5_unlock();
 
     if (sh->x < 0 || xr < 0)
-        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open dataset %s (corrupt file?); re-create "
-                        "it with ddptrain-prep", path, xname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: cannot open dataset %s (corrupt file?); re-create "
+                        "it with ddptrain-prep",
+                        path, xname);
     if (sh->y < 0 || yr < 0)
-        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open dataset %s (corrupt file?); re-create "
-                        "it with ddptrain-prep", path, yname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: cannot open dataset %s (corrupt file?); re-create "
+                        "it with ddptrain-prep",
+                        path, yname);
     deck_dtype_t dt;
     if (xc == H5T_INTEGER && xsz == 1 && xsign == H5T_SGN_NONE)
         dt = DECK_U8;
     else if (xc == H5T_FLOAT)
         dt = DECK_F32;
     else
-        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s must be uint8 or float32 (it holds "
-                        "%zu-byte %s values)", path, xname, xsz,
-                        xc == H5T_INTEGER ? "integer" : "non-numeric");
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: dataset %s must be uint8 or float32 (it holds "
+                        "%zu-byte %s values)",
+                        path, xname, xsz, xc == H5T_INTEGER ? "integer" : "non-numeric");
     if (xr < 2 || xr > 4)
-        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s has rank %d; expected [N, features], "
-                        "[N, H, W] or [N, C, H, W]", path, xname, xr);
-    if (xd[0] == 0)
-        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s holds no samples", path, xname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: dataset %s has rank %d; expected [N, features], "
+                        "[N, H, W] or [N, C, H, W]",
+                        path, xname, xr);
+    if (xd[0] == 0) return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s holds no samples", path, xname);
     if (yd[0] != xd[0] || yr < 1)
-        return ddp_fail(DDP_ERR_INPUT, "%s: %s has %llu samples but %s has %llu; x and y must "
-                        "have the same length", path, xname, (unsigned long long)xd[0], yname,
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s has %llu samples but %s has %llu; x and y must "
+                        "have the same length",
+                        path, xname, (unsigned long long)xd[0], yname,
                         (unsigned long long)(yr < 1 ? 0 : yd[0]));
     int regression, targets = 0;
     if (yc == H5T_INTEGER && (yr == 1 || (yr == 2 && yd[1] == 1))) {
@@ -325,14 +340,19 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
         if (targets < 1)
             return ddp_fail(DDP_ERR_INPUT, "%s: %s has no target columns", path, yname);
     } else {
-        return ddp_fail(DDP_ERR_INPUT, "%s: %s must be [N] integer class labels or [N, k] "
-                        "float targets", path, yname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s must be [N] integer class labels or [N, k] "
+                        "float targets",
+                        path, yname);
     }
 
     act_shape_t shape;
-    if (xr == 2) shape = (act_shape_t){(int)xd[1], 1, 1, 0};
-    else if (xr == 3) shape = (act_shape_t){1, (int)xd[1], (int)xd[2], 1};
-    else shape = (act_shape_t){(int)xd[1], (int)xd[2], (int)xd[3], 1};
+    if (xr == 2)
+        shape = (act_shape_t){(int)xd[1], 1, 1, 0};
+    else if (xr == 3)
+        shape = (act_shape_t){1, (int)xd[1], (int)xd[2], 1};
+    else
+        shape = (act_shape_t){(int)xd[1], (int)xd[2], (int)xd[3], 1};
 
     sh->n = (int64_t)xd[0];
     if (d->nshards == 1) {
@@ -350,23 +370,33 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
         const deck_shard_t *s0 = &d->shards[0];
         hsize_t d0[4] = {0};
         int r0 = d->xrank - 1;
-        if (d->xrank == 2) d0[0] = (hsize_t)d->shape.c;
-        else if (d->xrank == 3) { d0[0] = (hsize_t)d->shape.h; d0[1] = (hsize_t)d->shape.w; }
-        else { d0[0] = (hsize_t)d->shape.c; d0[1] = (hsize_t)d->shape.h; d0[2] = (hsize_t)d->shape.w; }
+        if (d->xrank == 2)
+            d0[0] = (hsize_t)d->shape.c;
+        else if (d->xrank == 3) {
+            d0[0] = (hsize_t)d->shape.h;
+            d0[1] = (hsize_t)d->shape.w;
+        } else {
+            d0[0] = (hsize_t)d->shape.c;
+            d0[1] = (hsize_t)d->shape.h;
+            d0[2] = (hsize_t)d->shape.w;
+        }
         int same = xr == d->xrank && dt == d->dtype;
         for (int i = 0; same && i < r0; i++) same = d0[i] == xd[i + 1];
         if (!same) {
             char a[96], b[96];
             shape_str_(d0, r0, dtype_name_(d->dtype), a, sizeof a);
             shape_str_(xd + 1, xr - 1, dtype_name_(dt), b, sizeof b);
-            return ddp_fail(DDP_ERR_INPUT, "%s: %s samples are %s but %s has %s; the shards of "
-                            "one deck must agree", s0->path, xname, a, path, b);
+            return ddp_fail(DDP_ERR_INPUT,
+                            "%s: %s samples are %s but %s has %s; the shards of "
+                            "one deck must agree",
+                            s0->path, xname, a, path, b);
         }
         if (regression != d->regression || targets != d->targets)
-            return ddp_fail(DDP_ERR_INPUT, "%s: %s holds %s but %s holds %s; the shards of one "
-                            "deck must agree", s0->path, yname,
-                            d->regression ? "float targets" : "integer labels", path,
-                            regression ? "float targets" : "integer labels");
+            return ddp_fail(DDP_ERR_INPUT,
+                            "%s: %s holds %s but %s holds %s; the shards of one "
+                            "deck must agree",
+                            s0->path, yname, d->regression ? "float targets" : "integer labels",
+                            path, regression ? "float targets" : "integer labels");
     }
     sh->first = d->n;
     d->n += sh->n;
@@ -409,8 +439,10 @@ static ddp_status_t stats_(deck_t *d)
     if (d->dtype == DECK_U8 && h5_attr_exists(obj, "scale")) {
         s = h5_attr_read_f64(obj, "scale", &scale);
         if (s == DDP_OK && !(isfinite(scale) && scale > 0))
-            s = ddp_fail(DDP_ERR_INPUT, "%s: attribute scale of %s is %g; it must be a positive "
-                         "number", sh->path, xname, scale);
+            s = ddp_fail(DDP_ERR_INPUT,
+                         "%s: attribute scale of %s is %g; it must be a positive "
+                         "number",
+                         sh->path, xname, scale);
         else if (s != DDP_OK)
             s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute scale of %s must be one number",
                                   sh->path, xname);
@@ -419,30 +451,45 @@ static ddp_status_t stats_(deck_t *d)
     if (s == DDP_OK && hm) s = h5_attr_read_f32v(obj, "mean", mean, &nmean);
     if (s == DDP_OK && hs) s = h5_attr_read_f32v(obj, "std", sd, &nstd);
     if (s != DDP_OK) {
-        s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute mean or std of %s is not a vector "
-                              "of at most %zu numbers", sh->path, xname, numel);
+        s = ddp_fail_override(DDP_ERR_INPUT,
+                              "%s: attribute mean or std of %s is not a vector "
+                              "of at most %zu numbers",
+                              sh->path, xname, numel);
     } else {
-        if (!hm) { nmean = 1; mean[0] = 0; }
-        if (!hs) { nstd = 1; sd[0] = 1; }
+        if (!hm) {
+            nmean = 1;
+            mean[0] = 0;
+        }
+        if (!hs) {
+            nstd = 1;
+            sd[0] = 1;
+        }
         size_t c = (size_t)d->shape.c;
         if (nmean != nstd && hm && hs)
-            s = ddp_fail(DDP_ERR_INPUT, "%s: attributes mean (%zu values) and std (%zu values) "
-                         "of %s differ in length", sh->path, nmean, nstd, xname);
+            s = ddp_fail(DDP_ERR_INPUT,
+                         "%s: attributes mean (%zu values) and std (%zu values) "
+                         "of %s differ in length",
+                         sh->path, nmean, nstd, xname);
         for (int k = 0; s == DDP_OK && k < 2; k++) {
             size_t m = k ? nstd : nmean;
             if (m != 1 && m != c && m != numel)
-                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute %s of %s has %zu values; expected 1, "
-                             "one per channel (%zu) or one per element (%zu)", sh->path,
-                             k ? "std" : "mean", xname, m, c, numel);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: attribute %s of %s has %zu values; expected 1, "
+                             "one per channel (%zu) or one per element (%zu)",
+                             sh->path, k ? "std" : "mean", xname, m, c, numel);
         }
         for (size_t i = 0; s == DDP_OK && i < nmean; i++)
             if (!isfinite(mean[i]))
-                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute mean of %s has a non-finite value "
-                             "at %zu", sh->path, xname, i);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: attribute mean of %s has a non-finite value "
+                             "at %zu",
+                             sh->path, xname, i);
         for (size_t i = 0; s == DDP_OK && i < nstd; i++)
             if (!(isfinite(sd[i]) && sd[i] > 0))
-                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute std of %s has %g at %zu; every std "
-                             "must be positive and finite", sh->path, xname, (double)sd[i], i);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: attribute std of %s has %g at %zu; every std "
+                             "must be positive and finite",
+                             sh->path, xname, (double)sd[i], i);
     }
     if (s == DDP_OK) {
         size_t hw = (size_t)d->shape.h * (size_t)d->shape.w;
@@ -453,11 +500,13 @@ static ddp_status_t stats_(deck_t *d)
             d->norm_b[e] = (float)(-(double)mean[im] / sd[is]);
         }
         /* stats per sample or per channel: convert with scalars (faster) */
-        if (nmean == 1 && nstd == 1) d->norm_run = numel;
+        if (nmean == 1 && nstd == 1)
+            d->norm_run = numel;
         else if (d->shape.image && (nmean == 1 || nmean == (size_t)d->shape.c) &&
                  (nstd == 1 || nstd == (size_t)d->shape.c))
             d->norm_run = hw;
-        else d->norm_run = 0;
+        else
+            d->norm_run = 0;
         d->scale = (float)scale;
         d->nstat = (int)(nmean > nstd ? nmean : nstd);
         /* keep mean/std in deck_t at the common length */
@@ -507,8 +556,10 @@ static ddp_status_t scan_labels_(deck_t *d)
             int64_t c;
             s = h5_attr_read_i64(sh->y, "classes", &c);
             if (s != DDP_OK || c < 1 || c > INT32_MAX) {
-                s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute classes of %s must be a "
-                                      "positive integer", sh->path, yname);
+                s = ddp_fail_override(DDP_ERR_INPUT,
+                                      "%s: attribute classes of %s must be a "
+                                      "positive integer",
+                                      sh->path, yname);
                 break;
             }
             if (c > attr_classes) {
@@ -522,17 +573,20 @@ static ddp_status_t scan_labels_(deck_t *d)
             herr_t rc = read_range_(sh->y, H5T_NATIVE_INT64, off, cnt, buf);
             h5_unlock();
             if (rc < 0) {
-                s = ddp_fail(DDP_ERR_INPUT, "%s: cannot read %s samples [%llu, %llu) (truncated "
-                             "or corrupt file?); re-create it with ddptrain-prep", sh->path,
-                             yname, (unsigned long long)off, (unsigned long long)(off + cnt));
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: cannot read %s samples [%llu, %llu) (truncated "
+                             "or corrupt file?); re-create it with ddptrain-prep",
+                             sh->path, yname, (unsigned long long)off,
+                             (unsigned long long)(off + cnt));
                 break;
             }
             for (hsize_t i = 0; i < cnt; i++) {
                 int64_t v = buf[i];
                 if (v < 0) {
-                    s = ddp_fail(DDP_ERR_INPUT, "%s: %s sample %llu has label %lld; class labels "
-                                 "must be 0, 1, ..., classes-1", sh->path, yname,
-                                 (unsigned long long)(off + i), (long long)v);
+                    s = ddp_fail(DDP_ERR_INPUT,
+                                 "%s: %s sample %llu has label %lld; class labels "
+                                 "must be 0, 1, ..., classes-1",
+                                 sh->path, yname, (unsigned long long)(off + i), (long long)v);
                     break;
                 }
                 if (v > d->label_max) {
@@ -546,11 +600,13 @@ static ddp_status_t scan_labels_(deck_t *d)
     free(buf);
     if (s != DDP_OK) return s;
     if (d->label_max >= INT32_MAX)
-        return ddp_fail(DDP_ERR_INPUT, "%s: %s holds label %lld; class labels must be "
-                        "0..classes-1", d->shards[d->label_max_shard].path, yname,
-                        (long long)d->label_max);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s holds label %lld; class labels must be "
+                        "0..classes-1",
+                        d->shards[d->label_max_shard].path, yname, (long long)d->label_max);
     if (attr_classes > 0 && d->label_max >= attr_classes)
-        return ddp_fail(DDP_ERR_INPUT, "%s: %s holds label %lld but its attribute classes "
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s holds label %lld but its attribute classes "
                         "says %lld (from %s); labels must be 0..classes-1",
                         d->shards[d->label_max_shard].path, yname, (long long)d->label_max,
                         (long long)attr_classes, d->shards[attr_shard].path);
@@ -624,8 +680,10 @@ static void *scratch_(deck_t *d, size_t bytes)
     if (bytes > d->scratch_bytes) {
         void *p = realloc(d->scratch, bytes);
         if (!p) {
-            ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for a batch read; "
-                     "reduce --batch", bytes);
+            ddp_fail(DDP_ERR_NOMEM,
+                     "out of memory allocating %zu bytes for a batch read; "
+                     "reduce --batch",
+                     bytes);
             return NULL;
         }
         d->scratch = p;
@@ -715,8 +773,8 @@ static int pread_full_(int fd, unsigned char *p, size_t len, uint64_t off)
 /* Rows u[0..m) (global, sorted, unique) of x by pread at their addresses;
  * rows adjacent in the file (and in buf) are merged into one pread.  On
  * failure *lo, *hi name the local sample range. */
-static int read_direct_(const deck_shard_t *sh, const deck_direct_t *dd, const int64_t *u, int64_t m,
-                        unsigned char *buf, size_t row, int64_t *lo, int64_t *hi)
+static int read_direct_(const deck_shard_t *sh, const deck_direct_t *dd, const int64_t *u,
+                        int64_t m, unsigned char *buf, size_t row, int64_t *lo, int64_t *hi)
 {
     uint64_t p_off = 0;
     size_t p_len = 0;
@@ -731,7 +789,8 @@ static int read_direct_(const deck_shard_t *sh, const deck_direct_t *dd, const i
             int64_t c = local / dd->chunk_rows;
             state = chunk_addr_(dd, c, &off);
             off += (uint64_t)(local - c * dd->chunk_rows) * row;
-            if (state == 0 && p_len && p_off + p_len == off && p_dst + p_len == buf + (size_t)i * row) {
+            if (state == 0 && p_len && p_off + p_len == off &&
+                p_dst + p_len == buf + (size_t)i * row) {
                 p_len += row;
                 p_last = local;
                 continue;
@@ -767,7 +826,8 @@ int deck_set_io(deck_t *d, deck_io_t io)
 static ddp_status_t read_fail_(const deck_t *d, const deck_shard_t *sh, const char *what,
                                int64_t lo, int64_t hi)
 {
-    return ddp_fail(DDP_ERR_INPUT, "%s: reading /%s/%s samples [%lld, %lld) failed (truncated "
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s: reading /%s/%s samples [%lld, %lld) failed (truncated "
                     "or corrupt file?); check the file with ddptrain-prep info and re-create it",
                     sh->path, d->split, what, (long long)lo, (long long)hi);
 }
@@ -863,7 +923,8 @@ static void normalize_sample_(const deck_t *d, float *dst, const void *src)
     if (L && L >= 16) {
         for (size_t o = 0; o < numel; o += L) {
             if (d->dtype == DECK_U8)
-                convert_u8_s_(dst + o, (const unsigned char *)src + o, d->norm_a[o], d->norm_b[o], L);
+                convert_u8_s_(dst + o, (const unsigned char *)src + o, d->norm_a[o], d->norm_b[o],
+                              L);
             else
                 affine_f32_s_(dst + o, (const float *)src + o, d->norm_a[o], d->norm_b[o], L);
         }
@@ -1018,16 +1079,18 @@ static ddp_status_t check_finite_ds_(const deck_t *d, const deck_shard_t *sh, hi
         herr_t rc = read_range_(ds, H5T_NATIVE_FLOAT, (hsize_t)off, (hsize_t)cnt, buf);
         h5_unlock();
         if (rc < 0)
-            return ddp_fail(DDP_ERR_INPUT, "%s: reading %s samples [%lld, %lld) failed "
-                            "(truncated or corrupt file?); re-create it", sh->path, name,
-                            (long long)off, (long long)(off + cnt));
+            return ddp_fail(DDP_ERR_INPUT,
+                            "%s: reading %s samples [%lld, %lld) failed "
+                            "(truncated or corrupt file?); re-create it",
+                            sh->path, name, (long long)off, (long long)(off + cnt));
         size_t total = (size_t)cnt * per_row;
         for (size_t i = 0; i < total; i++)
             if (!isfinite(buf[i]))
-                return ddp_fail(DDP_ERR_INPUT, "%s: %s sample %lld, element %zu is %s; the "
-                                "data must be finite (fix or drop that sample)", sh->path, name,
-                                (long long)(off + (int64_t)(i / per_row)), i % per_row,
-                                isnan(buf[i]) ? "NaN" : "infinite");
+                return ddp_fail(DDP_ERR_INPUT,
+                                "%s: %s sample %lld, element %zu is %s; the "
+                                "data must be finite (fix or drop that sample)",
+                                sh->path, name, (long long)(off + (int64_t)(i / per_row)),
+                                i % per_row, isnan(buf[i]) ? "NaN" : "infinite");
     }
     return DDP_OK;
 }
@@ -1055,7 +1118,8 @@ ddp_status_t deck_check_finite(deck_t *d)
 ddp_status_t deck_require_labels(const deck_t *d)
 {
     if (!d->regression) return DDP_OK;
-    return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds float targets [N, %d] but the loss needs "
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s: /%s/y holds float targets [N, %d] but the loss needs "
                     "integer class labels [N]; use --loss mse for regression, or store labels",
                     d->shards[0].path, d->split, d->targets);
 }
@@ -1064,23 +1128,26 @@ ddp_status_t deck_check_classes(const deck_t *d, int outputs)
 {
     DDP_TRY(deck_require_labels(d));
     if (d->label_max < outputs) return DDP_OK;
-    return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds label %lld but the model has %d outputs; "
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s: /%s/y holds label %lld but the model has %d outputs; "
                     "make the last layer linear:%d (the deck has %d classes)",
-                    d->shards[d->label_max_shard].path, d->split, (long long)d->label_max,
-                    outputs, d->classes, d->classes);
+                    d->shards[d->label_max_shard].path, d->split, (long long)d->label_max, outputs,
+                    d->classes, d->classes);
 }
 
 ddp_status_t deck_require_targets(const deck_t *d, int outputs)
 {
     if (!d->regression)
-        return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds integer class labels but the loss "
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: /%s/y holds integer class labels but the loss "
                         "needs float targets [N, %d]; use a classification loss, or store "
-                        "float targets (ddptrain-prep csv --regression)", d->shards[0].path,
-                        d->split, outputs);
+                        "float targets (ddptrain-prep csv --regression)",
+                        d->shards[0].path, d->split, outputs);
     if (d->targets != outputs)
-        return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds %d targets per sample but the model "
-                        "has %d outputs; make the last layer linear:%d", d->shards[0].path,
-                        d->split, d->targets, outputs, d->targets);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: /%s/y holds %d targets per sample but the model "
+                        "has %d outputs; make the last layer linear:%d",
+                        d->shards[0].path, d->split, d->targets, outputs, d->targets);
     return DDP_OK;
 }
 
@@ -1088,7 +1155,8 @@ ddp_status_t deck_check_size(const deck_t *d, int world, int batch, int drop_las
 {
     int64_t need = (int64_t)world * batch;
     if (d->n >= need) return DDP_OK;
-    return ddp_fail(DDP_ERR_INPUT, "%s%s: /%s holds %lld samples, fewer than one global batch "
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s%s: /%s holds %lld samples, fewer than one global batch "
                     "(%d ranks x --batch %d = %lld)%s; use a smaller --batch or fewer ranks",
                     d->shards[0].path, d->nshards > 1 ? " (and the other shards)" : "", d->split,
                     (long long)d->n, world, batch, (long long)need,

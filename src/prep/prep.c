@@ -275,8 +275,10 @@ ddp_status_t prep_finish(h5_atomic_t *a)
     }
     if (s != DDP_OK) {
         h5_atomic_abandon(a);
-        return ddp_fail_override(s, "%s was not written: the result is not a valid input "
-                                 "deck: %s", a->path, ddp_error_message());
+        return ddp_fail_override(s,
+                                 "%s was not written: the result is not a valid input "
+                                 "deck: %s",
+                                 a->path, ddp_error_message());
     }
     return h5_atomic_commit(a);
 }
@@ -306,14 +308,21 @@ int main(int argc, char **argv)
             return 0;
         }
     ddp_status_t (*fn)(int, char **) = NULL;
-    if (!strcmp(cmd, "idx")) fn = prep_idx;
-    else if (!strcmp(cmd, "csv")) fn = prep_csv;
-    else if (!strcmp(cmd, "synthetic")) fn = prep_synthetic;
-    else if (!strcmp(cmd, "split")) fn = prep_split;
-    else if (!strcmp(cmd, "info")) fn = prep_info;
+    if (!strcmp(cmd, "idx"))
+        fn = prep_idx;
+    else if (!strcmp(cmd, "csv"))
+        fn = prep_csv;
+    else if (!strcmp(cmd, "synthetic"))
+        fn = prep_synthetic;
+    else if (!strcmp(cmd, "split"))
+        fn = prep_split;
+    else if (!strcmp(cmd, "info"))
+        fn = prep_info;
     if (!fn) {
-        fprintf(stderr, "ddptrain-prep: error: unknown command '%s' (idx, csv, synthetic, "
-                        "split, info); see ddptrain-prep --help\n", cmd);
+        fprintf(stderr,
+                "ddptrain-prep: error: unknown command '%s' (idx, csv, synthetic, "
+                "split, info); see ddptrain-prep --help\n",
+                cmd);
         return 2;
     }
     ddp_status_t s = fn(argc - 1, argv + 1);
