@@ -1196,6 +1196,13 @@ int deck_has_split(const char *path, const char *split)
     return yes;
 }
 
+int deck_has_split_any(char *const *paths, int npaths, const char *split)
+{
+    for (int i = 0; i < npaths; i++)
+        if (deck_has_split(paths[i], split)) return 1;
+    return 0;
+}
+
 typedef struct cfg_iter {
     ddp_config_t *cfg;
     const char *path;

@@ -113,6 +113,9 @@ void deck_close(deck_t *d);
 
 /* Does the first file hold /<split>/x? (used for the optional /val split) */
 int deck_has_split(const char *path, const char *split);
+/* Does any of the files hold /<split>/x?  (With shards, /val may be in any
+ * of them; ddptrain-prep split puts it in the first.) */
+int deck_has_split_any(char *const *paths, int npaths, const char *split);
 
 /* Apply the attributes of the group /config of `path` to cfg (SRC_INPUT). */
 ddp_status_t deck_load_config(const char *path, ddp_config_t *cfg);
@@ -140,7 +143,8 @@ int deck_set_io(deck_t *d, deck_io_t io);
 /* Normalise n raw samples in place: x = x * scale/std + (-mean/std). */
 void deck_normalize(const deck_t *d, float *x, int n);
 
-/* Contiguous reads (evaluation): samples [first, first + n) in order. */
+/* Contiguous reads (evaluation): samples [first, first + n) in order.  Read
+ * a rank's range in pieces of at most a batch (scratch grows with n). */
 ddp_status_t deck_read_range(deck_t *d, int64_t first, int n, float *x, int32_t *labels,
                              float *targets);
 /* Evaluation partition: rank r of W reads [r*N/W, (r+1)*N/W) (disjoint,

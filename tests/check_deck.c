@@ -246,6 +246,9 @@ START_TEST(eval_ranges_and_val_split)
     ck_assert_int_eq(tdeck_write(paths[1], &t), 0);
     ck_assert(deck_has_split(paths[0], "val"));
     ck_assert(!deck_has_split(paths[1], "val"));
+    char *rev[2] = {paths[1], paths[0]};
+    ck_assert(deck_has_split_any(rev, 2, "val"));
+    ck_assert(!deck_has_split_any(rev, 1, "val"));
     deck_t v;
     ck_assert_msg(deck_open(&v, paths, 2, "val") == DDP_OK, "%s", ddp_error_message());
     ck_assert_int_eq(v.n, 11);

@@ -337,9 +337,7 @@ ddp_status_t prep_info(int argc, char **argv)
         return s;
     }
     printf("valid input deck: train: %s\n", desc);
-    int val = 0;
-    for (int i = 0; i < n; i++) val |= deck_has_split(paths[i], "val");
-    if (val) {
+    if (deck_has_split_any(paths, n, "val")) {
         s = deck_open(&d, paths, n, "val");
         if (s == DDP_OK) {
             s = deck_check_finite(&d);
