@@ -26,10 +26,11 @@
  *     first file holding the split.
  *   - A deck_t is used by one thread at a time (it owns scratch buffers);
  *     open a second deck_t for another thread (e.g. evaluation).
- *   - Uncompressed chunked data is read with the chunk cache off (direct
- *     reads of the selected bytes); compressed data gets a cache of a few
- *     chunks (random access then costs a whole chunk per sample: prefer
- *     uncompressed decks, which is what ddptrain-prep writes).
+ *   - Uncompressed data is read with pread at the rows' file addresses
+ *     (deck_io_t), outside the HDF5 lock; what HDF5 reads itself it reads
+ *     with the chunk cache off for uncompressed chunks, and with a cache of
+ *     a few chunks for compressed ones (random access then costs a whole
+ *     chunk per sample: prefer uncompressed decks, as ddptrain-prep writes).
  */
 #ifndef DDP_DECK_H
 #define DDP_DECK_H
