@@ -23,20 +23,28 @@ ddp_status_t augment_parse(const char *spec, act_shape_t shape, augment_t *a)
             char *end;
             long p = strtol(tok + 5, &end, 10);
             if (end == tok + 5 || *end || p < 1 || p > 1024)
-                return ddp_fail(DDP_ERR_USAGE, "--augment: '%s': the crop padding must be a "
-                                "positive integer (crop:4)", tok);
+                return ddp_fail(DDP_ERR_USAGE,
+                                "--augment: '%s': the crop padding must be a "
+                                "positive integer (crop:4)",
+                                tok);
             a->crop = (int)p;
         } else {
-            return ddp_fail(DDP_ERR_USAGE, "--augment: unknown augmentation '%s'; use hflip "
-                            "and/or crop:P, e.g. --augment hflip,crop:4", tok);
+            return ddp_fail(DDP_ERR_USAGE,
+                            "--augment: unknown augmentation '%s'; use hflip "
+                            "and/or crop:P, e.g. --augment hflip,crop:4",
+                            tok);
         }
     }
     if (!shape.image)
-        return ddp_fail(DDP_ERR_USAGE, "--augment %s needs images ([N,H,W] or [N,C,H,W] "
-                        "data) but the input holds feature vectors (%d features)", spec, shape.c);
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--augment %s needs images ([N,H,W] or [N,C,H,W] "
+                        "data) but the input holds feature vectors (%d features)",
+                        spec, shape.c);
     if (a->crop && (a->crop >= shape.h || a->crop >= shape.w))
-        return ddp_fail(DDP_ERR_USAGE, "--augment: crop padding %d is not smaller than the "
-                        "%dx%d images", a->crop, shape.h, shape.w);
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--augment: crop padding %d is not smaller than the "
+                        "%dx%d images",
+                        a->crop, shape.h, shape.w);
     return DDP_OK;
 }
 

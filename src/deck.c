@@ -2,26 +2,47 @@
  * reads with normalisation, label scans and start-up checks (see deck.h). */
 #include "deck.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "h5util.h"
 
-/* Data sieve buffer of the files a deck opens.  HDF5 reads uncompressed
- * chunks that bypass the chunk cache through the sieve buffer, which turns
- * every small random sample read into a 64 KiB read by default; with 0 the
- * selected bytes are read directly (bench/bench_loader measures both). */
+/* Data sieve buffer of the files a deck opens.  When x is read through
+ * HDF5 (compressed or otherwise not direct, see deck_io_t), uncompressed
+ * chunks that bypass the chunk cache go through the sieve buffer, which
+ * turns every small random sample read into a 64 KiB read by default; with
+ * 0 the selected bytes are read directly. */
+#ifndef DECK_SIEVE_BYTES
 #define DECK_SIEVE_BYTES 0
+#endif
+/* Size of the HDF5 metadata cache of each file a deck opens. */
+#ifndef DECK_MDC_BYTES
+#define DECK_MDC_BYTES ((size_t)2 << 20)
+#endif
+/* Direct reads need every chunk's address.  HDF5 1.10 has no single-pass
+ * chunk iterator (H5Dget_chunk_info walks the index from the start on each
+ * call), so the table costs O(chunks^2) at open: 4096 chunks take ~0.1 s and
+ * 32 KiB.  Datasets with more chunks are read through HDF5 (DECK_IO_RUNS);
+ * ddptrain-prep grows its chunks beyond 128 KiB to stay within this. */
+#ifndef DECK_DIRECT_MAX_CHUNKS
+#define DECK_DIRECT_MAX_CHUNKS 4096
+#endif
 /* Labels are scanned at open in pieces of this many values. */
-#define DECK_SCAN_PIECE ((hsize_t)1 << 20)
+#define DECK_SCAN_PIECE ((hsize_t)1 << 16)
 /* deck_check_finite reads about this many bytes at a time. */
 #define DECK_CHECK_BYTES ((size_t)4 << 20)
 
 /* ---- opening ------------------------------------------------------------ */
 
-static const char *dtype_name_(deck_dtype_t t) { return t == DECK_U8 ? "uint8" : "float32"; }
+static const char *dtype_name_(deck_dtype_t t)
+{
+    return t == DECK_U8 ? "uint8" : "float32";
+}
 
 /* "[28,28] uint8" for a sample shape (dims without the sample dimension). */
 static void shape_str_(const hsize_t *dims, int rank, const char *type, char *buf, size_t n)
@@ -45,9 +66,10 @@ static herr_t read_range_(hid_t ds, hid_t memtype, hsize_t first, hsize_t cnt, v
     }
     start[0] = first;
     count[0] = cnt;
+    (void)per_row;
     herr_t rc = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-    hsize_t mdims[2] = {cnt, per_row};
-    hid_t ms = H5Screate_simple(2, mdims, NULL);
+    /* the same shape in memory as in the file: HDF5's fast path */
+    hid_t ms = H5Screate_simple(rank, count, NULL);
     if (rc >= 0) rc = H5Dread(ds, memtype, ms, fs, H5P_DEFAULT, buf);
     H5Sclose(ms);
     H5Sclose(fs);
@@ -90,6 +112,109 @@ static hid_t dataset_open_(hid_t file, const char *name)
     return ds;
 }
 
+/* Direct reads of one dataset (see deck_io_t). */
+typedef struct deck_direct {
+    int64_t chunk_rows; /* rows per chunk (all rows if contiguous) */
+    int64_t nchunks;
+    uint64_t *addr; /* [nchunks] file address; HADDR_UNDEF: never written */
+} deck_direct_t;
+
+/* Can rows of ds be read at their file addresses, as memory type mt?
+ * (Caller holds the HDF5 lock.) */
+static deck_direct_t *direct_make_(hid_t ds, hid_t mt, int64_t n)
+{
+    hid_t t = H5Dget_type(ds);
+    int ok = mt == H5T_NATIVE_UINT8 ? H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == 1
+                                    : H5Tequal(t, mt) > 0;
+    H5Tclose(t);
+    if (!ok) return NULL;
+    deck_direct_t *dd = calloc(1, sizeof *dd);
+    if (!dd) return NULL;
+    hid_t dcpl = H5Dget_create_plist(ds);
+    H5D_layout_t lay = H5Pget_layout(dcpl);
+    if (lay == H5D_CONTIGUOUS) {
+        haddr_t a = H5Dget_offset(ds);
+        ok = a != HADDR_UNDEF;
+        dd->chunk_rows = n;
+        dd->nchunks = 1;
+    } else if (lay == H5D_CHUNKED && H5Pget_nfilters(dcpl) == 0) {
+        hsize_t cd[H5S_MAX_RANK], xd[H5S_MAX_RANK];
+        int cr = H5Pget_chunk(dcpl, H5S_MAX_RANK, cd);
+        hid_t sp = H5Dget_space(ds);
+        int xr = H5Sget_simple_extent_dims(sp, xd, NULL);
+        H5Sclose(sp);
+        ok = cr == xr && cd[0] >= 1;
+        for (int i = 1; ok && i < xr; i++) ok = cd[i] == xd[i]; /* whole samples per chunk */
+        if (ok) {
+            dd->chunk_rows = (int64_t)cd[0];
+            dd->nchunks = (n + dd->chunk_rows - 1) / dd->chunk_rows;
+            ok = dd->nchunks <= DECK_DIRECT_MAX_CHUNKS;
+        }
+    } else {
+        ok = 0;
+    }
+    H5Pclose(dcpl);
+    if (ok) dd->addr = malloc((size_t)dd->nchunks * sizeof *dd->addr);
+    ok = ok && dd->addr;
+    if (ok && lay == H5D_CONTIGUOUS) {
+        dd->addr[0] = H5Dget_offset(ds);
+    } else if (ok) {
+        for (int64_t c = 0; c < dd->nchunks; c++) dd->addr[c] = HADDR_UNDEF;
+        hid_t sp = H5Dget_space(ds);
+        hsize_t stored = 0;
+        ok = H5Dget_num_chunks(ds, sp, &stored) >= 0;
+        for (hsize_t i = 0; ok && i < stored; i++) {
+            hsize_t off[H5S_MAX_RANK], size;
+            haddr_t a;
+            unsigned mask;
+            ok = H5Dget_chunk_info(ds, sp, i, off, &mask, &a, &size) >= 0 &&
+                 off[0] / (hsize_t)dd->chunk_rows < (hsize_t)dd->nchunks;
+            if (ok) dd->addr[off[0] / (hsize_t)dd->chunk_rows] = a;
+        }
+        H5Sclose(sp);
+    }
+    if (!ok) {
+        free(dd->addr);
+        free(dd);
+        return NULL;
+    }
+    return dd;
+}
+
+static void direct_free_(deck_direct_t *dd)
+{
+    if (dd) free(dd->addr);
+    free(dd);
+}
+
+/* Set up direct reads of x and y for a shard where possible (never fails:
+ * ineligible datasets are read through HDF5). */
+static void direct_init_(deck_shard_t *sh, const deck_t *d)
+{
+    h5_lock();
+    int ok = 1;
+    hsize_t ub = 1;
+    hid_t fcpl = H5Fget_create_plist(sh->file);
+    if (fcpl < 0 || H5Pget_userblock(fcpl, &ub) < 0 || ub != 0) ok = 0;
+    if (fcpl >= 0) H5Pclose(fcpl);
+    hid_t fapl = ok ? H5Fget_access_plist(sh->file) : H5I_INVALID_HID;
+    if (fapl < 0 || H5Pget_driver(fapl) != H5FD_SEC2) ok = 0;
+    if (fapl >= 0) H5Pclose(fapl);
+    if (ok) {
+        sh->direct_x =
+            direct_make_(sh->x, d->dtype == DECK_U8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, sh->n);
+        sh->direct_y =
+            direct_make_(sh->y, d->regression ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, sh->n);
+    }
+    h5_unlock();
+    if (sh->direct_x || sh->direct_y) sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    if (sh->fd < 0) {
+        direct_free_(sh->direct_x);
+        direct_free_(sh->direct_y);
+        sh->direct_x = sh->direct_y = NULL;
+    }
+}
+
 /* Open /<split>/x and /<split>/y of one file and check them against the
  * shards opened before.  *skip is set when a non-train split is absent. */
 static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
@@ -102,6 +227,17 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     h5_lock();
     H5Pset_sieve_buf_size(fapl, DECK_SIEVE_BYTES);
+    /* a metadata cache of bounded size: the chunk index of a large file
+     * would otherwise grow it with N (up to 32 MiB by default) */
+    H5AC_cache_config_t mdc;
+    mdc.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+    if (H5Pget_mdc_config(fapl, &mdc) >= 0) {
+        mdc.set_initial_size = 1;
+        mdc.initial_size = DECK_MDC_BYTES;
+        mdc.min_size = DECK_MDC_BYTES / 2;
+        mdc.max_size = DECK_MDC_BYTES;
+        H5Pset_mdc_config(fapl, &mdc);
+    }
     h5_unlock();
     hid_t f;
     ddp_status_t s = h5_open_read_fapl(path, fapl, &f);
@@ -122,16 +258,20 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
     memset(sh, 0, sizeof *sh);
     sh->file = f;
     sh->x = sh->y = H5I_INVALID_HID;
+    sh->fd = -1;
     sh->path = strdup(path);
     d->nshards++;
     if (!sh->path) return ddp_fail(DDP_ERR_NOMEM, "out of memory opening %s", path);
     if (!hasx)
-        return ddp_fail(DDP_ERR_INPUT, "%s: no dataset %s; an input deck holds %s [N, ...] "
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: no dataset %s; an input deck holds %s [N, ...] "
                         "samples and %s [N] labels (make one with ddptrain-prep)",
                         path, xname, xname, yname);
     if (!hasy)
-        return ddp_fail(DDP_ERR_INPUT, "%s: no dataset %s (labels or targets for %s); make the "
-                        "deck with ddptrain-prep", path, yname, xname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: no dataset %s (labels or targets for %s); make the "
+                        "deck with ddptrain-prep",
+                        path, yname, xname);
 
     h5_lock();
     sh->x = dataset_open_(f, xname);
@@ -160,28 +300,36 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
     h5_unlock();
 
     if (sh->x < 0 || xr < 0)
-        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open dataset %s (corrupt file?); re-create "
-                        "it with ddptrain-prep", path, xname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: cannot open dataset %s (corrupt file?); re-create "
+                        "it with ddptrain-prep",
+                        path, xname);
     if (sh->y < 0 || yr < 0)
-        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open dataset %s (corrupt file?); re-create "
-                        "it with ddptrain-prep", path, yname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: cannot open dataset %s (corrupt file?); re-create "
+                        "it with ddptrain-prep",
+                        path, yname);
     deck_dtype_t dt;
     if (xc == H5T_INTEGER && xsz == 1 && xsign == H5T_SGN_NONE)
         dt = DECK_U8;
     else if (xc == H5T_FLOAT)
         dt = DECK_F32;
     else
-        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s must be uint8 or float32 (it holds "
-                        "%zu-byte %s values)", path, xname, xsz,
-                        xc == H5T_INTEGER ? "integer" : "non-numeric");
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: dataset %s must be uint8 or float32 (it holds "
+                        "%zu-byte %s values)",
+                        path, xname, xsz, xc == H5T_INTEGER ? "integer" : "non-numeric");
     if (xr < 2 || xr > 4)
-        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s has rank %d; expected [N, features], "
-                        "[N, H, W] or [N, C, H, W]", path, xname, xr);
-    if (xd[0] == 0)
-        return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s holds no samples", path, xname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: dataset %s has rank %d; expected [N, features], "
+                        "[N, H, W] or [N, C, H, W]",
+                        path, xname, xr);
+    if (xd[0] == 0) return ddp_fail(DDP_ERR_INPUT, "%s: dataset %s holds no samples", path, xname);
     if (yd[0] != xd[0] || yr < 1)
-        return ddp_fail(DDP_ERR_INPUT, "%s: %s has %llu samples but %s has %llu; x and y must "
-                        "have the same length", path, xname, (unsigned long long)xd[0], yname,
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s has %llu samples but %s has %llu; x and y must "
+                        "have the same length",
+                        path, xname, (unsigned long long)xd[0], yname,
                         (unsigned long long)(yr < 1 ? 0 : yd[0]));
     int regression, targets = 0;
     if (yc == H5T_INTEGER && (yr == 1 || (yr == 2 && yd[1] == 1))) {
@@ -192,14 +340,19 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
         if (targets < 1)
             return ddp_fail(DDP_ERR_INPUT, "%s: %s has no target columns", path, yname);
     } else {
-        return ddp_fail(DDP_ERR_INPUT, "%s: %s must be [N] integer class labels or [N, k] "
-                        "float targets", path, yname);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s must be [N] integer class labels or [N, k] "
+                        "float targets",
+                        path, yname);
     }
 
     act_shape_t shape;
-    if (xr == 2) shape = (act_shape_t){(int)xd[1], 1, 1, 0};
-    else if (xr == 3) shape = (act_shape_t){1, (int)xd[1], (int)xd[2], 1};
-    else shape = (act_shape_t){(int)xd[1], (int)xd[2], (int)xd[3], 1};
+    if (xr == 2)
+        shape = (act_shape_t){(int)xd[1], 1, 1, 0};
+    else if (xr == 3)
+        shape = (act_shape_t){1, (int)xd[1], (int)xd[2], 1};
+    else
+        shape = (act_shape_t){(int)xd[1], (int)xd[2], (int)xd[3], 1};
 
     sh->n = (int64_t)xd[0];
     if (d->nshards == 1) {
@@ -217,26 +370,37 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
         const deck_shard_t *s0 = &d->shards[0];
         hsize_t d0[4] = {0};
         int r0 = d->xrank - 1;
-        if (d->xrank == 2) d0[0] = (hsize_t)d->shape.c;
-        else if (d->xrank == 3) { d0[0] = (hsize_t)d->shape.h; d0[1] = (hsize_t)d->shape.w; }
-        else { d0[0] = (hsize_t)d->shape.c; d0[1] = (hsize_t)d->shape.h; d0[2] = (hsize_t)d->shape.w; }
+        if (d->xrank == 2)
+            d0[0] = (hsize_t)d->shape.c;
+        else if (d->xrank == 3) {
+            d0[0] = (hsize_t)d->shape.h;
+            d0[1] = (hsize_t)d->shape.w;
+        } else {
+            d0[0] = (hsize_t)d->shape.c;
+            d0[1] = (hsize_t)d->shape.h;
+            d0[2] = (hsize_t)d->shape.w;
+        }
         int same = xr == d->xrank && dt == d->dtype;
         for (int i = 0; same && i < r0; i++) same = d0[i] == xd[i + 1];
         if (!same) {
             char a[96], b[96];
             shape_str_(d0, r0, dtype_name_(d->dtype), a, sizeof a);
             shape_str_(xd + 1, xr - 1, dtype_name_(dt), b, sizeof b);
-            return ddp_fail(DDP_ERR_INPUT, "%s: %s samples are %s but %s has %s; the shards of "
-                            "one deck must agree", s0->path, xname, a, path, b);
+            return ddp_fail(DDP_ERR_INPUT,
+                            "%s: %s samples are %s but %s has %s; the shards of "
+                            "one deck must agree",
+                            s0->path, xname, a, path, b);
         }
         if (regression != d->regression || targets != d->targets)
-            return ddp_fail(DDP_ERR_INPUT, "%s: %s holds %s but %s holds %s; the shards of one "
-                            "deck must agree", s0->path, yname,
-                            d->regression ? "float targets" : "integer labels", path,
-                            regression ? "float targets" : "integer labels");
+            return ddp_fail(DDP_ERR_INPUT,
+                            "%s: %s holds %s but %s holds %s; the shards of one "
+                            "deck must agree",
+                            s0->path, yname, d->regression ? "float targets" : "integer labels",
+                            path, regression ? "float targets" : "integer labels");
     }
     sh->first = d->n;
     d->n += sh->n;
+    direct_init_(sh, d);
     return DDP_OK;
 }
 
@@ -275,8 +439,10 @@ static ddp_status_t stats_(deck_t *d)
     if (d->dtype == DECK_U8 && h5_attr_exists(obj, "scale")) {
         s = h5_attr_read_f64(obj, "scale", &scale);
         if (s == DDP_OK && !(isfinite(scale) && scale > 0))
-            s = ddp_fail(DDP_ERR_INPUT, "%s: attribute scale of %s is %g; it must be a positive "
-                         "number", sh->path, xname, scale);
+            s = ddp_fail(DDP_ERR_INPUT,
+                         "%s: attribute scale of %s is %g; it must be a positive "
+                         "number",
+                         sh->path, xname, scale);
         else if (s != DDP_OK)
             s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute scale of %s must be one number",
                                   sh->path, xname);
@@ -285,30 +451,45 @@ static ddp_status_t stats_(deck_t *d)
     if (s == DDP_OK && hm) s = h5_attr_read_f32v(obj, "mean", mean, &nmean);
     if (s == DDP_OK && hs) s = h5_attr_read_f32v(obj, "std", sd, &nstd);
     if (s != DDP_OK) {
-        s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute mean or std of %s is not a vector "
-                              "of at most %zu numbers", sh->path, xname, numel);
+        s = ddp_fail_override(DDP_ERR_INPUT,
+                              "%s: attribute mean or std of %s is not a vector "
+                              "of at most %zu numbers",
+                              sh->path, xname, numel);
     } else {
-        if (!hm) { nmean = 1; mean[0] = 0; }
-        if (!hs) { nstd = 1; sd[0] = 1; }
+        if (!hm) {
+            nmean = 1;
+            mean[0] = 0;
+        }
+        if (!hs) {
+            nstd = 1;
+            sd[0] = 1;
+        }
         size_t c = (size_t)d->shape.c;
         if (nmean != nstd && hm && hs)
-            s = ddp_fail(DDP_ERR_INPUT, "%s: attributes mean (%zu values) and std (%zu values) "
-                         "of %s differ in length", sh->path, nmean, nstd, xname);
+            s = ddp_fail(DDP_ERR_INPUT,
+                         "%s: attributes mean (%zu values) and std (%zu values) "
+                         "of %s differ in length",
+                         sh->path, nmean, nstd, xname);
         for (int k = 0; s == DDP_OK && k < 2; k++) {
             size_t m = k ? nstd : nmean;
             if (m != 1 && m != c && m != numel)
-                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute %s of %s has %zu values; expected 1, "
-                             "one per channel (%zu) or one per element (%zu)", sh->path,
-                             k ? "std" : "mean", xname, m, c, numel);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: attribute %s of %s has %zu values; expected 1, "
+                             "one per channel (%zu) or one per element (%zu)",
+                             sh->path, k ? "std" : "mean", xname, m, c, numel);
         }
         for (size_t i = 0; s == DDP_OK && i < nmean; i++)
             if (!isfinite(mean[i]))
-                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute mean of %s has a non-finite value "
-                             "at %zu", sh->path, xname, i);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: attribute mean of %s has a non-finite value "
+                             "at %zu",
+                             sh->path, xname, i);
         for (size_t i = 0; s == DDP_OK && i < nstd; i++)
             if (!(isfinite(sd[i]) && sd[i] > 0))
-                s = ddp_fail(DDP_ERR_INPUT, "%s: attribute std of %s has %g at %zu; every std "
-                             "must be positive and finite", sh->path, xname, (double)sd[i], i);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: attribute std of %s has %g at %zu; every std "
+                             "must be positive and finite",
+                             sh->path, xname, (double)sd[i], i);
     }
     if (s == DDP_OK) {
         size_t hw = (size_t)d->shape.h * (size_t)d->shape.w;
@@ -318,6 +499,14 @@ static ddp_status_t stats_(deck_t *d)
             d->norm_a[e] = (float)(scale / sd[is]);
             d->norm_b[e] = (float)(-(double)mean[im] / sd[is]);
         }
+        /* stats per sample or per channel: convert with scalars (faster) */
+        if (nmean == 1 && nstd == 1)
+            d->norm_run = numel;
+        else if (d->shape.image && (nmean == 1 || nmean == (size_t)d->shape.c) &&
+                 (nstd == 1 || nstd == (size_t)d->shape.c))
+            d->norm_run = hw;
+        else
+            d->norm_run = 0;
         d->scale = (float)scale;
         d->nstat = (int)(nmean > nstd ? nmean : nstd);
         /* keep mean/std in deck_t at the common length */
@@ -367,8 +556,10 @@ static ddp_status_t scan_labels_(deck_t *d)
             int64_t c;
             s = h5_attr_read_i64(sh->y, "classes", &c);
             if (s != DDP_OK || c < 1 || c > INT32_MAX) {
-                s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute classes of %s must be a "
-                                      "positive integer", sh->path, yname);
+                s = ddp_fail_override(DDP_ERR_INPUT,
+                                      "%s: attribute classes of %s must be a "
+                                      "positive integer",
+                                      sh->path, yname);
                 break;
             }
             if (c > attr_classes) {
@@ -382,17 +573,20 @@ static ddp_status_t scan_labels_(deck_t *d)
             herr_t rc = read_range_(sh->y, H5T_NATIVE_INT64, off, cnt, buf);
             h5_unlock();
             if (rc < 0) {
-                s = ddp_fail(DDP_ERR_INPUT, "%s: cannot read %s samples [%llu, %llu) (truncated "
-                             "or corrupt file?); re-create it with ddptrain-prep", sh->path,
-                             yname, (unsigned long long)off, (unsigned long long)(off + cnt));
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: cannot read %s samples [%llu, %llu) (truncated "
+                             "or corrupt file?); re-create it with ddptrain-prep",
+                             sh->path, yname, (unsigned long long)off,
+                             (unsigned long long)(off + cnt));
                 break;
             }
             for (hsize_t i = 0; i < cnt; i++) {
                 int64_t v = buf[i];
                 if (v < 0) {
-                    s = ddp_fail(DDP_ERR_INPUT, "%s: %s sample %llu has label %lld; class labels "
-                                 "must be 0, 1, ..., classes-1", sh->path, yname,
-                                 (unsigned long long)(off + i), (long long)v);
+                    s = ddp_fail(DDP_ERR_INPUT,
+                                 "%s: %s sample %llu has label %lld; class labels "
+                                 "must be 0, 1, ..., classes-1",
+                                 sh->path, yname, (unsigned long long)(off + i), (long long)v);
                     break;
                 }
                 if (v > d->label_max) {
@@ -406,11 +600,13 @@ static ddp_status_t scan_labels_(deck_t *d)
     free(buf);
     if (s != DDP_OK) return s;
     if (d->label_max >= INT32_MAX)
-        return ddp_fail(DDP_ERR_INPUT, "%s: %s holds label %lld; class labels must be "
-                        "0..classes-1", d->shards[d->label_max_shard].path, yname,
-                        (long long)d->label_max);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s holds label %lld; class labels must be "
+                        "0..classes-1",
+                        d->shards[d->label_max_shard].path, yname, (long long)d->label_max);
     if (attr_classes > 0 && d->label_max >= attr_classes)
-        return ddp_fail(DDP_ERR_INPUT, "%s: %s holds label %lld but its attribute classes "
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s holds label %lld but its attribute classes "
                         "says %lld (from %s); labels must be 0..classes-1",
                         d->shards[d->label_max_shard].path, yname, (long long)d->label_max,
                         (long long)attr_classes, d->shards[attr_shard].path);
@@ -447,6 +643,9 @@ void deck_close(deck_t *d)
         if (sh->x >= 0) H5Dclose(sh->x);
         if (sh->y >= 0) H5Dclose(sh->y);
         if (sh->file >= 0) H5Fclose(sh->file);
+        if (sh->fd >= 0) close(sh->fd);
+        direct_free_(sh->direct_x);
+        direct_free_(sh->direct_y);
         free(sh->path);
     }
     h5_unlock();
@@ -481,8 +680,10 @@ static void *scratch_(deck_t *d, size_t bytes)
     if (bytes > d->scratch_bytes) {
         void *p = realloc(d->scratch, bytes);
         if (!p) {
-            ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for a batch read; "
-                     "reduce --batch", bytes);
+            ddp_fail(DDP_ERR_NOMEM,
+                     "out of memory allocating %zu bytes for a batch read; "
+                     "reduce --batch",
+                     bytes);
             return NULL;
         }
         d->scratch = p;
@@ -491,10 +692,17 @@ static void *scratch_(deck_t *d, size_t bytes)
     return d->scratch;
 }
 
-/* Select the runs of consecutive local indices u[0..m) on dataset ds's
- * file space (rows of `rank`-dim data) and read them into buf (m rows). */
-static herr_t read_rows_(hid_t ds, hid_t memtype, const int64_t *u, int64_t m, int64_t base,
-                         void *buf)
+/* One run of consecutive local rows [start, start + cnt) of ds into buf,
+ * the memory space shaped like the file selection (HDF5's fast path). */
+static herr_t read_run_(hid_t ds, hid_t memtype, hsize_t start0, hsize_t cnt, void *buf)
+{
+    return read_range_(ds, memtype, start0, cnt, buf);
+}
+
+/* The union of the runs of consecutive local indices u[0..m) (global
+ * indices minus base) in one H5Dread into buf (m packed rows). */
+static herr_t read_union_(hid_t ds, hid_t memtype, const int64_t *u, int64_t m, int64_t base,
+                          void *buf)
 {
     hid_t fs = H5Dget_space(ds);
     hsize_t dims[H5S_MAX_RANK], start[H5S_MAX_RANK] = {0};
@@ -524,26 +732,225 @@ static herr_t read_rows_(hid_t ds, hid_t memtype, const int64_t *u, int64_t m, i
     return rc;
 }
 
-/* After a failed read: find the first run that fails on its own, to name it. */
-static void read_failure_(const deck_t *d, const deck_shard_t *sh, hid_t ds, const char *what,
-                          hid_t memtype, const int64_t *u, int64_t m, void *buf, size_t row)
+/* Run by run (one H5Dread each); on failure *lo, *hi name the run. */
+static herr_t read_runs_(hid_t ds, hid_t memtype, const int64_t *u, int64_t m, int64_t base,
+                         unsigned char *buf, size_t row, int64_t *lo, int64_t *hi)
 {
-    char name[32];
-    snprintf(name, sizeof name, "/%s/%s", d->split, what);
-    int64_t lo = u[0] - sh->first, hi = u[m - 1] - sh->first + 1;
     for (int64_t a = 0; a < m;) {
         int64_t b = a + 1;
         while (b < m && u[b] == u[b - 1] + 1) b++;
-        if (read_rows_(ds, memtype, u + a, b - a, sh->first, (char *)buf + (size_t)a * row) < 0) {
-            lo = u[a] - sh->first;
-            hi = u[b - 1] - sh->first + 1;
-            break;
+        if (read_run_(ds, memtype, (hsize_t)(u[a] - base), (hsize_t)(b - a),
+                      buf + (size_t)a * row) < 0) {
+            *lo = u[a] - base;
+            *hi = u[b - 1] - base + 1;
+            return -1;
         }
         a = b;
     }
-    ddp_fail(DDP_ERR_INPUT, "%s: reading %s samples [%lld, %lld) failed (truncated or corrupt "
-             "file?); check the file with ddptrain-prep info and re-create it", sh->path, name,
-             (long long)lo, (long long)hi);
+    return 0;
+}
+
+/* File address of chunk c; 1: never written (fill value 0). */
+static int chunk_addr_(const deck_direct_t *dd, int64_t c, uint64_t *addr)
+{
+    *addr = dd->addr[c];
+    return *addr == HADDR_UNDEF ? 1 : 0;
+}
+
+static int pread_full_(int fd, unsigned char *p, size_t len, uint64_t off)
+{
+    while (len > 0) {
+        ssize_t r = pread(fd, p, len, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        len -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Rows u[0..m) (global, sorted, unique) of x by pread at their addresses;
+ * rows adjacent in the file (and in buf) are merged into one pread.  On
+ * failure *lo, *hi name the local sample range. */
+static int read_direct_(const deck_shard_t *sh, const deck_direct_t *dd, const int64_t *u,
+                        int64_t m, unsigned char *buf, size_t row, int64_t *lo, int64_t *hi)
+{
+    uint64_t p_off = 0;
+    size_t p_len = 0;
+    unsigned char *p_dst = NULL;
+    int64_t p_first = 0, p_last = 0;
+    for (int64_t i = 0; i <= m; i++) {
+        uint64_t off = 0;
+        int state = 0;
+        int64_t local = 0;
+        if (i < m) {
+            local = u[i] - sh->first;
+            int64_t c = local / dd->chunk_rows;
+            state = chunk_addr_(dd, c, &off);
+            off += (uint64_t)(local - c * dd->chunk_rows) * row;
+            if (state == 0 && p_len && p_off + p_len == off &&
+                p_dst + p_len == buf + (size_t)i * row) {
+                p_len += row;
+                p_last = local;
+                continue;
+            }
+        }
+        if (p_len && pread_full_(sh->fd, p_dst, p_len, p_off) != 0) {
+            *lo = p_first;
+            *hi = p_last + 1;
+            return -1;
+        }
+        p_len = 0;
+        if (i == m) break;
+        if (state == 1) { /* a chunk never written: HDF5's fill value */
+            memset(buf + (size_t)i * row, 0, row);
+            continue;
+        }
+        p_off = off;
+        p_len = row;
+        p_dst = buf + (size_t)i * row;
+        p_first = p_last = local;
+    }
+    return 0;
+}
+
+int deck_set_io(deck_t *d, deck_io_t io)
+{
+    d->io = io;
+    int n = 0;
+    for (int i = 0; i < d->nshards; i++) n += d->shards[i].direct_x != NULL;
+    return io == DECK_IO_AUTO || io == DECK_IO_DIRECT ? n : 0;
+}
+
+static ddp_status_t read_fail_(const deck_t *d, const deck_shard_t *sh, const char *what,
+                               int64_t lo, int64_t hi)
+{
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s: reading /%s/%s samples [%lld, %lld) failed (truncated "
+                    "or corrupt file?); check the file with ddptrain-prep info and re-create it",
+                    sh->path, d->split, what, (long long)lo, (long long)hi);
+}
+
+/* Read x rows u[0..m) of one shard into buf (m packed rows). */
+static ddp_status_t read_x_(deck_t *d, deck_shard_t *sh, const int64_t *u, int64_t m,
+                            unsigned char *buf)
+{
+    hid_t xt = d->dtype == DECK_U8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+    size_t row = d->sample_bytes;
+    int64_t lo = u[0] - sh->first, hi = u[m - 1] - sh->first + 1;
+    int rc;
+    if (sh->direct_x && (d->io == DECK_IO_AUTO || d->io == DECK_IO_DIRECT)) {
+        rc = read_direct_(sh, sh->direct_x, u, m, buf, row, &lo, &hi);
+    } else if (d->io == DECK_IO_UNION) {
+        h5_lock();
+        rc = read_union_(sh->x, xt, u, m, sh->first, buf) < 0;
+        h5_unlock();
+        if (rc) { /* find the run that fails on its own */
+            h5_lock();
+            read_runs_(sh->x, xt, u, m, sh->first, buf, row, &lo, &hi);
+            h5_unlock();
+        }
+    } else {
+        h5_lock();
+        rc = read_runs_(sh->x, xt, u, m, sh->first, buf, row, &lo, &hi);
+        h5_unlock();
+    }
+    return rc ? read_fail_(d, sh, "x", lo, hi) : DDP_OK;
+}
+
+/* Read y rows u[0..m) of one shard (labels as int32, targets as float). */
+static ddp_status_t read_y_(deck_t *d, deck_shard_t *sh, const int64_t *u, int64_t m,
+                            unsigned char *buf, size_t row)
+{
+    hid_t yt = d->regression ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32;
+    int64_t lo = u[0] - sh->first, hi = u[m - 1] - sh->first + 1;
+    int rc;
+    if (sh->direct_y && (d->io == DECK_IO_AUTO || d->io == DECK_IO_DIRECT)) {
+        rc = read_direct_(sh, sh->direct_y, u, m, buf, row, &lo, &hi);
+    } else {
+        h5_lock();
+        rc = read_union_(sh->y, yt, u, m, sh->first, buf) < 0;
+        if (rc) read_runs_(sh->y, yt, u, m, sh->first, buf, row, &lo, &hi);
+        h5_unlock();
+    }
+    return rc ? read_fail_(d, sh, "y", lo, hi) : DDP_OK;
+}
+
+static void affine_f32_(float *restrict dst, const float *restrict src, const float *restrict a,
+                        const float *restrict b, size_t n);
+
+/* dst = src * a + b element-wise (a == NULL: dst = src), in blocks of 16
+ * so that GCC vectorises it at -O2. */
+static void convert_u8_(float *restrict dst, const unsigned char *restrict src,
+                        const float *restrict a, const float *restrict b, size_t n)
+{
+    size_t e = 0;
+    if (!a) {
+        for (; e + 16 <= n; e += 16)
+            for (int j = 0; j < 16; j++) dst[e + j] = (float)src[e + j];
+        for (; e < n; e++) dst[e] = (float)src[e];
+        return;
+    }
+    for (; e + 16 <= n; e += 16)
+        for (int j = 0; j < 16; j++) dst[e + j] = (float)src[e + j] * a[e + j] + b[e + j];
+    for (; e < n; e++) dst[e] = (float)src[e] * a[e] + b[e];
+}
+
+/* dst = src * a + b with scalar a, b. */
+static void convert_u8_s_(float *restrict dst, const unsigned char *restrict src, float a, float b,
+                          size_t n)
+{
+    size_t e = 0;
+    for (; e + 16 <= n; e += 16)
+        for (int j = 0; j < 16; j++) dst[e + j] = (float)src[e + j] * a + b;
+    for (; e < n; e++) dst[e] = (float)src[e] * a + b;
+}
+
+static void affine_f32_s_(float *restrict dst, const float *restrict src, float a, float b,
+                          size_t n)
+{
+    size_t e = 0;
+    for (; e + 16 <= n; e += 16)
+        for (int j = 0; j < 16; j++) dst[e + j] = src[e + j] * a + b;
+    for (; e < n; e++) dst[e] = src[e] * a + b;
+}
+
+/* One sample: raw -> normalised value (u8 or float source). */
+static void normalize_sample_(const deck_t *d, float *dst, const void *src)
+{
+    size_t numel = d->sample_numel, L = d->norm_run;
+    if (L && L >= 16) {
+        for (size_t o = 0; o < numel; o += L) {
+            if (d->dtype == DECK_U8)
+                convert_u8_s_(dst + o, (const unsigned char *)src + o, d->norm_a[o], d->norm_b[o],
+                              L);
+            else
+                affine_f32_s_(dst + o, (const float *)src + o, d->norm_a[o], d->norm_b[o], L);
+        }
+    } else if (d->dtype == DECK_U8) {
+        convert_u8_(dst, src, d->norm_a, d->norm_b, numel);
+    } else {
+        affine_f32_(dst, src, d->norm_a, d->norm_b, numel);
+    }
+}
+
+static void affine_f32_(float *restrict dst, const float *restrict src, const float *restrict a,
+                        const float *restrict b, size_t n)
+{
+    size_t e = 0;
+    for (; e + 16 <= n; e += 16)
+        for (int j = 0; j < 16; j++) dst[e + j] = src[e + j] * a[e + j] + b[e + j];
+    for (; e < n; e++) dst[e] = src[e] * a[e] + b[e];
+}
+
+static void affine_inplace_(float *restrict v, const float *restrict a, const float *restrict b,
+                            size_t n)
+{
+    size_t e = 0;
+    for (; e + 16 <= n; e += 16)
+        for (int j = 0; j < 16; j++) v[e + j] = v[e + j] * a[e + j] + b[e + j];
+    for (; e < n; e++) v[e] = v[e] * a[e] + b[e];
 }
 
 ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
@@ -582,51 +989,33 @@ ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_
         slot[pairs[i].pos] = m - 1;
     }
 
-    /* one H5Dread per shard (and one for y) over the union of the runs */
-    hid_t xt = d->dtype == DECK_U8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
-    hid_t yt = d->regression ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32;
+    /* each shard's share of the sorted rows */
     ddp_status_t s = DDP_OK;
     int64_t a = 0;
-    h5_lock();
     for (int sidx = 0; sidx < d->nshards && a < m && s == DDP_OK; sidx++) {
-        const deck_shard_t *sh = &d->shards[sidx];
+        deck_shard_t *sh = &d->shards[sidx];
         int64_t end = sh->first + sh->n, b = a;
         while (b < m && uniq[b] < end) b++;
         if (b == a) continue;
-        unsigned char *xdst = xb + (size_t)a * d->sample_bytes;
-        if (read_rows_(sh->x, xt, uniq + a, b - a, sh->first, xdst) < 0) {
-            read_failure_(d, sh, sh->x, "x", xt, uniq + a, b - a, xdst, d->sample_bytes);
-            s = DDP_ERR_INPUT;
-        } else if (want_y &&
-                   read_rows_(sh->y, yt, uniq + a, b - a, sh->first, yb + (size_t)a * yrow) < 0) {
-            read_failure_(d, sh, sh->y, "y", yt, uniq + a, b - a, yb + (size_t)a * yrow, yrow);
-            s = DDP_ERR_INPUT;
-        }
+        if (x) s = read_x_(d, sh, uniq + a, b - a, xb + (size_t)a * d->sample_bytes);
+        if (s == DDP_OK && want_y) s = read_y_(d, sh, uniq + a, b - a, yb + (size_t)a * yrow, yrow);
         a = b;
     }
-    h5_unlock();
     if (s != DDP_OK) return s;
 
     /* scatter into batch order, converting and normalising */
     size_t numel = d->sample_numel;
     int raw = flags & DECK_READ_RAW;
-    const float *na = d->norm_a, *nb = d->norm_b;
     for (int i = 0; i < n; i++) {
         size_t r = (size_t)slot[i];
         float *dst = x ? x + (size_t)i * numel : NULL;
-        if (dst && d->dtype == DECK_U8) {
-            const unsigned char *src = xb + r * d->sample_bytes;
-            if (raw)
-                for (size_t e = 0; e < numel; e++) dst[e] = (float)src[e];
-            else
-                for (size_t e = 0; e < numel; e++) dst[e] = (float)src[e] * na[e] + nb[e];
-        } else if (dst) {
-            const float *src = (const float *)(xb + r * d->sample_bytes);
-            if (raw)
-                memcpy(dst, src, numel * sizeof *dst);
-            else
-                for (size_t e = 0; e < numel; e++) dst[e] = src[e] * na[e] + nb[e];
-        }
+        const unsigned char *src = xb + r * d->sample_bytes;
+        if (dst && raw && d->dtype == DECK_U8)
+            convert_u8_(dst, src, NULL, NULL, numel);
+        else if (dst && raw)
+            memcpy(dst, src, numel * sizeof *dst);
+        else if (dst)
+            normalize_sample_(d, dst, src);
         if (labels) labels[i] = ((const int32_t *)yb)[r];
         if (targets) memcpy(targets + (size_t)i * k, yb + r * yrow, yrow);
     }
@@ -642,9 +1031,16 @@ ddp_status_t deck_read(deck_t *d, const int64_t *idx, int n, float *x, int32_t *
 void deck_normalize(const deck_t *d, float *x, int n)
 {
     size_t numel = d->sample_numel;
+    size_t L = d->norm_run;
     for (int i = 0; i < n; i++) {
         float *v = x + (size_t)i * numel;
-        for (size_t e = 0; e < numel; e++) v[e] = v[e] * d->norm_a[e] + d->norm_b[e];
+        if (L >= 16)
+            for (size_t o = 0; o < numel; o += L) {
+                float a = d->norm_a[o], b = d->norm_b[o];
+                for (size_t e = o; e < o + L; e++) v[e] = v[e] * a + b;
+            }
+        else
+            affine_inplace_(v, d->norm_a, d->norm_b, numel);
     }
 }
 
@@ -683,16 +1079,18 @@ static ddp_status_t check_finite_ds_(const deck_t *d, const deck_shard_t *sh, hi
         herr_t rc = read_range_(ds, H5T_NATIVE_FLOAT, (hsize_t)off, (hsize_t)cnt, buf);
         h5_unlock();
         if (rc < 0)
-            return ddp_fail(DDP_ERR_INPUT, "%s: reading %s samples [%lld, %lld) failed "
-                            "(truncated or corrupt file?); re-create it", sh->path, name,
-                            (long long)off, (long long)(off + cnt));
+            return ddp_fail(DDP_ERR_INPUT,
+                            "%s: reading %s samples [%lld, %lld) failed "
+                            "(truncated or corrupt file?); re-create it",
+                            sh->path, name, (long long)off, (long long)(off + cnt));
         size_t total = (size_t)cnt * per_row;
         for (size_t i = 0; i < total; i++)
             if (!isfinite(buf[i]))
-                return ddp_fail(DDP_ERR_INPUT, "%s: %s sample %lld, element %zu is %s; the "
-                                "data must be finite (fix or drop that sample)", sh->path, name,
-                                (long long)(off + (int64_t)(i / per_row)), i % per_row,
-                                isnan(buf[i]) ? "NaN" : "infinite");
+                return ddp_fail(DDP_ERR_INPUT,
+                                "%s: %s sample %lld, element %zu is %s; the "
+                                "data must be finite (fix or drop that sample)",
+                                sh->path, name, (long long)(off + (int64_t)(i / per_row)),
+                                i % per_row, isnan(buf[i]) ? "NaN" : "infinite");
     }
     return DDP_OK;
 }
@@ -720,7 +1118,8 @@ ddp_status_t deck_check_finite(deck_t *d)
 ddp_status_t deck_require_labels(const deck_t *d)
 {
     if (!d->regression) return DDP_OK;
-    return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds float targets [N, %d] but the loss needs "
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s: /%s/y holds float targets [N, %d] but the loss needs "
                     "integer class labels [N]; use --loss mse for regression, or store labels",
                     d->shards[0].path, d->split, d->targets);
 }
@@ -729,23 +1128,26 @@ ddp_status_t deck_check_classes(const deck_t *d, int outputs)
 {
     DDP_TRY(deck_require_labels(d));
     if (d->label_max < outputs) return DDP_OK;
-    return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds label %lld but the model has %d outputs; "
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s: /%s/y holds label %lld but the model has %d outputs; "
                     "make the last layer linear:%d (the deck has %d classes)",
-                    d->shards[d->label_max_shard].path, d->split, (long long)d->label_max,
-                    outputs, d->classes, d->classes);
+                    d->shards[d->label_max_shard].path, d->split, (long long)d->label_max, outputs,
+                    d->classes, d->classes);
 }
 
 ddp_status_t deck_require_targets(const deck_t *d, int outputs)
 {
     if (!d->regression)
-        return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds integer class labels but the loss "
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: /%s/y holds integer class labels but the loss "
                         "needs float targets [N, %d]; use a classification loss, or store "
-                        "float targets (ddptrain-prep csv --regression)", d->shards[0].path,
-                        d->split, outputs);
+                        "float targets (ddptrain-prep csv --regression)",
+                        d->shards[0].path, d->split, outputs);
     if (d->targets != outputs)
-        return ddp_fail(DDP_ERR_INPUT, "%s: /%s/y holds %d targets per sample but the model "
-                        "has %d outputs; make the last layer linear:%d", d->shards[0].path,
-                        d->split, d->targets, outputs, d->targets);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: /%s/y holds %d targets per sample but the model "
+                        "has %d outputs; make the last layer linear:%d",
+                        d->shards[0].path, d->split, d->targets, outputs, d->targets);
     return DDP_OK;
 }
 
@@ -753,7 +1155,8 @@ ddp_status_t deck_check_size(const deck_t *d, int world, int batch, int drop_las
 {
     int64_t need = (int64_t)world * batch;
     if (d->n >= need) return DDP_OK;
-    return ddp_fail(DDP_ERR_INPUT, "%s%s: /%s holds %lld samples, fewer than one global batch "
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s%s: /%s holds %lld samples, fewer than one global batch "
                     "(%d ranks x --batch %d = %lld)%s; use a smaller --batch or fewer ranks",
                     d->shards[0].path, d->nshards > 1 ? " (and the other shards)" : "", d->split,
                     (long long)d->n, world, batch, (long long)need,
@@ -791,6 +1194,13 @@ int deck_has_split(const char *path, const char *split)
     H5Fclose(f);
     h5_unlock();
     return yes;
+}
+
+int deck_has_split_any(char *const *paths, int npaths, const char *split)
+{
+    for (int i = 0; i < npaths; i++)
+        if (deck_has_split(paths[i], split)) return 1;
+    return 0;
 }
 
 typedef struct cfg_iter {

@@ -26,10 +26,11 @@
  *     first file holding the split.
  *   - A deck_t is used by one thread at a time (it owns scratch buffers);
  *     open a second deck_t for another thread (e.g. evaluation).
- *   - Uncompressed chunked data is read with the chunk cache off (direct
- *     reads of the selected bytes); compressed data gets a cache of a few
- *     chunks (random access then costs a whole chunk per sample: prefer
- *     uncompressed decks, which is what ddptrain-prep writes).
+ *   - Uncompressed data is read with pread at the rows' file addresses
+ *     (deck_io_t), outside the HDF5 lock; what HDF5 reads itself it reads
+ *     with the chunk cache off for uncompressed chunks, and with a cache of
+ *     a few chunks for compressed ones (random access then costs a whole
+ *     chunk per sample: prefer uncompressed decks, as ddptrain-prep writes).
  */
 #ifndef DDP_DECK_H
 #define DDP_DECK_H
@@ -49,7 +50,33 @@ typedef struct deck_shard {
     hid_t file, x, y;   /* open handles */
     int64_t n;          /* samples in this shard */
     int64_t first;      /* global index of its first sample */
+
+    /* private (deck.c): direct reads at the file addresses of rows */
+    int fd;             /* own read-only descriptor, -1 if none */
+    struct deck_direct *direct_x, *direct_y; /* NULL: read through HDF5 */
 } deck_shard_t;
+
+/* How deck_read reads x and y.  HDF5 1.10 maps a read whose memory and
+ * file selections differ in shape (a union of hyperslabs into a packed
+ * buffer) element by element, about 50 ns per value: 2% of a raw pread for
+ * 28x28 images (bench/bench_loader).  So:
+ *   DECK_IO_DIRECT: rows of uncompressed data are read with pread() at the
+ *     addresses HDF5 reports for their chunks (H5Dget_chunk_info, a table
+ *     built at open) or for contiguous data (H5Dget_offset); rows adjacent
+ *     in the file are merged into one pread.  Only for files without a user
+ *     block, opened with the default (sec2) driver, data stored in the
+ *     memory type (uint8 or native float32 x; native int32 labels or float32
+ *     targets), chunks of whole samples, at most 4096 chunks (the table
+ *     takes O(chunks^2) to build with HDF5 1.10's API; ddptrain-prep keeps
+ *     its decks within that).
+ *   DECK_IO_RUNS: one H5Dread per run of consecutive samples, memory and
+ *     file selections of the same shape (HDF5's fast path); used for
+ *     compressed or otherwise ineligible datasets.
+ *   DECK_IO_UNION: one H5Dread per shard over the union of the runs
+ *     (H5S_SELECT_OR); kept for benchmarks.
+ * DECK_IO_AUTO (the default) is DIRECT where a dataset qualifies, else RUNS
+ * for x and UNION for y (a few values per sample). */
+typedef enum deck_io { DECK_IO_AUTO, DECK_IO_DIRECT, DECK_IO_RUNS, DECK_IO_UNION } deck_io_t;
 
 typedef struct deck {
     char split[8];          /* "train" or "val" */
@@ -73,8 +100,11 @@ typedef struct deck {
     int yrank;              /* rank of the y datasets (1 or 2) */
     size_t sample_bytes;    /* raw bytes of one sample of x */
     float *norm_a, *norm_b; /* per element: value = raw * a + b */
+    size_t norm_run;        /* a, b constant over runs of this many elements
+                             * (whole sample or channel); 0: per element */
     void *scratch;          /* staging buffers of deck_read */
     size_t scratch_bytes;
+    deck_io_t io;           /* deck_set_io */
 } deck_t;
 
 /* Open and validate /<split>/ in every path; shapes, types and label kinds
@@ -84,14 +114,20 @@ void deck_close(deck_t *d);
 
 /* Does the first file hold /<split>/x? (used for the optional /val split) */
 int deck_has_split(const char *path, const char *split);
+/* Does any of the files hold /<split>/x?  (With shards, /val may be in any
+ * of them; ddptrain-prep split puts it in the first.) */
+int deck_has_split_any(char *const *paths, int npaths, const char *split);
 
 /* Apply the attributes of the group /config of `path` to cfg (SRC_INPUT). */
 ddp_status_t deck_load_config(const char *path, ddp_config_t *cfg);
 
 /* Read the samples with global indices idx[0..n) (any order, duplicates
  * allowed) into x [n, sample_numel] (normalised float) and labels [n] or
- * targets [n, k] (either may be NULL).  Reads are coalesced: one H5Dread per
- * shard with a union of hyperslabs. */
+ * targets [n, k] (either may be NULL).  Reads are coalesced: the indices
+ * are sorted (keeping the inverse permutation), duplicates read once,
+ * consecutive samples merged into runs, then scattered into batch order
+ * while converting and normalising; see deck_io_t for how x is read.  A
+ * failed read is DDP_ERR_INPUT naming the file, dataset and sample range. */
 ddp_status_t deck_read(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
                        float *targets);
 
@@ -101,10 +137,15 @@ ddp_status_t deck_read(deck_t *d, const int64_t *idx, int n, float *x, int32_t *
 enum { DECK_READ_RAW = 1 };
 ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
                           float *targets, int flags);
+/* Choose how x and y are read (default DECK_IO_AUTO; DIRECT falls back as
+ * AUTO does).  Returns how many shards read x directly under this choice. */
+int deck_set_io(deck_t *d, deck_io_t io);
+
 /* Normalise n raw samples in place: x = x * scale/std + (-mean/std). */
 void deck_normalize(const deck_t *d, float *x, int n);
 
-/* Contiguous reads (evaluation): samples [first, first + n) in order. */
+/* Contiguous reads (evaluation): samples [first, first + n) in order.  Read
+ * a rank's range in pieces of at most a batch (scratch grows with n). */
 ddp_status_t deck_read_range(deck_t *d, int64_t first, int n, float *x, int32_t *labels,
                              float *targets);
 /* Evaluation partition: rank r of W reads [r*N/W, (r+1)*N/W) (disjoint,

@@ -14,13 +14,29 @@
 
 static pthread_mutex_t h5_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
-void h5_lock(void) { pthread_mutex_lock(&h5_mutex); }
+/* Thread-safe HDF5 builds keep the error-printing setting per thread: once
+ * h5_quiet() was called, every thread turns it off the first time it takes
+ * the lock (the loader thread, a checkpoint thread). */
+static int h5_quiet_all;
+static _Thread_local int h5_quiet_here;
+
+void h5_lock(void)
+{
+    pthread_mutex_lock(&h5_mutex);
+    if (h5_quiet_all && !h5_quiet_here) {
+        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        h5_quiet_here = 1;
+    }
+}
+
 void h5_unlock(void) { pthread_mutex_unlock(&h5_mutex); }
 
 void h5_quiet(void)
 {
+    pthread_mutex_lock(&h5_mutex);
+    h5_quiet_all = 1;
+    pthread_mutex_unlock(&h5_mutex);
     h5_lock();
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     h5_unlock();
 }
 

@@ -23,7 +23,8 @@ typedef H5L_info_t h5_link_info_t;
 
 void h5_lock(void);
 void h5_unlock(void);
-/* Turn off HDF5's automatic error-stack printing (we report our own). */
+/* Turn off HDF5's automatic error-stack printing (we report our own), in
+ * this thread and in every thread when it first takes the lock. */
 void h5_quiet(void);
 
 /* Open an existing file read-only.  Errors: missing file, not HDF5. */

@@ -18,14 +18,13 @@
 #include <time.h>
 
 #include "augment.h"
-#include "h5util.h"
 
 struct loader {
     deck_t *d;
-    sampler_t s;          /* the thread's own copy */
+    sampler_t s; /* the thread's own copy */
     loader_opts_t o;
     augment_t aug;
-    float *aug_tmp;       /* [sample_numel] */
+    float *aug_tmp; /* [sample_numel] */
 
     int nslots;
     loader_batch_t *slots;
@@ -60,8 +59,7 @@ static ddp_status_t fill_(loader_t *l, loader_batch_t *b, int64_t epoch, int64_t
     b->n = sampler_batch(&l->s, step, b->idx);
     b->global_n = sampler_global_count(&l->s, step);
     int aug = augment_active(&l->aug);
-    DDP_TRY(deck_read_ex(d, b->idx, b->n, b->x, b->labels, b->targets,
-                         aug ? DECK_READ_RAW : 0));
+    DDP_TRY(deck_read_ex(d, b->idx, b->n, b->x, b->labels, b->targets, aug ? DECK_READ_RAW : 0));
     if (aug) {
         for (int i = 0; i < b->n; i++)
             augment_sample(&l->aug, d->shape, l->s.seed, epoch, b->idx[i],
@@ -75,7 +73,6 @@ static void *thread_main_(void *arg)
 {
     loader_t *l = arg;
     ddp_status_t s = DDP_OK;
-    h5_quiet(); /* thread-safe HDF5 builds keep the error printing per thread */
     int64_t last = l->o.first_epoch + l->o.epochs;
     for (int64_t e = l->o.first_epoch; e < last && s == DDP_OK; e++) {
         sampler_set_epoch(&l->s, e);
@@ -137,8 +134,10 @@ ddp_status_t loader_start(loader_t **out, deck_t *d, const sampler_t *s, const l
     if (o->prefetch < 1)
         return ddp_fail(DDP_ERR_USAGE, "--prefetch %d: read at least 1 batch ahead", o->prefetch);
     if (s->n != d->n)
-        return ddp_fail(DDP_ERR_INTERNAL, "loader: the sampler covers %lld samples, the deck "
-                        "holds %lld", (long long)s->n, (long long)d->n);
+        return ddp_fail(DDP_ERR_INTERNAL,
+                        "loader: the sampler covers %lld samples, the deck "
+                        "holds %lld",
+                        (long long)s->n, (long long)d->n);
     loader_t *l = ddp_calloc(1, sizeof *l, "the loader");
     if (!l) return DDP_ERR_NOMEM;
     l->d = d;
@@ -163,8 +162,7 @@ ddp_status_t loader_start(loader_t **out, deck_t *d, const sampler_t *s, const l
         b->idx = ddp_malloc((size_t)B * sizeof *b->idx, "a batch");
         b->x = ddp_malloc((size_t)B * numel * sizeof *b->x, "a batch");
         if (d->regression)
-            b->targets = ddp_malloc((size_t)B * (size_t)d->targets * sizeof *b->targets,
-                                    "a batch");
+            b->targets = ddp_malloc((size_t)B * (size_t)d->targets * sizeof *b->targets, "a batch");
         else
             b->labels = ddp_malloc((size_t)B * sizeof *b->labels, "a batch");
         ok = b->idx && b->x && (b->targets || b->labels);

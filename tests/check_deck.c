@@ -66,8 +66,20 @@ static void naive_read_(const naive_t *nv, int64_t g, float *x, int32_t *label, 
     H5Fclose(file);
 }
 
-/* Random index sets (with duplicates, across shards) read both ways. */
+/* Random index sets (with duplicates, across shards) read both ways, with
+ * every way deck_read has of reading (direct, HDF5 runs, HDF5 union). */
+static void compare_reads_once_(deck_t *d, const naive_t *nv, uint64_t seed, int rounds);
 static void compare_reads_(deck_t *d, const naive_t *nv, uint64_t seed, int rounds)
+{
+    static const deck_io_t modes[] = {DECK_IO_AUTO, DECK_IO_RUNS, DECK_IO_UNION};
+    for (int i = 0; i < 3; i++) {
+        deck_set_io(d, modes[i]);
+        compare_reads_once_(d, nv, seed, rounds);
+    }
+    deck_set_io(d, DECK_IO_AUTO);
+}
+
+static void compare_reads_once_(deck_t *d, const naive_t *nv, uint64_t seed, int rounds)
 {
     size_t numel = d->sample_numel;
     int k = d->regression ? d->targets : 0;
@@ -81,10 +93,14 @@ static void compare_reads_(deck_t *d, const naive_t *nv, uint64_t seed, int roun
         int n = r == 0 ? (int)(d->n < maxn ? d->n : maxn) : 1 + (int)(u.v[0] % (uint32_t)maxn);
         for (int i = 0; i < n; i++) {
             ddp_u32x4_t v = ddp_rand4(seed, (uint64_t)r, (uint64_t)i + 1);
-            if (r == 0) idx[i] = i; /* one sequential batch */
-            else if (i > 0 && v.v[1] % 5 == 0) idx[i] = idx[v.v[2] % (uint32_t)i]; /* duplicate */
-            else if (i > 0 && v.v[1] % 5 == 1) idx[i] = (idx[i - 1] + 1) % d->n; /* run */
-            else idx[i] = (int64_t)(v.v[0] % (uint64_t)d->n);
+            if (r == 0)
+                idx[i] = i; /* one sequential batch */
+            else if (i > 0 && v.v[1] % 5 == 0)
+                idx[i] = idx[v.v[2] % (uint32_t)i]; /* duplicate */
+            else if (i > 0 && v.v[1] % 5 == 1)
+                idx[i] = (idx[i - 1] + 1) % d->n; /* run */
+            else
+                idx[i] = (int64_t)(v.v[0] % (uint64_t)d->n);
         }
         ck_assert_int_eq(deck_read(d, idx, n, x, k ? NULL : lab, k ? tg : NULL), DDP_OK);
         for (int i = 0; i < n; i++) {
@@ -108,8 +124,9 @@ static void compare_reads_(deck_t *d, const naive_t *nv, uint64_t seed, int roun
 
 static naive_t naive_for_(deck_t *d, char **paths, int nfiles, double scale, int nstat)
 {
-    naive_t nv = {paths, nfiles, {0}, {0}, scale, nstat, d->shape.c, d->sample_numel,
-                  (size_t)d->shape.h * (size_t)d->shape.w};
+    naive_t nv = {paths,      nfiles,          {0},
+                  {0},        scale,           nstat,
+                  d->shape.c, d->sample_numel, (size_t)d->shape.h * (size_t)d->shape.w};
     for (int i = 0; i < d->nshards; i++) {
         nv.firsts[i] = d->shards[i].first;
         nv.ns[i] = d->shards[i].n;
@@ -119,8 +136,16 @@ static naive_t naive_for_(deck_t *d, char **paths, int nfiles, double scale, int
 
 START_TEST(read_u8_images_two_shards)
 {
-    tdeck_t t = {.n = 53, .xrank = 3, .c = 1, .h = 6, .w = 5, .u8 = 1, .classes = 10,
-                 .nstat = 1, .classes_attr = 1, .ytype = H5T_STD_U8LE};
+    tdeck_t t = {.n = 53,
+                 .xrank = 3,
+                 .c = 1,
+                 .h = 6,
+                 .w = 5,
+                 .u8 = 1,
+                 .classes = 10,
+                 .nstat = 1,
+                 .classes_attr = 1,
+                 .ytype = H5T_STD_U8LE};
     char *paths[2] = {strdup(tdeck_path("u8a.h5")), strdup(tdeck_path("u8b.h5"))};
     ck_assert_int_eq(tdeck_write(paths[0], &t), 0);
     t.first = 53;
@@ -137,6 +162,7 @@ START_TEST(read_u8_images_two_shards)
     ck_assert_int_eq(d.dtype, DECK_U8);
     ck_assert_int_eq(d.classes, 10);
     ck_assert_float_eq_tol(d.scale, 1.0f / 255, 1e-9);
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 2); /* both shards read directly */
     naive_t nv = naive_for_(&d, paths, 2, 1.0 / 255, 1);
     compare_reads_(&d, &nv, 11, 40);
     deck_close(&d);
@@ -167,7 +193,8 @@ START_TEST(read_u8_chw_three_shards_per_channel)
     ck_assert_msg(deck_open(&d, paths, 3, "train") == DDP_OK, "%s", ddp_error_message());
     ck_assert_int_eq(d.n, 76);
     ck_assert_int_eq(d.nstat, 3);
-    ck_assert_int_eq(d.classes, 7); /* max label + 1 */
+    ck_assert_int_eq(d.classes, 7);                     /* max label + 1 */
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 2); /* not the compressed one */
     naive_t nv = naive_for_(&d, paths, 3, 1.0 / 255, 3);
     compare_reads_(&d, &nv, 12, 40);
 
@@ -188,8 +215,8 @@ END_TEST
 
 START_TEST(read_f32_features_regression)
 {
-    tdeck_t t = {.n = 64, .xrank = 2, .c = 6, .h = 1, .w = 1, .regression = 2, .nstat = 6,
-                 .chunk_rows = 9};
+    tdeck_t t = {
+        .n = 64, .xrank = 2, .c = 6, .h = 1, .w = 1, .regression = 2, .nstat = 6, .chunk_rows = 9};
     char *paths[1] = {strdup(tdeck_path("f32.h5"))};
     ck_assert_int_eq(tdeck_write(paths[0], &t), 0);
     deck_t d;
@@ -211,8 +238,7 @@ END_TEST
 START_TEST(eval_ranges_and_val_split)
 {
     /* two shards; only the first holds /val, without its own statistics */
-    tdeck_t t = {.n = 20, .xrank = 2, .c = 3, .h = 1, .w = 1, .classes = 4, .nstat = 3,
-                 .nval = 11};
+    tdeck_t t = {.n = 20, .xrank = 2, .c = 3, .h = 1, .w = 1, .classes = 4, .nstat = 3, .nval = 11};
     char *paths[2] = {strdup(tdeck_path("val0.h5")), strdup(tdeck_path("val1.h5"))};
     ck_assert_int_eq(tdeck_write(paths[0], &t), 0);
     t.nval = 0;
@@ -220,6 +246,9 @@ START_TEST(eval_ranges_and_val_split)
     ck_assert_int_eq(tdeck_write(paths[1], &t), 0);
     ck_assert(deck_has_split(paths[0], "val"));
     ck_assert(!deck_has_split(paths[1], "val"));
+    char *rev[2] = {paths[1], paths[0]};
+    ck_assert(deck_has_split_any(rev, 2, "val"));
+    ck_assert(!deck_has_split_any(rev, 1, "val"));
     deck_t v;
     ck_assert_msg(deck_open(&v, paths, 2, "val") == DDP_OK, "%s", ddp_error_message());
     ck_assert_int_eq(v.n, 11);
@@ -255,14 +284,14 @@ END_TEST
 /* ---- bad input ---- */
 
 /* The last error is an input error naming `file` and `what`. */
-#define ck_assert_input_error(s, file, what)                                                  \
-    do {                                                                                      \
-        ck_assert_msg((s) == DDP_ERR_INPUT, "status %d: %s", (int)(s), ddp_error_message());  \
-        ck_assert_msg(strstr(ddp_error_message(), (file)) != NULL, "'%s' not in: %s", (file), \
-                      ddp_error_message());                                                   \
-        ck_assert_msg(strstr(ddp_error_message(), (what)) != NULL, "'%s' not in: %s", (what), \
-                      ddp_error_message());                                                   \
-        ddp_clear_error();                                                                    \
+#define ck_assert_input_error(s, file, what)                                                       \
+    do {                                                                                           \
+        ck_assert_msg((s) == DDP_ERR_INPUT, "status %d: %s", (int)(s), ddp_error_message());       \
+        ck_assert_msg(strstr(ddp_error_message(), (file)) != NULL, "'%s' not in: %s", (file),      \
+                      ddp_error_message());                                                        \
+        ck_assert_msg(strstr(ddp_error_message(), (what)) != NULL, "'%s' not in: %s", (what),      \
+                      ddp_error_message());                                                        \
+        ddp_clear_error();                                                                         \
     } while (0)
 
 static ddp_status_t open1_(deck_t *d, const char *path)
@@ -285,8 +314,7 @@ static void write_xy_(const char *path, int nx, const float *x, int ny, const in
     }
     if (ny > 0) {
         hsize_t d = (hsize_t)ny;
-        ck_assert_int_eq(h5_write(f, "/train/y", H5T_NATIVE_INT, H5T_STD_I16LE, 1, &d, y),
-                         DDP_OK);
+        ck_assert_int_eq(h5_write(f, "/train/y", H5T_NATIVE_INT, H5T_STD_I16LE, 1, &d, y), DDP_OK);
         if (classes_attr) {
             hid_t ds = H5Dopen2(f, "/train/y", H5P_DEFAULT);
             ck_assert_int_eq(h5_attr_write_i64(ds, "classes", classes_attr), DDP_OK);
@@ -420,8 +448,15 @@ END_TEST
 START_TEST(bad_truncated_and_corrupt_chunk)
 {
     deck_t d;
-    tdeck_t t = {.n = 70, .xrank = 3, .c = 1, .h = 8, .w = 8, .u8 = 1, .classes = 10,
-                 .deflate = 1, .chunk_rows = 7};
+    tdeck_t t = {.n = 70,
+                 .xrank = 3,
+                 .c = 1,
+                 .h = 8,
+                 .w = 8,
+                 .u8 = 1,
+                 .classes = 10,
+                 .deflate = 1,
+                 .chunk_rows = 7};
     const char *p = tdeck_path("corrupt.h5");
     ck_assert_int_eq(tdeck_write(p, &t), 0);
 
@@ -455,6 +490,53 @@ START_TEST(bad_truncated_and_corrupt_chunk)
     ck_assert_int_eq(tdeck_write(q, &t), 0);
     ck_assert_int_eq(truncate(q, 2000), 0);
     ck_assert_input_error(open1_(&d, q), q, "truncated");
+
+    /* uncompressed data truncated under an open deck (direct reads): the
+     * failing read names the file, dataset and sample range */
+    q = tdeck_path("shrunk.h5");
+    ck_assert_int_eq(tdeck_write(q, &t), 0);
+    ck_assert_int_eq(open1_(&d, q), DDP_OK);
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 1);
+    f = H5Fopen(q, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ds = H5Dopen2(f, "/train/x", H5P_DEFAULT);
+    coord[0] = 63;
+    ck_assert_int_ge(H5Dget_chunk_info_by_coord(ds, coord, &mask, &addr, &size), 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+    ck_assert_int_eq(truncate(q, (off_t)addr + 64), 0); /* inside sample 63 */
+    int64_t late[2] = {65, 66};
+    ck_assert_input_error(deck_read(&d, late, 2, x, lab, NULL), q, "/train/x samples [65, 67)");
+    deck_close(&d);
+}
+END_TEST
+
+START_TEST(read_contiguous_layout)
+{
+    /* h5_write makes contiguous datasets: read at H5Dget_offset directly */
+    float x[40 * 3];
+    int y[40];
+    for (int i = 0; i < 40; i++) {
+        y[i] = i % 4;
+        for (int e = 0; e < 3; e++) x[i * 3 + e] = (float)(i * 10 + e);
+    }
+    const char *p = tdeck_path("contig.h5");
+    write_xy_(p, 40, x, 40, y, 0);
+    deck_t d;
+    ck_assert_int_eq(open1_(&d, p), DDP_OK);
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 1);
+    int64_t idx[6] = {39, 0, 17, 18, 17, 5};
+    float out[6 * 3];
+    int32_t lab[6];
+    for (int mode = 0; mode < 3; mode++) {
+        deck_set_io(&d, mode == 0 ? DECK_IO_AUTO : mode == 1 ? DECK_IO_RUNS : DECK_IO_UNION);
+        ck_assert_int_eq(deck_read(&d, idx, 6, out, lab, NULL), DDP_OK);
+        for (int i = 0; i < 6; i++) {
+            ck_assert_int_eq(lab[i], idx[i] % 4);
+            for (int e = 0; e < 3; e++)
+                ck_assert_float_eq(out[i * 3 + e], (float)(idx[i] * 10 + e));
+        }
+    }
+    deck_close(&d);
 }
 END_TEST
 
@@ -466,6 +548,7 @@ Suite *test_suite(void)
     tcase_add_test(t, read_u8_chw_three_shards_per_channel);
     tcase_add_test(t, read_f32_features_regression);
     tcase_add_test(t, eval_ranges_and_val_split);
+    tcase_add_test(t, read_contiguous_layout);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("bad input");
     tcase_add_test(b, bad_missing_and_not_hdf5);

@@ -22,8 +22,15 @@ static void open_deck_(deck_t *d, const tdeck_t *t, const char *name)
     ck_assert_msg(deck_open(d, p, 1, "train") == DDP_OK, "%s", ddp_error_message());
 }
 
-static const tdeck_t img_ = {.n = 100, .xrank = 4, .c = 2, .h = 6, .w = 5, .u8 = 1,
-                             .classes = 10, .nstat = 2, .chunk_rows = 9};
+static const tdeck_t img_ = {.n = 100,
+                             .xrank = 4,
+                             .c = 2,
+                             .h = 6,
+                             .w = 5,
+                             .u8 = 1,
+                             .classes = 10,
+                             .nstat = 2,
+                             .chunk_rows = 9};
 
 START_TEST(batches_in_order)
 {
@@ -31,8 +38,8 @@ START_TEST(batches_in_order)
     open_deck_(&d, &img_, "order.h5");
     sampler_t s;
     sampler_init(&s, d.n, 2, 1, 8, 17, 1, 0);
-    loader_opts_t o = {.prefetch = 2, .augment = "", .first_epoch = 1, .first_step = 5,
-                       .epochs = 3};
+    loader_opts_t o = {
+        .prefetch = 2, .augment = "", .first_epoch = 1, .first_step = 5, .epochs = 3};
     loader_t *l;
     ck_assert_int_eq(loader_start(&l, &d, &s, &o), DDP_OK);
     /* a second deck handle to compute the expected batches */
@@ -279,8 +286,8 @@ START_TEST(augment_independent_of_rank)
         for (int r = 0; r < world; r++) {
             sampler_t s;
             sampler_init(&s, d.n, world, r, 12 / world, 21, 1, 0);
-            loader_opts_t o = {.prefetch = 3, .augment = pass < 2 ? "hflip,crop:3" : "",
-                               .epochs = 2};
+            loader_opts_t o = {
+                .prefetch = 3, .augment = pass < 2 ? "hflip,crop:3" : "", .epochs = 2};
             loader_t *l;
             ck_assert_int_eq(loader_start(&l, &d, &s, &o), DDP_OK);
             for (int64_t k = 0; k < 2 * s.steps; k++) {
@@ -289,10 +296,12 @@ START_TEST(augment_independent_of_rank)
                 for (int i = 0; i < b->n; i++) {
                     const float *v = b->x + (size_t)i * numel;
                     float *slot = ref + ((size_t)b->idx[i] * 2 + (size_t)b->epoch) * numel;
-                    if (pass == 0) memcpy(slot, v, numel * sizeof *v);
-                    else if (pass == 1) ck_assert(memcmp(slot, v, numel * sizeof *v) == 0);
-                    else if (b->epoch == 0) memcpy(ref_plain + (size_t)b->idx[i] * numel, v,
-                                                   numel * sizeof *v);
+                    if (pass == 0)
+                        memcpy(slot, v, numel * sizeof *v);
+                    else if (pass == 1)
+                        ck_assert(memcmp(slot, v, numel * sizeof *v) == 0);
+                    else if (b->epoch == 0)
+                        memcpy(ref_plain + (size_t)b->idx[i] * numel, v, numel * sizeof *v);
                 }
                 loader_release(l, b);
             }
@@ -304,7 +313,7 @@ START_TEST(augment_independent_of_rank)
         changed += memcmp(e0, ref_plain + (size_t)g * numel, numel * sizeof *e0) != 0;
         by_epoch += memcmp(e0, e1, numel * sizeof *e0) != 0;
     }
-    ck_assert_int_gt(changed, d.n / 2); /* most samples were augmented */
+    ck_assert_int_gt(changed, d.n / 2);  /* most samples were augmented */
     ck_assert_int_gt(by_epoch, d.n / 2); /* and differently in each epoch */
     /* the loader's pipeline: raw read, augment (padding raw 0), normalise;
      * so a padded pixel of channel c is -mean[c]/std[c] */

@@ -27,9 +27,9 @@ static void check_bijection_(int64_t n, uint64_t seed, int64_t epoch)
 
 START_TEST(bijection_many_n)
 {
-    static const int64_t ns[] = {1, 2, 3, 4, 5, 7, 13, 16, 17, 31, 63, 64, 65, 97, 100, 127,
-                                 255, 256, 257, 1000, 1021, 4093, 4096, 4099, 10007, 65521,
-                                 65536, 100003};
+    static const int64_t ns[] = {1,    2,    3,    4,    5,     7,     13,    16,    17,  31,
+                                 63,   64,   65,   97,   100,   127,   255,   256,   257, 1000,
+                                 1021, 4093, 4096, 4099, 10007, 65521, 65536, 100003};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
         for (int e = 0; e < 2; e++) check_bijection_(ns[i], 42 + i, e);
     for (int64_t n = 1; n <= 300; n++) check_bijection_(n, (uint64_t)n, 3);
@@ -122,7 +122,7 @@ START_TEST(world_size_invariant)
     for (int w = 1; w <= 4; w++) {
         check_world_(1000, 8, w, 0, 1);
         check_world_(1000, 8, w, 1, 1);
-        check_world_(997, 7, w, 0, 1);  /* uneven: short and empty ranks at the end */
+        check_world_(997, 7, w, 0, 1); /* uneven: short and empty ranks at the end */
         check_world_(997, 7, w, 1, 1);
         check_world_(101, 5, w, 0, 0);
         check_world_(1, 1, w, 0, 1);

@@ -23,16 +23,29 @@ double tdeck_raw(const tdeck_t *t, int64_t g, size_t e)
     return sin(0.37 * (double)g + 0.11 * (double)e) * 3.0 + 0.001 * (double)g;
 }
 
-float tdeck_mean(int k) { return 0.25f + 0.125f * (float)k; }
-float tdeck_std(int k) { return 0.5f + 0.25f * (float)k; }
+float tdeck_mean(int k)
+{
+    return 0.25f + 0.125f * (float)k;
+}
+float tdeck_std(int k)
+{
+    return 0.5f + 0.25f * (float)k;
+}
 
 static int write_split_(hid_t f, const tdeck_t *t, const char *split, int64_t n, int64_t first)
 {
     size_t numel = (size_t)t->c * (size_t)t->h * (size_t)t->w;
     hsize_t xd[4] = {(hsize_t)n, 0, 0, 0}, ch[4];
-    if (t->xrank == 2) xd[1] = (hsize_t)t->c;
-    else if (t->xrank == 3) { xd[1] = (hsize_t)t->h; xd[2] = (hsize_t)t->w; }
-    else { xd[1] = (hsize_t)t->c; xd[2] = (hsize_t)t->h; xd[3] = (hsize_t)t->w; }
+    if (t->xrank == 2)
+        xd[1] = (hsize_t)t->c;
+    else if (t->xrank == 3) {
+        xd[1] = (hsize_t)t->h;
+        xd[2] = (hsize_t)t->w;
+    } else {
+        xd[1] = (hsize_t)t->c;
+        xd[2] = (hsize_t)t->h;
+        xd[3] = (hsize_t)t->w;
+    }
     memcpy(ch, xd, sizeof ch);
     ch[0] = (hsize_t)(t->chunk_rows ? t->chunk_rows : 7);
     if (ch[0] > (hsize_t)n) ch[0] = (hsize_t)n;
@@ -44,8 +57,8 @@ static int write_split_(hid_t f, const tdeck_t *t, const char *split, int64_t n,
     if (t->deflate) H5Pset_deflate(dcpl, 4);
     hid_t sp = H5Screate_simple(t->xrank, xd, NULL);
     snprintf(name, sizeof name, "/%s/x", split);
-    hid_t x = H5Dcreate2(f, name, t->u8 ? H5T_NATIVE_UINT8 : H5T_IEEE_F32LE, sp, lcpl, dcpl,
-                         H5P_DEFAULT);
+    hid_t x =
+        H5Dcreate2(f, name, t->u8 ? H5T_NATIVE_UINT8 : H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
     H5Sclose(sp);
     H5Pclose(dcpl);
     if (x < 0) return -1;
@@ -100,8 +113,8 @@ static int write_split_(hid_t f, const tdeck_t *t, const char *split, int64_t n,
         int64_t *v = malloc((size_t)n * sizeof *v);
         for (int64_t i = 0; i < n; i++) v[i] = (first + i) % t->classes;
         sp = H5Screate_simple(1, &yd, NULL);
-        hid_t y = H5Dcreate2(f, name, t->ytype ? t->ytype : H5T_STD_I32LE, sp, lcpl,
-                             H5P_DEFAULT, H5P_DEFAULT);
+        hid_t y = H5Dcreate2(f, name, t->ytype ? t->ytype : H5T_STD_I32LE, sp, lcpl, H5P_DEFAULT,
+                             H5P_DEFAULT);
         rc |= y < 0 || H5Dwrite(y, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0;
         if (y >= 0 && t->classes_attr) {
             hid_t asp = H5Screate(H5S_SCALAR);

@@ -84,7 +84,7 @@ static int cmp_str_(const void *a, const void *b)
 
 typedef struct csv_data {
     int nrows, ncols;
-    char **cells;        /* [nrows * ncols], pointing into the file text */
+    char **cells; /* [nrows * ncols], pointing into the file text */
     char **header;
 } csv_data_t;
 
@@ -145,8 +145,7 @@ static ddp_status_t read_csv_(const char *path, char **text, csv_data_t *c)
             }
             c->cells = nc;
         }
-        memcpy(c->cells + (size_t)c->nrows * (size_t)c->ncols, fields,
-               (size_t)n * sizeof *fields);
+        memcpy(c->cells + (size_t)c->nrows * (size_t)c->ncols, fields, (size_t)n * sizeof *fields);
         c->nrows++;
     }
     free(fields);
@@ -200,7 +199,7 @@ ddp_status_t prep_csv(int argc, char **argv)
     if (!out) return ddp_fail(DDP_ERR_USAGE, "csv: no output file (-o OUT.h5)");
     if (!label && !tcols)
         return ddp_fail(DDP_ERR_USAGE, "csv: name the label column (--label-column NAME) or "
-                        "the target columns (--target-columns A,B)");
+                                       "the target columns (--target-columns A,B)");
     if (tcols) regression = 1;
 
     char *text = NULL;
@@ -227,8 +226,7 @@ ddp_status_t prep_csv(int argc, char **argv)
         for (char *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
             int j = find_col_(&c, t);
             if (j < 0) {
-                s = ddp_fail(DDP_ERR_USAGE, "csv: %s has no column '%s' (--target-columns)",
-                             in, t);
+                s = ddp_fail(DDP_ERR_USAGE, "csv: %s has no column '%s' (--target-columns)", in, t);
                 goto out;
             }
             if (!role[j]) tidx[k++] = j;
@@ -238,8 +236,10 @@ ddp_status_t prep_csv(int argc, char **argv)
     if (label) {
         lab = find_col_(&c, label);
         if (lab < 0) {
-            s = ddp_fail(DDP_ERR_USAGE, "csv: %s has no column '%s' (--label-column); its "
-                         "columns: %s%s", in, label, c.header[0], ncols > 1 ? ", ..." : "");
+            s = ddp_fail(DDP_ERR_USAGE,
+                         "csv: %s has no column '%s' (--label-column); its "
+                         "columns: %s%s",
+                         in, label, c.header[0], ncols > 1 ? ", ..." : "");
             goto out;
         }
         if (regression && !role[lab]) tidx[k++] = lab;
@@ -252,8 +252,10 @@ ddp_status_t prep_csv(int argc, char **argv)
         goto out;
     }
     x = ddp_malloc((size_t)nrows * (size_t)nf * sizeof *x, "CSV features");
-    if (regression) tg = ddp_malloc((size_t)nrows * (size_t)k * sizeof *tg, "CSV targets");
-    else y = ddp_malloc((size_t)nrows * sizeof *y, "CSV labels");
+    if (regression)
+        tg = ddp_malloc((size_t)nrows * (size_t)k * sizeof *tg, "CSV targets");
+    else
+        y = ddp_malloc((size_t)nrows * sizeof *y, "CSV labels");
     if (!x || (!tg && !y)) {
         s = DDP_ERR_NOMEM;
         goto out;
@@ -264,15 +266,19 @@ ddp_status_t prep_csv(int argc, char **argv)
         for (int j = 0; j < ncols; j++) {
             if (role[j]) continue;
             if (parse_float_(row[j], &x[(size_t)r * nf + f++]) != 0) {
-                s = ddp_fail(DDP_ERR_INPUT, "%s data row %d, column '%s': '%s' is not a finite "
-                             "number", in, r + 1, c.header[j], row[j]);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s data row %d, column '%s': '%s' is not a finite "
+                             "number",
+                             in, r + 1, c.header[j], row[j]);
                 break;
             }
         }
         for (int t = 0; s == DDP_OK && regression && t < k; t++)
             if (parse_float_(row[tidx[t]], &tg[(size_t)r * k + t]) != 0)
-                s = ddp_fail(DDP_ERR_INPUT, "%s data row %d, target column '%s': '%s' is not "
-                             "a finite number", in, r + 1, c.header[tidx[t]], row[tidx[t]]);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s data row %d, target column '%s': '%s' is not "
+                             "a finite number",
+                             in, r + 1, c.header[tidx[t]], row[tidx[t]]);
     }
     if (s != DDP_OK) goto out;
 
@@ -284,14 +290,18 @@ ddp_status_t prep_csv(int argc, char **argv)
             char *end;
             errno = 0;
             long long vv = strtoll(f, &end, 10);
-            if (end == f || *end || errno || vv > INT32_MAX || vv < INT32_MIN) integers = 0;
-            else y[r] = (int32_t)vv;
+            if (end == f || *end || errno || vv > INT32_MAX || vv < INT32_MIN)
+                integers = 0;
+            else
+                y[r] = (int32_t)vv;
         }
         if (integers) {
             for (int r = 0; r < nrows; r++)
                 if (y[r] < 0) {
-                    s = ddp_fail(DDP_ERR_INPUT, "%s data row %d, label column '%s': label %d is "
-                                 "negative; labels must be 0..classes-1", in, r + 1, label, y[r]);
+                    s = ddp_fail(DDP_ERR_INPUT,
+                                 "%s data row %d, label column '%s': label %d is "
+                                 "negative; labels must be 0..classes-1",
+                                 in, r + 1, label, y[r]);
                     goto out;
                 }
         } else {
@@ -396,8 +406,10 @@ ddp_status_t prep_csv(int argc, char **argv)
     free(ys);
     prep_stats_free(&st);
     free(is_val);
-    if (s == DDP_OK) s = prep_finish(&a);
-    else h5_atomic_abandon(&a);
+    if (s == DDP_OK)
+        s = prep_finish(&a);
+    else
+        h5_atomic_abandon(&a);
 out:
     free(role);
     free(tidx);

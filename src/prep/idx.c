@@ -80,8 +80,10 @@ static ddp_status_t idx_open_(idx_file_t *f, const char *path, int min_dim, int 
 #ifndef HAVE_ZLIB
         if (h[0] == 0x1f && h[1] == 0x8b) {
             idx_close_(f);
-            return ddp_fail(DDP_ERR_INPUT, "%s: gzip'd, but ddptrain-prep was built without "
-                            "zlib; gunzip it first", path);
+            return ddp_fail(DDP_ERR_INPUT,
+                            "%s: gzip'd, but ddptrain-prep was built without "
+                            "zlib; gunzip it first",
+                            path);
         }
 #endif
         idx_close_(f);
@@ -89,8 +91,10 @@ static ddp_status_t idx_open_(idx_file_t *f, const char *path, int min_dim, int 
     }
     if (h[2] != 0x08) {
         idx_close_(f);
-        return ddp_fail(DDP_ERR_INPUT, "%s: IDX data type 0x%02x; only unsigned bytes (0x08) "
-                        "are supported", path, h[2]);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: IDX data type 0x%02x; only unsigned bytes (0x08) "
+                        "are supported",
+                        path, h[2]);
     }
     if (h[3] < min_dim || h[3] > max_dim) {
         idx_close_(f);
@@ -115,9 +119,8 @@ static ddp_status_t idx_open_(idx_file_t *f, const char *path, int min_dim, int 
 
 /* Convert one images/labels pair into /<split>/x and /<split>/y.  Train
  * statistics go to st (NULL for val); *max_label is updated. */
-static ddp_status_t idx_pair_(hid_t file, const char *split, const char *images,
-                              const char *labels, prep_stats_t *st, int *nch, int *max_label,
-                              hid_t *xds, hid_t *yds)
+static ddp_status_t idx_pair_(hid_t file, const char *split, const char *images, const char *labels,
+                              prep_stats_t *st, int *nch, int *max_label, hid_t *xds, hid_t *yds)
 {
     idx_file_t fi, fl;
     DDP_TRY(idx_open_(&fi, images, 2, 4));
@@ -128,8 +131,10 @@ static ddp_status_t idx_pair_(hid_t file, const char *split, const char *images,
     }
     hsize_t n = fi.dims[0];
     if (fl.dims[0] != n) {
-        s = ddp_fail(DDP_ERR_INPUT, "%s holds %llu images but %s holds %u labels; give the "
-                     "matching pair", images, (unsigned long long)n, labels, fl.dims[0]);
+        s = ddp_fail(DDP_ERR_INPUT,
+                     "%s holds %llu images but %s holds %u labels; give the "
+                     "matching pair",
+                     images, (unsigned long long)n, labels, fl.dims[0]);
         goto out;
     }
     hsize_t xd[4] = {n, 0, 0, 0};
@@ -162,14 +167,17 @@ static ddp_status_t idx_pair_(hid_t file, const char *split, const char *images,
     for (hsize_t off = 0; off < n && s == DDP_OK; off += rows) {
         size_t cnt = n - off < rows ? (size_t)(n - off) : rows;
         if (idx_read_(&fi, buf, cnt * row) != 0) {
-            s = ddp_fail(DDP_ERR_INPUT, "%s: truncated IDX file: the header promises %llu "
-                         "images of %zu bytes, the data ends before image %llu", images,
-                         (unsigned long long)n, row, (unsigned long long)off + 1);
+            s = ddp_fail(DDP_ERR_INPUT,
+                         "%s: truncated IDX file: the header promises %llu "
+                         "images of %zu bytes, the data ends before image %llu",
+                         images, (unsigned long long)n, row, (unsigned long long)off + 1);
             break;
         }
         if (idx_read_(&fl, lb, cnt) != 0) {
-            s = ddp_fail(DDP_ERR_INPUT, "%s: truncated IDX file: the header promises %llu "
-                         "labels", labels, (unsigned long long)n);
+            s = ddp_fail(DDP_ERR_INPUT,
+                         "%s: truncated IDX file: the header promises %llu "
+                         "labels",
+                         labels, (unsigned long long)n);
             break;
         }
         for (size_t i = 0; i < cnt; i++) {
@@ -215,8 +223,10 @@ ddp_status_t prep_idx(int argc, char **argv)
                          argv[i]);
         } else if (s == DDP_OK) {
             if (npos == 2)
-                return ddp_fail(DDP_ERR_USAGE, "idx: unexpected argument '%s' (give IMAGES "
-                                "LABELS -o OUT.h5)", argv[i]);
+                return ddp_fail(DDP_ERR_USAGE,
+                                "idx: unexpected argument '%s' (give IMAGES "
+                                "LABELS -o OUT.h5)",
+                                argv[i]);
             pos[npos++] = argv[i];
         }
     }
@@ -229,8 +239,7 @@ ddp_status_t prep_idx(int argc, char **argv)
     DDP_TRY(h5_atomic_create(&a, out));
     prep_stats_t st;
     memset(&st, 0, sizeof st);
-    hid_t tx = H5I_INVALID_HID, ty = H5I_INVALID_HID, vx = H5I_INVALID_HID,
-          vy = H5I_INVALID_HID;
+    hid_t tx = H5I_INVALID_HID, ty = H5I_INVALID_HID, vx = H5I_INVALID_HID, vy = H5I_INVALID_HID;
     int nch = 1, vnch = 1, max_label = -1;
     s = idx_pair_(a.file, "train", pos[0], pos[1], &st, &nch, &max_label, &tx, &ty);
     if (s == DDP_OK && val[0]) {
@@ -248,8 +257,10 @@ ddp_status_t prep_idx(int argc, char **argv)
             int same = r1 == r2;
             for (int i = 1; same && i < r1; i++) same = d1[i] == d2[i];
             if (!same)
-                s = ddp_fail(DDP_ERR_INPUT, "%s: the validation images differ in shape from "
-                             "the training images in %s", val[0], pos[0]);
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: the validation images differ in shape from "
+                             "the training images in %s",
+                             val[0], pos[0]);
         }
     }
     const double scale = 1.0 / 255.0;

@@ -15,7 +15,7 @@
 #include "prep.h"
 
 #define INFO_BLOCK_BYTES ((size_t)8 << 20)
-#define INFO_MAX_HIST 1000 /* labels printed one by one up to this many classes */
+#define INFO_MAX_HIST    1000 /* labels printed one by one up to this many classes */
 
 static void type_name_(hid_t t, char *buf, size_t n)
 {
@@ -62,8 +62,8 @@ static void describe_(hid_t ds, const char *name)
             unsigned flags;
             size_t nelm = 0;
             char fname[32] = "";
-            H5Z_filter_t id = H5Pget_filter2(dcpl, 0, &flags, &nelm, NULL, sizeof fname, fname,
-                                             NULL);
+            H5Z_filter_t id =
+                H5Pget_filter2(dcpl, 0, &flags, &nelm, NULL, sizeof fname, fname, NULL);
             snprintf(filt, sizeof filt, "filters: %s%s", fname[0] ? fname : "id ",
                      fname[0] ? "" : (id == H5Z_FILTER_DEFLATE ? "deflate" : "?"));
             if (nf > 1) snprintf(filt + strlen(filt), sizeof filt - strlen(filt), " +%d", nf - 1);
@@ -71,7 +71,9 @@ static void describe_(hid_t ds, const char *name)
         snprintf(layout, sizeof layout, "chunks %s (%.1f KiB), %s", cs, (double)cb / 1024, filt);
     } else {
         snprintf(layout, sizeof layout, "%s layout",
-                 lay == H5D_CONTIGUOUS ? "contiguous" : lay == H5D_COMPACT ? "compact" : "other");
+                 lay == H5D_CONTIGUOUS ? "contiguous"
+                 : lay == H5D_COMPACT  ? "compact"
+                                       : "other");
     }
     printf("  %-9s %s %s, %s\n", name, ds_, ts, layout);
     int na = H5Aget_num_attrs(ds);
@@ -184,8 +186,8 @@ static void x_stats_(hid_t ds)
     free(buf);
     H5Sclose(sp);
     acc_print_(&all, "raw values");
-    if (first_bad >= 0) printf("  %-9s first non-finite value in sample %lld\n", "",
-                               (long long)first_bad);
+    if (first_bad >= 0)
+        printf("  %-9s first non-finite value in sample %lld\n", "", (long long)first_bad);
     for (int c = 0; c < nch; c++) {
         char w[32];
         snprintf(w, sizeof w, "channel %d", c);
@@ -214,8 +216,8 @@ static void y_stats_(hid_t ds)
         hsize_t start[2] = {off, 0}, count[2] = {cnt, row};
         H5Sselect_hyperslab(sp, H5S_SELECT_SET, start, NULL, count, NULL);
         hid_t ms = H5Screate_simple(r, count, NULL);
-        herr_t rc = H5Dread(ds, integer ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, ms, sp,
-                            H5P_DEFAULT, buf);
+        herr_t rc =
+            H5Dread(ds, integer ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, ms, sp, H5P_DEFAULT, buf);
         H5Sclose(ms);
         if (rc < 0) {
             printf("  %-9s READ ERROR in samples [%llu, %llu)\n", "", (unsigned long long)off,
@@ -225,8 +227,10 @@ static void y_stats_(hid_t ds)
         for (size_t i = 0; i < (size_t)cnt * row; i++) {
             if (integer) {
                 int64_t v = ((int64_t *)buf)[i];
-                if (v < 0) neg++;
-                else if (v < INFO_MAX_HIST) hist[v]++;
+                if (v < 0)
+                    neg++;
+                else if (v < INFO_MAX_HIST)
+                    hist[v]++;
                 if (v > maxl) maxl = v;
                 if (v < minl) minl = v;
             } else {
@@ -287,8 +291,10 @@ static void file_report_(const char *path)
             printf("  %-9s cannot be opened (corrupt?)\n", names[i]);
         } else {
             describe_(ds, names[i]);
-            if (i % 2 == 0) x_stats_(ds);
-            else y_stats_(ds);
+            if (i % 2 == 0)
+                x_stats_(ds);
+            else
+                y_stats_(ds);
             H5Dclose(ds);
         }
         h5_unlock();
@@ -331,9 +337,7 @@ ddp_status_t prep_info(int argc, char **argv)
         return s;
     }
     printf("valid input deck: train: %s\n", desc);
-    int val = 0;
-    for (int i = 0; i < n; i++) val |= deck_has_split(paths[i], "val");
-    if (val) {
+    if (deck_has_split_any(paths, n, "val")) {
         s = deck_open(&d, paths, n, "val");
         if (s == DDP_OK) {
             s = deck_check_finite(&d);

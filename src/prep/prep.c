@@ -39,7 +39,8 @@ static const char usage_[] =
     "      says why if not (includes the non-finite check).\n"
     "\n"
     "Every writer stores per-channel (images) or per-feature mean/std attributes,\n"
-    "chunks along the sample dimension (about 128 KiB per chunk, uncompressed),\n"
+    "chunks along the sample dimension (about 128 KiB per chunk, at most 4096\n"
+    "chunks, uncompressed),\n"
     "checks the result as an input deck and writes atomically (temporary file, then\n"
     "rename).  Options: -h/--help, -V/--version.\n";
 
@@ -78,6 +79,10 @@ hsize_t prep_chunk_rows(size_t row_bytes, hsize_t n)
 {
     hsize_t rows = (hsize_t)((128u << 10) / (row_bytes ? row_bytes : 1));
     if (rows < 1) rows = 1;
+    /* at most PREP_MAX_CHUNKS chunks (ddptrain's direct reads need each
+     * chunk's address; see deck_io_t) */
+    if (rows < (n + PREP_MAX_CHUNKS - 1) / PREP_MAX_CHUNKS)
+        rows = (n + PREP_MAX_CHUNKS - 1) / PREP_MAX_CHUNKS;
     if (n > 0 && rows > n) rows = n;
     return rows;
 }
@@ -270,8 +275,10 @@ ddp_status_t prep_finish(h5_atomic_t *a)
     }
     if (s != DDP_OK) {
         h5_atomic_abandon(a);
-        return ddp_fail_override(s, "%s was not written: the result is not a valid input "
-                                 "deck: %s", a->path, ddp_error_message());
+        return ddp_fail_override(s,
+                                 "%s was not written: the result is not a valid input "
+                                 "deck: %s",
+                                 a->path, ddp_error_message());
     }
     return h5_atomic_commit(a);
 }
@@ -301,14 +308,21 @@ int main(int argc, char **argv)
             return 0;
         }
     ddp_status_t (*fn)(int, char **) = NULL;
-    if (!strcmp(cmd, "idx")) fn = prep_idx;
-    else if (!strcmp(cmd, "csv")) fn = prep_csv;
-    else if (!strcmp(cmd, "synthetic")) fn = prep_synthetic;
-    else if (!strcmp(cmd, "split")) fn = prep_split;
-    else if (!strcmp(cmd, "info")) fn = prep_info;
+    if (!strcmp(cmd, "idx"))
+        fn = prep_idx;
+    else if (!strcmp(cmd, "csv"))
+        fn = prep_csv;
+    else if (!strcmp(cmd, "synthetic"))
+        fn = prep_synthetic;
+    else if (!strcmp(cmd, "split"))
+        fn = prep_split;
+    else if (!strcmp(cmd, "info"))
+        fn = prep_info;
     if (!fn) {
-        fprintf(stderr, "ddptrain-prep: error: unknown command '%s' (idx, csv, synthetic, "
-                        "split, info); see ddptrain-prep --help\n", cmd);
+        fprintf(stderr,
+                "ddptrain-prep: error: unknown command '%s' (idx, csv, synthetic, "
+                "split, info); see ddptrain-prep --help\n",
+                cmd);
         return 2;
     }
     ddp_status_t s = fn(argc - 1, argv + 1);

@@ -32,7 +32,11 @@ ddp_status_t prep_int(const char *opt, const char *v, int64_t lo, int64_t hi, in
 /* ---- writing ---- */
 
 /* Rows per chunk for samples of row_bytes: about 128 KiB per chunk (whole
- * samples, never more than n). */
+ * samples, never more than n), larger when that would make more than
+ * PREP_MAX_CHUNKS chunks (a dataset over 512 MiB): ddptrain reads samples
+ * at their file addresses, so big chunks cost it nothing, and it needs the
+ * address of every chunk (deck_io_t). */
+#define PREP_MAX_CHUNKS 4096
 hsize_t prep_chunk_rows(size_t row_bytes, hsize_t n);
 
 /* A dataset [n, ...] written in row blocks, chunked along dimension 0, no

@@ -19,7 +19,8 @@ static herr_t copy_attr_(hid_t src, const char *name, const H5A_info_t *info, vo
     hid_t at = H5Aopen(src, name, H5P_DEFAULT);
     if (at < 0) return -1;
     hid_t ft = H5Aget_type(at), sp = H5Aget_space(at);
-    hid_t mt = H5Tget_class(ft) == H5T_STRING ? H5Tcopy(ft) : H5Tget_native_type(ft, H5T_DIR_ASCEND);
+    hid_t mt =
+        H5Tget_class(ft) == H5T_STRING ? H5Tcopy(ft) : H5Tget_native_type(ft, H5T_DIR_ASCEND);
     hssize_t np = H5Sget_simple_extent_npoints(sp);
     size_t bytes = H5Tget_size(mt) * (size_t)(np > 0 ? np : 1);
     void *buf = calloc(bytes ? bytes : 1, 1);
@@ -91,8 +92,10 @@ static ddp_status_t copy_rows_(hid_t src, hid_t dst, const char *in, const char 
         H5Sclose(ms);
         h5_unlock();
         if (rc < 0)
-            s = ddp_fail(DDP_ERR_INPUT, "%s: reading %s rows [%llu, %llu) failed (truncated or "
-                         "corrupt file?)", in, name, (unsigned long long)(first + off),
+            s = ddp_fail(DDP_ERR_INPUT,
+                         "%s: reading %s rows [%llu, %llu) failed (truncated or "
+                         "corrupt file?)",
+                         in, name, (unsigned long long)(first + off),
                          (unsigned long long)(first + off + cnt));
         else
             s = prep_ds_append(&w, buf, cnt);
@@ -190,8 +193,10 @@ ddp_status_t prep_split(int argc, char **argv)
             H5Gclose(g);
             h5_unlock();
         }
-        if (s == DDP_OK) s = prep_finish(&a);
-        else h5_atomic_abandon(&a);
+        if (s == DDP_OK)
+            s = prep_finish(&a);
+        else
+            h5_atomic_abandon(&a);
         if (s == DDP_OK)
             printf("%s: /train samples [%llu, %llu)%s\n", out, (unsigned long long)lo,
                    (unsigned long long)hi, has_val && i == 0 ? " and /val" : "");

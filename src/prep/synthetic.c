@@ -20,28 +20,27 @@
 #include "prep.h"
 #include "rng.h"
 
-#define SYN_LATENT 8
+#define SYN_LATENT   8
 #define SYN_CLUSTERS 5
-#define SYN_SPREAD 2.0   /* std of the cluster centres (the noise has std 1) */
-#define SYN_GAIN 1.5     /* scale of A: how strongly tanh bends */
-#define SYN_NOISE 0.05   /* feature noise after the nonlinearity */
-#define SYN_BLOCK 4096   /* samples generated and written at a time */
+#define SYN_SPREAD   2.0  /* std of the cluster centres (the noise has std 1) */
+#define SYN_GAIN     1.5  /* scale of A: how strongly tanh bends */
+#define SYN_NOISE    0.05 /* feature noise after the nonlinearity */
+#define SYN_BLOCK    4096 /* samples generated and written at a time */
 
 /* Standard normal number for (key, a, b) (Box-Muller). */
 static double normal_(uint64_t key, uint64_t a, uint64_t b)
 {
     ddp_u32x4_t r = ddp_rand4(key, a, b);
-    double u1 = ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6) + 1.0) /
-                9007199254740993.0;
-    double u2 = ((double)(r.v[2] >> 5) * 67108864.0 + (double)(r.v[3] >> 6)) /
-                9007199254740992.0;
+    double u1 =
+        ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6) + 1.0) / 9007199254740993.0;
+    double u2 = ((double)(r.v[2] >> 5) * 67108864.0 + (double)(r.v[3] >> 6)) / 9007199254740992.0;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
 typedef struct syn {
     int classes, features, latent, targets; /* targets > 0: regression */
     uint64_t seed;
-    double *mu;   /* [classes * SYN_CLUSTERS, latent] */
+    double *mu;    /* [classes * SYN_CLUSTERS, latent] */
     double *a, *b; /* [features, latent], [features] */
     double *v, *u; /* [targets, latent] */
 } syn_t;
@@ -134,20 +133,21 @@ static ddp_status_t syn_split_(const syn_t *g, hid_t file, int sp, int64_t n, pr
     for (int64_t off = 0; off < n && s == DDP_OK; off += SYN_BLOCK) {
         int64_t cnt = n - off < SYN_BLOCK ? n - off : SYN_BLOCK;
         for (int64_t i = 0; i < cnt; i++)
-            syn_sample_(g, sp, (uint64_t)(off + i), x + (size_t)i * D, lab + i,
-                        tg + (size_t)i * K);
+            syn_sample_(g, sp, (uint64_t)(off + i), x + (size_t)i * D, lab + i, tg + (size_t)i * K);
         if (st) prep_stats_add_f32(st, x, (size_t)cnt);
         s = prep_ds_append(&wx, x, (hsize_t)cnt);
-        if (s == DDP_OK) s = prep_ds_append(&wy, K ? (const void *)tg : (const void *)lab,
-                                            (hsize_t)cnt);
+        if (s == DDP_OK)
+            s = prep_ds_append(&wy, K ? (const void *)tg : (const void *)lab, (hsize_t)cnt);
     }
     free(x);
     free(lab);
     free(tg);
     if (s == DDP_OK && !K) s = h5_attr_write_i64(wy.ds, "classes", g->classes);
     prep_ds_close(&wy);
-    if (s != DDP_OK) prep_ds_close(&wx);
-    else *xds = wx.ds; /* the caller writes the statistics and closes it */
+    if (s != DDP_OK)
+        prep_ds_close(&wx);
+    else
+        *xds = wx.ds; /* the caller writes the statistics and closes it */
     return s;
 }
 
@@ -173,8 +173,10 @@ ddp_status_t prep_synthetic(int argc, char **argv)
                  (s == DDP_OK && (v = prep_opt(argc, argv, &i, "--output", &s))))
             out = v;
         else if (s == DDP_OK)
-            s = ddp_fail(DDP_ERR_USAGE, "synthetic: unknown argument '%s'; see "
-                         "ddptrain-prep --help", argv[i]);
+            s = ddp_fail(DDP_ERR_USAGE,
+                         "synthetic: unknown argument '%s'; see "
+                         "ddptrain-prep --help",
+                         argv[i]);
     }
     if (s != DDP_OK) return s;
     if (!out) return ddp_fail(DDP_ERR_USAGE, "synthetic: no output file (-o OUT.h5)");
@@ -182,20 +184,26 @@ ddp_status_t prep_synthetic(int argc, char **argv)
     if (!samples) return ddp_fail(DDP_ERR_USAGE, "synthetic: --samples N is required");
     if (!classes && !targets)
         return ddp_fail(DDP_ERR_USAGE, "synthetic: give --classes C (classification) or "
-                        "--regression K (K float targets)");
+                                       "--regression K (K float targets)");
     if (classes && targets)
         return ddp_fail(DDP_ERR_USAGE, "synthetic: --classes and --regression exclude each "
-                        "other");
+                                       "other");
 
-    syn_t g = {(int)classes, (int)features, (int)(features < SYN_LATENT ? features : SYN_LATENT),
-               (int)targets, (uint64_t)seed, NULL, NULL, NULL, NULL, NULL};
+    syn_t g = {(int)classes, (int)features,  (int)(features < SYN_LATENT ? features : SYN_LATENT),
+               (int)targets, (uint64_t)seed, NULL,
+               NULL,         NULL,           NULL,
+               NULL};
     s = syn_init_(&g);
     prep_stats_t st;
-    if (s == DDP_OK) s = prep_stats_init(&st, (int)features, 1);
-    else memset(&st, 0, sizeof st);
+    if (s == DDP_OK)
+        s = prep_stats_init(&st, (int)features, 1);
+    else
+        memset(&st, 0, sizeof st);
     h5_atomic_t a;
-    if (s == DDP_OK) s = h5_atomic_create(&a, out);
-    else a.file = H5I_INVALID_HID;
+    if (s == DDP_OK)
+        s = h5_atomic_create(&a, out);
+    else
+        a.file = H5I_INVALID_HID;
     if (s == DDP_OK) {
         hid_t tx = H5I_INVALID_HID, vx = H5I_INVALID_HID;
         s = syn_split_(&g, a.file, 0, samples, &st, &tx);
@@ -208,8 +216,10 @@ ddp_status_t prep_synthetic(int argc, char **argv)
         if (tx >= 0) H5Dclose(tx);
         if (vx >= 0) H5Dclose(vx);
         h5_unlock();
-        if (s == DDP_OK) s = prep_finish(&a);
-        else h5_atomic_abandon(&a);
+        if (s == DDP_OK)
+            s = prep_finish(&a);
+        else
+            h5_atomic_abandon(&a);
     }
     prep_stats_free(&st);
     syn_free_(&g);
