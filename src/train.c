@@ -117,7 +117,6 @@ typedef struct trainer {
     /* evaluation host buffers */
     float *ex, *et;
     int32_t *ey;
-    int64_t *eidx;
     size_t data_bytes;
     /* timing */
     double t_compute, t_comm_wait;
@@ -128,29 +127,19 @@ static ddp_status_t open_data_(trainer_t *t)
     const ddp_config_t *cfg = t->cfg;
     DDP_TRY(deck_open(&t->train, cfg->inputs, cfg->ninputs, "train"));
     t->have_train = 1;
-    if (deck_has_split(cfg->inputs[0], "val")) {
+    if (deck_has_split_any(cfg->inputs, cfg->ninputs, "val")) {
         DDP_TRY(deck_open(&t->val, cfg->inputs, cfg->ninputs, "val"));
         t->have_val = 1;
     }
     const deck_t *d = &t->train;
     t->loss = cfg->loss == LOSS_AUTO ? (d->regression ? LOSS_MSE : LOSS_XENT) : cfg->loss;
-    if (t->loss == LOSS_XENT && d->regression)
-        return ddp_fail(DDP_ERR_INPUT, "%s: /train/y holds float targets [N, %d] but --loss xent "
-                        "needs integer class labels [N]; use --loss mse (or auto)",
-                        cfg->inputs[0], d->targets);
-    if (t->loss == LOSS_MSE && !d->regression)
-        return ddp_fail(DDP_ERR_INPUT, "%s: /train/y holds integer labels but --loss mse needs "
-                        "float targets [N, k]; use --loss xent (or auto)", cfg->inputs[0]);
+    if (t->loss == LOSS_XENT) DDP_TRY(deck_require_labels(d));
     if (t->have_val && (t->val.regression != d->regression ||
                         act_numel(t->val.shape) != act_numel(d->shape)))
         return ddp_fail(DDP_ERR_INPUT, "%s: /val does not match /train (sample shape or label "
                         "kind differ)", cfg->inputs[0]);
-    int64_t need = cfg->batch * (int64_t)t->comm.size;
-    if (cfg->drop_last && d->n < need)
-        return ddp_fail(DDP_ERR_INPUT, "%s: /train has %lld samples, fewer than one global batch "
-                        "(--batch %lld x %d ranks = %lld); lower --batch, use fewer ranks, or "
-                        "pass --no-drop-last", cfg->inputs[0], (long long)d->n,
-                        (long long)cfg->batch, t->comm.size, (long long)need);
+    if (cfg->drop_last)
+        DDP_TRY(deck_check_size(d, t->comm.size, (int)cfg->batch, cfg->drop_last));
     if (cfg->check_data) {
         DDP_TRY(deck_check_finite(&t->train));
         if (t->have_val) DDP_TRY(deck_check_finite(&t->val));
@@ -174,17 +163,13 @@ static ddp_status_t build_model_(trainer_t *t)
     DDP_TRY(model_layout(&t->model, &mo, t->be));
     t->have_model = 1;
     const model_t *m = &t->model;
-    if (d->regression && m->outputs != d->targets)
-        return ddp_fail(DDP_ERR_USAGE, "--model outputs %d values per sample but %s has %d "
-                        "regression targets; end the model with linear:%d (or linear:auto)",
-                        m->outputs, cfg->inputs[0], d->targets, d->targets);
-    if (!d->regression && d->classes > m->outputs)
-        return ddp_fail(DDP_ERR_INPUT, "%s: labels go up to %d but the model outputs %d classes; "
-                        "end the model with linear:%d (or linear:auto)", cfg->inputs[0],
-                        d->classes - 1, m->outputs, d->classes);
-    if (!d->regression && t->have_val && t->val.classes > m->outputs)
-        return ddp_fail(DDP_ERR_INPUT, "%s: /val labels go up to %d but the model outputs %d "
-                        "classes", cfg->inputs[0], t->val.classes - 1, m->outputs);
+    if (t->loss == LOSS_XENT) {
+        DDP_TRY(deck_check_classes(d, m->outputs));
+        if (t->have_val) DDP_TRY(deck_check_classes(&t->val, m->outputs));
+    } else {
+        DDP_TRY(deck_require_targets(d, m->outputs));
+        if (t->have_val) DDP_TRY(deck_require_targets(&t->val, m->outputs));
+    }
     t->sync_bn = cfg->sync_bn < 0 ? (t->comm.size > 1 && model_has_layer(m, LAYER_BN))
                                   : (cfg->sync_bn && t->comm.size > 1);
     return DDP_OK;
@@ -434,17 +419,17 @@ static ddp_status_t evaluate_(trainer_t *t, int64_t epoch, int64_t step, train_r
     model_t *m = &t->model;
     const compute_ops_t *be = t->be;
     DDP_TRY(average_bn_buffers_(t));
-    int64_t nv = t->val.n, W = t->comm.size, r = t->comm.rank;
-    int64_t lo = r * nv / W, hi = (r + 1) * nv / W;
+    int64_t lo, cnt;
+    deck_eval_range(&t->val, t->comm.size, t->comm.rank, &lo, &cnt);
+    int64_t hi = lo + cnt;
     double acc[3] = {0, 0, 0};
     be->zero(t->acc_dev, 2 * sizeof(double));
     size_t numel = t->val.sample_numel;
     int k = t->val.targets;
     for (int64_t i = lo; i < hi; i += cfg->batch) {
         int n = (int)(hi - i < cfg->batch ? hi - i : cfg->batch);
-        for (int j = 0; j < n; j++) t->eidx[j] = i + j;
-        DDP_TRY(deck_read(&t->val, t->eidx, n, t->ex, t->loss == LOSS_XENT ? t->ey : NULL,
-                          t->loss == LOSS_MSE ? t->et : NULL));
+        DDP_TRY(deck_read_range(&t->val, i, n, t->ex, t->loss == LOSS_XENT ? t->ey : NULL,
+                                t->loss == LOSS_MSE ? t->et : NULL));
         be->upload(t->x_dev, t->ex, (size_t)n * numel * sizeof(float));
         if (t->loss == LOSS_XENT)
             be->upload(t->y_dev, t->ey, (size_t)n * sizeof(int32_t));
@@ -460,7 +445,7 @@ static ddp_status_t evaluate_(trainer_t *t, int64_t epoch, int64_t step, train_r
             be->mse(n, k, out, t->t_dev, 0.0f, NULL, t->acc_dev);
     }
     be->download(acc, t->acc_dev, 2 * sizeof(double));
-    acc[2] = (double)(hi - lo);
+    acc[2] = (double)cnt;
     comm_desc_t d = {"evaluation", -1, step};
     DDP_TRY(comm_allreduce(&t->comm, acc, 3, COMM_DOUBLE, &d));
     double count = acc[2];
@@ -570,9 +555,8 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
     t->ex = malloc(B * numel * sizeof(float));
     t->ey = malloc(B * sizeof(int32_t));
     t->et = malloc(B * (size_t)k * sizeof(float));
-    t->eidx = malloc(B * sizeof(int64_t));
     if (!t->x_dev || !t->y_dev || !t->t_dev || !t->idx_dev || !t->acc_dev || !t->ex || !t->ey ||
-        !t->et || !t->eidx)
+        !t->et)
         DDP_TRY(agree_(world, ddp_fail(DDP_ERR_NOMEM, "out of memory for batch buffers")));
     size_t per_batch = B * (numel * sizeof(float) + sizeof(int32_t) + (size_t)k * sizeof(float) +
                             sizeof(int64_t));
@@ -610,7 +594,6 @@ static void teardown_(trainer_t *t)
     free(t->ex);
     free(t->ey);
     free(t->et);
-    free(t->eidx);
     if (t->have_val) deck_close(&t->val);
     if (t->have_train) deck_close(&t->train);
 }

@@ -45,11 +45,11 @@ expect 3 "text.h5" "not an HDF5 file" -- "$T/text.h5" $base
 expect 3 "no-y.h5" "/train/y" -- "$T/no-y.h5" $base
 expect 3 "short-y.h5" "/train/y" "190" "200" -- "$T/short-y.h5" $base
 expect 3 "neg-label.h5" "/train/y" "label -1" -- "$T/neg-label.h5" $base
-expect 3 "ten.h5" "labels go up to 9" "model outputs 3" -- "$T/ten.h5" $base --model linear:16,relu,linear:3
+expect 3 "ten.h5" "/train/y holds label 9" "3 outputs" -- "$T/ten.h5" $base --model linear:16,relu,linear:3
 expect 3 "reg.h5" "float targets" -- "$T/reg.h5" $base --loss xent
 expect 3 "nan.h5" "/train/x" "sample 57" -- "$T/nan.h5" $base --check-data
 expect 3 "wide.h5" "good.h5" -- "$T/good.h5" "$T/wide.h5" $base
-expect 3 "good.h5" "200 samples" "fewer than one global batch" -- "$T/good.h5" $base --batch 128
+expect 3 "good.h5" "holds 200 samples" "fewer than one global batch" -- "$T/good.h5" $base --batch 128
 expect 3 "corrupt.h5" "/train/x" "samples [10" -- "$T/corrupt.h5" $base --no-shuffle
 # without --check-data the NaN shows up as a diverged loss: exit 8, not silent training
 expect 8 "loss is nan" -- "$T/nan.h5" $base --log-every 1 --no-shuffle
