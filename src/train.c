@@ -664,6 +664,19 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
     return optim_step(&t->opt, m, &gnorm);
 }
 
+static int cmp_double_(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_(double *v, size_t n)
+{
+    if (n == 0) return 0;
+    qsort(v, n, sizeof *v, cmp_double_);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static ddp_status_t loop_(trainer_t *t, train_result_t *res)
 {
     const ddp_config_t *cfg = t->cfg;
@@ -671,14 +684,27 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     int64_t step = 0, samples = 0, window_samples = 0;
     double t_start = now_(), t_window = t_start;
     double wait0 = loader_wait_seconds(t->loader), comm0 = 0;
+    /* per-step times for the medians of the summary (the first 1M steps) */
+    size_t nstat = 0, cap = (size_t)(t->total_steps < (1 << 20) ? t->total_steps : (1 << 20));
+    double *step_s = malloc((cap + 1) * sizeof *step_s), *wait_s = malloc((cap + 1) * sizeof *wait_s);
+    if (!step_s || !wait_s) {
+        free(step_s);
+        free(wait_s);
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics");
+    }
     be->zero(t->acc_dev, 2 * sizeof(double));
     for (int64_t epoch = 0; epoch < t->epochs && step < t->total_steps; epoch++) {
         sampler_set_epoch(&t->sampler, epoch);
         int64_t e_steps = t->steps_per_epoch;
         int64_t used_micro = 0;
         for (int64_t s = 0; s < e_steps && step < t->total_steps; s++) {
+            double ts = now_(), tw = loader_wait_seconds(t->loader);
             ddp_status_t st = train_step_(t, epoch, s, step, &samples);
             if (st != DDP_OK) die_(t->comm.mpi, st);
+            if (nstat < cap) {
+                step_s[nstat] = now_() - ts;
+                wait_s[nstat++] = loader_wait_seconds(t->loader) - tw;
+            }
             used_micro = (s + 1) * cfg->accum;
             step++;
             maybe_perturb_(t, step);
@@ -696,10 +722,13 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                 double denom = acc[2] * (t->loss == LOSS_MSE ? t->train.targets : 1);
                 double loss = acc[0] / (denom > 0 ? denom : 1);
                 res->last_loss = loss;
-                if (!isfinite(loss))
+                if (!isfinite(loss)) {
+                    free(step_s);
+                    free(wait_s);
                     return ddp_fail(DDP_ERR_NUMERIC, "the training loss is %g at step %lld: "
                                     "training diverged; lower --lr, use --clip-grad-norm, or check "
                                     "the input with --check-data", loss, (long long)step);
+                }
                 double now = now_(), dt = now - t_window;
                 double wait = loader_wait_seconds(t->loader);
                 log_info("step %lld/%lld epoch %lld loss %.5f lr %.4g  %.0f samples/s  data-wait "
@@ -722,20 +751,31 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             loader_release(t->loader, b);
         }
         int64_t done_epochs = epoch + 1;
-        if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps)
-            DDP_TRY(evaluate_(t, done_epochs, step, res));
+        if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps) {
+            ddp_status_t st = evaluate_(t, done_epochs, step, res);
+            if (st != DDP_OK) {
+                free(step_s);
+                free(wait_s);
+                return st;
+            }
+        }
     }
     double elapsed = now_() - t_start;
+    double step_p50 = median_(step_s, nstat), wait_p50 = median_(wait_s, nstat);
+    free(step_s);
+    free(wait_s);
     res->steps = step;
     res->allreduce_bytes = t->red.bytes_sent;
     DDP_TRY(evaluate_(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res));
     double total_samples = (double)samples;
     comm_desc_t d = {"summary", -1, step};
     DDP_TRY(comm_allreduce(&t->comm, &total_samples, 1, COMM_DOUBLE, &d));
-    log_info("done: %lld steps, %.0f samples in %.2f s = %.0f samples/s; comm-wait %.1f%%; "
-             "grad_bytes=%llu grad_allreduces=%llu peak_rss_mib=%.1f (rank 0)",
+    log_info("done: %lld steps, %.0f samples in %.2f s = %.0f samples/s; comm-wait %.1f%%",
              (long long)step, total_samples, elapsed, total_samples / elapsed,
-             100.0 * t->t_comm_wait / elapsed, (unsigned long long)t->red.bytes_sent,
+             100.0 * t->t_comm_wait / elapsed);
+    log_info("summary (rank 0): step_ms_p50=%.3f data_wait_ms_p50=%.4f grad_bytes=%llu "
+             "grad_allreduces=%llu peak_rss_mib=%.1f",
+             1e3 * step_p50, 1e3 * wait_p50, (unsigned long long)t->red.bytes_sent,
              (unsigned long long)t->red.calls, peak_rss_mib_());
     return DDP_OK;
 }
