@@ -7,6 +7,20 @@
  * each rank is in.  All ranks must start the same collectives in the same
  * order (as in MPI).  The MPI backend works on host memory; the NCCL backend
  * (GPU builds) on device memory and is bootstrapped over MPI.
+ *
+ * Progress (MPI backend): CPU ranks have no idle core and no communication
+ * thread, so an in-flight all-reduce advances only inside comm calls
+ * (progress, test, wait and every other collective).  The reducer calls
+ * ops->progress between layers during backward; each call does all the
+ * communication work that is possible without waiting and returns.
+ *
+ * Threads (MPI backend): every comm call is made from the thread that
+ * called MPI_Init_thread, which must ask for at least COMM_MPI_THREAD_LEVEL;
+ * comm_init_mpi fails if MPI provides less.
+ *
+ * Results are bit-identical on every rank by construction: every element's
+ * sum is computed once, by one rank, in a fixed order, and then copied to
+ * the others (see comm_mpi.c).
  */
 #ifndef DDP_COMM_H
 #define DDP_COMM_H
@@ -42,10 +56,16 @@ typedef struct comm_ops {
     /* In-place sum all-reduce of count elements of buf. */
     ddp_status_t (*iallreduce)(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                                const comm_desc_t *d, comm_req_t **req);
-    /* Drive progress; *done = 1 when req has completed (req stays valid). */
+    /* Drive progress of every in-flight collective; *done = 1 when req has
+     * completed (req stays valid until wait). */
     ddp_status_t (*test)(comm_t *c, comm_req_t *req, int *done);
-    /* Wait for req to complete and release it. */
+    /* Wait for req to complete and release it (drives every in-flight
+     * collective while waiting). */
     ddp_status_t (*wait)(comm_t *c, comm_req_t *req);
+    /* Drive every in-flight collective as far as it goes without waiting for
+     * another rank, then return; cheap when nothing is in flight.  Call it
+     * between compute pieces (layers) while all-reduces are in flight. */
+    ddp_status_t (*progress)(comm_t *c);
     ddp_status_t (*bcast)(comm_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d);
     /* recv holds size * bytes; rank r's `send` lands at recv + r * bytes. */
     ddp_status_t (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes,
@@ -67,12 +87,31 @@ struct comm {
     void *impl;                  /* backend state */
 };
 
+/* MPI thread level the MPI backend needs: main() passes it (or more) to
+ * MPI_Init_thread and makes every comm call from that thread. */
+#define COMM_MPI_THREAD_LEVEL MPI_THREAD_FUNNELED
+
 /* MPI backend over (a duplicate of) `world`.  Computes rank, size, the local
  * rank (ranks sharing a node) and the number of nodes. */
 ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
+
+/* All-reduce algorithm of the MPI backend, set on every rank alike before
+ * the first collective:
+ *   "ring" (default)  reduce-scatter + allgather over MPI_Isend/Irecv in
+ *                     pieces, progressed by comm calls; bit-identical on
+ *                     every rank by construction; fastest here.
+ *   "mpi"             MPI_Iallreduce in pieces of at most 8 MB (Open MPI's
+ *                     own algorithms; identical results in practice but
+ *                     not by construction).  For comparison.
+ * DDP_ERR_USAGE for another name. */
+ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
+/* Ring tuning (benchmarks): piece = bytes one ring message carries at most
+ * (rounded down to whole elements), depth = pieces in flight per all-reduce
+ * (1..16).  0 keeps the current value. */
+ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
 void comm_free(comm_t *c);
 
-/* Blocking all-reduce: start + wait. */
+/* Blocking all-reduce: start + wait.  Drives the in-flight ones too. */
 ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                             const comm_desc_t *d);
 

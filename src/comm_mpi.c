@@ -1,53 +1,355 @@
 /* comm_mpi.c -- the MPI comm backend (host memory).
  *
- * All-reduces are MPI_Iallreduce calls progressed by comm_test/comm_wait.
- * Large buffers are cut into pieces of at most COMM_MPI_CHUNK bytes:
- * Open MPI 4.1's default all-reduce collapses above about 32 MB on our
- * machines (DESIGN.md), so no single MPI call ever gets that large.
- * 16-bit payloads are summed by user-defined operators in float32.
+ * All-reduce ("ring", the default): a ring reduce-scatter followed by a ring
+ * allgather over MPI_Isend/MPI_Irecv, driven by a small progress engine that
+ * runs inside comm calls (progress, test, wait, the blocking collectives).
+ * The buffer is cut into slices of W pieces (W = ranks, a piece at most
+ * `piece` bytes); up to `depth` slices of one all-reduce are in flight, so
+ * no single message is larger than a piece and transfers pipeline with the
+ * reduction.  Each slice is an independent ring:
+ *
+ *   reduce-scatter step s = 0..W-2: rank r sends block (r-s) mod W to r+1,
+ *     receives block (r-s-1) mod W from r-1 and adds it to its own copy;
+ *     afterwards rank r holds the complete sum of block (r+1) mod W;
+ *   allgather step s = 0..W-2: rank r sends block (r+1-s) mod W to r+1 and
+ *     receives block (r-s) mod W from r-1 into place.
+ *
+ * Why every rank ends with the same bits: the sum of block b is computed
+ * exactly once, on one rank, in the fixed order b, b+1, ..., b-1 (mod W);
+ * the allgather only copies those bytes.  No rank ever computes its own
+ * version of another rank's result, so the results cannot differ, whatever
+ * the floating-point behaviour.  The order depends only on W and the
+ * partition, so runs are also reproducible.
+ *
+ * Messages are matched by tag = (all-reduce number mod N) * MAXDEPTH + slot:
+ * slice k uses slot k mod depth and starts only after slice k-depth has
+ * finished on this rank, so each (sender, tag) stream is posted in the same
+ * order on both sides.  All ranks start all-reduces in the same order (the
+ * comm.h contract), so all-reduce numbers agree.
+ *
+ * 16-bit payloads travel as 16 bits; each addition is done in float32 and
+ * rounded back (round to nearest even), so a sum over W ranks is rounded
+ * W-1 times.
+ *
+ * "mpi": MPI_Iallreduce in pieces of at most COMM_MPI_CHUNK bytes (Open MPI
+ * 4.1's default all-reduce collapses above about 32 MB, DESIGN.md), with
+ * user-defined operators for the 16-bit sums.  Kept for comparison.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
 #include "half.h"
 
-#define COMM_MPI_CHUNK ((size_t)8 << 20)
+#define COMM_MPI_CHUNK ((size_t)8 << 20) /* "mpi": largest MPI_Iallreduce */
+#define RING_PIECE     ((size_t)1 << 20) /* default piece (bytes per message) */
+#define RING_DEPTH     2                 /* default slices in flight */
+#define RING_MAXDEPTH  16
+
+typedef enum algo { ALGO_RING, ALGO_MPI } algo_t;
+
+/* One slice in flight (ring). */
+typedef struct slot {
+    int active;
+    size_t slice; /* slice index */
+    int step;     /* 0 .. 2(W-1)-1 */
+    size_t off;   /* first element of the slice */
+    size_t len;   /* elements in the slice */
+} slot_t;
 
 struct comm_req {
+    struct comm_req *next, *prev; /* in-flight list, oldest first */
+    algo_t algo;
+    comm_desc_t desc;
+    uint64_t seq;
+    int done;
+    ddp_status_t err; /* sticky failure */
+    /* ring */
+    char *buf;
+    size_t count, esz;
+    comm_dtype_t type;
+    size_t nslices, next_slice, slices_done;
+    size_t piece;       /* elements per piece */
+    int depth, tagbase;
+    char *tmp;          /* depth * piece * esz bytes (reduce-scatter receive) */
+    size_t tmp_bytes;
+    slot_t slot[RING_MAXDEPTH];
+    MPI_Request mr[2 * RING_MAXDEPTH]; /* slot j: [2j] receive, [2j+1] send */
+    /* mpi */
     int n;
-    MPI_Request r[];
+    MPI_Request *r;
 };
 
 typedef struct mpi_impl {
     MPI_Datatype half_t; /* 2 contiguous bytes */
     MPI_Op op_bf16, op_fp16;
+    algo_t algo;
+    size_t piece_bytes;
+    int depth;
+    int tag_slices; /* distinct all-reduce numbers in the tag space */
+    uint64_t nallreduce;
+    comm_req_t *head, *tail;
+    char *spare; /* one scratch buffer kept for reuse */
+    size_t spare_bytes;
 } mpi_impl_t;
+
+/* ---- reduction kernels ------------------------------------------------- */
+
+static void add_f32_(float *restrict acc, const float *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) acc[i] += in[i];
+}
+
+static void add_f64_(double *restrict acc, const double *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) acc[i] += in[i];
+}
+
+static void add_i64_(int64_t *restrict acc, const int64_t *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) acc[i] += in[i];
+}
+
+static void add_bf16_(uint16_t *restrict acc, const uint16_t *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(in[i]) + ddp_bf16_to_f32(acc[i]));
+}
+
+static void add_fp16_(uint16_t *restrict acc, const uint16_t *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] = ddp_f32_to_f16(ddp_f16_to_f32(in[i]) + ddp_f16_to_f32(acc[i]));
+}
+
+/* acc[0..n) = in + acc, elementwise, for type t */
+static void reduce_(comm_dtype_t t, void *acc, const void *in, size_t n)
+{
+    switch (t) {
+    case COMM_FLOAT: add_f32_(acc, in, n); break;
+    case COMM_DOUBLE: add_f64_(acc, in, n); break;
+    case COMM_INT64: add_i64_(acc, in, n); break;
+    case COMM_BF16: add_bf16_(acc, in, n); break;
+    case COMM_FP16: add_fp16_(acc, in, n); break;
+    }
+}
 
 static void sum_bf16_(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++)
-        b[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(a[i]) + ddp_bf16_to_f32(b[i]));
+    add_bf16_(inout, in, (size_t)*len);
 }
 
 static void sum_fp16_(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++)
-        b[i] = ddp_f32_to_f16(ddp_f16_to_f32(a[i]) + ddp_f16_to_f32(b[i]));
+    add_fp16_(inout, in, (size_t)*len);
 }
 
-static ddp_status_t mpi_err_(int rc, const char *what, const comm_desc_t *d)
+/* ---- errors ------------------------------------------------------------- */
+
+static ddp_status_t mpi_err_(int rc, const char *what, const comm_desc_t *d, uint64_t seq)
 {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return ddp_fail(DDP_ERR_COMM, "MPI %s failed during %s %d: %s", what,
-                    d && d->what ? d->what : "collective", d ? d->index : -1, msg);
+    return ddp_fail(DDP_ERR_COMM,
+                    "MPI %s failed during %s %d (step %lld, collective #%llu): %s; "
+                    "check that every rank is alive and reachable",
+                    what, d && d->what ? d->what : "collective", d ? d->index : -1,
+                    d ? (long long)d->step : -1LL, (unsigned long long)seq, msg);
 }
+
+/* ---- in-flight list ------------------------------------------------------- */
+
+static void link_(mpi_impl_t *m, comm_req_t *q)
+{
+    q->next = NULL;
+    q->prev = m->tail;
+    if (m->tail)
+        m->tail->next = q;
+    else
+        m->head = q;
+    m->tail = q;
+}
+
+static void unlink_(mpi_impl_t *m, comm_req_t *q)
+{
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        m->head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        m->tail = q->prev;
+    q->next = q->prev = NULL;
+}
+
+/* Scratch buffers: one spare is kept, so a steady stream of all-reduces of
+ * similar sizes does not map fresh pages every time. */
+static char *scratch_get_(mpi_impl_t *m, size_t bytes)
+{
+    if (m->spare && m->spare_bytes >= bytes) {
+        char *p = m->spare;
+        m->spare = NULL;
+        return p;
+    }
+    return malloc(bytes ? bytes : 1);
+}
+
+static void scratch_put_(mpi_impl_t *m, char *p, size_t bytes)
+{
+    if (!p) return;
+    if (!m->spare || m->spare_bytes < bytes) {
+        free(m->spare);
+        m->spare = p;
+        m->spare_bytes = bytes;
+    } else {
+        free(p);
+    }
+}
+
+static void req_free_(mpi_impl_t *m, comm_req_t *q)
+{
+    if (q->algo == ALGO_RING) scratch_put_(m, q->tmp, q->tmp_bytes);
+    free(q->r);
+    free(q);
+}
+
+/* ---- ring ----------------------------------------------------------------- */
+
+/* Block b of a slice of len elements split over W ranks (sizes differ by at
+ * most one element; the first len % W blocks are the longer ones). */
+static void block_(size_t len, int W, int b, size_t *off, size_t *n)
+{
+    size_t base = len / (size_t)W, rem = len % (size_t)W, ub = (size_t)b;
+    *off = ub * base + (ub < rem ? ub : rem);
+    *n = base + (ub < rem ? 1 : 0);
+}
+
+static int mod_(int a, int W) { return ((a % W) + W) % W; }
+
+/* Post the messages of slot j's current step (none for empty blocks). */
+static ddp_status_t ring_post_(comm_t *c, comm_req_t *q, int j)
+{
+    slot_t *sl = &q->slot[j];
+    int W = c->size, r = c->rank, s = sl->step;
+    int left = mod_(r - 1, W), right = mod_(r + 1, W);
+    int sb, rb; /* block sent, block received */
+    if (s < W - 1)
+        sb = mod_(r - s, W), rb = mod_(r - s - 1, W);
+    else
+        sb = mod_(r + 1 - (s - (W - 1)), W), rb = mod_(r - (s - (W - 1)), W);
+    size_t so, sn, ro, rn;
+    block_(sl->len, W, sb, &so, &sn);
+    block_(sl->len, W, rb, &ro, &rn);
+    char *base = q->buf + sl->off * q->esz;
+    int tag = q->tagbase + j, rc;
+    q->mr[2 * j] = q->mr[2 * j + 1] = MPI_REQUEST_NULL;
+    if (rn) {
+        void *dst = s < W - 1 ? q->tmp + (size_t)j * q->piece * q->esz : base + ro * q->esz;
+        rc = MPI_Irecv(dst, (int)(rn * q->esz), MPI_BYTE, left, tag, c->mpi, &q->mr[2 * j]);
+        if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Irecv", &q->desc, q->seq);
+    }
+    if (sn) {
+        rc = MPI_Isend(base + so * q->esz, (int)(sn * q->esz), MPI_BYTE, right, tag, c->mpi,
+                       &q->mr[2 * j + 1]);
+        if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Isend", &q->desc, q->seq);
+    }
+    return DDP_OK;
+}
+
+/* Start slot j's next slice: slot j runs slices j, j + depth, j + 2 depth, ...
+ * in that order on every rank, which keeps each tag's message stream in the
+ * same order on sender and receiver. */
+static ddp_status_t ring_start_slice_(comm_t *c, comm_req_t *q, int j, int first)
+{
+    slot_t *sl = &q->slot[j];
+    size_t k = first ? (size_t)j : sl->slice + (size_t)q->depth;
+    if (k >= q->nslices) {
+        sl->active = 0;
+        return DDP_OK;
+    }
+    size_t per = q->piece * (size_t)c->size;
+    sl->active = 1;
+    sl->slice = k;
+    sl->step = 0;
+    sl->off = k * per;
+    sl->len = q->count - sl->off < per ? q->count - sl->off : per;
+    return ring_post_(c, q, j);
+}
+
+/* Slot j's messages of the current step have completed: reduce (during the
+ * reduce-scatter), then post the next step or finish the slice; repeat
+ * while steps complete at once (empty blocks post nothing). */
+static ddp_status_t ring_advance_(comm_t *c, comm_req_t *q, int j)
+{
+    slot_t *sl = &q->slot[j];
+    int W = c->size, r = c->rank;
+    for (;;) {
+        if (q->mr[2 * j] != MPI_REQUEST_NULL || q->mr[2 * j + 1] != MPI_REQUEST_NULL)
+            return DDP_OK;
+        if (!sl->active) return DDP_OK;
+        if (sl->step < W - 1) {
+            size_t ro, rn;
+            block_(sl->len, W, mod_(r - sl->step - 1, W), &ro, &rn);
+            reduce_(q->type, q->buf + (sl->off + ro) * q->esz,
+                    q->tmp + (size_t)j * q->piece * q->esz, rn);
+        }
+        if (++sl->step == 2 * (W - 1)) {
+            q->slices_done++;
+            DDP_TRY(ring_start_slice_(c, q, j, 0));
+        } else {
+            DDP_TRY(ring_post_(c, q, j));
+        }
+    }
+}
+
+/* Advance q as far as it goes without waiting. */
+static ddp_status_t ring_progress_(comm_t *c, comm_req_t *q)
+{
+    int n = 2 * q->depth, outcount = 0;
+    int idx[2 * RING_MAXDEPTH];
+    for (;;) {
+        for (int j = 0; j < q->depth; j++) DDP_TRY(ring_advance_(c, q, j));
+        if (q->slices_done == q->nslices) {
+            q->done = 1;
+            return DDP_OK;
+        }
+        int rc = MPI_Testsome(n, q->mr, &outcount, idx, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Testsome", &q->desc, q->seq);
+        if (outcount == MPI_UNDEFINED || outcount == 0) return DDP_OK; /* nothing more now */
+    }
+}
+
+static ddp_status_t ring_start_(comm_t *c, comm_req_t *q)
+{
+    mpi_impl_t *m = c->impl;
+    size_t per = m->piece_bytes / q->esz;
+    if (per == 0) per = 1;
+    size_t W = (size_t)c->size;
+    /* small buffers: pieces just big enough for one slice */
+    size_t need = (q->count + W - 1) / W;
+    q->piece = need < per ? (need ? need : 1) : per;
+    q->nslices = (q->count + q->piece * W - 1) / (q->piece * W);
+    q->depth = m->depth < (int)q->nslices ? m->depth : (int)q->nslices;
+    if (q->depth < 1) q->depth = 1;
+    q->tagbase = (int)(m->nallreduce++ % (uint64_t)m->tag_slices) * RING_MAXDEPTH;
+    for (int j = 0; j < 2 * RING_MAXDEPTH; j++) q->mr[j] = MPI_REQUEST_NULL;
+    if (c->size == 1 || q->count == 0) {
+        q->done = 1;
+        return DDP_OK;
+    }
+    q->tmp_bytes = (size_t)q->depth * q->piece * q->esz;
+    q->tmp = scratch_get_(m, q->tmp_bytes);
+    if (!q->tmp)
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory starting all-reduce %s %d (%zu bytes)",
+                        q->desc.what, q->desc.index, q->tmp_bytes);
+    for (int j = 0; j < q->depth; j++) DDP_TRY(ring_start_slice_(c, q, j, 1));
+    return ring_progress_(c, q);
+}
+
+/* ---- "mpi": chunked MPI_Iallreduce ----------------------------------------- */
 
 static void mpi_type_op_(comm_t *c, comm_dtype_t t, MPI_Datatype *dt, MPI_Op *op)
 {
@@ -62,58 +364,112 @@ static void mpi_type_op_(comm_t *c, comm_dtype_t t, MPI_Datatype *dt, MPI_Op *op
     }
 }
 
+static ddp_status_t nbc_start_(comm_t *c, comm_req_t *q)
+{
+    size_t per = COMM_MPI_CHUNK / q->esz;
+    int n = q->count == 0 ? 0 : (int)((q->count + per - 1) / per);
+    q->r = malloc((size_t)(n ? n : 1) * sizeof(MPI_Request));
+    if (!q->r) return ddp_fail(DDP_ERR_NOMEM, "out of memory starting an all-reduce");
+    MPI_Datatype dt = MPI_FLOAT;
+    MPI_Op op = MPI_SUM;
+    mpi_type_op_(c, q->type, &dt, &op);
+    for (int i = 0; i < n; i++) {
+        size_t off = (size_t)i * per, len = q->count - off < per ? q->count - off : per;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, q->buf + off * q->esz, (int)len, dt, op, c->mpi,
+                                &q->r[i]);
+        if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Iallreduce", &q->desc, q->seq);
+        q->n = i + 1;
+    }
+    if (n == 0) q->done = 1;
+    return DDP_OK;
+}
+
+static ddp_status_t nbc_progress_(comm_t *c, comm_req_t *q)
+{
+    int flag = 1;
+    int rc = MPI_Testall(q->n, q->r, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Testall", &q->desc, q->seq);
+    if (flag) q->done = 1;
+    return DDP_OK;
+}
+
+/* ---- the ops ---------------------------------------------------------------- */
+
+static ddp_status_t req_progress_(comm_t *c, comm_req_t *q)
+{
+    if (q->done || q->err) return q->err;
+    ddp_status_t s = q->algo == ALGO_RING ? ring_progress_(c, q) : nbc_progress_(c, q);
+    if (s != DDP_OK) q->err = s;
+    return s;
+}
+
+static ddp_status_t mpi_progress_(comm_t *c)
+{
+    mpi_impl_t *m = c->impl;
+    ddp_status_t first = DDP_OK;
+    for (comm_req_t *q = m->head; q; q = q->next) {
+        ddp_status_t s = req_progress_(c, q);
+        if (s != DDP_OK && first == DDP_OK) first = s;
+    }
+    return first;
+}
+
 static ddp_status_t mpi_iallreduce_(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                                     const comm_desc_t *d, comm_req_t **req)
 {
-    size_t esz = comm_dtype_size(t);
-    size_t per = COMM_MPI_CHUNK / esz;
-    int n = count == 0 ? 0 : (int)((count + per - 1) / per);
-    comm_req_t *q = malloc(sizeof *q + (size_t)(n ? n : 1) * sizeof(MPI_Request));
+    mpi_impl_t *m = c->impl;
+    *req = NULL;
+    comm_req_t *q = calloc(1, sizeof *q);
     if (!q) return ddp_fail(DDP_ERR_NOMEM, "out of memory starting an all-reduce");
-    MPI_Datatype dt = MPI_FLOAT;
-    MPI_Op op = MPI_SUM;
-    mpi_type_op_(c, t, &dt, &op);
+    size_t esz = comm_dtype_size(t);
     comm_note_start(c, d, count * esz);
-    q->n = n;
-    for (int i = 0; i < n; i++) {
-        size_t off = (size_t)i * per, len = count - off < per ? count - off : per;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)len, dt, op, c->mpi,
-                                &q->r[i]);
-        if (rc != MPI_SUCCESS) {
-            free(q);
-            return mpi_err_(rc, "MPI_Iallreduce", d);
-        }
+    q->algo = m->algo;
+    q->desc = c->last;
+    q->seq = c->seq;
+    q->buf = buf;
+    q->count = count;
+    q->esz = esz;
+    q->type = t;
+    ddp_status_t s = q->algo == ALGO_RING ? ring_start_(c, q) : nbc_start_(c, q);
+    if (s != DDP_OK) {
+        /* the communicator is unusable after a failed start; the caller aborts */
+        req_free_(m, q);
+        return s;
     }
+    link_(m, q);
     *req = q;
     return DDP_OK;
 }
 
 static ddp_status_t mpi_test_(comm_t *c, comm_req_t *req, int *done)
 {
-    int flag = 1;
-    if (req->n > 0) {
-        int rc = MPI_Testall(req->n, req->r, &flag, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Testall", &c->last);
-    }
-    *done = flag;
+    *done = 0;
+    DDP_TRY(mpi_progress_(c));
+    *done = req->done;
     return DDP_OK;
 }
 
 static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
 {
-    int rc = req->n > 0 ? MPI_Waitall(req->n, req->r, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
-    free(req);
-    if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Waitall", &c->last);
-    return DDP_OK;
+    mpi_impl_t *m = c->impl;
+    ddp_status_t s = DDP_OK;
+    while (!req->done && s == DDP_OK) {
+        s = mpi_progress_(c);
+        if (req->err) s = req->err;
+    }
+    unlink_(m, req);
+    req_free_(m, req);
+    return s;
 }
 
 static ddp_status_t mpi_bcast_(comm_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d)
 {
+    DDP_TRY(mpi_progress_(c));
     comm_note_start(c, d, 0);
     for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += COMM_MPI_CHUNK) {
         size_t len = bytes - off < COMM_MPI_CHUNK ? bytes - off : COMM_MPI_CHUNK;
         int rc = MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, c->mpi);
-        if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Bcast", d);
+        if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Bcast", &c->last, c->seq);
         if (bytes == 0) break;
     }
     return DDP_OK;
@@ -122,18 +478,20 @@ static ddp_status_t mpi_bcast_(comm_t *c, void *buf, size_t bytes, int root, con
 static ddp_status_t mpi_allgather_(comm_t *c, const void *send, void *recv, size_t bytes,
                                    const comm_desc_t *d)
 {
+    DDP_TRY(mpi_progress_(c));
     comm_note_start(c, d, 0);
     int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mpi);
-    if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Allgather", d);
+    if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Allgather", &c->last, c->seq);
     return DDP_OK;
 }
 
 static ddp_status_t mpi_barrier_(comm_t *c)
 {
+    DDP_TRY(mpi_progress_(c));
     comm_desc_t d = {"barrier", -1, -1};
     comm_note_start(c, &d, 0);
     int rc = MPI_Barrier(c->mpi);
-    if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Barrier", &d);
+    if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Barrier", &d, c->seq);
     return DDP_OK;
 }
 
@@ -141,6 +499,17 @@ static void mpi_free_(comm_t *c)
 {
     mpi_impl_t *m = c->impl;
     if (m) {
+        /* requests never waited for: cancel what is pending, release */
+        while (m->head) {
+            comm_req_t *q = m->head;
+            MPI_Request *rs = q->algo == ALGO_RING ? q->mr : q->r;
+            int n = q->algo == ALGO_RING ? 2 * RING_MAXDEPTH : q->n;
+            for (int i = 0; i < n; i++)
+                if (rs[i] != MPI_REQUEST_NULL) MPI_Request_free(&rs[i]);
+            unlink_(m, q);
+            req_free_(m, q);
+        }
+        free(m->spare);
         MPI_Op_free(&m->op_bf16);
         MPI_Op_free(&m->op_fp16);
         MPI_Type_free(&m->half_t);
@@ -154,16 +523,52 @@ static const comm_ops_t comm_mpi_ops = {
     .iallreduce = mpi_iallreduce_,
     .test = mpi_test_,
     .wait = mpi_wait_,
+    .progress = mpi_progress_,
     .bcast = mpi_bcast_,
     .allgather = mpi_allgather_,
     .barrier = mpi_barrier_,
     .free = mpi_free_,
 };
 
+ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name)
+{
+    mpi_impl_t *m = c->impl;
+    if (!m || c->ops != &comm_mpi_ops)
+        return ddp_fail(DDP_ERR_INTERNAL, "comm_mpi_set_algorithm on a non-MPI communicator");
+    if (!strcmp(name, "ring"))
+        m->algo = ALGO_RING;
+    else if (!strcmp(name, "mpi"))
+        m->algo = ALGO_MPI;
+    else
+        return ddp_fail(DDP_ERR_USAGE, "unknown all-reduce algorithm '%s' (use ring or mpi)",
+                        name);
+    return DDP_OK;
+}
+
+ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth)
+{
+    mpi_impl_t *m = c->impl;
+    if (!m || c->ops != &comm_mpi_ops)
+        return ddp_fail(DDP_ERR_INTERNAL, "comm_mpi_set_ring on a non-MPI communicator");
+    if (depth < 0 || depth > RING_MAXDEPTH || piece_bytes > ((size_t)1 << 30))
+        return ddp_fail(DDP_ERR_USAGE, "ring piece %zu bytes / depth %d out of range "
+                        "(piece <= 1 GiB, depth 1..%d)", piece_bytes, depth, RING_MAXDEPTH);
+    if (piece_bytes) m->piece_bytes = piece_bytes;
+    if (depth) m->depth = depth;
+    return DDP_OK;
+}
+
 ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
 {
     memset(c, 0, sizeof *c);
     c->mpi = MPI_COMM_NULL;
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided < COMM_MPI_THREAD_LEVEL)
+        return ddp_fail(DDP_ERR_INTERNAL,
+                        "MPI was initialised with thread level %d; the MPI comm backend needs "
+                        "COMM_MPI_THREAD_LEVEL (%d): call MPI_Init_thread with it",
+                        provided, COMM_MPI_THREAD_LEVEL);
     if (MPI_Comm_dup(world, &c->mpi) != MPI_SUCCESS)
         return ddp_fail(DDP_ERR_COMM, "MPI_Comm_dup failed");
     /* errors come back as codes so they are reported with context */
@@ -181,6 +586,14 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
 
     mpi_impl_t *m = calloc(1, sizeof *m);
     if (!m) return ddp_fail(DDP_ERR_NOMEM, "out of memory creating the communicator");
+    m->algo = ALGO_RING;
+    m->piece_bytes = RING_PIECE;
+    m->depth = RING_DEPTH;
+    void *ub = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(c->mpi, MPI_TAG_UB, &ub, &flag);
+    int tag_ub = flag && ub ? *(int *)ub : 32767;
+    m->tag_slices = tag_ub / RING_MAXDEPTH; /* >= 2047: the standard's minimum tag bound */
     MPI_Type_contiguous(2, MPI_BYTE, &m->half_t);
     MPI_Type_commit(&m->half_t);
     MPI_Op_create(sum_bf16_, 1, &m->op_bf16);
