@@ -43,7 +43,7 @@
 #include "half.h"
 
 #define COMM_MPI_CHUNK ((size_t)8 << 20) /* "mpi": largest MPI_Iallreduce */
-#define RING_PIECE     ((size_t)1 << 20) /* default piece (bytes per message) */
+#define RING_PIECE     ((size_t)4 << 20) /* default piece (bytes per message) */
 #define RING_DEPTH     2                 /* default slices in flight */
 #define RING_MAXDEPTH  16
 
@@ -96,20 +96,30 @@ typedef struct mpi_impl {
 
 /* ---- reduction kernels ------------------------------------------------- */
 
-static void add_f32_(float *restrict acc, const float *restrict in, size_t n)
-{
-    for (size_t i = 0; i < n; i++) acc[i] += in[i];
-}
+/* The sums are memory-bound; written with vector extensions (GCC, Clang)
+ * because -O2 does not vectorize plain loops.  Lane i of a vector holds
+ * element i, so the result is the same as the scalar loop's. */
+typedef float f32x8_t __attribute__((vector_size(32)));
+typedef double f64x4_t __attribute__((vector_size(32)));
+typedef int64_t i64x4_t __attribute__((vector_size(32)));
 
-static void add_f64_(double *restrict acc, const double *restrict in, size_t n)
-{
-    for (size_t i = 0; i < n; i++) acc[i] += in[i];
-}
+#define DEFINE_ADD_(name, T, V, L)                                                 \
+    static void name(T *restrict acc, const T *restrict in, size_t n)              \
+    {                                                                              \
+        size_t i = 0;                                                              \
+        for (; i + 2 * (L) <= n; i += 2 * (L)) {                                   \
+            V a0, a1, b0, b1;                                                      \
+            memcpy(&a0, acc + i, sizeof a0), memcpy(&a1, acc + i + (L), sizeof a1); \
+            memcpy(&b0, in + i, sizeof b0), memcpy(&b1, in + i + (L), sizeof b1);  \
+            a0 = b0 + a0, a1 = b1 + a1;                                            \
+            memcpy(acc + i, &a0, sizeof a0), memcpy(acc + i + (L), &a1, sizeof a1); \
+        }                                                                          \
+        for (; i < n; i++) acc[i] = in[i] + acc[i];                                \
+    }
 
-static void add_i64_(int64_t *restrict acc, const int64_t *restrict in, size_t n)
-{
-    for (size_t i = 0; i < n; i++) acc[i] += in[i];
-}
+DEFINE_ADD_(add_f32_, float, f32x8_t, 8)
+DEFINE_ADD_(add_f64_, double, f64x4_t, 4)
+DEFINE_ADD_(add_i64_, int64_t, i64x4_t, 4)
 
 static void add_bf16_(uint16_t *restrict acc, const uint16_t *restrict in, size_t n)
 {
