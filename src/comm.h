@@ -71,6 +71,13 @@ typedef struct comm_ops {
     ddp_status_t (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes,
                               const comm_desc_t *d);
     ddp_status_t (*barrier)(comm_t *c);
+    /* Memory for a buffer that is all-reduced in place: the gradient buffer
+     * (each bucket a slice of it).  Collective: every rank calls it in the
+     * same order with the same size.  Zero-filled, 64-byte aligned.  Release
+     * it with mem_free (collective too) before comm_free.  NULL in a backend
+     * without special memory; use comm_mem_alloc / comm_mem_free. */
+    ddp_status_t (*mem_alloc)(comm_t *c, size_t bytes, void **p);
+    void (*mem_free)(comm_t *c, void *p);
     void (*free)(comm_t *c);
 } comm_ops_t;
 
@@ -97,9 +104,17 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
 
 /* All-reduce algorithm of the MPI backend, set on every rank alike before
  * the first collective:
- *   "ring" (default)  reduce-scatter + allgather over MPI_Isend/Irecv in
- *                     pieces, progressed by comm calls; bit-identical on
- *                     every rank by construction; fastest here.
+ *   "auto" (default)  shared memory for a slice of comm_mem_alloc memory
+ *                     when all ranks are on one node: every rank sums its
+ *                     block straight from the others' buffers and copies
+ *                     the other blocks from their owners (about 2x faster
+ *                     than message passing here); "ring" for everything
+ *                     else (other buffers, several nodes).  Every rank must
+ *                     then pass the same slice (offset and count) of its
+ *                     comm-allocated buffer -- checked, DDP_ERR_MISMATCH --
+ *                     or all ranks a buffer of their own.
+ *   "ring"            reduce-scatter + allgather over MPI_Isend/Irecv in
+ *                     pieces of at most 4 MB, progressed by comm calls.
  *   "mpi"             MPI_Iallreduce in pieces of at most 8 MB (Open MPI's
  *                     own algorithms; identical results in practice but
  *                     not by construction).  For comparison.
@@ -110,6 +125,11 @@ ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
  * (1..16).  0 keeps the current value. */
 ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
 void comm_free(comm_t *c);
+
+/* Gradient-buffer memory (see comm_ops_t.mem_alloc): the backend's when it
+ * has one, plain zero-filled 64-byte-aligned memory otherwise.  Collective. */
+ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p);
+void comm_mem_free(comm_t *c, void *p);
 
 /* Blocking all-reduce: start + wait.  Drives the in-flight ones too. */
 ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,

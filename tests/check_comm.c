@@ -1,9 +1,12 @@
 /* check_comm.c -- the MPI comm backend on W ranks (built as check_comm_np2,
  * _np3 and _np4): all-reduce of every dtype and of many sizes (0, 1, W-1,
- * primes, several slices and pieces) with both algorithms, several in flight
- * with blocking small all-reduces in between (the SyncBatchNorm pattern),
- * bit-identical results on every rank, 16-bit accuracy bounds, broadcast,
- * allgather, topology, counters and errors. */
+ * primes, several slices and pieces, unaligned slices) with every algorithm
+ * (auto = shared memory for comm-allocated buffers, ring, mpi), several in
+ * flight with blocking small all-reduces in between (the SyncBatchNorm
+ * pattern), more in flight than the shared-memory slots, bit-identical
+ * results on every rank, 16-bit accuracy bounds, mismatched slices,
+ * gradient-buffer memory, broadcast, allgather, topology, counters and
+ * errors. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +17,8 @@
 #include "tests.h"
 
 static comm_t c;
-static const char *algos[] = {"ring", "mpi"};
+static const char *algos[] = {"auto", "ring", "mpi"};
+enum { NALGO = sizeof algos / sizeof *algos };
 static const comm_dtype_t dtypes[] = {COMM_FLOAT, COMM_DOUBLE, COMM_BF16, COMM_FP16, COMM_INT64};
 static const char *dtype_names[] = {"float", "double", "bf16", "fp16", "int64"};
 
@@ -110,6 +114,16 @@ static void fill_rand_(void *buf, comm_dtype_t t, size_t n, int r, double scale)
 
 /* ---- tests ----------------------------------------------------------------- */
 
+/* Gradient-buffer memory: shared on one node (auto all-reduces of its
+ * slices take the shared-memory path), a buffer of its own otherwise. */
+static void *gbuf_(size_t bytes)
+{
+    void *p = NULL;
+    ck_assert_int_eq(comm_mem_alloc(&c, bytes, &p), DDP_OK);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
 START_TEST(topology)
 {
     int W;
@@ -131,19 +145,21 @@ START_TEST(allreduce_sizes_dtypes)
     const int W = c.size;
     const size_t sizes[] = {0, 1, (size_t)W - 1, (size_t)W, (size_t)W + 1, 2, 3, 7, 13, 31, 101,
                             257, 1021, 4099, 65537};
-    const size_t pieces[] = {64, 1000, 0}; /* bytes; 0 = the default */
-    size_t nmax = 65537 * 8;
-    void *buf = malloc(nmax);
-    for (size_t a = 0; a < sizeof algos / sizeof *algos; a++)
+    const size_t pieces[] = {64, 1000, 0}; /* ring bytes per message; 0 = the default */
+    size_t nmax = 65537 + 3;
+    char *mem = gbuf_(nmax * 8);
+    for (size_t a = 0; a < NALGO; a++)
         for (size_t p = 0; p < sizeof pieces / sizeof *pieces; p++) {
             ck_assert_int_eq(comm_mpi_set_algorithm(&c, algos[a]), DDP_OK);
-            ck_assert_int_eq(comm_mpi_set_ring(&c, pieces[p] ? pieces[p] : (size_t)1 << 20,
+            ck_assert_int_eq(comm_mpi_set_ring(&c, pieces[p] ? pieces[p] : (size_t)4 << 20,
                                                p == 0 ? 3 : 2),
                              DDP_OK);
             for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
                 for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
                     size_t n = sizes[k];
                     comm_dtype_t t = dtypes[d];
+                    /* at the start and 3 elements in (unaligned) */
+                    void *buf = mem + (k % 2 ? 3 * comm_dtype_size(t) : 0);
                     fill_int_(buf, t, n, c.rank);
                     comm_desc_t desc = {"test-sizes", (int)k, -1};
                     ck_assert_int_eq(comm_allreduce(&c, buf, n, t, &desc), DDP_OK);
@@ -153,7 +169,7 @@ START_TEST(allreduce_sizes_dtypes)
                                   bad < n ? get_(buf, t, bad) : 0.0);
                 }
         }
-    free(buf);
+    comm_mem_free(&c, mem);
 }
 END_TEST
 
@@ -162,8 +178,8 @@ END_TEST
 START_TEST(allreduce_float_large)
 {
     size_t n = ((size_t)9 << 20) + 3; /* 36 MB + 12 bytes */
-    float *x = malloc(n * sizeof *x);
-    for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
+    float *x = gbuf_(n * sizeof *x);
+    for (size_t a = 0; a < NALGO; a++) {
         ck_assert_int_eq(comm_mpi_set_algorithm(&c, algos[a]), DDP_OK);
         fill_int_(x, COMM_FLOAT, n, c.rank);
         comm_desc_t d = {"test", 0, -1};
@@ -176,7 +192,7 @@ START_TEST(allreduce_float_large)
         ck_assert_uint_eq(c.seq, seq + 1);
         ck_assert_str_eq(c.last.what, "test");
     }
-    free(x);
+    comm_mem_free(&c, x);
 }
 END_TEST
 
@@ -186,11 +202,13 @@ END_TEST
 START_TEST(allreduce_in_flight_with_blocking)
 {
     const size_t na = 600001, nb = 250007, ns = 2 * 1024 + 1;
-    for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
+    /* buckets A (float) and B (bf16) are slices of one gradient buffer */
+    char *grad = gbuf_(na * sizeof(float) + nb * sizeof(uint16_t) + 64);
+    for (size_t a = 0; a < NALGO; a++) {
         ck_assert_int_eq(comm_mpi_set_algorithm(&c, algos[a]), DDP_OK);
         ck_assert_int_eq(comm_mpi_set_ring(&c, 64 << 10, 2), DDP_OK);
-        float *A = malloc(na * sizeof *A);
-        uint16_t *B = malloc(nb * sizeof *B);
+        float *A = (float *)grad;
+        uint16_t *B = (uint16_t *)(grad + na * sizeof(float) + 64);
         double *S = malloc(ns * sizeof *S);
         int64_t E[1] = {0};
         fill_int_(A, COMM_FLOAT, na, c.rank);
@@ -222,10 +240,9 @@ START_TEST(allreduce_in_flight_with_blocking)
         ck_assert_uint_eq(check_int_(A, COMM_FLOAT, na, c.size), na);
         ck_assert_uint_eq(check_int_(B, COMM_BF16, nb, c.size), nb);
         ck_assert_int_eq(c.ops->progress(&c), DDP_OK); /* nothing in flight */
-        free(A);
-        free(B);
         free(S);
     }
+    comm_mem_free(&c, grad);
 }
 END_TEST
 
@@ -235,41 +252,48 @@ START_TEST(allreduce_bit_identical)
 {
     const size_t sizes[] = {1, 5, 1000, 123457, ((size_t)1 << 20) + 11};
     size_t nmax = (((size_t)1 << 20) + 11) * 8;
-    char *buf = malloc(nmax), *again = malloc(nmax);
-    ck_assert_int_eq(comm_mpi_set_algorithm(&c, "ring"), DDP_OK);
+    char *shared = gbuf_(nmax), *priv = malloc(nmax), *again = malloc(nmax);
     ck_assert_int_eq(comm_mpi_set_ring(&c, 256 << 10, 2), DDP_OK);
-    for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
-        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
-            comm_dtype_t t = dtypes[d];
-            size_t n = sizes[k], bytes = n * comm_dtype_size(t);
-            comm_desc_t desc = {"test-bits", (int)k, -1};
-            fill_rand_(buf, t, n, c.rank, 1.0 + c.rank);
-            ck_assert_int_eq(comm_allreduce(&c, buf, n, t, &desc), DDP_OK);
-            ck_assert_msg(same_on_all_ranks_(buf, bytes), "%s count %zu: ranks differ",
-                          dtype_names[d], n);
-            fill_rand_(again, t, n, c.rank, 1.0 + c.rank);
-            ck_assert_int_eq(comm_allreduce(&c, again, n, t, &desc), DDP_OK);
-            ck_assert_msg(!memcmp(buf, again, bytes), "%s count %zu: not reproducible",
-                          dtype_names[d], n);
-        }
-    free(buf);
+    for (int path = 0; path < 2; path++) {
+        /* path 0: auto on the gradient buffer (shared memory on one node);
+         * path 1: the ring on a buffer of each rank's own */
+        char *buf = path == 0 ? shared : priv;
+        ck_assert_int_eq(comm_mpi_set_algorithm(&c, path == 0 ? "auto" : "ring"), DDP_OK);
+        for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
+            for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+                comm_dtype_t t = dtypes[d];
+                size_t n = sizes[k], bytes = n * comm_dtype_size(t);
+                comm_desc_t desc = {"test-bits", (int)k, -1};
+                fill_rand_(buf, t, n, c.rank, 1.0 + c.rank);
+                ck_assert_int_eq(comm_allreduce(&c, buf, n, t, &desc), DDP_OK);
+                ck_assert_msg(same_on_all_ranks_(buf, bytes), "%s %s count %zu: ranks differ",
+                              path ? "ring" : "auto", dtype_names[d], n);
+                memcpy(again, buf, bytes);
+                fill_rand_(buf, t, n, c.rank, 1.0 + c.rank);
+                ck_assert_int_eq(comm_allreduce(&c, buf, n, t, &desc), DDP_OK);
+                ck_assert_msg(!memcmp(buf, again, bytes), "%s %s count %zu: not reproducible",
+                              path ? "ring" : "auto", dtype_names[d], n);
+            }
+    }
+    comm_mem_free(&c, shared);
+    free(priv);
     free(again);
 }
 END_TEST
 
-/* 16-bit sums are done in float32 and rounded after every addition: the
- * error is at most (W-1) unit roundoffs of the sum of magnitudes (plus the
- * smallest subnormal for fp16). */
+/* 16-bit sums are done in float32 and rounded after every addition (ring,
+ * mpi) or once (shared memory): the error is at most (W-1) unit roundoffs
+ * of the sum of magnitudes (plus the smallest subnormal for fp16). */
 START_TEST(allreduce_half_accuracy)
 {
     const size_t n = 20011;
     const int W = c.size;
-    uint16_t *h = malloc(n * sizeof *h);
+    uint16_t *h = gbuf_(n * sizeof *h);
     struct {
         comm_dtype_t t;
         double u, tiny;
     } kinds[] = {{COMM_BF16, 1.0 / 256, 0}, {COMM_FP16, 1.0 / 2048, 1.0 / 16777216}};
-    for (size_t a = 0; a < sizeof algos / sizeof *algos; a++)
+    for (size_t a = 0; a < NALGO; a++)
         for (size_t k = 0; k < 2; k++) {
             ck_assert_int_eq(comm_mpi_set_algorithm(&c, algos[a]), DDP_OK);
             comm_dtype_t t = kinds[k].t;
@@ -295,35 +319,87 @@ START_TEST(allreduce_half_accuracy)
             }
             ck_assert_double_lt(worst, (W - 1) * kinds[k].u * 1.0001);
         }
-    free(h);
+    comm_mem_free(&c, h);
 }
 END_TEST
 
-/* Many all-reduces in flight at once, each polled only through the others. */
+/* Many all-reduces in flight at once, waited in reverse order: slices of
+ * the gradient buffer (more than the shared-memory slots) and private
+ * buffers (ring), interleaved. */
 START_TEST(allreduce_many_in_flight)
 {
-    enum { K = 12 };
+    enum { K = 80 };
     comm_req_t *rq[K];
     float *x[K];
-    size_t n[K];
-    ck_assert_int_eq(comm_mpi_set_algorithm(&c, "ring"), DDP_OK);
+    size_t n[K], total = 0;
+    for (int k = 0; k < K; k++) total += n[k] = (size_t)((k % 13) * (k % 13) * 997 + k);
+    float *grad = gbuf_(total * sizeof(float));
     ck_assert_int_eq(comm_mpi_set_ring(&c, 4096, 3), DDP_OK);
-    for (int k = 0; k < K; k++) {
-        n[k] = (size_t)(k * k * 997 + k);
-        x[k] = malloc((n[k] ? n[k] : 1) * sizeof(float));
-        fill_int_(x[k], COMM_FLOAT, n[k], c.rank + k);
-        comm_desc_t d = {"bucket", k, 1};
-        ck_assert_int_eq(c.ops->iallreduce(&c, x[k], n[k], COMM_FLOAT, &d, &rq[k]), DDP_OK);
-    }
-    for (int k = K - 1; k >= 0; k--) {
-        ck_assert_int_eq(c.ops->wait(&c, rq[k]), DDP_OK);
-        for (size_t i = 0; i < n[k]; i++) {
-            double want = 0;
-            for (int r = 0; r < c.size; r++) want += ival_(i, r + k);
-            if (x[k][i] != want) ck_abort_msg("all-reduce %d element %zu", k, i);
+    for (int a = 0; a < 2; a++) {
+        ck_assert_int_eq(comm_mpi_set_algorithm(&c, algos[a]), DDP_OK);
+        size_t off = 0;
+        for (int k = 0; k < K; k++) {
+            x[k] = k % 3 == 2 ? malloc((n[k] ? n[k] : 1) * sizeof(float)) : grad + off;
+            off += n[k];
+            fill_int_(x[k], COMM_FLOAT, n[k], c.rank + k);
+            comm_desc_t d = {"bucket", k, 1};
+            ck_assert_int_eq(c.ops->iallreduce(&c, x[k], n[k], COMM_FLOAT, &d, &rq[k]), DDP_OK);
+            if (k % 7 == 0) ck_assert_int_eq(c.ops->progress(&c), DDP_OK);
         }
-        free(x[k]);
+        for (int k = K - 1; k >= 0; k--) {
+            ck_assert_int_eq(c.ops->wait(&c, rq[k]), DDP_OK);
+            for (size_t i = 0; i < n[k]; i++) {
+                double want = 0;
+                for (int r = 0; r < c.size; r++) want += ival_(i, r + k);
+                if (x[k][i] != want) ck_abort_msg("%s: all-reduce %d element %zu", algos[a], k, i);
+            }
+            if (k % 3 == 2) free(x[k]);
+        }
     }
+    comm_mem_free(&c, grad);
+}
+END_TEST
+
+/* Ranks passing different slices of the gradient buffer to the same
+ * shared-memory all-reduce: every rank reports the mismatch. */
+START_TEST(allreduce_slice_mismatch)
+{
+    if (c.nnodes != 1) return; /* shared memory is used on one node only */
+    float *grad = gbuf_(4096 * sizeof(float));
+    comm_desc_t d = {"bucket", 5, 42};
+    ddp_clear_error();
+    ddp_status_t s = comm_allreduce(&c, grad + (c.rank == 1 ? 8 : 0), 1000, COMM_FLOAT, &d);
+    ck_assert_int_eq(s, DDP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "bucket 5"));
+    ddp_clear_error();
+    /* a collective that synchronises all ranks: nobody still reads the buffer */
+    MPI_Barrier(MPI_COMM_WORLD);
+    comm_mem_free(&c, grad);
+}
+END_TEST
+
+/* Gradient-buffer memory: zero-filled, aligned, usable; several buffers. */
+START_TEST(mem_alloc)
+{
+    size_t sizes[] = {0, 1, 100, (size_t)3 << 20};
+    void *p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = gbuf_(sizes[i]);
+        ck_assert_uint_eq((uintptr_t)p[i] % 64, 0);
+        for (size_t b = 0; b < sizes[i]; b++)
+            if (((unsigned char *)p[i])[b]) ck_abort_msg("buffer %d byte %zu not zero", i, b);
+    }
+    /* an all-reduce over the largest one, then free in another order */
+    float *x = p[3];
+    size_t n = sizes[3] / sizeof(float);
+    fill_int_(x, COMM_FLOAT, n, c.rank);
+    comm_desc_t d = {"bucket", 0, -1};
+    ck_assert_int_eq(comm_allreduce(&c, x, n, COMM_FLOAT, &d), DDP_OK);
+    ck_assert_uint_eq(check_int_(x, COMM_FLOAT, n, c.size), n);
+    comm_mem_free(&c, p[1]);
+    comm_mem_free(&c, p[3]);
+    comm_mem_free(&c, p[0]);
+    comm_mem_free(&c, p[2]);
 }
 END_TEST
 
@@ -346,6 +422,7 @@ START_TEST(bad_options)
 {
     ddp_clear_error();
     ck_assert_int_eq(comm_mpi_set_algorithm(&c, "tree"), DDP_ERR_USAGE);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "auto"));
     ck_assert_ptr_nonnull(strstr(ddp_error_message(), "tree"));
     ddp_clear_error();
     ck_assert_int_eq(comm_mpi_set_ring(&c, 4096, 17), DDP_ERR_USAGE);
@@ -366,6 +443,8 @@ Suite *test_suite(void)
     tcase_add_test(t, allreduce_bit_identical);
     tcase_add_test(t, allreduce_half_accuracy);
     tcase_add_test(t, allreduce_many_in_flight);
+    tcase_add_test(t, allreduce_slice_mismatch);
+    tcase_add_test(t, mem_alloc);
     tcase_add_test(t, bcast_and_allgather);
     tcase_add_test(t, bad_options);
     suite_add_tcase(s, t);
