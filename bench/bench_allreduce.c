@@ -11,9 +11,13 @@
  * algbw = bytes / time, busbw = algbw * 2 (W-1) / W (nccl-tests
  * doc/PERFORMANCE.md).  Exit status 1 if any result is wrong.
  *
+ * The buffer comes from comm_mem_alloc, as the trainer's gradient buffer
+ * does (--mem private: malloc), so the default algorithm "auto" takes the
+ * shared-memory path when all ranks are on one node.
+ *
  *   mpirun -np 2 ./bench_allreduce [--min 4K] [--max 64M] [--iters 50]
- *       [--warmup 5] [--reps 5] [--algo ring|mpi] [--piece BYTES]
- *       [--depth D] [--dtype float|bf16]
+ *       [--warmup 5] [--reps 5] [--algo auto|ring|mpi] [--piece BYTES]
+ *       [--depth D] [--dtype float|bf16] [--mem shared|private]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -125,7 +129,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, COMM_MPI_THREAD_LEVEL, &provided);
     size_t minb = 4096, maxb = (size_t)64 << 20, piece = 0;
     int iters = 50, warmup = 5, reps = 5, depth = 0;
-    const char *algo = "ring", *dtype = "float";
+    const char *algo = "auto", *dtype = "float", *mem = "shared";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto usage;
@@ -138,11 +142,13 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--piece")) piece = parse_size_(v);
         else if (!strcmp(a, "--depth")) depth = atoi(v);
         else if (!strcmp(a, "--dtype")) dtype = v;
+        else if (!strcmp(a, "--mem")) mem = v;
         else goto usage;
         i++;
     }
     if (minb < 4 || maxb < minb || iters < 1 || reps < 1 || warmup < 0 ||
-        (strcmp(dtype, "float") && strcmp(dtype, "bf16")))
+        (strcmp(dtype, "float") && strcmp(dtype, "bf16")) ||
+        (strcmp(mem, "shared") && strcmp(mem, "private")))
         goto usage;
 
     comm_t c;
@@ -160,17 +166,26 @@ int main(int argc, char **argv)
                        {NULL, t, t == COMM_FLOAT ? MPI_FLOAT : half_t,
                         t == COMM_FLOAT ? MPI_SUM : bf16_op}};
     const int W = c.size;
-    char *buf = malloc(maxb);
-    if (!buf) die_(DDP_ERR_NOMEM, "buffer");
+    char *buf = NULL;
+    if (!strcmp(mem, "shared")) {
+        void *p = NULL;
+        die_(comm_mem_alloc(&c, maxb, &p), "buffer");
+        buf = p;
+    } else {
+        buf = malloc(maxb);
+        if (!buf) die_(DDP_ERR_NOMEM, "buffer");
+    }
     double *rt[2] = {malloc((size_t)reps * sizeof(double)), malloc((size_t)reps * sizeof(double))};
 
     if (c.rank == 0) {
         const char *cma = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
         printf("# bench_allreduce: %d ranks on %d node(s), dtype %s, sum, in place\n", W, c.nnodes,
                dtype);
-        printf("# backend: comm \"%s\" algorithm %s%s; reference: MPI_Allreduce (Open MPI "
-               "defaults); vader single copy: %s\n",
-               c.ops->name, algo, piece ? " (tuned piece)" : "", cma ? cma : "default");
+        printf("# backend: comm \"%s\" algorithm %s%s on %s memory; reference: MPI_Allreduce "
+               "(Open MPI defaults) on the same buffer; vader single copy: %s\n",
+               c.ops->name, algo, piece || depth ? " (tuned ring)" : "",
+               strcmp(mem, "shared") ? "private (malloc)" : "gradient-buffer (comm_mem_alloc)",
+               cma ? cma : "default");
         printf("# time: slowest rank's average over the timed iterations, median of %d rounds "
                "alternating the two paths\n", reps);
         printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s\n", "size", "count",
@@ -219,7 +234,10 @@ int main(int argc, char **argv)
     }
     if (c.rank == 0)
         printf("# %s\n", total_wrong ? "WRONG RESULTS (see #wrong / ident)" : "all results correct");
-    free(buf);
+    if (!strcmp(mem, "shared"))
+        comm_mem_free(&c, buf);
+    else
+        free(buf);
     free(rt[0]);
     free(rt[1]);
     MPI_Op_free(&bf16_op);
@@ -230,8 +248,8 @@ int main(int argc, char **argv)
 
 usage:
     fprintf(stderr, "usage: bench_allreduce [--min 4K] [--max 64M] [--iters N] [--warmup N] "
-                    "[--reps N] [--algo ring|mpi] [--piece BYTES] [--depth D] "
-                    "[--dtype float|bf16]\n");
+                    "[--reps N] [--algo auto|ring|mpi] [--piece BYTES] [--depth D] "
+                    "[--dtype float|bf16] [--mem shared|private]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
 }

@@ -10,11 +10,17 @@
  *   compute+bn    only SyncBatchNorm's small all-reduces
  *   serial-mpi    (d) no overlap: MPI_Allreduce of each bucket after backward
  *   serial-ring   (d) no overlap: the backend's ring after backward
+ *   serial-shm    (d) no overlap: the backend's shared-memory all-reduce
  *   nbc-poll      (a) MPI_Iallreduce at bucket ready, MPI_Test between pieces
  *   thread-mpi    (b) a comm thread runs blocking MPI_Allreduce from a queue
  *   ring-poll     (c) the backend's ring, comm progress between pieces
  *   ring-thread   (c) the backend's ring, progressed by a thread that polls
  *                 every --sleep-us microseconds (0: spins, yielding)
+ *   shm-poll      (e) the backend's shared-memory all-reduce (the gradient
+ *                 buffer from comm_mem_alloc), comm progress between pieces
+ *
+ * The gradient buffer comes from comm_mem_alloc for every strategy (shared
+ * memory on one node), so all see the same memory.
  *
  * Reported per strategy: the step time (median and p10/p90 over iterations
  * of the slowest rank), the exposed communication (step - compute step), the
@@ -79,10 +85,15 @@ static float *falloc_(size_t n, float v)
     return p;
 }
 
-static void model_init(model_t *m, int nbuckets, int rank)
+static void die_(ddp_status_t s, const char *what);
+
+static void model_init(model_t *m, int nbuckets, comm_t *c)
 {
+    int rank = c->rank;
     m->param = falloc_(NPARAM, 0.01f);
-    m->grad = falloc_(NPARAM, 0);
+    void *g = NULL;
+    die_(comm_mem_alloc(c, NPARAM * sizeof(float), &g), "gradient buffer");
+    m->grad = g;
     m->x0 = falloc_(BATCH * IN, 0.05f * (float)(rank + 1));
     m->h1 = falloc_(BATCH * HID, 0);
     m->h2 = falloc_(BATCH * HID, 0);
@@ -104,9 +115,10 @@ static void model_init(model_t *m, int nbuckets, int rank)
     }
 }
 
-static void model_free(model_t *m)
+static void model_free(model_t *m, comm_t *c)
 {
-    free(m->param), free(m->grad), free(m->x0), free(m->h1), free(m->h2), free(m->y);
+    comm_mem_free(c, m->grad);
+    free(m->param), free(m->x0), free(m->h1), free(m->h2), free(m->y);
     free(m->dy), free(m->dh2), free(m->dh1), free(m->bnstat);
 }
 
@@ -117,18 +129,21 @@ typedef enum strat {
     S_COMPUTE_BN,
     S_SERIAL_MPI,
     S_SERIAL_RING,
+    S_SERIAL_SHM,
     S_NBC_POLL,
     S_THREAD_MPI,
     S_RING_POLL,
     S_RING_THREAD,
+    S_SHM_POLL,
     NSTRAT
 } strat_t;
 
-static const char *strat_name[NSTRAT] = {"compute",  "compute+bn", "serial-mpi", "serial-ring",
-                                         "nbc-poll", "thread-mpi", "ring-poll",  "ring-thread"};
-static const char *strat_kind[NSTRAT] = {"reference",      "reference",       "(d) no overlap",
-                                         "(d) no overlap", "(a) MPI_Test",    "(b) comm thread",
-                                         "(c) own ring",   "(c) ring+thread"};
+static const char *strat_name[NSTRAT] = {"compute",    "compute+bn", "serial-mpi", "serial-ring",
+                                         "serial-shm", "nbc-poll",   "thread-mpi", "ring-poll",
+                                         "ring-thread", "shm-poll"};
+static const char *strat_kind[NSTRAT] = {
+    "reference",       "reference",      "(d) no overlap",  "(d) no overlap", "(d) no overlap",
+    "(a) MPI_Test",    "(b) comm thread", "(c) ring+poll",  "(c) ring+thread", "(e) shm+poll"};
 
 /* A comm thread.  mode 0: runs blocking MPI_Allreduce jobs from a queue
  * (thread-mpi).  mode 1: calls comm progress in a loop while enabled
@@ -248,7 +263,8 @@ static void die_(ddp_status_t s, const char *what)
 
 static void poll_(run_t *r)
 {
-    if (r->s == S_RING_POLL || r->s == S_NBC_POLL) die_(r->c->ops->progress(r->c), "progress");
+    if (r->s == S_RING_POLL || r->s == S_NBC_POLL || r->s == S_SHM_POLL)
+        die_(r->c->ops->progress(r->c), "progress");
 }
 
 /* C[M,N] = op(A) op(B), cut into `pieces` row blocks of C with a poll
@@ -300,6 +316,7 @@ static void bucket_ready_(run_t *r, model_t *m, int b, int64_t step)
     switch (r->s) {
     case S_NBC_POLL:
     case S_RING_POLL:
+    case S_SHM_POLL:
         die_(r->c->ops->iallreduce(r->c, m->grad + k->off, k->count, COMM_FLOAT, &d, &r->req[b]),
              "iallreduce");
         break;
@@ -325,10 +342,12 @@ static void wait_all_(run_t *r, model_t *m, int64_t step)
         switch (r->s) {
         case S_SERIAL_MPI: allreduce_pieces_(m->grad + k->off, k->count, MPI_FLOAT, r->c->mpi); break;
         case S_SERIAL_RING:
+        case S_SERIAL_SHM:
             die_(comm_allreduce(r->c, m->grad + k->off, k->count, COMM_FLOAT, &d), "allreduce");
             break;
         case S_NBC_POLL:
-        case S_RING_POLL: die_(r->c->ops->wait(r->c, r->req[b]), "wait"); break;
+        case S_RING_POLL:
+        case S_SHM_POLL: die_(r->c->ops->wait(r->c, r->req[b]), "wait"); break;
         case S_RING_THREAD:
             pthread_mutex_lock(&r->th[1].mu);
             die_(r->c->ops->wait(r->c, r->req[b]), "wait");
@@ -445,15 +464,16 @@ int main(int argc, char **argv)
         usage_();
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    comm_t c;
-    die_(comm_init_mpi(&c, MPI_COMM_WORLD), "comm_init_mpi");
-    /* the comm backends: one per algorithm, so strategies can interleave */
-    comm_t cnbc;
+    /* one communicator per algorithm, so the strategies can interleave */
+    comm_t c, cring, cnbc;
+    die_(comm_init_mpi(&c, MPI_COMM_WORLD), "comm_init_mpi"); /* "auto": shared memory */
+    die_(comm_init_mpi(&cring, MPI_COMM_WORLD), "comm_init_mpi");
+    die_(comm_mpi_set_algorithm(&cring, "ring"), "algorithm");
     die_(comm_init_mpi(&cnbc, MPI_COMM_WORLD), "comm_init_mpi");
     die_(comm_mpi_set_algorithm(&cnbc, "mpi"), "algorithm");
 
     model_t m;
-    model_init(&m, nbuckets, c.rank);
+    model_init(&m, nbuckets, &c);
     int on[NSTRAT];
     for (int s = 0; s < NSTRAT; s++) on[s] = !only || strstr(only, strat_name[s]) != NULL;
     on[S_COMPUTE] = 1; /* the reference is always measured */
@@ -466,7 +486,7 @@ int main(int argc, char **argv)
         pthread_cond_init(&th[k].cv_done, NULL);
         th[k].mode = k;
         th[k].sleep_us = sleep_us;
-        th[k].c = k == 0 ? &cnbc : &c;
+        th[k].c = k == 0 ? &cnbc : &cring;
         pthread_create(&th[k].th, NULL, cthread_main_, &th[k]);
     }
 
@@ -482,7 +502,12 @@ int main(int argc, char **argv)
     for (int it = -warmup; it < iters; it++) {
         for (int s = 0; s < NSTRAT; s++) {
             if (!on[s]) continue;
-            run_t r = {.s = (strat_t)s, .c = s == S_NBC_POLL ? &cnbc : &c, .pieces = pieces};
+            strat_t st = (strat_t)s;
+            comm_t *use = st == S_NBC_POLL || st == S_THREAD_MPI ? &cnbc
+                          : st == S_SERIAL_RING || st == S_RING_POLL || st == S_RING_THREAD
+                              ? &cring
+                              : &c;
+            run_t r = {.s = st, .c = use, .pieces = pieces};
             r.th = th;
             if (s == S_RING_THREAD) cthread_enable_(&th[1], 1);
             MPI_Barrier(MPI_COMM_WORLD);
@@ -564,8 +589,9 @@ int main(int argc, char **argv)
         pthread_join(th[k].th, NULL);
     }
     for (int s = 0; s < NSTRAT; s++) free(t[s]), free(tw[s]), free(ta[s]);
-    model_free(&m);
+    model_free(&m, &c);
     comm_free(&cnbc);
+    comm_free(&cring);
     comm_free(&c);
     MPI_Finalize();
     return 0;

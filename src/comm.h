@@ -8,15 +8,22 @@
  * order (as in MPI).  The MPI backend works on host memory; the NCCL backend
  * (GPU builds) on device memory and is bootstrapped over MPI.
  *
- * Progress (MPI backend): CPU ranks have no idle core and no communication
- * thread, so an in-flight all-reduce advances only inside comm calls
- * (progress, test, wait and every other collective).  The reducer calls
- * ops->progress between layers during backward; each call does all the
- * communication work that is possible without waiting and returns.
- *
- * Threads (MPI backend): every comm call is made from the thread that
- * called MPI_Init_thread, which must ask for at least COMM_MPI_THREAD_LEVEL;
- * comm_init_mpi fails if MPI provides less.
+ * What a trainer does with the MPI backend (CPU ranks):
+ *   - MPI_Init_thread with at least COMM_MPI_THREAD_LEVEL, and every comm
+ *     call from that thread (comm_init_mpi fails if MPI provides less);
+ *   - allocate the gradient buffer with comm_mem_alloc (collective) and
+ *     all-reduce buckets as slices of it, at the same offset on every rank:
+ *     on one node they are then summed in place through shared memory,
+ *     about twice as fast as message passing; elsewhere the ring is used;
+ *   - start a bucket's iallreduce as soon as its gradients are written,
+ *     call ops->progress between layers during backward, wait for every
+ *     bucket before the optimizer.  Nothing runs in the background: an
+ *     in-flight all-reduce advances only inside comm calls (progress, test,
+ *     wait and the other collectives), and each progress call does all the
+ *     work that is ready without waiting for another rank;
+ *   - a blocking all-reduce (comm_allreduce, e.g. SyncBatchNorm) may run
+ *     while buckets are in flight; it drives them too.
+ * After an error the communicator is unusable: report and abort the job.
  *
  * Results are bit-identical on every rank by construction: every element's
  * sum is computed once, by one rank, in a fixed order, and then copied to
@@ -121,13 +128,15 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
  * DDP_ERR_USAGE for another name. */
 ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
 /* Ring tuning (benchmarks): piece = bytes one ring message carries at most
- * (rounded down to whole elements), depth = pieces in flight per all-reduce
- * (1..16).  0 keeps the current value. */
+ * (rounded down to whole elements; default 4 MB), depth = slices of W pieces
+ * in flight per all-reduce (1..16; default 2).  0 keeps the current value. */
 ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
 void comm_free(comm_t *c);
 
-/* Gradient-buffer memory (see comm_ops_t.mem_alloc): the backend's when it
- * has one, plain zero-filled 64-byte-aligned memory otherwise.  Collective. */
+/* Host memory for the gradient buffer (see comm_ops_t.mem_alloc): the
+ * backend's when it has one, plain zero-filled 64-byte-aligned memory
+ * otherwise.  Collective.  (Device-memory backends take the buffer from the
+ * compute backend instead.) */
 ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p);
 void comm_mem_free(comm_t *c, void *p);
 

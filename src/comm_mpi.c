@@ -1,12 +1,34 @@
 /* comm_mpi.c -- the MPI comm backend (host memory).
  *
- * All-reduce ("ring", the default): a ring reduce-scatter followed by a ring
- * allgather over MPI_Isend/MPI_Irecv, driven by a small progress engine that
- * runs inside comm calls (progress, test, wait, the blocking collectives).
- * The buffer is cut into slices of W pieces (W = ranks, a piece at most
- * `piece` bytes); up to `depth` slices of one all-reduce are in flight, so
- * no single message is larger than a piece and transfers pipeline with the
- * reduction.  Each slice is an independent ring:
+ * All-reduces are driven by a small progress engine that runs inside comm
+ * calls (progress, test, wait, the blocking collectives); nothing runs in
+ * the background.  Three algorithms (comm_mpi_set_algorithm):
+ *
+ * Shared memory ("auto", for a slice of comm_mem_alloc memory when every
+ * rank is on one node).  The gradient buffer is an MPI_Win_allocate_shared
+ * window, so every rank can read every other rank's buffer.  The slice is
+ * split into W blocks; rank r
+ *   0. publishes "my input for all-reduce k is ready" (a counter in its
+ *      control block, with a descriptor of the slice);
+ *   1. once every rank's input is ready, sums block r straight from all W
+ *      buffers, in rank order 0, 1, ..., W-1, into its own buffer, and
+ *      publishes "block r of k is summed";
+ *   2. copies every other block q from rank q's buffer once q has summed
+ *      it, and publishes "I have copied k";
+ *   3. completes once every rank has copied, i.e. nobody reads its buffer
+ *      any more and the caller may write it again.
+ * No payload goes through a staging buffer: per rank the sum reads W blocks
+ * of N/W bytes and writes one, and the copies move N (W-1)/W bytes -- less
+ * memory traffic than message passing (which first copies what it receives
+ * into a receive buffer), and no system calls or page pinning; about twice
+ * as fast on our 2-core machines (bench/README.md).  Every step only needs the other ranks' counters, so a progress
+ * call does all the work that is ready and never waits.
+ *
+ * Ring ("auto" for every other buffer and for several nodes, or "ring"): a
+ * ring reduce-scatter followed by a ring allgather over MPI_Isend/MPI_Irecv.
+ * The buffer is cut into slices of W pieces (a piece at most `piece` bytes,
+ * 4 MB); up to `depth` slices of one all-reduce are in flight, so no message
+ * is larger than a piece.  Each slice is an independent ring:
  *
  *   reduce-scatter step s = 0..W-2: rank r sends block (r-s) mod W to r+1,
  *     receives block (r-s-1) mod W from r-1 and adds it to its own copy;
@@ -14,22 +36,22 @@
  *   allgather step s = 0..W-2: rank r sends block (r+1-s) mod W to r+1 and
  *     receives block (r-s) mod W from r-1 into place.
  *
- * Why every rank ends with the same bits: the sum of block b is computed
- * exactly once, on one rank, in the fixed order b, b+1, ..., b-1 (mod W);
- * the allgather only copies those bytes.  No rank ever computes its own
- * version of another rank's result, so the results cannot differ, whatever
- * the floating-point behaviour.  The order depends only on W and the
- * partition, so runs are also reproducible.
- *
  * Messages are matched by tag = (all-reduce number mod N) * MAXDEPTH + slot:
  * slice k uses slot k mod depth and starts only after slice k-depth has
  * finished on this rank, so each (sender, tag) stream is posted in the same
  * order on both sides.  All ranks start all-reduces in the same order (the
  * comm.h contract), so all-reduce numbers agree.
  *
- * 16-bit payloads travel as 16 bits; each addition is done in float32 and
- * rounded back (round to nearest even), so a sum over W ranks is rounded
- * W-1 times.
+ * Why every rank ends with the same bits (both algorithms): the sum of each
+ * block is computed exactly once, on one rank, in an order fixed by W and
+ * the partition (shared memory: ranks 0..W-1; ring: b, b+1, ..., b-1); the
+ * other ranks only copy those bytes.  No rank computes its own version of
+ * another rank's result, so the results cannot differ, whatever the
+ * floating-point behaviour, and a rerun gives the same bits.
+ *
+ * 16-bit payloads: the ring moves 16 bits and does each addition in float32,
+ * rounding back after each (W-1 roundings); the shared-memory sum adds all W
+ * values in float32 and rounds once.
  *
  * "mpi": MPI_Iallreduce in pieces of at most COMM_MPI_CHUNK bytes (Open MPI
  * 4.1's default all-reduce collapses above about 32 MB, DESIGN.md), with
@@ -48,6 +70,7 @@
 #define RING_PIECE     ((size_t)4 << 20) /* default piece (bytes per message) */
 #define RING_DEPTH     2                 /* default slices in flight */
 #define RING_MAXDEPTH  16
+#define SCRATCH_SPARES 4
 #define SHM_SLOTS      64   /* shared-memory all-reduces in flight at most */
 #define SHM_CHUNK      1024 /* elements summed per pass (stays in L1) */
 
@@ -130,8 +153,8 @@ typedef struct mpi_impl {
     int tag_slices; /* distinct all-reduce numbers in the tag space */
     uint64_t nallreduce;
     comm_req_t *head, *tail;
-    char *spare; /* one scratch buffer kept for reuse */
-    size_t spare_bytes;
+    char *spare[SCRATCH_SPARES]; /* scratch buffers kept for reuse */
+    size_t spare_bytes[SCRATCH_SPARES];
     /* shared memory (one node, W > 1) */
     int shm_ok;
     MPI_Win ctl_win;
@@ -312,13 +335,18 @@ static void unlink_(mpi_impl_t *m, comm_req_t *q)
     q->next = q->prev = NULL;
 }
 
-/* Scratch buffers: one spare is kept, so a steady stream of all-reduces of
- * similar sizes does not map fresh pages every time. */
+/* Scratch buffers: a few spares are kept, so a steady stream of
+ * all-reduces (several in flight) does not map fresh pages every time. */
 static char *scratch_get_(mpi_impl_t *m, size_t bytes)
 {
-    if (m->spare && m->spare_bytes >= bytes) {
-        char *p = m->spare;
-        m->spare = NULL;
+    int best = -1;
+    for (int i = 0; i < SCRATCH_SPARES; i++)
+        if (m->spare[i] && m->spare_bytes[i] >= bytes &&
+            (best < 0 || m->spare_bytes[i] < m->spare_bytes[best]))
+            best = i;
+    if (best >= 0) {
+        char *p = m->spare[best];
+        m->spare[best] = NULL;
         return p;
     }
     return malloc(bytes ? bytes : 1);
@@ -327,13 +355,22 @@ static char *scratch_get_(mpi_impl_t *m, size_t bytes)
 static void scratch_put_(mpi_impl_t *m, char *p, size_t bytes)
 {
     if (!p) return;
-    if (!m->spare || m->spare_bytes < bytes) {
-        free(m->spare);
-        m->spare = p;
-        m->spare_bytes = bytes;
-    } else {
-        free(p);
+    int slot = -1; /* an empty slot, else the smallest spare if smaller than p */
+    for (int i = 0; i < SCRATCH_SPARES; i++) {
+        if (!m->spare[i]) {
+            slot = i;
+            break;
+        }
+        if (m->spare_bytes[i] < bytes && (slot < 0 || m->spare_bytes[i] < m->spare_bytes[slot]))
+            slot = i;
     }
+    if (slot < 0) {
+        free(p);
+        return;
+    }
+    free(m->spare[slot]);
+    m->spare[slot] = p;
+    m->spare_bytes[slot] = bytes;
 }
 
 static void req_free_(mpi_impl_t *m, comm_req_t *q)
@@ -830,7 +867,7 @@ static void mpi_free_(comm_t *c)
             unlink_(m, q);
             req_free_(m, q);
         }
-        free(m->spare);
+        for (int i = 0; i < SCRATCH_SPARES; i++) free(m->spare[i]);
         while (m->regions) {
             shm_region_t *g = m->regions;
             m->regions = g->next;
