@@ -9,14 +9,17 @@
  * all-reduces of zeros (N = --iters, fewer for large sizes).  time = the
  * slowest rank's average (MPI_Reduce MAX), median over the rounds;
  * algbw = bytes / time, busbw = algbw * 2 (W-1) / W (nccl-tests
- * doc/PERFORMANCE.md).  Exit status 1 if any result is wrong.
+ * doc/PERFORMANCE.md).  Exit status 1 if any result is wrong.  For scale, the
+ * last column is the speed of a plain memcpy of the same size, every rank
+ * at once (the slowest rank), in the same rounds: it shows where the data
+ * falls out of the caches.
  *
  * The buffer comes from comm_mem_alloc, as the trainer's gradient buffer
  * does (--mem private: malloc), so the default algorithm "auto" takes the
  * shared-memory path when all ranks are on one node.
  *
  *   mpirun -np 2 ./bench_allreduce [--min 4K] [--max 64M] [--iters 50]
- *       [--warmup 5] [--reps 5] [--algo auto|ring|mpi] [--piece BYTES]
+ *       [--warmup 5] [--reps 11] [--algo auto|ring|mpi] [--piece BYTES]
  *       [--depth D] [--dtype float|bf16] [--mem shared|private]
  */
 #include <stdint.h>
@@ -104,6 +107,18 @@ static void allreduce_(const path_t *p, void *buf, size_t n)
     }
 }
 
+/* average seconds per memcpy of bytes (every rank at once), slowest rank */
+static double time_memcpy_(char *dst, const char *src, size_t bytes, int iters)
+{
+    memcpy(dst, src, bytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) memcpy(dst, src, bytes);
+    double dt = (MPI_Wtime() - t0) / iters, worst = 0;
+    MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return worst;
+}
+
 /* average seconds per all-reduce on the slowest rank */
 static double time_(const path_t *p, void *buf, size_t n, int warmup, int iters)
 {
@@ -128,7 +143,7 @@ int main(int argc, char **argv)
     int provided;
     MPI_Init_thread(&argc, &argv, COMM_MPI_THREAD_LEVEL, &provided);
     size_t minb = 4096, maxb = (size_t)64 << 20, piece = 0;
-    int iters = 50, warmup = 5, reps = 5, depth = 0;
+    int iters = 50, warmup = 5, reps = 11, depth = 0;
     const char *algo = "auto", *dtype = "float", *mem = "shared";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -175,7 +190,12 @@ int main(int argc, char **argv)
         buf = malloc(maxb);
         if (!buf) die_(DDP_ERR_NOMEM, "buffer");
     }
-    double *rt[2] = {malloc((size_t)reps * sizeof(double)), malloc((size_t)reps * sizeof(double))};
+    char *src = malloc(maxb), *dst = malloc(maxb);
+    if (!src || !dst) die_(DDP_ERR_NOMEM, "memcpy buffers");
+    memset(src, 1, maxb);
+    memset(dst, 0, maxb);
+    double *rt[3];
+    for (int p = 0; p < 3; p++) rt[p] = malloc((size_t)reps * sizeof(double));
 
     if (c.rank == 0) {
         const char *cma = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
@@ -188,12 +208,14 @@ int main(int argc, char **argv)
                cma ? cma : "default");
         printf("# time: slowest rank's average over the timed iterations, median of %d rounds "
                "alternating the two paths\n", reps);
-        printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s\n", "size", "count",
-               "iters", "time", "algbw", "busbw", "#wrong", "ident", "time", "algbw", "busbw",
-               "#wrong");
-        printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s\n", "(B)", "(elems)", "",
-               "(us)", "(GB/s)", "(GB/s)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
-        printf("#%11s %10s %5s | %-41s | %-35s\n", "", "", "", "  comm backend", "  MPI_Allreduce");
+        printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s | %7s\n", "size",
+               "count", "iters", "time", "algbw", "busbw", "#wrong", "ident", "time", "algbw",
+               "busbw", "#wrong", "memcpy");
+        printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s | %7s\n", "(B)",
+               "(elems)", "", "(us)", "(GB/s)", "(GB/s)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
+               "(GB/s)");
+        printf("#%11s %10s %5s | %-41s | %-35s |\n", "", "", "", "  comm backend",
+               "  MPI_Allreduce");
     }
     long total_wrong = 0;
     for (size_t bytes = minb; bytes <= maxb; bytes *= 2) {
@@ -216,19 +238,22 @@ int main(int argc, char **argv)
         }
         total_wrong += wrong[0] + wrong[1] + !ident;
         memset(buf, 0, bytes);
-        for (int r = 0; r < reps; r++)
+        for (int r = 0; r < reps; r++) {
             for (int p = 0; p < 2; p++) rt[p][r] = time_(&paths[p], buf, n, warmup, it);
+            rt[2][r] = time_memcpy_(dst, src, n * esz, it);
+        }
         if (c.rank == 0) {
-            double tm[2];
-            for (int p = 0; p < 2; p++) {
+            double tm[3];
+            for (int p = 0; p < 3; p++) {
                 qsort(rt[p], (size_t)reps, sizeof(double), cmp_double_);
                 tm[p] = rt[p][reps / 2];
             }
             double f = 2.0 * (W - 1) / W;
-            printf(" %11zu %10zu %5d | %10.1f %8.2f %8.2f %6ld %5s | %10.1f %8.2f %8.2f %6ld\n",
+            printf(" %11zu %10zu %5d | %10.1f %8.2f %8.2f %6ld %5s | %10.1f %8.2f %8.2f %6ld | "
+                   "%7.2f\n",
                    n * esz, n, it, tm[0] * 1e6, n * esz / tm[0] / 1e9, n * esz / tm[0] / 1e9 * f,
                    wrong[0], ident ? "yes" : "NO", tm[1] * 1e6, n * esz / tm[1] / 1e9,
-                   n * esz / tm[1] / 1e9 * f, wrong[1]);
+                   n * esz / tm[1] / 1e9 * f, wrong[1], n * esz / tm[2] / 1e9);
             fflush(stdout);
         }
     }
@@ -238,8 +263,9 @@ int main(int argc, char **argv)
         comm_mem_free(&c, buf);
     else
         free(buf);
-    free(rt[0]);
-    free(rt[1]);
+    for (int p = 0; p < 3; p++) free(rt[p]);
+    free(src);
+    free(dst);
     MPI_Op_free(&bf16_op);
     MPI_Type_free(&half_t);
     comm_free(&c);

@@ -1,5 +1,5 @@
-/* check_comm.c -- the MPI comm backend on W ranks (built as check_comm_np2,
- * _np3 and _np4): all-reduce of every dtype and of many sizes (0, 1, W-1,
+/* check_comm.c -- the MPI comm backend on W ranks (built as check_comm_np1,
+ * _np2, _np3 and _np4): all-reduce of every dtype and of many sizes (0, 1, W-1,
  * primes, several slices and pieces, unaligned slices) with every algorithm
  * (auto = shared memory for comm-allocated buffers, ring, mpi), several in
  * flight with blocking small all-reduces in between (the SyncBatchNorm
@@ -317,7 +317,7 @@ START_TEST(allreduce_half_accuracy)
                               get_(h, t, i), exact, bound);
                 if (err / (mag + 1e-30) > worst) worst = err / (mag + 1e-30);
             }
-            ck_assert_double_lt(worst, (W - 1) * kinds[k].u * 1.0001);
+            ck_assert_double_le(worst, (W - 1) * kinds[k].u * 1.0001);
         }
     comm_mem_free(&c, h);
 }
@@ -364,7 +364,7 @@ END_TEST
  * shared-memory all-reduce: every rank reports the mismatch. */
 START_TEST(allreduce_slice_mismatch)
 {
-    if (c.nnodes != 1) return; /* shared memory is used on one node only */
+    if (c.nnodes != 1 || c.size < 2) return; /* shared memory: one node, 2+ ranks */
     float *grad = gbuf_(4096 * sizeof(float));
     comm_desc_t d = {"bucket", 5, 42};
     ddp_clear_error();
