@@ -62,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "half.h"
@@ -156,6 +157,7 @@ typedef struct mpi_impl {
     char *spare[SCRATCH_SPARES]; /* scratch buffers kept for reuse */
     size_t spare_bytes[SCRATCH_SPARES];
     /* shared memory (one node, W > 1) */
+    int oversubscribed; /* more ranks on this node than cores: yield while waiting */
     int shm_ok;
     MPI_Win ctl_win;
     shm_ctl_t **ctl; /* [W] */
@@ -646,7 +648,7 @@ static ddp_status_t shm_start_(comm_t *c, comm_req_t *q)
     /* the descriptor slot of all-reduce k - SHM_SLOTS must be free */
     for (long spin = 0; q->k - m->shm_completed > SHM_SLOTS; spin++) {
         DDP_TRY(mpi_progress_(c));
-        if (spin % 64 == 63) sched_yield();
+        if (m->oversubscribed && spin % 64 == 63) sched_yield();
     }
     shm_desc_t *d = &m->ctl[c->rank]->desc[q->k % SHM_SLOTS];
     d->off = q->off;
@@ -731,8 +733,8 @@ static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
     for (long spin = 0; !req->done && s == DDP_OK; spin++) {
         s = mpi_progress_(c);
         if (req->err) s = req->err;
-        /* let another rank on this core run (oversubscribed nodes) */
-        if (spin % 64 == 63) sched_yield();
+        /* with more ranks than cores, let the rank we wait for run */
+        if (m->oversubscribed && spin % 64 == 63) sched_yield();
     }
     unlink_(m, req);
     req_free_(m, req);
@@ -956,6 +958,8 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
     mpi_impl_t *m = calloc(1, sizeof *m);
     if (!m) return ddp_fail(DDP_ERR_NOMEM, "out of memory creating the communicator");
     m->algo = ALGO_AUTO;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    m->oversubscribed = ncpu > 0 && c->local_size > ncpu;
     m->piece_bytes = RING_PIECE;
     m->depth = RING_DEPTH;
     void *ub = NULL;
