@@ -193,6 +193,31 @@ DEFINE_ADD_(add_f32_, float, f32x8_t, 8)
 DEFINE_ADD_(add_f64_, double, f64x4_t, 4)
 DEFINE_ADD_(add_i64_, int64_t, i64x4_t, 4)
 
+/* bfloat16 <-> float32, 8 at a time, exactly as ddp_bf16_to_f32 and
+ * ddp_f32_to_bf16 (round to nearest even, NaN stays a quiet NaN).  Vectors
+ * go through pointers: passing them by value changes the ABI with AVX. */
+typedef uint16_t u16x8_t __attribute__((vector_size(16)));
+typedef uint32_t u32x8_t __attribute__((vector_size(32)));
+
+static inline void bf16x8_load_(f32x8_t *f, const uint16_t *p)
+{
+    u16x8_t h;
+    memcpy(&h, p, sizeof h);
+    u32x8_t u = __builtin_convertvector(h, u32x8_t) << 16;
+    memcpy(f, &u, sizeof *f);
+}
+
+static inline void bf16x8_store_(uint16_t *p, const f32x8_t *f)
+{
+    u32x8_t u;
+    memcpy(&u, f, sizeof u);
+    u32x8_t nan = (u32x8_t)((u & 0x7fffffffu) > 0x7f800000u);
+    u32x8_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    u32x8_t r = (((u >> 16) | 0x40u) & nan) | (rne & ~nan);
+    u16x8_t h = __builtin_convertvector(r, u16x8_t);
+    memcpy(p, &h, sizeof h);
+}
+
 /* out = a + b; out may be a or b (each element is loaded before it is
  * stored). */
 #define DEFINE_SUM3_(name, T, V, L)                                                \
@@ -237,8 +262,20 @@ DEFINE_SUMN_(sumn_i64_, int64_t, sum3_i64_)
 
 static void sumn_half_(comm_dtype_t t, uint16_t *out, const char *const *src, int W, size_t n)
 {
+    size_t i0 = 0;
+    if (t == COMM_BF16) {
+        for (; i0 + 8 <= n; i0 += 8) {
+            f32x8_t a, b;
+            bf16x8_load_(&a, (const uint16_t *)src[0] + i0);
+            for (int q = 1; q < W; q++) {
+                bf16x8_load_(&b, (const uint16_t *)src[q] + i0);
+                a = a + b;
+            }
+            bf16x8_store_(out + i0, &a);
+        }
+    }
     float acc[SHM_CHUNK];
-    for (size_t o = 0; o < n; o += SHM_CHUNK) {
+    for (size_t o = i0; o < n; o += SHM_CHUNK) {
         size_t len = n - o < SHM_CHUNK ? n - o : SHM_CHUNK;
         for (int q = 0; q < W; q++) {
             const uint16_t *x = (const uint16_t *)src[q] + o;
@@ -265,8 +302,15 @@ static void sumn_(comm_dtype_t t, void *out, const char *const *src, int W, size
 
 static void add_bf16_(uint16_t *restrict acc, const uint16_t *restrict in, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        acc[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(in[i]) + ddp_bf16_to_f32(acc[i]));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        f32x8_t a, b;
+        bf16x8_load_(&a, in + i);
+        bf16x8_load_(&b, acc + i);
+        a = a + b;
+        bf16x8_store_(acc + i, &a);
+    }
+    for (; i < n; i++) acc[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(in[i]) + ddp_bf16_to_f32(acc[i]));
 }
 
 static void add_fp16_(uint16_t *restrict acc, const uint16_t *restrict in, size_t n)

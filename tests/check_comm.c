@@ -323,6 +323,50 @@ START_TEST(allreduce_half_accuracy)
 }
 END_TEST
 
+/* Every kind of 16-bit value (random bit patterns: normal, subnormal, zero,
+ * infinite, NaN) and both vector and scalar tails of the sums: the shared-
+ * memory path must give exactly the float32 sum in rank order rounded once,
+ * the ring on 2 ranks exactly the rounded float32 sum of the two. */
+START_TEST(allreduce_half_special)
+{
+    const size_t n = 4099;
+    const int W = c.size;
+    uint16_t *shared = gbuf_(n * sizeof(uint16_t)), *priv = malloc(n * sizeof(uint16_t));
+    for (int k = 0; k < 2; k++) {
+        comm_dtype_t t = k ? COMM_FP16 : COMM_BF16;
+        for (int path = 0; path < 2; path++) {
+            if (path == 1 && W != 2) continue; /* the ring's order depends on the block */
+            uint16_t *h = path ? priv : shared;
+            ck_assert_int_eq(comm_mpi_set_algorithm(&c, path ? "ring" : "auto"), DDP_OK);
+            for (size_t i = 0; i < n; i++)
+                h[i] = (uint16_t)(rval_(i, c.rank + 7 * k) * 32768.0 + 32768.0);
+            comm_desc_t desc = {"test-half-special", k, -1};
+            ck_assert_int_eq(comm_allreduce(&c, h, n, t, &desc), DDP_OK);
+            for (size_t i = 0; i < n; i++) {
+                float acc = 0;
+                for (int r = 0; r < W; r++) {
+                    uint16_t x = (uint16_t)(rval_(i, r + 7 * k) * 32768.0 + 32768.0);
+                    float v = t == COMM_BF16 ? ddp_bf16_to_f32(x) : ddp_f16_to_f32(x);
+                    acc = r ? acc + v : v;
+                }
+                uint16_t want = t == COMM_BF16 ? ddp_f32_to_bf16(acc) : ddp_f32_to_f16(acc);
+                double got = get_(h, t, i);
+                if (isnan(acc)) {
+                    ck_assert_msg(isnan(got), "%s %s element %zu: %g, expected NaN",
+                                  path ? "ring" : "auto", k ? "fp16" : "bf16", i, got);
+                } else {
+                    ck_assert_msg(h[i] == want, "%s %s element %zu: 0x%04x, expected 0x%04x",
+                                  path ? "ring" : "auto", k ? "fp16" : "bf16", i, h[i], want);
+                }
+            }
+            if (path == 0) ck_assert(same_on_all_ranks_(h, n * sizeof *h));
+        }
+    }
+    comm_mem_free(&c, shared);
+    free(priv);
+}
+END_TEST
+
 /* Many all-reduces in flight at once, waited in reverse order: slices of
  * the gradient buffer (more than the shared-memory slots) and private
  * buffers (ring), interleaved. */
@@ -442,6 +486,7 @@ Suite *test_suite(void)
     tcase_add_test(t, allreduce_in_flight_with_blocking);
     tcase_add_test(t, allreduce_bit_identical);
     tcase_add_test(t, allreduce_half_accuracy);
+    tcase_add_test(t, allreduce_half_special);
     tcase_add_test(t, allreduce_many_in_flight);
     tcase_add_test(t, allreduce_slice_mismatch);
     tcase_add_test(t, mem_alloc);
