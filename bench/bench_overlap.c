@@ -20,7 +20,9 @@
  *                 buffer from comm_mem_alloc), comm progress between pieces
  *
  * The gradient buffer comes from comm_mem_alloc for every strategy (shared
- * memory on one node), so all see the same memory.
+ * memory on one node), so all see the same memory.  MPI runs at
+ * MPI_THREAD_SERIALIZED: the thread strategies make every MPI call under a
+ * mutex or while the main thread makes none.
  *
  * Reported per strategy: the step time (median and p10/p90 over iterations
  * of the slowest rank), the exposed communication (step - compute step), the
@@ -267,12 +269,12 @@ static void poll_(run_t *r)
         die_(r->c->ops->progress(r->c), "progress");
 }
 
-/* C[M,N] = op(A) op(B), cut into `pieces` row blocks of C with a poll
- * between them. */
-static void gemm_(run_t *r, int ta, int tb, int M, int N, int K, const float *A, int lda,
-                  const float *B, int ldb, float *C)
+/* C[M,N] = op(A) op(B); in backward (bwd = 1) cut into `pieces` row blocks
+ * of C with a poll between them. */
+static void gemm_(run_t *r, int bwd, int ta, int tb, int M, int N, int K, const float *A,
+                  int lda, const float *B, int ldb, float *C)
 {
-    int P = r->pieces < 1 ? 1 : r->pieces;
+    int P = bwd && r->pieces > 1 ? r->pieces : 1;
     for (int p = 0; p < P; p++) {
         int m0 = M * p / P, m1 = M * (p + 1) / P;
         if (m1 == m0) continue;
@@ -365,14 +367,14 @@ static double step_(run_t *r, model_t *m, int64_t step)
     double t0 = MPI_Wtime();
     float *g = m->grad, *p = m->param;
     /* forward */
-    gemm_(r, 0, 1, BATCH, HID, IN, m->x0, IN, p + O_W1, IN, m->h1);
+    gemm_(r, 0, 0, 1, BATCH, HID, IN, m->x0, IN, p + O_W1, IN, m->h1);
     syncbn_(r, m, 1, step);
-    gemm_(r, 0, 1, BATCH, HID, HID, m->h1, HID, p + O_W2, HID, m->h2);
+    gemm_(r, 0, 0, 1, BATCH, HID, HID, m->h1, HID, p + O_W2, HID, m->h2);
     syncbn_(r, m, 2, step);
-    gemm_(r, 0, 1, BATCH, OUT, HID, m->h2, HID, p + O_W3, HID, m->y);
+    gemm_(r, 0, 0, 1, BATCH, OUT, HID, m->h2, HID, p + O_W3, HID, m->y);
     /* backward: layer 3, BN 2 -> bucket 0 (3 buckets) */
-    gemm_(r, 1, 0, OUT, HID, BATCH, m->dy, OUT, m->h2, HID, g + O_W3);
-    gemm_(r, 0, 0, BATCH, HID, OUT, m->dy, OUT, p + O_W3, HID, m->dh2);
+    gemm_(r, 1, 1, 0, OUT, HID, BATCH, m->dy, OUT, m->h2, HID, g + O_W3);
+    gemm_(r, 1, 0, 0, BATCH, HID, OUT, m->dy, OUT, p + O_W3, HID, m->dh2);
     syncbn_(r, m, 2, step);
     for (int i = 0; i < OUT; i++) g[O_B3 + i] = 0.01f * (float)i;
     for (int i = 0; i < 2 * HID; i++) g[O_BN2 + i] = (float)m->bnstat[i] * 1e-3f;
@@ -380,17 +382,17 @@ static double step_(run_t *r, model_t *m, int64_t step)
     if (m->nbuckets == 3) bucket_ready_(r, m, 0, step);
     poll_(r);
     /* layer 2: dW2 -> bucket 1 (3 buckets) or 0 (2 buckets) */
-    gemm_(r, 1, 0, HID, HID, BATCH, m->dh2, HID, m->h1, HID, g + O_W2);
+    gemm_(r, 1, 1, 0, HID, HID, BATCH, m->dh2, HID, m->h1, HID, g + O_W2);
     bucket_ready_(r, m, m->nbuckets == 3 ? 1 : 0, step);
     poll_(r);
-    gemm_(r, 0, 0, BATCH, HID, HID, m->dh2, HID, p + O_W2, HID, m->dh1);
+    gemm_(r, 1, 0, 0, BATCH, HID, HID, m->dh2, HID, p + O_W2, HID, m->dh1);
     poll_(r);
     syncbn_(r, m, 1, step);
     for (int i = 0; i < 2 * HID; i++) g[O_BN1 + i] = (float)m->bnstat[i] * 1e-3f;
     for (int i = 0; i < HID; i++) g[O_B1 + i] = m->dh1[i];
     poll_(r);
     /* layer 1: dW1 -> the last bucket */
-    gemm_(r, 1, 0, HID, IN, BATCH, m->dh1, HID, m->x0, IN, g + O_W1);
+    gemm_(r, 1, 1, 0, HID, IN, BATCH, m->dh1, HID, m->x0, IN, g + O_W1);
     double t1 = MPI_Wtime();
     bucket_ready_(r, m, m->nbuckets - 1, step);
     wait_all_(r, m, step);
