@@ -35,9 +35,12 @@ static size_t parse_size_(const char *s)
     char *end;
     double v = strtod(s, &end);
     switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    case 'k':
+    case 'K': v *= 1024; break;
+    case 'm':
+    case 'M': v *= 1024 * 1024; break;
+    case 'g':
+    case 'G': v *= 1024.0 * 1024 * 1024; break;
     default: break;
     }
     return (size_t)v;
@@ -57,7 +60,10 @@ static int cmp_double_(const void *a, const void *b)
 }
 
 /* small integers: every partial sum is exact in float and bf16 */
-static int ival_(size_t i, int r) { return (int)((i * 7 + (size_t)r * 5) % 17) - 8; }
+static int ival_(size_t i, int r)
+{
+    return (int)((i * 7 + (size_t)r * 5) % 17) - 8;
+}
 
 static void fill_(void *buf, comm_dtype_t t, size_t n, int r)
 {
@@ -75,8 +81,8 @@ static long count_wrong_(const void *buf, comm_dtype_t t, size_t n, int W)
     for (size_t i = 0; i < n; i++) {
         int want = 0;
         for (int r = 0; r < W; r++) want += ival_(i, r);
-        float got = t == COMM_FLOAT ? ((const float *)buf)[i]
-                                    : ddp_bf16_to_f32(((const uint16_t *)buf)[i]);
+        float got =
+            t == COMM_FLOAT ? ((const float *)buf)[i] : ddp_bf16_to_f32(((const uint16_t *)buf)[i]);
         wrong += got != (float)want;
     }
     return wrong;
@@ -148,17 +154,28 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto usage;
-        if (!strcmp(a, "--min")) minb = parse_size_(v);
-        else if (!strcmp(a, "--max")) maxb = parse_size_(v);
-        else if (!strcmp(a, "--iters")) iters = atoi(v);
-        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
-        else if (!strcmp(a, "--algo")) algo = v;
-        else if (!strcmp(a, "--piece")) piece = parse_size_(v);
-        else if (!strcmp(a, "--depth")) depth = atoi(v);
-        else if (!strcmp(a, "--dtype")) dtype = v;
-        else if (!strcmp(a, "--mem")) mem = v;
-        else goto usage;
+        if (!strcmp(a, "--min"))
+            minb = parse_size_(v);
+        else if (!strcmp(a, "--max"))
+            maxb = parse_size_(v);
+        else if (!strcmp(a, "--iters"))
+            iters = atoi(v);
+        else if (!strcmp(a, "--warmup"))
+            warmup = atoi(v);
+        else if (!strcmp(a, "--reps"))
+            reps = atoi(v);
+        else if (!strcmp(a, "--algo"))
+            algo = v;
+        else if (!strcmp(a, "--piece"))
+            piece = parse_size_(v);
+        else if (!strcmp(a, "--depth"))
+            depth = atoi(v);
+        else if (!strcmp(a, "--dtype"))
+            dtype = v;
+        else if (!strcmp(a, "--mem"))
+            mem = v;
+        else
+            goto usage;
         i++;
     }
     if (minb < 4 || maxb < minb || iters < 1 || reps < 1 || warmup < 0 ||
@@ -177,9 +194,9 @@ int main(int argc, char **argv)
     MPI_Type_contiguous(2, MPI_BYTE, &half_t);
     MPI_Type_commit(&half_t);
     MPI_Op_create(bf16_sum_, 1, &bf16_op);
-    path_t paths[2] = {{&c, t, MPI_FLOAT, MPI_SUM},
-                       {NULL, t, t == COMM_FLOAT ? MPI_FLOAT : half_t,
-                        t == COMM_FLOAT ? MPI_SUM : bf16_op}};
+    path_t paths[2] = {
+        {&c, t, MPI_FLOAT, MPI_SUM},
+        {NULL, t, t == COMM_FLOAT ? MPI_FLOAT : half_t, t == COMM_FLOAT ? MPI_SUM : bf16_op}};
     const int W = c.size;
     char *buf = NULL;
     if (!strcmp(mem, "shared")) {
@@ -207,13 +224,13 @@ int main(int argc, char **argv)
                strcmp(mem, "shared") ? "private (malloc)" : "gradient-buffer (comm_mem_alloc)",
                cma ? cma : "default");
         printf("# time: slowest rank's average over the timed iterations, median of %d rounds "
-               "alternating the two paths\n", reps);
-        printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s | %7s\n", "size",
-               "count", "iters", "time", "algbw", "busbw", "#wrong", "ident", "time", "algbw",
-               "busbw", "#wrong", "memcpy");
-        printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s | %7s\n", "(B)",
-               "(elems)", "", "(us)", "(GB/s)", "(GB/s)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
-               "(GB/s)");
+               "alternating the two paths\n",
+               reps);
+        printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s | %7s\n", "size", "count",
+               "iters", "time", "algbw", "busbw", "#wrong", "ident", "time", "algbw", "busbw",
+               "#wrong", "memcpy");
+        printf("#%11s %10s %5s | %10s %8s %8s %6s %5s | %10s %8s %8s %6s | %7s\n", "(B)", "(elems)",
+               "", "(us)", "(GB/s)", "(GB/s)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(GB/s)");
         printf("#%11s %10s %5s | %-41s | %-35s |\n", "", "", "", "  comm backend",
                "  MPI_Allreduce");
     }
@@ -258,7 +275,8 @@ int main(int argc, char **argv)
         }
     }
     if (c.rank == 0)
-        printf("# %s\n", total_wrong ? "WRONG RESULTS (see #wrong / ident)" : "all results correct");
+        printf("# %s\n",
+               total_wrong ? "WRONG RESULTS (see #wrong / ident)" : "all results correct");
     if (!strcmp(mem, "shared"))
         comm_mem_free(&c, buf);
     else

@@ -68,10 +68,10 @@ typedef struct bucket {
 } bucket_t;
 
 typedef struct model {
-    float *param, *grad;               /* NPARAM each */
-    float *x0, *h1, *h2, *y;           /* activations [B,IN] [B,HID] [B,HID] [B,OUT] */
-    float *dy, *dh2, *dh1;             /* gradients of activations */
-    double *bnstat;                    /* SyncBN payload: sum, sumsq, count */
+    float *param, *grad;     /* NPARAM each */
+    float *x0, *h1, *h2, *y; /* activations [B,IN] [B,HID] [B,HID] [B,OUT] */
+    float *dy, *dh2, *dh1;   /* gradients of activations */
+    double *bnstat;          /* SyncBN payload: sum, sumsq, count */
     bucket_t bucket[3];
     int nbuckets;
 } model_t;
@@ -140,12 +140,12 @@ typedef enum strat {
     NSTRAT
 } strat_t;
 
-static const char *strat_name[NSTRAT] = {"compute",    "compute+bn", "serial-mpi", "serial-ring",
-                                         "serial-shm", "nbc-poll",   "thread-mpi", "ring-poll",
+static const char *strat_name[NSTRAT] = {"compute",     "compute+bn", "serial-mpi", "serial-ring",
+                                         "serial-shm",  "nbc-poll",   "thread-mpi", "ring-poll",
                                          "ring-thread", "shm-poll"};
 static const char *strat_kind[NSTRAT] = {
-    "reference",       "reference",      "(d) no overlap",  "(d) no overlap", "(d) no overlap",
-    "(a) MPI_Test",    "(b) comm thread", "(c) ring+poll",  "(c) ring+thread", "(e) shm+poll"};
+    "reference",    "reference",       "(d) no overlap", "(d) no overlap",  "(d) no overlap",
+    "(a) MPI_Test", "(b) comm thread", "(c) ring+poll",  "(c) ring+thread", "(e) shm+poll"};
 
 /* A comm thread.  mode 0: runs blocking MPI_Allreduce jobs from a queue
  * (thread-mpi).  mode 1: calls comm progress in a loop while enabled
@@ -271,8 +271,8 @@ static void poll_(run_t *r)
 
 /* C[M,N] = op(A) op(B); in backward (bwd = 1) cut into `pieces` row blocks
  * of C with a poll between them. */
-static void gemm_(run_t *r, int bwd, int ta, int tb, int M, int N, int K, const float *A,
-                  int lda, const float *B, int ldb, float *C)
+static void gemm_(run_t *r, int bwd, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                  const float *B, int ldb, float *C)
 {
     int P = bwd && r->pieces > 1 ? r->pieces : 1;
     for (int p = 0; p < P; p++) {
@@ -342,7 +342,9 @@ static void wait_all_(run_t *r, model_t *m, int64_t step)
         bucket_t *k = &m->bucket[b];
         comm_desc_t d = {"bucket", b, step};
         switch (r->s) {
-        case S_SERIAL_MPI: allreduce_pieces_(m->grad + k->off, k->count, MPI_FLOAT, r->c->mpi); break;
+        case S_SERIAL_MPI:
+            allreduce_pieces_(m->grad + k->off, k->count, MPI_FLOAT, r->c->mpi);
+            break;
         case S_SERIAL_RING:
         case S_SERIAL_SHM:
             die_(comm_allreduce(r->c, m->grad + k->off, k->count, COMM_FLOAT, &d), "allreduce");
@@ -451,12 +453,18 @@ int main(int argc, char **argv)
     int iters = 100, warmup = 10, nbuckets = 3, pieces = 1, sleep_us = 50;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--buckets") && i + 1 < argc) nbuckets = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--pieces") && i + 1 < argc) pieces = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--sleep-us") && i + 1 < argc) sleep_us = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
+            warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--buckets") && i + 1 < argc)
+            nbuckets = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pieces") && i + 1 < argc)
+            pieces = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sleep-us") && i + 1 < argc)
+            sleep_us = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
         else {
             usage_();
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -505,10 +513,9 @@ int main(int argc, char **argv)
         for (int s = 0; s < NSTRAT; s++) {
             if (!on[s]) continue;
             strat_t st = (strat_t)s;
-            comm_t *use = st == S_NBC_POLL || st == S_THREAD_MPI ? &cnbc
-                          : st == S_SERIAL_RING || st == S_RING_POLL || st == S_RING_THREAD
-                              ? &cring
-                              : &c;
+            comm_t *use = st == S_NBC_POLL || st == S_THREAD_MPI                            ? &cnbc
+                          : st == S_SERIAL_RING || st == S_RING_POLL || st == S_RING_THREAD ? &cring
+                                                                                            : &c;
             run_t r = {.s = st, .c = use, .pieces = pieces};
             r.th = th;
             if (s == S_RING_THREAD) cthread_enable_(&th[1], 1);
@@ -559,8 +566,8 @@ int main(int argc, char **argv)
         printf("# times: median (p10-p90) over iterations of the slowest rank\n");
         printf("%-12s %-16s %9s %17s %9s %9s %9s %8s %9s\n", "strategy", "kind", "step",
                "step p10-p90", "exposed", "tail", "alone", "overlap", "identical");
-        printf("%-12s %-16s %9s %17s %9s %9s %9s %8s %9s\n", "", "", "(ms)", "(ms)", "(ms)",
-               "(ms)", "(ms)", "(%)", "");
+        printf("%-12s %-16s %9s %17s %9s %9s %9s %8s %9s\n", "", "", "(ms)", "(ms)", "(ms)", "(ms)",
+               "(ms)", "(%)", "");
         double ref = 0;
         for (int s = 0; s < NSTRAT; s++) {
             if (!on[s]) continue;
@@ -579,7 +586,9 @@ int main(int argc, char **argv)
             snprintf(range, sizeof range, "%.3f-%.3f", p10 * 1e3, p90 * 1e3);
             printf("%-12s %-16s %9.3f %17s %9s %9s %9s %8s %9s\n", strat_name[s], strat_kind[s],
                    med * 1e3, range, ex, ws, al, ov,
-                   s == S_COMPUTE ? "-" : identical[s] ? "yes" : "NO");
+                   s == S_COMPUTE ? "-"
+                   : identical[s] ? "yes"
+                                  : "NO");
         }
     }
 

@@ -43,8 +43,7 @@ ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p)
     *p = NULL;
     if (posix_memalign(p, 64, bytes ? bytes : 1) != 0) {
         *p = NULL;
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for the gradient "
-                        "buffer", bytes);
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for gradients", bytes);
     }
     memset(*p, 0, bytes);
     return DDP_OK;

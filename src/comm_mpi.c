@@ -21,8 +21,9 @@
  * of N/W bytes and writes one, and the copies move N (W-1)/W bytes -- less
  * memory traffic than message passing (which first copies what it receives
  * into a receive buffer), and no system calls or page pinning; about twice
- * as fast on our 2-core machines (bench/README.md).  Every step only needs the other ranks' counters, so a progress
- * call does all the work that is ready and never waits.
+ * as fast on our 2-core machines (bench/README.md).  Every step only needs
+ * the other ranks' counters, so a progress call does all the work that is
+ * ready and never waits.
  *
  * Ring ("auto" for every other buffer and for several nodes, or "ring"): a
  * ring reduce-scatter followed by a ring allgather over MPI_Isend/MPI_Irecv.
@@ -80,10 +81,10 @@ typedef enum algo { ALGO_AUTO, ALGO_RING, ALGO_MPI, ALGO_SHM } algo_t;
 /* A buffer from mem_alloc that the ranks of the node share. */
 typedef struct shm_region {
     struct shm_region *next;
-    int id;       /* allocation number (the same on every rank) */
+    int id; /* allocation number (the same on every rank) */
     MPI_Win win;
     size_t bytes;
-    char **base;  /* [W]: every rank's segment, mapped here */
+    char **base; /* [W]: every rank's segment, mapped here */
 } shm_region_t;
 
 /* What a rank says about its shared-memory all-reduce number k. */
@@ -127,9 +128,9 @@ struct comm_req {
     size_t count, esz;
     comm_dtype_t type;
     size_t nslices, next_slice, slices_done;
-    size_t piece;       /* elements per piece */
+    size_t piece; /* elements per piece */
     int depth, tagbase;
-    char *tmp;          /* depth * piece * esz bytes (reduce-scatter receive) */
+    char *tmp; /* depth * piece * esz bytes (reduce-scatter receive) */
     size_t tmp_bytes;
     slot_t slot[RING_MAXDEPTH];
     MPI_Request mr[2 * RING_MAXDEPTH]; /* slot j: [2j] receive, [2j+1] send */
@@ -138,11 +139,11 @@ struct comm_req {
     MPI_Request *r;
     /* shm */
     shm_region_t *region;
-    size_t off;          /* byte offset of buf in the region */
-    uint64_t k;          /* shared-memory all-reduce number */
-    int phase;           /* 0 sum own block, 1 copy the others, 2 wait for all copies */
+    size_t off; /* byte offset of buf in the region */
+    uint64_t k; /* shared-memory all-reduce number */
+    int phase;  /* 0 sum own block, 1 copy the others, 2 wait for all copies */
     int ngot;
-    unsigned char *got;  /* [W]: block of rank q copied */
+    unsigned char *got; /* [W]: block of rank q copied */
 };
 
 typedef struct mpi_impl {
@@ -175,18 +176,18 @@ typedef float f32x8_t __attribute__((vector_size(32)));
 typedef double f64x4_t __attribute__((vector_size(32)));
 typedef int64_t i64x4_t __attribute__((vector_size(32)));
 
-#define DEFINE_ADD_(name, T, V, L)                                                 \
-    static void name(T *restrict acc, const T *restrict in, size_t n)              \
-    {                                                                              \
-        size_t i = 0;                                                              \
-        for (; i + 2 * (L) <= n; i += 2 * (L)) {                                   \
-            V a0, a1, b0, b1;                                                      \
-            memcpy(&a0, acc + i, sizeof a0), memcpy(&a1, acc + i + (L), sizeof a1); \
-            memcpy(&b0, in + i, sizeof b0), memcpy(&b1, in + i + (L), sizeof b1);  \
-            a0 = b0 + a0, a1 = b1 + a1;                                            \
-            memcpy(acc + i, &a0, sizeof a0), memcpy(acc + i + (L), &a1, sizeof a1); \
-        }                                                                          \
-        for (; i < n; i++) acc[i] = in[i] + acc[i];                                \
+#define DEFINE_ADD_(name, T, V, L)                                                                 \
+    static void name(T *restrict acc, const T *restrict in, size_t n)                              \
+    {                                                                                              \
+        size_t i = 0;                                                                              \
+        for (; i + 2 * (L) <= n; i += 2 * (L)) {                                                   \
+            V a0, a1, b0, b1;                                                                      \
+            memcpy(&a0, acc + i, sizeof a0), memcpy(&a1, acc + i + (L), sizeof a1);                \
+            memcpy(&b0, in + i, sizeof b0), memcpy(&b1, in + i + (L), sizeof b1);                  \
+            a0 = b0 + a0, a1 = b1 + a1;                                                            \
+            memcpy(acc + i, &a0, sizeof a0), memcpy(acc + i + (L), &a1, sizeof a1);                \
+        }                                                                                          \
+        for (; i < n; i++) acc[i] = in[i] + acc[i];                                                \
     }
 
 DEFINE_ADD_(add_f32_, float, f32x8_t, 8)
@@ -220,17 +221,17 @@ static inline void bf16x8_store_(uint16_t *p, const f32x8_t *f)
 
 /* out = a + b; out may be a or b (each element is loaded before it is
  * stored). */
-#define DEFINE_SUM3_(name, T, V, L)                                                \
-    static void name(T *out, const T *a, const T *b, size_t n)                     \
-    {                                                                              \
-        size_t i = 0;                                                              \
-        for (; i + (L) <= n; i += (L)) {                                           \
-            V x, y;                                                                \
-            memcpy(&x, a + i, sizeof x), memcpy(&y, b + i, sizeof y);              \
-            x = x + y;                                                             \
-            memcpy(out + i, &x, sizeof x);                                         \
-        }                                                                          \
-        for (; i < n; i++) out[i] = a[i] + b[i];                                   \
+#define DEFINE_SUM3_(name, T, V, L)                                                                \
+    static void name(T *out, const T *a, const T *b, size_t n)                                     \
+    {                                                                                              \
+        size_t i = 0;                                                                              \
+        for (; i + (L) <= n; i += (L)) {                                                           \
+            V x, y;                                                                                \
+            memcpy(&x, a + i, sizeof x), memcpy(&y, b + i, sizeof y);                              \
+            x = x + y;                                                                             \
+            memcpy(out + i, &x, sizeof x);                                                         \
+        }                                                                                          \
+        for (; i < n; i++) out[i] = a[i] + b[i];                                                   \
     }
 
 DEFINE_SUM3_(sum3_f32_, float, f32x8_t, 8)
@@ -240,20 +241,20 @@ DEFINE_SUM3_(sum3_i64_, int64_t, i64x4_t, 4)
 /* out = ((src[0] + src[1]) + src[2]) + ... (W >= 2 sources, in this order);
  * out may be one of the sources.  16-bit values are summed in float32 and
  * rounded once. */
-#define DEFINE_SUMN_(name, T, sum3)                                                \
-    static void name(T *out, const char *const *src, int W, size_t n)              \
-    {                                                                              \
-        if (W == 2) {                                                              \
-            sum3(out, (const T *)src[0], (const T *)src[1], n);                    \
-            return;                                                                \
-        }                                                                          \
-        T acc[SHM_CHUNK];                                                          \
-        for (size_t o = 0; o < n; o += SHM_CHUNK) {                                \
-            size_t len = n - o < SHM_CHUNK ? n - o : SHM_CHUNK;                    \
-            sum3(acc, (const T *)src[0] + o, (const T *)src[1] + o, len);          \
-            for (int q = 2; q < W; q++) sum3(acc, acc, (const T *)src[q] + o, len); \
-            memcpy(out + o, acc, len * sizeof(T));                                 \
-        }                                                                          \
+#define DEFINE_SUMN_(name, T, sum3)                                                                \
+    static void name(T *out, const char *const *src, int W, size_t n)                              \
+    {                                                                                              \
+        if (W == 2) {                                                                              \
+            sum3(out, (const T *)src[0], (const T *)src[1], n);                                    \
+            return;                                                                                \
+        }                                                                                          \
+        T acc[SHM_CHUNK];                                                                          \
+        for (size_t o = 0; o < n; o += SHM_CHUNK) {                                                \
+            size_t len = n - o < SHM_CHUNK ? n - o : SHM_CHUNK;                                    \
+            sum3(acc, (const T *)src[0] + o, (const T *)src[1] + o, len);                          \
+            for (int q = 2; q < W; q++) sum3(acc, acc, (const T *)src[q] + o, len);                \
+            memcpy(out + o, acc, len * sizeof(T));                                                 \
+        }                                                                                          \
     }
 
 DEFINE_SUMN_(sumn_f32_, float, sum3_f32_)
@@ -438,7 +439,10 @@ static void block_(size_t len, int W, int b, size_t *off, size_t *n)
     *n = base + (ub < rem ? 1 : 0);
 }
 
-static int mod_(int a, int W) { return ((a % W) + W) % W; }
+static int mod_(int a, int W)
+{
+    return ((a % W) + W) % W;
+}
 
 /* Post the messages of slot j's current step (none for empty blocks). */
 static ddp_status_t ring_post_(comm_t *c, comm_req_t *q, int j)
@@ -498,8 +502,7 @@ static ddp_status_t ring_advance_(comm_t *c, comm_req_t *q, int j)
     slot_t *sl = &q->slot[j];
     int W = c->size, r = c->rank;
     for (;;) {
-        if (q->mr[2 * j] != MPI_REQUEST_NULL || q->mr[2 * j + 1] != MPI_REQUEST_NULL)
-            return DDP_OK;
+        if (q->mr[2 * j] != MPI_REQUEST_NULL || q->mr[2 * j + 1] != MPI_REQUEST_NULL) return DDP_OK;
         if (!sl->active) return DDP_OK;
         if (sl->step < W - 1) {
             size_t ro, rn;
@@ -586,8 +589,8 @@ static ddp_status_t nbc_start_(comm_t *c, comm_req_t *q)
     mpi_type_op_(c, q->type, &dt, &op);
     for (int i = 0; i < n; i++) {
         size_t off = (size_t)i * per, len = q->count - off < per ? q->count - off : per;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, q->buf + off * q->esz, (int)len, dt, op, c->mpi,
-                                &q->r[i]);
+        int rc =
+            MPI_Iallreduce(MPI_IN_PLACE, q->buf + off * q->esz, (int)len, dt, op, c->mpi, &q->r[i]);
         if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Iallreduce", &q->desc, q->seq);
         q->n = i + 1;
     }
@@ -827,8 +830,10 @@ static ddp_status_t mpi_mem_alloc_(comm_t *c, size_t bytes, void **p)
     if (!m->shm_ok) {
         if (posix_memalign(p, 64, bytes ? bytes : 1) != 0) {
             *p = NULL;
-            return ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for the "
-                            "gradient buffer", bytes);
+            return ddp_fail(DDP_ERR_NOMEM,
+                            "out of memory allocating %zu bytes for the "
+                            "gradient buffer",
+                            bytes);
         }
         memset(*p, 0, bytes);
         return DDP_OK;
@@ -857,7 +862,8 @@ static ddp_status_t mpi_mem_alloc_(comm_t *c, size_t bytes, void **p)
         return ddp_fail(DDP_ERR_NOMEM,
                         "cannot allocate %zu bytes of node-shared memory for the gradient "
                         "buffer (MPI_Win_allocate_shared: %s); check the free space in /dev/shm "
-                        "and in Open MPI's session directory", bytes, msg);
+                        "and in Open MPI's session directory",
+                        bytes, msg);
     }
     for (int r = 0; r < c->size; r++) {
         MPI_Aint sz;
@@ -955,8 +961,8 @@ ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name)
     else if (!strcmp(name, "mpi"))
         m->algo = ALGO_MPI;
     else
-        return ddp_fail(DDP_ERR_USAGE,
-                        "unknown all-reduce algorithm '%s' (use auto, ring or mpi)", name);
+        return ddp_fail(DDP_ERR_USAGE, "unknown all-reduce algorithm '%s' (use auto, ring or mpi)",
+                        name);
     return DDP_OK;
 }
 
@@ -966,8 +972,10 @@ ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth)
     if (!m || c->ops != &comm_mpi_ops)
         return ddp_fail(DDP_ERR_INTERNAL, "comm_mpi_set_ring on a non-MPI communicator");
     if (depth < 0 || depth > RING_MAXDEPTH || piece_bytes > ((size_t)1 << 30))
-        return ddp_fail(DDP_ERR_USAGE, "ring piece %zu bytes / depth %d out of range "
-                        "(piece <= 1 GiB, depth 1..%d)", piece_bytes, depth, RING_MAXDEPTH);
+        return ddp_fail(DDP_ERR_USAGE,
+                        "ring piece %zu bytes / depth %d out of range "
+                        "(piece <= 1 GiB, depth 1..%d)",
+                        piece_bytes, depth, RING_MAXDEPTH);
     if (piece_bytes) m->piece_bytes = piece_bytes;
     if (depth) m->depth = depth;
     return DDP_OK;

@@ -22,14 +22,23 @@ enum { NALGO = sizeof algos / sizeof *algos };
 static const comm_dtype_t dtypes[] = {COMM_FLOAT, COMM_DOUBLE, COMM_BF16, COMM_FP16, COMM_INT64};
 static const char *dtype_names[] = {"float", "double", "bf16", "fp16", "int64"};
 
-static void setup_(void) { ck_assert_int_eq(comm_init_mpi(&c, MPI_COMM_WORLD), DDP_OK); }
-static void teardown_(void) { comm_free(&c); }
+static void setup_(void)
+{
+    ck_assert_int_eq(comm_init_mpi(&c, MPI_COMM_WORLD), DDP_OK);
+}
+static void teardown_(void)
+{
+    comm_free(&c);
+}
 
 /* ---- helpers --------------------------------------------------------------- */
 
 /* Small integer value of element i on rank r: every partial sum of these is
  * exact in every dtype (|sum| <= 4 * 16 < 256 for bf16). */
-static int ival_(size_t i, int r) { return (int)((i * 7 + (size_t)r * 13) % 33) - 16; }
+static int ival_(size_t i, int r)
+{
+    return (int)((i * 7 + (size_t)r * 13) % 33) - 16;
+}
 
 static void fill_int_(void *buf, comm_dtype_t t, size_t n, int r)
 {
@@ -143,17 +152,17 @@ END_TEST
 START_TEST(allreduce_sizes_dtypes)
 {
     const int W = c.size;
-    const size_t sizes[] = {0, 1, (size_t)W - 1, (size_t)W, (size_t)W + 1, 2, 3, 7, 13, 31, 101,
-                            257, 1021, 4099, 65537};
+    const size_t sizes[] = {0,  1,  (size_t)W - 1, (size_t)W, (size_t)W + 1, 2,    3,    7,
+                            13, 31, 101,           257,       1021,          4099, 65537};
     const size_t pieces[] = {64, 1000, 0}; /* ring bytes per message; 0 = the default */
     size_t nmax = 65537 + 3;
     char *mem = gbuf_(nmax * 8);
     for (size_t a = 0; a < NALGO; a++)
         for (size_t p = 0; p < sizeof pieces / sizeof *pieces; p++) {
             ck_assert_int_eq(comm_mpi_set_algorithm(&c, algos[a]), DDP_OK);
-            ck_assert_int_eq(comm_mpi_set_ring(&c, pieces[p] ? pieces[p] : (size_t)4 << 20,
-                                               p == 0 ? 3 : 2),
-                             DDP_OK);
+            ck_assert_int_eq(
+                comm_mpi_set_ring(&c, pieces[p] ? pieces[p] : (size_t)4 << 20, p == 0 ? 3 : 2),
+                DDP_OK);
             for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
                 for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
                     size_t n = sizes[k];
@@ -222,8 +231,8 @@ START_TEST(allreduce_in_flight_with_blocking)
             for (size_t i = 0; i < ns; i++) {
                 double want = 0;
                 for (int r = 0; r < c.size; r++) want += ival_(i, r + round);
-                if (S[i] != want) ck_abort_msg("%s: small all-reduce %d element %zu", algos[a],
-                                               round, i);
+                if (S[i] != want)
+                    ck_abort_msg("%s: small all-reduce %d element %zu", algos[a], round, i);
             }
             if (round == 0)
                 ck_assert_int_eq(c.ops->iallreduce(&c, B, nb, COMM_BF16, &db, &rb), DDP_OK);
@@ -313,8 +322,8 @@ START_TEST(allreduce_half_accuracy)
                 double err = fabs(get_(h, t, i) - exact);
                 double bound = (W - 1) * kinds[k].u * mag * 1.0001 + (W - 1) * kinds[k].tiny;
                 ck_assert_msg(err <= bound, "%s %s element %zu: %g vs exact %g (bound %g)",
-                              algos[a], dtype_names[t == COMM_BF16 ? 2 : 3], i,
-                              get_(h, t, i), exact, bound);
+                              algos[a], dtype_names[t == COMM_BF16 ? 2 : 3], i, get_(h, t, i),
+                              exact, bound);
                 if (err / (mag + 1e-30) > worst) worst = err / (mag + 1e-30);
             }
             ck_assert_double_le(worst, (W - 1) * kinds[k].u * 1.0001);
