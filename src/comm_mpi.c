@@ -194,29 +194,97 @@ DEFINE_ADD_(add_f32_, float, f32x8_t, 8)
 DEFINE_ADD_(add_f64_, double, f64x4_t, 4)
 DEFINE_ADD_(add_i64_, int64_t, i64x4_t, 4)
 
-/* bfloat16 <-> float32, 8 at a time, exactly as ddp_bf16_to_f32 and
- * ddp_f32_to_bf16 (round to nearest even, NaN stays a quiet NaN).  Vectors
- * go through pointers: passing them by value changes the ABI with AVX. */
-typedef uint16_t u16x8_t __attribute__((vector_size(16)));
-typedef uint32_t u32x8_t __attribute__((vector_size(32)));
+/* bfloat16 <-> float32, 8 values at a time as 4 pairs in 32-bit lanes of a
+ * 16-byte vector (SSE2 has every operation used; wider generic vectors get
+ * their comparisons split into scalar code): in a little-endian pair the
+ * even value is the low half, the odd value the high half.  Rounding as
+ * ddp_f32_to_bf16: to nearest even, NaN stays a quiet NaN.  Vectors go
+ * through pointers: passing them by value may change the ABI. */
+typedef float f32x4_t __attribute__((vector_size(16)));
+typedef uint32_t u32x4_t __attribute__((vector_size(16)));
+typedef int32_t i32x4_t __attribute__((vector_size(16)));
 
-static inline void bf16x8_load_(f32x8_t *f, const uint16_t *p)
+static inline void bf16x8_load_(f32x4_t *even, f32x4_t *odd, const uint16_t *p)
 {
-    u16x8_t h;
-    memcpy(&h, p, sizeof h);
-    u32x8_t u = __builtin_convertvector(h, u32x8_t) << 16;
-    memcpy(f, &u, sizeof *f);
+    u32x4_t w, e, o;
+    memcpy(&w, p, sizeof w);
+    e = w << 16;
+    o = w & 0xffff0000u;
+    memcpy(even, &e, sizeof e);
+    memcpy(odd, &o, sizeof o);
 }
 
-static inline void bf16x8_store_(uint16_t *p, const f32x8_t *f)
+/* f rounded to bfloat16, in the high 16 bits of each lane */
+static inline u32x4_t bf16x4_round_(const f32x4_t *f)
 {
-    u32x8_t u;
+    u32x4_t u;
     memcpy(&u, f, sizeof u);
-    u32x8_t nan = (u32x8_t)((u & 0x7fffffffu) > 0x7f800000u);
-    u32x8_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    u32x8_t r = (((u >> 16) | 0x40u) & nan) | (rne & ~nan);
-    u16x8_t h = __builtin_convertvector(r, u16x8_t);
-    memcpy(p, &h, sizeof h);
+    u32x4_t nan = (u32x4_t)((i32x4_t)(u & 0x7fffffffu) > 0x7f800000);
+    u32x4_t rne = u + 0x7fffu + ((u >> 16) & 1u);
+    return ((u | 0x00400000u) & nan) | (rne & ~nan);
+}
+
+static inline void bf16x8_store_(uint16_t *p, const f32x4_t *even, const f32x4_t *odd)
+{
+    u32x4_t w = (bf16x4_round_(even) >> 16) | (bf16x4_round_(odd) & 0xffff0000u);
+    memcpy(p, &w, sizeof w);
+}
+
+/* IEEE binary16 <-> float32 in the same layout, branch-free (after
+ * F. Giesen's half_to_float / float_to_half_fast3_rtne), exactly as
+ * ddp_f16_to_f32 and ddp_f32_to_f16: round to nearest even, overflow to
+ * infinity, NaN to the quiet NaN 0x7e00 (with the sign). */
+static inline void f16x4_widen_(f32x4_t *f, u32x4_t h) /* h: 16 bits per lane */
+{
+    const f32x4_t magic = {0x1p-14f, 0x1p-14f, 0x1p-14f, 0x1p-14f}; /* 113 << 23 */
+    u32x4_t o = (h & 0x7fffu) << 13, e = o & 0x0f800000u;
+    u32x4_t inf = (u32x4_t)((i32x4_t)e == 0x0f800000), sub = (u32x4_t)((i32x4_t)e == 0);
+    o += (127 - 15) << 23;
+    o += inf & ((128 - 16) << 23);
+    u32x4_t os = o + (1u << 23), r;
+    f32x4_t fs;
+    memcpy(&fs, &os, sizeof fs);
+    fs = fs - magic; /* zero and subnormals: exact */
+    memcpy(&r, &fs, sizeof r);
+    o = (r & sub) | (o & ~sub);
+    o |= (h & 0x8000u) << 16;
+    memcpy(f, &o, sizeof o);
+}
+
+static inline u32x4_t f16x4_narrow_(const f32x4_t *f) /* 16 bits per lane */
+{
+    const f32x4_t half = {0.5f, 0.5f, 0.5f, 0.5f}; /* 126 << 23: subnormal rounding */
+    u32x4_t u;
+    memcpy(&u, f, sizeof u);
+    u32x4_t sign = u & 0x80000000u;
+    u ^= sign;
+    i32x4_t a = (i32x4_t)u;
+    u32x4_t big = (u32x4_t)(a >= (127 + 16) << 23), nan = (u32x4_t)(a > 0x7f800000);
+    u32x4_t small = (u32x4_t)(a < 113 << 23);
+    u32x4_t ob = (nan & 0x7e00u) | (~nan & 0x7c00u);
+    f32x4_t fs;
+    memcpy(&fs, &u, sizeof fs);
+    fs = fs + half;
+    u32x4_t os;
+    memcpy(&os, &fs, sizeof os);
+    os -= 126u << 23;
+    u32x4_t on = (u + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
+    u32x4_t o = (ob & big) | (os & small & ~big) | (on & ~small & ~big);
+    return o | (sign >> 16);
+}
+
+static inline void f16x8_load_(f32x4_t *even, f32x4_t *odd, const uint16_t *p)
+{
+    u32x4_t w;
+    memcpy(&w, p, sizeof w);
+    f16x4_widen_(even, w & 0xffffu);
+    f16x4_widen_(odd, w >> 16);
+}
+
+static inline void f16x8_store_(uint16_t *p, const f32x4_t *even, const f32x4_t *odd)
+{
+    u32x4_t w = f16x4_narrow_(even) | (f16x4_narrow_(odd) << 16);
+    memcpy(p, &w, sizeof w);
 }
 
 /* out = a + b; out may be a or b (each element is loaded before it is
@@ -264,16 +332,28 @@ DEFINE_SUMN_(sumn_i64_, int64_t, sum3_i64_)
 static void sumn_half_(comm_dtype_t t, uint16_t *out, const char *const *src, int W, size_t n)
 {
     size_t i0 = 0;
-    if (t == COMM_BF16) {
+    const uint16_t *s0 = (const uint16_t *)src[0], *s1 = (const uint16_t *)src[1];
+    void (*load)(f32x4_t *, f32x4_t *, const uint16_t *) =
+        t == COMM_BF16 ? bf16x8_load_ : f16x8_load_;
+    void (*store)(uint16_t *, const f32x4_t *, const f32x4_t *) =
+        t == COMM_BF16 ? bf16x8_store_ : f16x8_store_;
+    if (t == COMM_BF16 && W == 2) { /* the common case, with the calls inlined */
         for (; i0 + 8 <= n; i0 += 8) {
-            f32x8_t a, b;
-            bf16x8_load_(&a, (const uint16_t *)src[0] + i0);
-            for (int q = 1; q < W; q++) {
-                bf16x8_load_(&b, (const uint16_t *)src[q] + i0);
-                a = a + b;
-            }
-            bf16x8_store_(out + i0, &a);
+            f32x4_t ae, ao, be, bo;
+            bf16x8_load_(&ae, &ao, s0 + i0);
+            bf16x8_load_(&be, &bo, s1 + i0);
+            ae = ae + be, ao = ao + bo;
+            bf16x8_store_(out + i0, &ae, &ao);
         }
+    }
+    for (; i0 + 8 <= n; i0 += 8) {
+        f32x4_t ae, ao, be, bo;
+        load(&ae, &ao, s0 + i0);
+        for (int q = 1; q < W; q++) {
+            load(&be, &bo, (const uint16_t *)src[q] + i0);
+            ae = ae + be, ao = ao + bo;
+        }
+        store(out + i0, &ae, &ao);
     }
     float acc[SHM_CHUNK];
     for (size_t o = i0; o < n; o += SHM_CHUNK) {
@@ -305,19 +385,26 @@ static void add_bf16_(uint16_t *restrict acc, const uint16_t *restrict in, size_
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        f32x8_t a, b;
-        bf16x8_load_(&a, in + i);
-        bf16x8_load_(&b, acc + i);
-        a = a + b;
-        bf16x8_store_(acc + i, &a);
+        f32x4_t ae, ao, be, bo;
+        bf16x8_load_(&ae, &ao, in + i);
+        bf16x8_load_(&be, &bo, acc + i);
+        ae = ae + be, ao = ao + bo;
+        bf16x8_store_(acc + i, &ae, &ao);
     }
     for (; i < n; i++) acc[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(in[i]) + ddp_bf16_to_f32(acc[i]));
 }
 
 static void add_fp16_(uint16_t *restrict acc, const uint16_t *restrict in, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        acc[i] = ddp_f32_to_f16(ddp_f16_to_f32(in[i]) + ddp_f16_to_f32(acc[i]));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        f32x4_t ae, ao, be, bo;
+        f16x8_load_(&ae, &ao, in + i);
+        f16x8_load_(&be, &bo, acc + i);
+        ae = ae + be, ao = ao + bo;
+        f16x8_store_(acc + i, &ae, &ao);
+    }
+    for (; i < n; i++) acc[i] = ddp_f32_to_f16(ddp_f16_to_f32(in[i]) + ddp_f16_to_f32(acc[i]));
 }
 
 /* acc[0..n) = in + acc, elementwise, for type t */
