@@ -1,6 +1,7 @@
 /* comm.c -- backend-independent parts of the communicator. */
 #include "comm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 size_t comm_dtype_size(comm_dtype_t t)
@@ -34,6 +35,26 @@ ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
     comm_req_t *req = NULL;
     DDP_TRY(c->ops->iallreduce(c, buf, count, t, d, &req));
     return c->ops->wait(c, req);
+}
+
+ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p)
+{
+    if (c->ops && c->ops->mem_alloc) return c->ops->mem_alloc(c, bytes, p);
+    *p = NULL;
+    if (posix_memalign(p, 64, bytes ? bytes : 1) != 0) {
+        *p = NULL;
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for gradients", bytes);
+    }
+    memset(*p, 0, bytes);
+    return DDP_OK;
+}
+
+void comm_mem_free(comm_t *c, void *p)
+{
+    if (c->ops && c->ops->mem_free)
+        c->ops->mem_free(c, p);
+    else
+        free(p);
 }
 
 void comm_free(comm_t *c)

@@ -7,6 +7,27 @@
  * each rank is in.  All ranks must start the same collectives in the same
  * order (as in MPI).  The MPI backend works on host memory; the NCCL backend
  * (GPU builds) on device memory and is bootstrapped over MPI.
+ *
+ * What a trainer does with the MPI backend (CPU ranks):
+ *   - MPI_Init_thread with at least COMM_MPI_THREAD_LEVEL, and every comm
+ *     call from that thread (comm_init_mpi fails if MPI provides less);
+ *   - allocate the gradient buffer with comm_mem_alloc (collective) and
+ *     all-reduce buckets as slices of it, at the same offset on every rank:
+ *     on one node they are then summed in place through shared memory,
+ *     about twice as fast as message passing; elsewhere the ring is used;
+ *   - start a bucket's iallreduce as soon as its gradients are written,
+ *     call ops->progress between layers during backward, wait for every
+ *     bucket before the optimizer.  Nothing runs in the background: an
+ *     in-flight all-reduce advances only inside comm calls (progress, test,
+ *     wait and the other collectives), and each progress call does all the
+ *     work that is ready without waiting for another rank;
+ *   - a blocking all-reduce (comm_allreduce, e.g. SyncBatchNorm) may run
+ *     while buckets are in flight; it drives them too.
+ * After an error the communicator is unusable: report and abort the job.
+ *
+ * Results are bit-identical on every rank by construction: every element's
+ * sum is computed once, by one rank, in a fixed order, and then copied to
+ * the others (see comm_mpi.c).
  */
 #ifndef DDP_COMM_H
 #define DDP_COMM_H
@@ -42,15 +63,28 @@ typedef struct comm_ops {
     /* In-place sum all-reduce of count elements of buf. */
     ddp_status_t (*iallreduce)(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                                const comm_desc_t *d, comm_req_t **req);
-    /* Drive progress; *done = 1 when req has completed (req stays valid). */
+    /* Drive progress of every in-flight collective; *done = 1 when req has
+     * completed (req stays valid until wait). */
     ddp_status_t (*test)(comm_t *c, comm_req_t *req, int *done);
-    /* Wait for req to complete and release it. */
+    /* Wait for req to complete and release it (drives every in-flight
+     * collective while waiting). */
     ddp_status_t (*wait)(comm_t *c, comm_req_t *req);
+    /* Drive every in-flight collective as far as it goes without waiting for
+     * another rank, then return; cheap when nothing is in flight.  Call it
+     * between compute pieces (layers) while all-reduces are in flight. */
+    ddp_status_t (*progress)(comm_t *c);
     ddp_status_t (*bcast)(comm_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d);
     /* recv holds size * bytes; rank r's `send` lands at recv + r * bytes. */
     ddp_status_t (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes,
                               const comm_desc_t *d);
     ddp_status_t (*barrier)(comm_t *c);
+    /* Memory for a buffer that is all-reduced in place: the gradient buffer
+     * (each bucket a slice of it).  Collective: every rank calls it in the
+     * same order with the same size.  Zero-filled, 64-byte aligned.  Release
+     * it with mem_free (collective too) before comm_free.  NULL in a backend
+     * without special memory; use comm_mem_alloc / comm_mem_free. */
+    ddp_status_t (*mem_alloc)(comm_t *c, size_t bytes, void **p);
+    void (*mem_free)(comm_t *c, void *p);
     void (*free)(comm_t *c);
 } comm_ops_t;
 
@@ -67,12 +101,46 @@ struct comm {
     void *impl;                  /* backend state */
 };
 
+/* MPI thread level the MPI backend needs: main() passes it (or more) to
+ * MPI_Init_thread and makes every comm call from that thread. */
+#define COMM_MPI_THREAD_LEVEL MPI_THREAD_FUNNELED
+
 /* MPI backend over (a duplicate of) `world`.  Computes rank, size, the local
  * rank (ranks sharing a node) and the number of nodes. */
 ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
+
+/* All-reduce algorithm of the MPI backend, set on every rank alike before
+ * the first collective:
+ *   "auto" (default)  shared memory for a slice of comm_mem_alloc memory
+ *                     when all ranks are on one node: every rank sums its
+ *                     block straight from the others' buffers and copies
+ *                     the other blocks from their owners (about 2x faster
+ *                     than message passing here); "ring" for everything
+ *                     else (other buffers, several nodes).  Every rank must
+ *                     then pass the same slice (offset and count) of its
+ *                     comm-allocated buffer -- checked, DDP_ERR_MISMATCH --
+ *                     or all ranks a buffer of their own.
+ *   "ring"            reduce-scatter + allgather over MPI_Isend/Irecv in
+ *                     pieces of at most 4 MB, progressed by comm calls.
+ *   "mpi"             MPI_Iallreduce in pieces of at most 8 MB (Open MPI's
+ *                     own algorithms; identical results in practice but
+ *                     not by construction).  For comparison.
+ * DDP_ERR_USAGE for another name. */
+ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
+/* Ring tuning (benchmarks): piece = bytes one ring message carries at most
+ * (rounded down to whole elements; default 4 MB), depth = slices of W pieces
+ * in flight per all-reduce (1..16; default 2).  0 keeps the current value. */
+ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
 void comm_free(comm_t *c);
 
-/* Blocking all-reduce: start + wait. */
+/* Host memory for the gradient buffer (see comm_ops_t.mem_alloc): the
+ * backend's when it has one, plain zero-filled 64-byte-aligned memory
+ * otherwise.  Collective.  (Device-memory backends take the buffer from the
+ * compute backend instead.) */
+ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p);
+void comm_mem_free(comm_t *c, void *p);
+
+/* Blocking all-reduce: start + wait.  Drives the in-flight ones too. */
 ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                             const comm_desc_t *d);
 
