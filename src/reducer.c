@@ -29,11 +29,14 @@ ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int
         return ddp_fail(DDP_ERR_NOMEM, "out of memory for the reducer");
     }
     if (compress != COMPRESS_NONE) {
-        r->half = r->be->alloc(m->ntrainable * sizeof(uint16_t) + 2);
-        if (!r->half) {
+        /* from the comm backend like the gradient buffer (collective) */
+        void *h = NULL;
+        ddp_status_t s = comm_mem_alloc(c, m->ntrainable * sizeof(uint16_t) + 2, &h);
+        if (s != DDP_OK) {
             reducer_free(r);
-            return ddp_fail(DDP_ERR_NOMEM, "out of memory for the gradient compression buffer");
+            return s;
         }
+        r->half = h;
     }
     r->skip_grad = getenv("DDP_FAULT_SKIP_GRAD");
     return DDP_OK;
@@ -41,7 +44,7 @@ ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int
 
 void reducer_free(reducer_t *r)
 {
-    if (r->half) r->be->free(r->half);
+    if (r->half) comm_mem_free(r->comm, r->half);
     free(r->pending);
     free(r->req);
     free(r->ready);
@@ -103,7 +106,11 @@ ddp_status_t reducer_layer_ready(void *arg, int layer)
     for (int i = 0; i < 2; i++)
         if (ids[i] >= 0 && !(r->skip_grad && strcmp(r->skip_grad, r->m->tensors[ids[i]].name) == 0))
             mark_(r, ids[i]);
-    return launch_ready_(r);
+    DDP_TRY(launch_ready_(r));
+    /* advance the buckets in flight while backward goes on (no threads: an
+     * all-reduce moves only inside comm calls) */
+    if (r->next_launch > 0 && r->comm->ops->progress) return r->comm->ops->progress(r->comm);
+    return DDP_OK;
 }
 
 ddp_status_t reducer_finish(reducer_t *r)

@@ -175,12 +175,22 @@ static ddp_status_t build_model_(trainer_t *t)
     return DDP_OK;
 }
 
+static ddp_status_t grad_mem_alloc_(void *comm, size_t bytes, void **p)
+{
+    return comm_mem_alloc(comm, bytes, p);
+}
+
+static void grad_mem_free_(void *comm, void *p) { comm_mem_free(comm, p); }
+
 /* Memory (the gradient buffer from the comm backend, collectively: every
- * rank has the same layout by now), initial weights, --init on rank 0. */
+ * rank has the same layout by now, so buckets are the same slices of it on
+ * every rank, which the shared-memory all-reduce needs), initial weights,
+ * --init on rank 0. */
 static ddp_status_t alloc_model_(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
-    DDP_TRY(model_alloc(&t->model, NULL));
+    model_mem_t gm = {grad_mem_alloc_, grad_mem_free_, &t->comm};
+    DDP_TRY(model_alloc(&t->model, &gm));
     DDP_TRY(model_init_params(&t->model, (uint64_t)cfg->seed));
     if (cfg->init[0] && t->comm.rank == 0) return weights_load(cfg->init, &t->model);
     return DDP_OK;
@@ -832,7 +842,7 @@ int ddp_main(int argc, char **argv)
     }
 
     int provided, rank;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(&argc, &argv, COMM_MPI_THREAD_LEVEL, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     log_setup(rank, LOG_INFO);
     h5_quiet();
