@@ -7,6 +7,16 @@ grads, forward, loss, backward, step) on one fixed batch.
     /usr/bin/python3 bench/torch_mlp.py [-b BATCH] [-n STEPS] [-w WARMUP]
 
 Prints the median step time and samples/s in the format of bench_kernels.
+
+With --ddp it runs under torch.distributed (gloo) as DistributedDataParallel,
+one rank of several started by hand (torchrun fails on Debian's Python):
+
+    for r in 0 1; do RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
+        /usr/bin/python3 bench/torch_mlp.py --ddp & done; wait
+
+and rank 0 prints `torch ranks=W batch=B samples_per_s=X step_ms_p50=Y`
+(samples/s over all ranks).  PyTorch refuses SyncBatchNorm on CPU, so the
+DDP model keeps per-rank BatchNorm statistics.
 """
 import argparse
 import time
@@ -20,12 +30,19 @@ def main():
     ap.add_argument("-b", "--batch", type=int, default=64)
     ap.add_argument("-n", "--steps", type=int, default=200)
     ap.add_argument("-w", "--warmup", type=int, default=10)
+    ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo")
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, 1024), nn.BatchNorm1d(1024), nn.ReLU(),
                           nn.Linear(1024, 1024), nn.BatchNorm1d(1024), nn.ReLU(),
                           nn.Linear(1024, 10))
+    world, rank = 1, 0
+    if a.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        world, rank = dist.get_world_size(), dist.get_rank()
+        model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss()
     x = torch.rand(a.batch, 784) * 2 - 1
@@ -41,6 +58,16 @@ def main():
             times.append(time.perf_counter() - t0)
     times.sort()
     med = times[len(times) // 2]
+    if a.ddp:
+        # every rank's median matters: report the slowest
+        t = torch.tensor([med])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        med = float(t[0])
+        if rank == 0:
+            print(f"torch ranks={world} batch={a.batch} samples_per_s={world * a.batch / med:.0f} "
+                  f"step_ms_p50={med * 1e3:.3f}", flush=True)
+        dist.destroy_process_group()
+        return
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, batch {a.batch}")
     print(f"  {'pytorch training step':<34} {med * 1e3:10.3f} {a.batch / med:12.0f}")
 

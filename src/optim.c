@@ -79,13 +79,29 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
         double coef = o->clip / (norm + 1e-6);
         if (coef < 1) be->scale(o->count, m->grads, (float)coef);
     }
-    float lr = (float)optim_lr(o, o->t);
-    o->t++;
-    if (o->kind == OPTIM_ADAMW)
-        be->adamw_step(o->count, m->params, m->grads, o->state[0], o->state[1], lr,
-                       (float)o->beta1, (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->t);
-    else
-        be->sgd_step(o->count, m->params, m->grads, o->state[0], lr, (float)o->momentum,
-                     o->nesterov, (float)o->weight_decay, o->t == 1);
+    optim_begin(o);
+    optim_apply(o, m, 0, o->count);
     return DDP_OK;
+}
+
+int optim_can_split(const optim_t *o) { return !(o->clip > 0); }
+
+void optim_begin(optim_t *o)
+{
+    o->cur_lr = (float)optim_lr(o, o->t);
+    o->t++;
+}
+
+void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count)
+{
+    const compute_ops_t *be = o->be;
+    float *p = m->params + offset;
+    const float *g = m->grads + offset;
+    float *s0 = o->state[0] ? o->state[0] + offset : NULL;
+    if (o->kind == OPTIM_ADAMW)
+        be->adamw_step(count, p, g, s0, o->state[1] + offset, o->cur_lr, (float)o->beta1,
+                       (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->t);
+    else
+        be->sgd_step(count, p, g, s0, o->cur_lr, (float)o->momentum, o->nesterov,
+                     (float)o->weight_decay, o->t == 1);
 }

@@ -21,7 +21,8 @@ typedef struct optim {
     int64_t warmup, step_size, total_steps;
     size_t count;        /* trainable floats */
     float *state[2];     /* SGD: momentum buffer; AdamW: m, v (device) */
-    int64_t t;           /* optimizer steps taken */
+    int64_t t;           /* optimizer steps taken (begun) */
+    float cur_lr;        /* learning rate of the step begun last */
 } optim_t;
 
 ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
@@ -35,5 +36,13 @@ double optim_lr(const optim_t *o, int64_t t);
  * *grad_norm receives the global gradient norm before clipping (or -1 when
  * it was not computed). */
 ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm);
+
+/* The same step in pieces, so each gradient bucket is applied as soon as it
+ * is final (while its gradients are still in cache): optim_begin once per
+ * step, then optim_apply over ranges that together cover [0, ntrainable)
+ * exactly once.  Only without clipping (which needs every gradient first). */
+int optim_can_split(const optim_t *o);
+void optim_begin(optim_t *o);
+void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count);
 
 #endif

@@ -51,10 +51,12 @@ void reducer_free(reducer_t *r)
     memset(r, 0, sizeof *r);
 }
 
-void reducer_begin(reducer_t *r, int sync, int64_t step, float grad_beta)
+void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_beta)
 {
     const model_t *m = r->m;
-    r->sync = sync && r->comm->size > 1;
+    r->final = final;
+    r->sync = final && sync && r->comm->size > 1;
+    r->next_done = 0;
     r->step = step;
     r->grad_beta = grad_beta;
     r->next_launch = 0;
@@ -89,35 +91,12 @@ static ddp_status_t launch_ready_(reducer_t *r)
     return DDP_OK;
 }
 
-static void mark_(reducer_t *r, int t)
-{
-    const tensor_t *T = &r->m->tensors[t];
-    if (T->kind != TENSOR_PARAM || T->frozen || r->ready[t]) return;
-    r->ready[t] = 1;
-    r->pending[T->bucket]--;
-}
+static void mark_(reducer_t *r, int t);
 
-ddp_status_t reducer_layer_ready(void *arg, int layer)
-{
-    reducer_t *r = arg;
-    if (!r->sync) return DDP_OK;
-    const layer_t *L = &r->m->layers[layer];
-    int ids[2] = {L->weight, L->bias};
-    for (int i = 0; i < 2; i++)
-        if (ids[i] >= 0 && !(r->skip_grad && strcmp(r->skip_grad, r->m->tensors[ids[i]].name) == 0))
-            mark_(r, ids[i]);
-    DDP_TRY(launch_ready_(r));
-    /* advance the buckets in flight while backward goes on (no threads: an
-     * all-reduce moves only inside comm calls) */
-    if (r->next_launch > 0 && r->comm->ops->progress) return r->comm->ops->progress(r->comm);
-    return DDP_OK;
-}
-
-ddp_status_t reducer_finish(reducer_t *r)
+/* Parameters that never became ready this step. */
+static ddp_status_t handle_unused_(reducer_t *r)
 {
     const model_t *m = r->m;
-    if (!r->sync) return DDP_OK;
-    /* parameters that never became ready */
     for (int t = 0; t < m->ntensors; t++) {
         const tensor_t *T = &m->tensors[t];
         if (T->kind != TENSOR_PARAM || T->frozen || r->ready[t]) continue;
@@ -129,6 +108,53 @@ ddp_status_t reducer_finish(reducer_t *r)
         if (r->grad_beta == 0) r->be->zero(m->grads + T->offset, T->numel * sizeof(float));
         mark_(r, t);
     }
+    return DDP_OK;
+}
+
+static void mark_(reducer_t *r, int t)
+{
+    const tensor_t *T = &r->m->tensors[t];
+    if (T->kind != TENSOR_PARAM || T->frozen || r->ready[t]) return;
+    r->ready[t] = 1;
+    r->pending[T->bucket]--;
+}
+
+/* Hand buckets [next_done, upto) to bucket_done. */
+static ddp_status_t done_upto_(reducer_t *r, int upto)
+{
+    for (; r->next_done < upto; r->next_done++)
+        if (r->bucket_done) DDP_TRY(r->bucket_done(r->bucket_done_arg, r->next_done));
+    return DDP_OK;
+}
+
+ddp_status_t reducer_layer_ready(void *arg, int layer)
+{
+    reducer_t *r = arg;
+    if (!r->final) return DDP_OK;
+    const layer_t *L = &r->m->layers[layer];
+    int ids[2] = {L->weight, L->bias};
+    for (int i = 0; i < 2; i++)
+        if (ids[i] >= 0 && !(r->skip_grad && strcmp(r->skip_grad, r->m->tensors[ids[i]].name) == 0))
+            mark_(r, ids[i]);
+    if (!r->sync) {
+        /* nothing to reduce: a bucket is final as soon as it is ready */
+        int upto = r->next_done;
+        while (upto < r->m->nbuckets && r->pending[upto] == 0) upto++;
+        return done_upto_(r, upto);
+    }
+    DDP_TRY(launch_ready_(r));
+    /* advance the buckets in flight while backward goes on (no threads: an
+     * all-reduce moves only inside comm calls) */
+    if (r->next_launch > 0 && r->comm->ops->progress) return r->comm->ops->progress(r->comm);
+    return DDP_OK;
+}
+
+ddp_status_t reducer_finish(reducer_t *r)
+{
+    const model_t *m = r->m;
+    if (!r->final) return DDP_OK;
+    DDP_TRY(handle_unused_(r));
+    if (!r->sync) return done_upto_(r, m->nbuckets);
     DDP_TRY(launch_ready_(r));
     double t0 = now_();
     for (int b = 0; b < m->nbuckets; b++) {
@@ -137,6 +163,9 @@ ddp_status_t reducer_finish(reducer_t *r)
         if (r->compress != COMPRESS_NONE)
             r->be->from_half(m->buckets[b].count, r->half + m->buckets[b].offset,
                              m->grads + m->buckets[b].offset, r->compress == COMPRESS_BF16);
+        r->wait_seconds += now_() - t0;
+        DDP_TRY(done_upto_(r, b + 1));
+        t0 = now_();
     }
     r->wait_seconds += now_() - t0;
     return DDP_OK;

@@ -25,6 +25,13 @@ typedef struct reducer {
     int compress;          /* compress_kind_t */
     int find_unused;
     int sync;              /* this micro-batch all-reduces */
+    int final;             /* the last micro-batch of the step */
+    /* Called once per bucket of the final micro-batch, in bucket order, when
+     * its gradients are final (all-reduced, or ready when there is nothing
+     * to reduce): the trainer applies the optimizer to that slice. */
+    ddp_status_t (*bucket_done)(void *arg, int bucket);
+    void *bucket_done_arg;
+    int next_done;         /* buckets handed to bucket_done so far */
     int64_t step;
     float grad_beta;       /* of this micro-batch (0: gradients were overwritten) */
     int *pending;          /* per bucket: tensors not yet ready */
@@ -42,13 +49,15 @@ typedef struct reducer {
 ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int find_unused);
 void reducer_free(reducer_t *r);
 
-/* Before a micro-batch's backward.  sync = 0: accumulate locally, no
- * communication (the first K-1 micro-batches of --accum K). */
-void reducer_begin(reducer_t *r, int sync, int64_t step, float grad_beta);
+/* Before a micro-batch's backward.  final: the last micro-batch of the step
+ * (the first K-1 of --accum K accumulate locally and communicate nothing);
+ * sync: all-reduce the final micro-batch (0 for --no-sync or one rank). */
+void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_beta);
 /* The backward hook (step_ctx.grads_ready): layer's gradients are final. */
 ddp_status_t reducer_layer_ready(void *reducer, int layer);
 /* After backward: handle parameters that got no gradient (error, or zero
- * gradient with --find-unused), wait for every bucket, decompress. */
+ * gradient with --find-unused), wait for every bucket, decompress, hand
+ * every bucket not yet handed to bucket_done. */
 ddp_status_t reducer_finish(reducer_t *r);
 
 #endif

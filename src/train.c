@@ -118,8 +118,6 @@ typedef struct trainer {
     float *ex, *et;
     int32_t *ey;
     size_t data_bytes;
-    /* timing */
-    double t_compute, t_comm_wait;
 } trainer_t;
 
 static ddp_status_t open_data_(trainer_t *t)
@@ -608,6 +606,14 @@ static void teardown_(trainer_t *t)
     if (t->have_train) deck_close(&t->train);
 }
 
+static ddp_status_t apply_bucket_(void *arg, int b)
+{
+    trainer_t *t = arg;
+    const bucket_t *B = &t->model.buckets[b];
+    optim_apply(&t->opt, &t->model, B->offset, B->count);
+    return DDP_OK;
+}
+
 /* One optimizer step: K micro-batches, the last one all-reduced. */
 static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epoch,
                                 int64_t global_step, int64_t *samples)
@@ -624,7 +630,11 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
     int k = t->train.targets;
     float scale = (float)(1.0 / ((double)gcount * (t->loss == LOSS_MSE ? k : 1)));
     size_t numel = t->train.sample_numel;
-    double t0 = now_();
+    /* without clipping, the optimizer runs bucket by bucket as each bucket's
+     * gradients become final, while they are still in cache */
+    int split = optim_can_split(&t->opt);
+    t->red.bucket_done = split ? apply_bucket_ : NULL;
+    t->red.bucket_done_arg = t;
     for (int64_t j = 0; j < nmicro; j++) {
         loader_batch_t *b;
         DDP_TRY(loader_next(t->loader, &b));
@@ -655,7 +665,8 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
             .grads_ready = reducer_layer_ready,
             .grads_ready_arg = &t->red,
         };
-        reducer_begin(&t->red, last && cfg->sync, global_step, ctx.grad_beta);
+        reducer_begin(&t->red, last, cfg->sync, global_step, ctx.grad_beta);
+        if (last && split) optim_begin(&t->opt);
         const float *out;
         DDP_TRY(model_forward(m, t->x_dev, &ctx, &out));
         if (t->loss == LOSS_XENT)
@@ -665,11 +676,8 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
             be->mse(n, k, out, t->t_dev, scale, model_dout(m), t->acc_dev);
         DDP_TRY(model_backward(m, t->x_dev, &ctx));
     }
-    double t1 = now_();
     DDP_TRY(reducer_finish(&t->red));
-    double t2 = now_();
-    t->t_compute += t1 - t0;
-    t->t_comm_wait += t2 - t1;
+    if (split) return DDP_OK; /* every bucket was applied as it became final */
     double gnorm;
     return optim_step(&t->opt, m, &gnorm);
 }
@@ -745,10 +753,10 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                          "%.1f%%  comm-wait %.1f%%",
                          (long long)step, (long long)t->total_steps, (long long)epoch + 1, loss,
                          optim_lr(&t->opt, step - 1), acc[2] / dt, 100.0 * (wait - wait0) / dt,
-                         100.0 * (t->t_comm_wait - comm0) / dt);
+                         100.0 * (t->red.wait_seconds - comm0) / dt);
                 t_window = now;
                 wait0 = wait;
-                comm0 = t->t_comm_wait;
+                comm0 = t->red.wait_seconds;
                 window_samples = samples;
             }
         }
@@ -782,7 +790,7 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     DDP_TRY(comm_allreduce(&t->comm, &total_samples, 1, COMM_DOUBLE, &d));
     log_info("done: %lld steps, %.0f samples in %.2f s = %.0f samples/s; comm-wait %.1f%%",
              (long long)step, total_samples, elapsed, total_samples / elapsed,
-             100.0 * t->t_comm_wait / elapsed);
+             100.0 * t->red.wait_seconds / elapsed);
     log_info("summary (rank 0): step_ms_p50=%.3f data_wait_ms_p50=%.4f grad_bytes=%llu "
              "grad_allreduces=%llu peak_rss_mib=%.1f",
              1e3 * step_p50, 1e3 * wait_p50, (unsigned long long)t->red.bytes_sent,
