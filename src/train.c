@@ -477,7 +477,9 @@ static ddp_status_t evaluate_(trainer_t *t, int64_t epoch, int64_t step, train_r
 static ddp_status_t check_replicas_(trainer_t *t, int64_t step)
 {
     model_t *m = &t->model;
-    size_t np = m->nparams * sizeof(float), nb = m->nbufs * sizeof(float);
+    /* with --no-sync-bn the running statistics differ between ranks by design
+     * (they are averaged before evaluation and saving): parameters only */
+    size_t np = m->nparams * sizeof(float), nb = t->sync_bn ? m->nbufs * sizeof(float) : 0;
     char *host = malloc(np + nb + 1);
     if (!host) return ddp_fail(DDP_ERR_NOMEM, "out of memory in the replica check");
     t->be->download(host, m->params, np);
@@ -490,9 +492,10 @@ static ddp_status_t check_replicas_(trainer_t *t, int64_t step)
     ddp_status_t s = t->comm.ops->allgather(&t->comm, &h, all, sizeof h, &d);
     for (int r = 1; r < t->comm.size && s == DDP_OK; r++)
         if (all[r] != all[0])
-            s = ddp_fail(DDP_ERR_MISMATCH, "replicas diverged: after step %lld the parameters of "
+            s = ddp_fail(DDP_ERR_MISMATCH, "replicas diverged: after step %lld the parameters%s of "
                          "rank %d differ from rank 0's (hash %016llx vs %016llx); the model is "
-                         "no longer the same on every rank", (long long)step, r,
+                         "no longer the same on every rank", (long long)step,
+                         nb ? " and BN statistics" : "", r,
                          (unsigned long long)all[r], (unsigned long long)all[0]);
     free(all);
     return s;

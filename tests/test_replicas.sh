@@ -17,11 +17,22 @@ for np in 2 3; do
     --grad-compress bf16 >"$T/o" 2>&1 || { cat "$T/o"; fail "np=$np adamw bf16: replicas differ"; }
 done
 
+# --no-sync-bn: BN statistics are local (they differ between ranks), the
+# parameters still agree after every step, and the saved model differs from
+# the SyncBN one (local statistics were really used)
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --check-replicas 1 --no-sync-bn --save "$T/local.h5" \
+  >"$T/o" 2>&1 || { cat "$T/o"; fail "--no-sync-bn: replicas differ or the run failed"; }
+grep -q "local statistics per rank" "$T/o" || fail "--no-sync-bn not in the start-up table"
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --save "$T/sync.h5" >/dev/null 2>&1 || fail "sync-bn run"
+if "$WEIGHTS_CMP" "$T/local.h5" "$T/sync.h5" 1e-6 layers.1.running_mean >/dev/null; then
+  fail "--no-sync-bn gave the SyncBN running statistics"
+fi
+
 # a diverged replica is reported, with the step and the rank, exit code 6
 DDP_FAULT_PERTURB=1:3 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --check-replicas 1 >"$T/o" 2>"$T/e"
 rc=$?
 [ $rc -eq 6 ] || { cat "$T/o" "$T/e"; fail "perturbed replica: exit $rc, expected 6"; }
-grep -q "replicas diverged: after step 3 the parameters of rank 1 differ" "$T/e" \
+grep -q "replicas diverged: after step 3 the parameters and BN statistics of rank 1 differ" "$T/e" \
   || { cat "$T/e"; fail "perturbed replica message"; }
 [ "$(grep -c 'ddptrain: error' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "expected one error line"; }
 
