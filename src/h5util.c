@@ -144,6 +144,19 @@ int h5_exists(hid_t loc, const char *name)
     return ok;
 }
 
+hsize_t h5_rows(hid_t loc, const char *name)
+{
+    hsize_t dims[H5S_MAX_RANK] = {0};
+    h5_lock();
+    hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
+    hid_t sp = ds < 0 ? H5I_INVALID_HID : H5Dget_space(ds);
+    if (sp >= 0) H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (sp >= 0) H5Sclose(sp);
+    if (ds >= 0) H5Dclose(ds);
+    h5_unlock();
+    return dims[0];
+}
+
 ddp_status_t h5_write(hid_t loc, const char *name, hid_t mem_type, hid_t file_type, int ndim,
                       const hsize_t *dims, const void *data)
 {

@@ -48,6 +48,8 @@ void h5_atomic_abandon(h5_atomic_t *a);
 
 /* Does `name` (a path like "/train/x") exist under loc? */
 int h5_exists(hid_t loc, const char *name);
+/* Length of dimension 0 of dataset `name` (0 when it cannot be opened). */
+hsize_t h5_rows(hid_t loc, const char *name);
 
 /* Create intermediate groups as needed and write a whole dataset. */
 ddp_status_t h5_write(hid_t loc, const char *name, hid_t mem_type, hid_t file_type, int ndim,

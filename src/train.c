@@ -340,19 +340,10 @@ static void print_table_(trainer_t *t)
     log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), device %s, comm %s",
              ddp_version(), t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
              t->comm.nnodes > 1 ? "s" : "", t->comm.local_size, t->device, t->comm.ops->name);
-    char shape[64];
-    if (d->shape.image)
-        snprintf(shape, sizeof shape, "[%d, %d, %d]", d->shape.c, d->shape.h, d->shape.w);
-    else
-        snprintf(shape, sizeof shape, "[%d]", d->shape.c);
-    char target[64];
-    if (d->regression)
-        snprintf(target, sizeof target, "%d float targets", d->targets);
-    else
-        snprintf(target, sizeof target, "%d classes", d->classes);
-    log_info("  input        %s%s: %lld train samples %s %s, %s; %lld val samples",
-             cfg->inputs[0], cfg->ninputs > 1 ? " (+ more shards)" : "", (long long)d->n, shape,
-             d->dtype == DECK_U8 ? "uint8" : "float32", target,
+    char desc[256];
+    deck_describe(d, desc, sizeof desc);
+    log_info("  input        %s%s: %s; %lld val samples", cfg->inputs[0],
+             cfg->ninputs > 1 ? " (+ more shards)" : "", desc,
              (long long)(t->have_val ? t->val.n : 0));
     size_t ntrain = m->ntrainable;
     log_info("  model        %s", cfg->model);

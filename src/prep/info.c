@@ -311,6 +311,20 @@ static void file_report_(const char *path)
     h5_unlock();
 }
 
+/* Open one split of the files as a deck, scan it for non-finite values and
+ * describe it. */
+static ddp_status_t check_split_(char **paths, int n, const char *split, char *desc, size_t len)
+{
+    deck_t d;
+    ddp_status_t s = deck_open(&d, paths, n, split);
+    if (s == DDP_OK) {
+        s = deck_check_finite(&d);
+        deck_describe(&d, desc, len);
+        deck_close(&d);
+    }
+    return s;
+}
+
 ddp_status_t prep_info(int argc, char **argv)
 {
     int n = 0;
@@ -324,26 +338,15 @@ ddp_status_t prep_info(int argc, char **argv)
     char **paths = argv + 1;
     for (int i = 0; i < n; i++) file_report_(paths[i]);
 
-    deck_t d;
     char desc[256];
-    ddp_status_t s = deck_open(&d, paths, n, "train");
-    if (s == DDP_OK) {
-        s = deck_check_finite(&d);
-        deck_describe(&d, desc, sizeof desc);
-        deck_close(&d);
-    }
+    ddp_status_t s = check_split_(paths, n, "train", desc, sizeof desc);
     if (s != DDP_OK) {
         printf("NOT a valid input deck: %s\n", ddp_error_message());
         return s;
     }
     printf("valid input deck: train: %s\n", desc);
     if (deck_has_split_any(paths, n, "val")) {
-        s = deck_open(&d, paths, n, "val");
-        if (s == DDP_OK) {
-            s = deck_check_finite(&d);
-            deck_describe(&d, desc, sizeof desc);
-            deck_close(&d);
-        }
+        s = check_split_(paths, n, "val", desc, sizeof desc);
         if (s != DDP_OK) {
             printf("NOT a valid input deck (val split): %s\n", ddp_error_message());
             return s;

@@ -145,15 +145,7 @@ ddp_status_t prep_split(int argc, char **argv)
         h5_unlock();
         return ddp_fail(DDP_ERR_INPUT, "%s: no /train/x and /train/y to split", in);
     }
-    h5_lock();
-    hid_t ds = H5Dopen2(f, "/train/x", H5P_DEFAULT);
-    hid_t sp = H5Dget_space(ds);
-    hsize_t dims[H5S_MAX_RANK] = {0};
-    H5Sget_simple_extent_dims(sp, dims, NULL);
-    H5Sclose(sp);
-    H5Dclose(ds);
-    h5_unlock();
-    hsize_t n = dims[0];
+    hsize_t n = h5_rows(f, "/train/x");
     int has_val = h5_exists(f, "/val/x") && h5_exists(f, "/val/y");
     int has_config = h5_exists(f, "/config");
     if ((hsize_t)k > n) {
@@ -171,15 +163,7 @@ ddp_status_t prep_split(int argc, char **argv)
         if (s == DDP_OK && has_val && i == 0) {
             for (int j = 0; j < 2 && s == DDP_OK; j++) {
                 const char *nm = j ? "/val/y" : "/val/x";
-                h5_lock();
-                hid_t vd = H5Dopen2(f, nm, H5P_DEFAULT);
-                hid_t vs = H5Dget_space(vd);
-                hsize_t vdims[H5S_MAX_RANK] = {0};
-                H5Sget_simple_extent_dims(vs, vdims, NULL);
-                H5Sclose(vs);
-                H5Dclose(vd);
-                h5_unlock();
-                s = copy_rows_(f, a.file, in, nm, 0, vdims[0]);
+                s = copy_rows_(f, a.file, in, nm, 0, h5_rows(f, nm));
             }
         }
         if (s == DDP_OK && has_config) {
