@@ -29,6 +29,10 @@
  * sum is computed once, by one rank, in a fixed order, and then copied to
  * the others (see comm_mpi.c).
  */
+/* (iallreduce_apply: the same, followed by the optimizer update of the
+ * bucket; on shared memory each rank updates the block it summed and copies
+ * the updated parameters and optimizer state of the other blocks, so every
+ * element is updated once on the node instead of once per rank.) */
 #ifndef DDP_COMM_H
 #define DDP_COMM_H
 
@@ -58,11 +62,34 @@ typedef struct comm_desc {
 typedef struct comm comm_t;
 typedef struct comm_req comm_req_t; /* an in-flight collective (backend-defined) */
 
+/* An update applied to an all-reduced float buffer (see iallreduce_apply):
+ * the optimizer step of a gradient bucket. */
+#define COMM_APPLY_MAX 3
+typedef struct comm_apply {
+    /* Update elements [first, first + count) of the collective: reads the
+     * sums there, writes the same range of every extra buffer. */
+    void (*fn)(void *arg, size_t first, size_t count);
+    void *arg;
+    int nextra;                     /* 1 .. COMM_APPLY_MAX */
+    float *extra[COMM_APPLY_MAX];   /* element e of the collective is extra[i][e] */
+} comm_apply_t;
+
 typedef struct comm_ops {
     const char *name;
     /* In-place sum all-reduce of count elements of buf. */
     ddp_status_t (*iallreduce)(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                                const comm_desc_t *d, comm_req_t **req);
+    /* Sum all-reduce of a float buffer followed by an update: when req
+     * completes, every rank holds in each extra buffer the values fn computes
+     * from the sums.  A backend may split the work: the rank that sums a block
+     * applies fn to that block only and the other ranks copy the extra
+     * buffers' block from it, so each element is updated once, by one rank
+     * (bit-identical everywhere, one update pass in total instead of one per
+     * rank).  Afterwards the reduced buffer holds the sums only in the blocks
+     * this rank summed: do not read it.  NULL in a backend without it: use
+     * iallreduce, then fn over the whole range on every rank. */
+    ddp_status_t (*iallreduce_apply)(comm_t *c, float *buf, size_t count, const comm_apply_t *a,
+                                     const comm_desc_t *d, comm_req_t **req);
     /* Drive progress of every in-flight collective; *done = 1 when req has
      * completed (req stays valid until wait). */
     ddp_status_t (*test)(comm_t *c, comm_req_t *req, int *done);

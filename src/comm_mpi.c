@@ -144,6 +144,13 @@ struct comm_req {
     int phase;  /* 0 sum own block, 1 copy the others, 2 wait for all copies */
     int ngot;
     unsigned char *got; /* [W]: block of rank q copied */
+    /* iallreduce_apply */
+    int has_apply;
+    int applied;   /* fn has run (or is run block by block: fused) */
+    int fused;     /* shared memory: owners apply their block, others copy the extras */
+    comm_apply_t apply;
+    shm_region_t *xregion[COMM_APPLY_MAX];
+    size_t xoff[COMM_APPLY_MAX]; /* byte offset of extra[i] in its region */
 };
 
 typedef struct mpi_impl {
@@ -744,6 +751,8 @@ static ddp_status_t shm_progress_(comm_t *c, comm_req_t *q)
             const char *src[W];
             for (int r = 0; r < W; r++) src[r] = q->region->base[r] + q->off + bo * q->esz;
             sumn_(q->type, q->buf + bo * q->esz, src, W, bn);
+            /* the owner of the block updates it; the others copy the result */
+            if (q->fused) q->apply.fn(q->apply.arg, bo, bn);
         }
         atomic_store_explicit(&m->ctl[me]->reduced, q->k, memory_order_release);
         m->shm_reduced = q->k;
@@ -755,7 +764,13 @@ static ddp_status_t shm_progress_(comm_t *c, comm_req_t *q)
             if (r == me || q->got[r]) continue;
             if (atomic_load_explicit(&m->ctl[r]->reduced, memory_order_acquire) < q->k) continue;
             block_(q->count, W, r, &bo, &bn);
-            memcpy(q->buf + bo * q->esz, q->region->base[r] + q->off + bo * q->esz, bn * q->esz);
+            if (q->fused)
+                for (int i = 0; i < q->apply.nextra; i++)
+                    memcpy(q->apply.extra[i] + bo, q->xregion[i]->base[r] + q->xoff[i] + bo * 4,
+                           bn * 4);
+            else
+                memcpy(q->buf + bo * q->esz, q->region->base[r] + q->off + bo * q->esz,
+                       bn * q->esz);
             q->got[r] = 1;
             q->ngot++;
         }
@@ -797,12 +812,19 @@ static ddp_status_t shm_start_(comm_t *c, comm_req_t *q)
 
 static ddp_status_t req_progress_(comm_t *c, comm_req_t *q)
 {
-    if (q->done || q->err) return q->err;
-    ddp_status_t s = q->algo == ALGO_RING  ? ring_progress_(c, q)
-                     : q->algo == ALGO_SHM ? shm_progress_(c, q)
-                                           : nbc_progress_(c, q);
-    if (s != DDP_OK) q->err = s;
-    return s;
+    if (q->err) return q->err;
+    if (!q->done) {
+        ddp_status_t s = q->algo == ALGO_RING  ? ring_progress_(c, q)
+                         : q->algo == ALGO_SHM ? shm_progress_(c, q)
+                                               : nbc_progress_(c, q);
+        if (s != DDP_OK) return q->err = s;
+    }
+    /* iallreduce_apply without the fused path: every rank updates it all */
+    if (q->done && q->has_apply && !q->applied) {
+        q->applied = 1;
+        q->apply.fn(q->apply.arg, 0, q->count);
+    }
+    return DDP_OK;
 }
 
 static ddp_status_t mpi_progress_(comm_t *c)
@@ -816,8 +838,9 @@ static ddp_status_t mpi_progress_(comm_t *c)
     return first;
 }
 
-static ddp_status_t mpi_iallreduce_(comm_t *c, void *buf, size_t count, comm_dtype_t t,
-                                    const comm_desc_t *d, comm_req_t **req)
+/* Start an all-reduce, with an update after it when a != NULL. */
+static ddp_status_t start_(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                           const comm_apply_t *a, const comm_desc_t *d, comm_req_t **req)
 {
     mpi_impl_t *m = c->impl;
     *req = NULL;
@@ -837,11 +860,23 @@ static ddp_status_t mpi_iallreduce_(comm_t *c, void *buf, size_t count, comm_dty
         q->algo = ALGO_SHM;
         q->off = (size_t)((char *)buf - q->region->base[c->rank]);
     }
+    if (a) {
+        q->has_apply = 1;
+        q->apply = *a;
+        /* fused: shared memory, and every extra buffer shared too */
+        q->fused = q->algo == ALGO_SHM && a->nextra >= 1 && a->nextra <= COMM_APPLY_MAX;
+        for (int i = 0; q->fused && i < a->nextra; i++) {
+            q->xregion[i] = shm_find_(c, a->extra[i], count * 4);
+            q->fused = q->xregion[i] != NULL;
+            if (q->fused) q->xoff[i] = (size_t)((char *)a->extra[i] - q->xregion[i]->base[c->rank]);
+        }
+        q->applied = q->fused;
+    }
     ddp_status_t s = q->algo == ALGO_RING  ? ring_start_(c, q)
                      : q->algo == ALGO_SHM ? shm_start_(c, q)
                                            : nbc_start_(c, q);
     if (s == DDP_OK) link_(m, q);
-    if (s == DDP_OK && q->algo == ALGO_SHM) s = shm_progress_(c, q);
+    if (s == DDP_OK) s = req_progress_(c, q);
     if (s != DDP_OK) {
         /* the communicator is unusable after a failed start; the caller aborts */
         if (q->next || q->prev || m->head == q) unlink_(m, q);
@@ -850,6 +885,19 @@ static ddp_status_t mpi_iallreduce_(comm_t *c, void *buf, size_t count, comm_dty
     }
     *req = q;
     return DDP_OK;
+}
+
+static ddp_status_t mpi_iallreduce_(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                    const comm_desc_t *d, comm_req_t **req)
+{
+    return start_(c, buf, count, t, NULL, d, req);
+}
+
+static ddp_status_t mpi_iallreduce_apply_(comm_t *c, float *buf, size_t count,
+                                          const comm_apply_t *a, const comm_desc_t *d,
+                                          comm_req_t **req)
+{
+    return start_(c, buf, count, COMM_FLOAT, a, d, req);
 }
 
 static ddp_status_t mpi_test_(comm_t *c, comm_req_t *req, int *done)
@@ -1025,6 +1073,7 @@ static void mpi_free_(comm_t *c)
 static const comm_ops_t comm_mpi_ops = {
     .name = "mpi",
     .iallreduce = mpi_iallreduce_,
+    .iallreduce_apply = mpi_iallreduce_apply_,
     .test = mpi_test_,
     .wait = mpi_wait_,
     .progress = mpi_progress_,

@@ -334,17 +334,20 @@ static void *dev_alloc_(model_t *m, size_t bytes, ddp_status_t *s, const char *w
     return p;
 }
 
-ddp_status_t model_alloc(model_t *m, const model_mem_t *grad_mem)
+ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
 {
     ddp_status_t s = DDP_OK;
     const compute_ops_t *be = m->be;
-    m->params = dev_alloc_(m, m->nparams * sizeof(float), &s, "parameters");
-    if (grad_mem && grad_mem->alloc) {
-        void *g = NULL;
-        s = grad_mem->alloc(grad_mem->arg, m->nparams * sizeof(float) + sizeof(float), &g);
+    if (mem && mem->alloc) {
+        void *p = NULL, *g = NULL;
+        size_t bytes = m->nparams * sizeof(float) + sizeof(float);
+        s = mem->alloc(mem->arg, bytes, &p);
+        if (s == DDP_OK) s = mem->alloc(mem->arg, bytes, &g);
+        m->params = p;
         m->grads = g;
-        if (s == DDP_OK) m->grad_mem = *grad_mem;
+        m->mem = *mem;
     } else {
+        m->params = dev_alloc_(m, m->nparams * sizeof(float), &s, "parameters");
         m->grads = dev_alloc_(m, m->nparams * sizeof(float), &s, "gradients");
     }
     m->bufs = dev_alloc_(m, m->nbufs * sizeof(float), &s, "BatchNorm buffers");
@@ -453,11 +456,13 @@ void model_free(model_t *m)
             be->free(L->invstd);
             be->free(L->stats);
         }
-        be->free(m->params);
-        if (m->grad_mem.alloc)
-            m->grad_mem.free(m->grad_mem.arg, m->grads);
-        else
+        if (m->mem.alloc) {
+            if (m->grads) m->mem.free(m->mem.arg, m->grads);
+            if (m->params) m->mem.free(m->mem.arg, m->params);
+        } else {
+            be->free(m->params);
             be->free(m->grads);
+        }
         be->free(m->bufs);
         be->free(m->dact[0]);
         be->free(m->dact[1]);

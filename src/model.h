@@ -86,8 +86,9 @@ typedef struct layer {
     double *stats;      /* BN [2c] statistics scratch */
 } layer_t;
 
-/* Where the gradient buffer's memory comes from: the comm backend may
- * provide memory it can all-reduce faster (shared memory on one node). */
+/* Where the parameter and gradient buffers come from: the comm backend may
+ * provide memory it can reduce and update faster (shared memory on one
+ * node).  alloc must zero-fill. */
 typedef struct model_mem {
     ddp_status_t (*alloc)(void *arg, size_t bytes, void **p);
     void (*free)(void *arg, void *p);
@@ -121,16 +122,16 @@ typedef struct model {
     int batch;
     float *dact[2];    /* activation-gradient ping-pong buffers [batch, max act] */
     void *conv_ws;     /* shared convolution workspace */
-    model_mem_t grad_mem; /* how grads was allocated (alloc == NULL: backend) */
+    model_mem_t mem;   /* how params and grads were allocated (alloc == NULL: backend) */
     size_t act_bytes;  /* activation memory (for the start-up table) */
 } model_t;
 
 /* Parse the spec, check it against the input shape, lay out tensors and
  * buckets; no memory yet.  Errors name the offending layer token. */
 ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t *be);
-/* Allocate parameters, buffers, activations (device memory of the backend)
- * and the gradient buffer (from grad_mem, or the backend when NULL). */
-ddp_status_t model_alloc(model_t *m, const model_mem_t *grad_mem);
+/* Allocate parameters, buffers, activations (device memory of the backend);
+ * the parameter and gradient buffers from `mem` when given. */
+ddp_status_t model_alloc(model_t *m, const model_mem_t *mem);
 /* model_layout + model_alloc(NULL). */
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *be);
 void model_free(model_t *m);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
-                        int64_t total_steps)
+                        int64_t total_steps, const model_mem_t *mem)
 {
     memset(o, 0, sizeof *o);
     o->be = m->be;
@@ -25,8 +25,20 @@ ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
     o->total_steps = total_steps;
     o->count = m->ntrainable;
     int nstate = o->kind == OPTIM_ADAMW ? 2 : (o->momentum > 0 ? 1 : 0);
+    if (mem && mem->alloc) o->mem = *mem;
     for (int i = 0; i < nstate; i++) {
-        o->state[i] = o->be->alloc(o->count * sizeof(float) + sizeof(float));
+        size_t bytes = o->count * sizeof(float) + sizeof(float);
+        if (o->mem.alloc) {
+            void *p = NULL;
+            ddp_status_t s = o->mem.alloc(o->mem.arg, bytes, &p);
+            o->state[i] = p;
+            if (s != DDP_OK) {
+                optim_free(o);
+                return s;
+            }
+        } else {
+            o->state[i] = o->be->alloc(bytes);
+        }
         if (!o->state[i]) {
             optim_free(o);
             return ddp_fail(DDP_ERR_NOMEM, "out of memory for the optimizer state (%zu bytes)",
@@ -38,8 +50,13 @@ ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
 
 void optim_free(optim_t *o)
 {
-    for (int i = 0; i < 2; i++)
-        if (o->state[i]) o->be->free(o->state[i]);
+    for (int i = 0; i < 2; i++) {
+        if (!o->state[i]) continue;
+        if (o->mem.alloc)
+            o->mem.free(o->mem.arg, o->state[i]);
+        else
+            o->be->free(o->state[i]);
+    }
     o->state[0] = o->state[1] = NULL;
 }
 
@@ -85,6 +102,15 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
 }
 
 int optim_can_split(const optim_t *o) { return !(o->clip > 0); }
+
+int optim_outputs(const optim_t *o, const model_t *m, float **out)
+{
+    int n = 0;
+    out[n++] = m->params;
+    for (int i = 0; i < 2; i++)
+        if (o->state[i]) out[n++] = o->state[i];
+    return n;
+}
 
 void optim_begin(optim_t *o)
 {

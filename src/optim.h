@@ -21,12 +21,15 @@ typedef struct optim {
     int64_t warmup, step_size, total_steps;
     size_t count;        /* trainable floats */
     float *state[2];     /* SGD: momentum buffer; AdamW: m, v (device) */
+    model_mem_t mem;     /* where the state came from (alloc == NULL: backend) */
     int64_t t;           /* optimizer steps taken (begun) */
     float cur_lr;        /* learning rate of the step begun last */
 } optim_t;
 
+/* The state buffers come from `mem` when given (the comm backend's memory,
+ * so an all-reduce can update them in place), else from the backend. */
 ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
-                        int64_t total_steps);
+                        int64_t total_steps, const model_mem_t *mem);
 void optim_free(optim_t *o);
 /* Bytes of optimizer state (for the start-up table). */
 size_t optim_state_bytes(const optim_t *o);
@@ -44,5 +47,8 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm);
 int optim_can_split(const optim_t *o);
 void optim_begin(optim_t *o);
 void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count);
+/* The buffers optim_apply writes (parameters, then the state), for a
+ * collective that copies them: returns how many (<= 3). */
+int optim_outputs(const optim_t *o, const model_t *m, float **out);
 
 #endif

@@ -5,6 +5,19 @@
 #include <string.h>
 #include <time.h>
 
+/* The fused update of one bucket: offsets of the collective are relative to
+ * the bucket. */
+struct reducer_span {
+    reducer_t *r;
+    size_t offset;
+};
+
+static void apply_span_(void *arg, size_t first, size_t count)
+{
+    struct reducer_span *sp = arg;
+    sp->r->apply(sp->r->apply_arg, sp->offset + first, count);
+}
+
 static double now_(void)
 {
     struct timespec ts;
@@ -24,7 +37,9 @@ ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int
     r->pending = calloc((size_t)nb, sizeof *r->pending);
     r->req = calloc((size_t)nb, sizeof *r->req);
     r->ready = calloc((size_t)(m->ntensors ? m->ntensors : 1), 1);
-    if (!r->pending || !r->req || !r->ready) {
+    r->fused = calloc((size_t)nb, 1);
+    r->spans = calloc((size_t)nb, sizeof *r->spans);
+    if (!r->pending || !r->req || !r->ready || !r->fused || !r->spans) {
         reducer_free(r);
         return ddp_fail(DDP_ERR_NOMEM, "out of memory for the reducer");
     }
@@ -48,6 +63,8 @@ void reducer_free(reducer_t *r)
     free(r->pending);
     free(r->req);
     free(r->ready);
+    free(r->fused);
+    free(r->spans);
     memset(r, 0, sizeof *r);
 }
 
@@ -60,7 +77,10 @@ void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_b
     r->step = step;
     r->grad_beta = grad_beta;
     r->next_launch = 0;
-    for (int b = 0; b < m->nbuckets; b++) r->pending[b] = m->buckets[b].ntensors;
+    for (int b = 0; b < m->nbuckets; b++) {
+        r->pending[b] = m->buckets[b].ntensors;
+        r->fused[b] = 0;
+    }
     memset(r->ready, 0, (size_t)m->ntensors);
 }
 
@@ -69,6 +89,13 @@ static ddp_status_t launch_(reducer_t *r, int b)
     const bucket_t *B = &r->m->buckets[b];
     comm_desc_t d = {"gradient-bucket", b, r->step};
     float *g = r->m->grads + B->offset;
+    if (r->compress == COMPRESS_NONE && r->apply && r->comm->ops->iallreduce_apply) {
+        r->spans[b] = (struct reducer_span){r, B->offset};
+        comm_apply_t a = {.fn = apply_span_, .arg = &r->spans[b], .nextra = r->napply_out};
+        for (int i = 0; i < r->napply_out; i++) a.extra[i] = r->apply_out[i] + B->offset;
+        r->fused[b] = 1;
+        return r->comm->ops->iallreduce_apply(r->comm, g, B->count, &a, &d, &r->req[b]);
+    }
     if (r->compress == COMPRESS_NONE)
         return r->comm->ops->iallreduce(r->comm, g, B->count, COMM_FLOAT, &d, &r->req[b]);
     int bf16 = r->compress == COMPRESS_BF16;
@@ -119,11 +146,14 @@ static void mark_(reducer_t *r, int t)
     r->pending[T->bucket]--;
 }
 
-/* Hand buckets [next_done, upto) to bucket_done. */
+/* Buckets [next_done, upto) are final: run the update of those whose
+ * all-reduce did not already run it. */
 static ddp_status_t done_upto_(reducer_t *r, int upto)
 {
-    for (; r->next_done < upto; r->next_done++)
-        if (r->bucket_done) DDP_TRY(r->bucket_done(r->bucket_done_arg, r->next_done));
+    for (; r->next_done < upto; r->next_done++) {
+        const bucket_t *B = &r->m->buckets[r->next_done];
+        if (r->apply && !r->fused[r->next_done]) r->apply(r->apply_arg, B->offset, B->count);
+    }
     return DDP_OK;
 }
 

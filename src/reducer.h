@@ -18,6 +18,8 @@
 #include "model.h"
 #include "status.h"
 
+struct reducer_span;
+
 typedef struct reducer {
     model_t *m;
     comm_t *comm;
@@ -26,12 +28,20 @@ typedef struct reducer {
     int find_unused;
     int sync;              /* this micro-batch all-reduces */
     int final;             /* the last micro-batch of the step */
-    /* Called once per bucket of the final micro-batch, in bucket order, when
-     * its gradients are final (all-reduced, or ready when there is nothing
-     * to reduce): the trainer applies the optimizer to that slice. */
-    ddp_status_t (*bucket_done)(void *arg, int bucket);
-    void *bucket_done_arg;
-    int next_done;         /* buckets handed to bucket_done so far */
+    /* The optimizer over [offset, offset + count) of the flat buffers, run
+     * once per bucket of the final micro-batch as soon as the bucket's
+     * gradients are final.  Where the comm backend can, it is fused into the
+     * all-reduce (each rank updates the blocks it sums, the others copy the
+     * results: apply_out are the buffers it writes); otherwise it runs on
+     * every rank when the bucket completes, or when it is ready if there is
+     * nothing to reduce.  NULL: the trainer steps after reducer_finish. */
+    void (*apply)(void *arg, size_t offset, size_t count);
+    void *apply_arg;
+    int napply_out;
+    float *apply_out[COMM_APPLY_MAX];
+    int next_done;         /* buckets whose update has been run or handed on */
+    unsigned char *fused;  /* per bucket: the update runs inside the all-reduce */
+    struct reducer_span *spans; /* per bucket: the fused update's context */
     int64_t step;
     float grad_beta;       /* of this micro-batch (0: gradients were overwritten) */
     int *pending;          /* per bucket: tensors not yet ready */
@@ -57,7 +67,7 @@ void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_b
 ddp_status_t reducer_layer_ready(void *reducer, int layer);
 /* After backward: handle parameters that got no gradient (error, or zero
  * gradient with --find-unused), wait for every bucket, decompress, hand
- * every bucket not yet handed to bucket_done. */
+ * the update of every bucket whose all-reduce did not run it. */
 ddp_status_t reducer_finish(reducer_t *r);
 
 #endif

@@ -173,21 +173,21 @@ static ddp_status_t build_model_(trainer_t *t)
     return DDP_OK;
 }
 
-static ddp_status_t grad_mem_alloc_(void *comm, size_t bytes, void **p)
+static ddp_status_t comm_mem_alloc_cb_(void *comm, size_t bytes, void **p)
 {
     return comm_mem_alloc(comm, bytes, p);
 }
 
-static void grad_mem_free_(void *comm, void *p) { comm_mem_free(comm, p); }
+static void comm_mem_free_cb_(void *comm, void *p) { comm_mem_free(comm, p); }
 
-/* Memory (the gradient buffer from the comm backend, collectively: every
- * rank has the same layout by now, so buckets are the same slices of it on
+/* Memory (parameters and gradients from the comm backend, collectively:
+ * every rank has the same layout by now, so buckets are the same slices on
  * every rank, which the shared-memory all-reduce needs), initial weights,
  * --init on rank 0. */
 static ddp_status_t alloc_model_(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
-    model_mem_t gm = {grad_mem_alloc_, grad_mem_free_, &t->comm};
+    model_mem_t gm = {comm_mem_alloc_cb_, comm_mem_free_cb_, &t->comm};
     DDP_TRY(model_alloc(&t->model, &gm));
     DDP_TRY(model_init_params(&t->model, (uint64_t)cfg->seed));
     if (cfg->init[0] && t->comm.rank == 0) return weights_load(cfg->init, &t->model);
@@ -564,7 +564,8 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
                             sizeof(int64_t));
     t->data_bytes = per_batch * (size_t)(cfg->prefetch + 2); /* queue + device copy + eval */
 
-    ddp_status_t s = optim_init(&t->opt, cfg, m, t->total_steps);
+    model_mem_t mem = {comm_mem_alloc_cb_, comm_mem_free_cb_, &t->comm};
+    ddp_status_t s = optim_init(&t->opt, cfg, m, t->total_steps, &mem);
     if (s == DDP_OK) {
         s = reducer_init(&t->red, &t->model, &t->comm, cfg->grad_compress, cfg->find_unused);
         t->have_red = s == DDP_OK;
@@ -600,12 +601,10 @@ static void teardown_(trainer_t *t)
     if (t->have_train) deck_close(&t->train);
 }
 
-static ddp_status_t apply_bucket_(void *arg, int b)
+static void apply_range_(void *arg, size_t offset, size_t count)
 {
     trainer_t *t = arg;
-    const bucket_t *B = &t->model.buckets[b];
-    optim_apply(&t->opt, &t->model, B->offset, B->count);
-    return DDP_OK;
+    optim_apply(&t->opt, &t->model, offset, count);
 }
 
 /* One optimizer step: K micro-batches, the last one all-reduced. */
@@ -627,8 +626,9 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
     /* without clipping, the optimizer runs bucket by bucket as each bucket's
      * gradients become final, while they are still in cache */
     int split = optim_can_split(&t->opt);
-    t->red.bucket_done = split ? apply_bucket_ : NULL;
-    t->red.bucket_done_arg = t;
+    t->red.apply = split ? apply_range_ : NULL;
+    t->red.apply_arg = t;
+    t->red.napply_out = optim_outputs(&t->opt, m, t->red.apply_out);
     for (int64_t j = 0; j < nmicro; j++) {
         loader_batch_t *b;
         DDP_TRY(loader_next(t->loader, &b));

@@ -3,7 +3,8 @@
  * primes, several slices and pieces, unaligned slices) with every algorithm
  * (auto = shared memory for comm-allocated buffers, ring, mpi), several in
  * flight with blocking small all-reduces in between (the SyncBatchNorm
- * pattern), more in flight than the shared-memory slots, bit-identical
+ * pattern), more in flight than the shared-memory slots, the all-reduce
+ * followed by an update (iallreduce_apply), bit-identical
  * results on every rank, 16-bit accuracy bounds, mismatched slices,
  * gradient-buffer memory, broadcast, allgather, topology, counters and
  * errors. */
@@ -431,6 +432,105 @@ START_TEST(allreduce_slice_mismatch)
 }
 END_TEST
 
+/* iallreduce_apply: an SGD-with-momentum-like update of two extra buffers
+ * from the sums.  The update reads the sums and writes p and m; afterwards
+ * every rank holds the same p and m (bit for bit) equal to the update of the
+ * exact sums, on every algorithm, for shared (comm-allocated: the fused
+ * path, owners update their block) and private buffers (the update runs on
+ * every rank), several in flight with a blocking all-reduce between, with
+ * sizes that do not divide by W. */
+typedef struct upd {
+    float *g, *p, *m; /* the bucket's slices */
+    int calls;
+    size_t elems;     /* elements updated on this rank */
+} upd_t;
+
+static void upd_fn_(void *arg, size_t first, size_t count)
+{
+    upd_t *u = arg;
+    for (size_t e = first; e < first + count; e++) {
+        u->m[e] = 0.5f * u->m[e] + u->g[e];
+        u->p[e] -= 0.25f * u->m[e];
+    }
+    u->calls++;
+    u->elems += count;
+}
+
+START_TEST(allreduce_apply)
+{
+    static const size_t sizes[] = {0, 1, 7, 1000, 4099, 300001};
+    enum { NS = sizeof sizes / sizeof *sizes };
+    size_t total = 0;
+    for (int k = 0; k < NS; k++) total += sizes[k];
+    for (int shared = 0; shared < 2; shared++) {
+        for (int a = 0; a < NALGO; a++) {
+            ck_assert_int_eq(comm_mpi_set_algorithm(&c, algos[a]), DDP_OK);
+            float *g = shared ? gbuf_(total * 4) : malloc(total * 4 + 4);
+            float *p = shared ? gbuf_(total * 4) : malloc(total * 4 + 4);
+            float *m = shared ? gbuf_(total * 4) : malloc(total * 4 + 4);
+            upd_t u[NS];
+            comm_req_t *rq[NS];
+            size_t off = 0;
+            for (int k = 0; k < NS; k++) {
+                fill_int_(g + off, COMM_FLOAT, sizes[k], c.rank);
+                for (size_t e = 0; e < sizes[k]; e++) {
+                    p[off + e] = (float)(e % 5);
+                    m[off + e] = (float)(e % 3);
+                }
+                u[k] = (upd_t){g + off, p + off, m + off, 0, 0};
+                comm_apply_t ap = {.fn = upd_fn_, .arg = &u[k], .nextra = 2};
+                ap.extra[0] = p + off;
+                ap.extra[1] = m + off;
+                comm_desc_t d = {"bucket", k, 3};
+                ck_assert_int_eq(c.ops->iallreduce_apply(&c, g + off, sizes[k], &ap, &d, &rq[k]),
+                                 DDP_OK);
+                if (k == 2) { /* the SyncBN pattern in between */
+                    double bn[4] = {1, 2, 3, (double)c.rank};
+                    comm_desc_t db = {"syncbn", 1, 3};
+                    ck_assert_int_eq(comm_allreduce(&c, bn, 4, COMM_DOUBLE, &db), DDP_OK);
+                    ck_assert_double_eq(bn[0], c.size);
+                }
+                off += sizes[k];
+            }
+            for (int k = NS - 1; k >= 0; k--) ck_assert_int_eq(c.ops->wait(&c, rq[k]), DDP_OK);
+            off = 0;
+            size_t updated = 0;
+            for (int k = 0; k < NS; k++) {
+                for (size_t e = 0; e < sizes[k]; e++) {
+                    double sum = 0;
+                    for (int r = 0; r < c.size; r++) sum += ival_(e, r);
+                    float mm = 0.5f * (float)(e % 3) + (float)sum;
+                    float pp = (float)(e % 5) - 0.25f * mm;
+                    if (p[off + e] != pp || m[off + e] != mm)
+                        ck_abort_msg("%s %s size %zu element %zu: p %g m %g, want %g %g",
+                                     shared ? "shared" : "private", algos[a], sizes[k], e,
+                                     p[off + e], m[off + e], pp, mm);
+                }
+                updated += u[k].elems;
+                off += sizes[k];
+            }
+            ck_assert(same_on_all_ranks_(p, total * 4));
+            ck_assert(same_on_all_ranks_(m, total * 4));
+            /* the fused path updates each element once over all ranks */
+            unsigned long long all = 0, mine = updated;
+            MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+            if (shared && a == 0 && c.nnodes == 1)
+                ck_assert_uint_eq(all, total);
+            else
+                ck_assert_uint_eq(all, (unsigned long long)total * c.size);
+            if (shared) {
+                comm_mem_free(&c, m);
+                comm_mem_free(&c, p);
+                comm_mem_free(&c, g);
+            } else {
+                free(m), free(p), free(g);
+            }
+        }
+    }
+    ck_assert_int_eq(comm_mpi_set_algorithm(&c, "auto"), DDP_OK);
+}
+END_TEST
+
 /* Gradient-buffer memory: zero-filled, aligned, usable; several buffers. */
 START_TEST(mem_alloc)
 {
@@ -499,6 +599,7 @@ Suite *test_suite(void)
     tcase_add_test(t, allreduce_many_in_flight);
     tcase_add_test(t, allreduce_slice_mismatch);
     tcase_add_test(t, mem_alloc);
+    tcase_add_test(t, allreduce_apply);
     tcase_add_test(t, bcast_and_allgather);
     tcase_add_test(t, bad_options);
     suite_add_tcase(s, t);

@@ -197,7 +197,7 @@ static void five_steps_(const char *file, const char *opt)
     }
     H5Gclose(g);
     optim_t o;
-    ck_assert_int_eq(optim_init(&o, &cfg, &m, 5), DDP_OK);
+    ck_assert_int_eq(optim_init(&o, &cfg, &m, 5, NULL), DDP_OK);
     for (int s = 0; s < 5; s++) {
         const float *out;
         double norm;
