@@ -13,6 +13,7 @@ AC_DEFUN([DDP_SANITIZERS], [
       [AC_MSG_RESULT([no]); AC_MSG_ERROR([--enable-sanitizers: $CC does not support ASan/UBSan])])
     CFLAGS=$ddp_save_CFLAGS LDFLAGS=$ddp_save_LDFLAGS
     ddp_sanitizers_summary="ASan + UBSan"
+    AC_DEFINE([DDP_WITH_SANITIZERS], [1], [Define to 1 in builds with ASan and UBSan])
   ])
   AC_SUBST([SAN_FLAGS])
   AM_CONDITIONAL([ENABLE_SANITIZERS], [test "x$enable_sanitizers" = xyes])

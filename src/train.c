@@ -114,6 +114,9 @@ typedef struct trainer {
     int32_t *y_dev;
     int64_t *idx_dev;
     double *acc_dev;
+    /* per-step times for the medians of the summary (the first 1M steps) */
+    double *step_s, *wait_s;
+    size_t nstat, stat_cap;
     /* evaluation host buffers */
     float *ex, *et;
     int32_t *ey;
@@ -594,6 +597,8 @@ static void teardown_(trainer_t *t)
         be->free(t->acc_dev);
         model_free(&t->model);
     }
+    free(t->step_s);
+    free(t->wait_s);
     free(t->ex);
     free(t->ey);
     free(t->et);
@@ -696,14 +701,11 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     int64_t step = 0, samples = 0, window_samples = 0;
     double t_start = now_(), t_window = t_start;
     double wait0 = loader_wait_seconds(t->loader), comm0 = 0;
-    /* per-step times for the medians of the summary (the first 1M steps) */
-    size_t nstat = 0, cap = (size_t)(t->total_steps < (1 << 20) ? t->total_steps : (1 << 20));
-    double *step_s = malloc((cap + 1) * sizeof *step_s), *wait_s = malloc((cap + 1) * sizeof *wait_s);
-    if (!step_s || !wait_s) {
-        free(step_s);
-        free(wait_s);
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics");
-    }
+    size_t cap = (size_t)(t->total_steps < (1 << 20) ? t->total_steps : (1 << 20));
+    t->step_s = malloc((cap + 1) * sizeof *t->step_s);
+    t->wait_s = malloc((cap + 1) * sizeof *t->wait_s);
+    if (!t->step_s || !t->wait_s) return ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics");
+    t->stat_cap = cap;
     be->zero(t->acc_dev, 2 * sizeof(double));
     for (int64_t epoch = 0; epoch < t->epochs && step < t->total_steps; epoch++) {
         sampler_set_epoch(&t->sampler, epoch);
@@ -713,9 +715,9 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             double ts = now_(), tw = loader_wait_seconds(t->loader);
             ddp_status_t st = train_step_(t, epoch, s, step, &samples);
             if (st != DDP_OK) die_(t->comm.mpi, st);
-            if (nstat < cap) {
-                step_s[nstat] = now_() - ts;
-                wait_s[nstat++] = loader_wait_seconds(t->loader) - tw;
+            if (t->nstat < t->stat_cap) {
+                t->step_s[t->nstat] = now_() - ts;
+                t->wait_s[t->nstat++] = loader_wait_seconds(t->loader) - tw;
             }
             used_micro = (s + 1) * cfg->accum;
             step++;
@@ -734,13 +736,10 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                 double denom = acc[2] * (t->loss == LOSS_MSE ? t->train.targets : 1);
                 double loss = acc[0] / (denom > 0 ? denom : 1);
                 res->last_loss = loss;
-                if (!isfinite(loss)) {
-                    free(step_s);
-                    free(wait_s);
+                if (!isfinite(loss))
                     return ddp_fail(DDP_ERR_NUMERIC, "the training loss is %g at step %lld: "
                                     "training diverged; lower --lr, use --clip-grad-norm, or check "
                                     "the input with --check-data", loss, (long long)step);
-                }
                 double now = now_(), dt = now - t_window;
                 double wait = loader_wait_seconds(t->loader);
                 log_info("step %lld/%lld epoch %lld loss %.5f lr %.4g  %.0f samples/s  data-wait "
@@ -763,19 +762,11 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             loader_release(t->loader, b);
         }
         int64_t done_epochs = epoch + 1;
-        if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps) {
-            ddp_status_t st = evaluate_(t, done_epochs, step, res);
-            if (st != DDP_OK) {
-                free(step_s);
-                free(wait_s);
-                return st;
-            }
-        }
+        if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps)
+            DDP_TRY(evaluate_(t, done_epochs, step, res));
     }
     double elapsed = now_() - t_start;
-    double step_p50 = median_(step_s, nstat), wait_p50 = median_(wait_s, nstat);
-    free(step_s);
-    free(wait_s);
+    double step_p50 = median_(t->step_s, t->nstat), wait_p50 = median_(t->wait_s, t->nstat);
     res->steps = step;
     res->allreduce_bytes = t->red.bytes_sent;
     DDP_TRY(evaluate_(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res));

@@ -61,5 +61,8 @@ void ddp_print_version(FILE *f, const char *prog)
 #endif
     fprintf(f, "  PMIx             : %s\n", DDP_PMIX_SUMMARY);
     fprintf(f, "  compiler         : %s\n", DDP_BUILD_CC);
+#ifdef DDP_WITH_SANITIZERS
+    fprintf(f, "  sanitizers       : ASan + UBSan (test build)\n");
+#endif
     fprintf(f, "  configure        : %s\n", DDP_CONFIGURE_ARGS);
 }

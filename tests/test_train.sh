@@ -41,7 +41,13 @@ rc=$?
 grep -q "layer 1 'bnn': unknown layer type" "$T/e" || { cat "$T/e"; fail "bad spec message"; }
 
 # memory estimate vs measured peak RSS (a model large enough to dominate the
-# process: about 65M parameters, 3 float copies with momentum)
+# process: about 65M parameters, 3 float copies with momentum); not in
+# sanitizer builds, whose shadow memory is no part of the estimate
+if "$DDPTRAIN" --version | grep -q "sanitizers"; then
+  echo "sanitizer build: memory estimate vs peak RSS not compared"
+  echo ok
+  exit 0
+fi
 "$DDPTRAIN" "$T/d.h5" --model linear:8000,relu,linear:8000,relu,linear:auto --batch 16 --steps 2 \
   --eval-every 0 --log-every 0 >"$T/o" 2>&1 || { cat "$T/o"; fail "large model run"; }
 est=$(grep "memory/rank" "$T/o" | sed 's/.*= \([0-9.]*\) MiB.*/\1/')
