@@ -414,7 +414,8 @@ static ddp_status_t average_bn_buffers_(trainer_t *t)
     return DDP_OK;
 }
 
-static ddp_status_t evaluate_(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
+static ddp_status_t evaluate_ranks_(trainer_t *t, int64_t epoch, int64_t step,
+                                    train_result_t *res)
 {
     if (!t->have_val) return DDP_OK;
     const ddp_config_t *cfg = t->cfg;
@@ -464,6 +465,15 @@ static ddp_status_t evaluate_(trainer_t *t, int64_t epoch, int64_t step, train_r
                    (long long)step, loss, (long long)count);
     }
     return DDP_OK;
+}
+
+/* Evaluation on the /val split.  Ranks read different ranges, so a read
+ * failure is local: it ends the job (die_) rather than leave the other ranks
+ * in the final all-reduce. */
+static void evaluate_(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
+{
+    ddp_status_t s = evaluate_ranks_(t, epoch, step, res);
+    if (s != DDP_OK) die_(t->comm.mpi, s);
 }
 
 /* ---- replica check ------------------------------------------------------------- */
@@ -763,13 +773,13 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
         }
         int64_t done_epochs = epoch + 1;
         if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps)
-            DDP_TRY(evaluate_(t, done_epochs, step, res));
+            evaluate_(t, done_epochs, step, res);
     }
     double elapsed = now_() - t_start;
     double step_p50 = median_(t->step_s, t->nstat), wait_p50 = median_(t->wait_s, t->nstat);
     res->steps = step;
     res->allreduce_bytes = t->red.bytes_sent;
-    DDP_TRY(evaluate_(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res));
+    evaluate_(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res);
     double total_samples = (double)samples;
     comm_desc_t d = {"summary", -1, step};
     DDP_TRY(comm_allreduce(&t->comm, &total_samples, 1, COMM_DOUBLE, &d));
