@@ -1,6 +1,7 @@
 /* check_cuda.c -- CUDA kernels against the CPU reference.  Needs a GPU:
  * skipped (exit 77) on machines without one, so CUDA builds still pass
  * `make check` on build hosts. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ddp_cuda.h"
