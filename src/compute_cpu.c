@@ -42,8 +42,18 @@
 /* Unrolls a loop over one block completely (GCC >= 8 and clang know the
  * pragma); the literal must equal VB. */
 #define UNROLL_VB _Pragma("GCC unroll 16")
-#define SB        8   /* channels per block of double accumulators (BN statistics) */
 #define CB        256 /* channels per block of per-channel coefficients (BN, hw == 1) */
+
+/* Software prefetch PF_DIST floats (4 KiB) ahead in the kernels that stream
+ * several large arrays (optimizers): from L3 or memory the hardware
+ * prefetchers alone leave one core at about half its bandwidth (sgd_step
+ * over 1.9M parameters, caches cold: 1.45 ms without, 0.80 ms with). */
+#if defined(__GNUC__)
+#define PREFETCH(addr, rw) __builtin_prefetch((addr), (rw), 3)
+#else
+#define PREFETCH(addr, rw) ((void)0)
+#endif
+#define PF_DIST 1024
 
 /* Largest number of GEMM columns (samples x output pixels) one convolution
  * GEMM covers: bigger GEMMs run faster, the workspace grows with them. */
@@ -481,34 +491,28 @@ static void cpu_gap_bwd(int n, int c, int hw, const float *dy, float *dx)
 /* batch normalisation                                                      */
 /* ======================================================================== */
 
-/* x[n, c] (hw == 1): s1[j] = sum_i x[i, j], s2[j] = sum_i x[i, j]^2 in double.
- * Channels go in blocks of SB whose accumulators stay in registers while
- * the rows stream by (accumulating into s1/s2 in memory row by row would
- * move four times the bytes of x). */
+/* x[n, c] (hw == 1): s1[j] = sum_i x[i, j], s2[j] = sum_i x[i, j]^2 in double,
+ * row by row: x streams through once in memory order (faster in the step,
+ * where x comes from L3, than blocks of channels held in registers). */
 static void stats_rows_(int n, int c, const float *restrict x, double *restrict s1,
                         double *restrict s2)
 {
-    int j0 = 0;
-    for (; j0 + SB <= c; j0 += SB) {
-        double a1[SB] = {0}, a2[SB] = {0};
-        for (int i = 0; i < n; i++) {
-            const float *xr = x + (size_t)i * c + j0;
-            for (int q = 0; q < SB; q++) {
-                double v = xr[q];
-                a1[q] += v;
-                a2[q] += v * v;
+    memset(s1, 0, (size_t)c * sizeof *s1);
+    memset(s2, 0, (size_t)c * sizeof *s2);
+    for (int i = 0; i < n; i++) {
+        const float *xr = x + (size_t)i * c;
+        int k = 0;
+        for (; k + VB <= c; k += VB)
+            for (int q = 0; q < VB; q++) {
+                double v = xr[k + q];
+                s1[k + q] += v;
+                s2[k + q] += v * v;
             }
+        for (; k < c; k++) {
+            double v = xr[k];
+            s1[k] += v;
+            s2[k] += v * v;
         }
-        for (int q = 0; q < SB; q++) s1[j0 + q] = a1[q], s2[j0 + q] = a2[q];
-    }
-    for (; j0 < c; j0++) {
-        double t1 = 0, t2 = 0;
-        for (int i = 0; i < n; i++) {
-            double v = x[(size_t)i * c + j0];
-            t1 += v;
-            t2 += v * v;
-        }
-        s1[j0] = t1, s2[j0] = t2;
     }
 }
 
@@ -612,33 +616,26 @@ static void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean, 
 }
 
 /* x, dy [n, c] (hw == 1): g1[j] = sum_i dy[i, j], g2[j] = sum_i dy[i, j] (x[i, j] -
- * mean[j]) in double, register-blocked as stats_rows_ */
+ * mean[j]) in double, row by row as stats_rows_ */
 static void gstats_rows_(int n, int c, const float *restrict x, const float *restrict dy,
                          const float *restrict mean, double *restrict g1, double *restrict g2)
 {
-    int j0 = 0;
-    for (; j0 + SB <= c; j0 += SB) {
-        double a1[SB] = {0}, a2[SB] = {0};
-        float m[SB];
-        for (int q = 0; q < SB; q++) m[q] = mean[j0 + q];
-        for (int i = 0; i < n; i++) {
-            const float *xr = x + (size_t)i * c + j0, *gr = dy + (size_t)i * c + j0;
-            for (int q = 0; q < SB; q++) {
-                float g = gr[q];
-                a1[q] += (double)g;
-                a2[q] += (double)(g * (xr[q] - m[q]));
+    memset(g1, 0, (size_t)c * sizeof *g1);
+    memset(g2, 0, (size_t)c * sizeof *g2);
+    for (int i = 0; i < n; i++) {
+        const float *xr = x + (size_t)i * c, *gr = dy + (size_t)i * c;
+        int k = 0;
+        for (; k + VB <= c; k += VB)
+            for (int q = 0; q < VB; q++) {
+                float g = gr[k + q];
+                g1[k + q] += (double)g;
+                g2[k + q] += (double)(g * (xr[k + q] - mean[k + q]));
             }
+        for (; k < c; k++) {
+            float g = gr[k];
+            g1[k] += (double)g;
+            g2[k] += (double)(g * (xr[k] - mean[k]));
         }
-        for (int q = 0; q < SB; q++) g1[j0 + q] = a1[q], g2[j0 + q] = a2[q];
-    }
-    for (; j0 < c; j0++) {
-        double t1 = 0, t2 = 0;
-        for (int i = 0; i < n; i++) {
-            float g = dy[(size_t)i * c + j0];
-            t1 += (double)g;
-            t2 += (double)(g * (x[(size_t)i * c + j0] - mean[j0]));
-        }
-        g1[j0] = t1, g2[j0] = t2;
     }
 }
 
@@ -962,17 +959,28 @@ static void cpu_sgd_step(size_t count, float *p, const float *g, float *buf, flo
                          float momentum, int nesterov, float wd, int first)
 {
     if (count == 0) return;
+    size_t i = 0;
     if (momentum == 0.0f || !buf) {
-        size_t i = 0;
-        for (; i + VB <= count; i += VB) sgd_plain_(VB, p + i, g + i, lr, wd);
+        for (; i + VB <= count; i += VB) {
+            if (i + PF_DIST < count) {
+                PREFETCH(p + i + PF_DIST, 1);
+                PREFETCH(g + i + PF_DIST, 0);
+            }
+            sgd_plain_(VB, p + i, g + i, lr, wd);
+        }
         sgd_plain_(count - i, p + i, g + i, lr, wd);
         return;
     }
     /* first step: buf = d exactly (m * 0 + d) */
     if (first) memset(buf, 0, count * sizeof *buf);
-    size_t i = 0;
-    for (; i + VB <= count; i += VB)
+    for (; i + VB <= count; i += VB) {
+        if (i + PF_DIST < count) {
+            PREFETCH(p + i + PF_DIST, 1);
+            PREFETCH(g + i + PF_DIST, 0);
+            PREFETCH(buf + i + PF_DIST, 1);
+        }
         sgd_mom_(VB, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
+    }
     sgd_mom_(count - i, p + i, g + i, buf + i, lr, momentum, wd, nesterov);
 }
 
@@ -989,7 +997,7 @@ static inline void adamw_span_(size_t len, float *restrict p, const float *restr
     const __m128 vc2 = _mm_set1_ps(c2), vdecay = _mm_set1_ps(decay);
     const __m128 vstep = _mm_set1_ps(step_size), vbc2 = _mm_set1_ps(bc2_sqrt);
     const __m128 veps = _mm_set1_ps(eps);
-    for (; k + 4 <= len; k += 4) {
+    for (const size_t n4 = len / 4 * 4; k < n4; k += 4) {
         __m128 gk = _mm_loadu_ps(g + k);
         __m128 mk = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + k)), _mm_mul_ps(vc1, gk));
         __m128 vk =
@@ -1025,7 +1033,19 @@ static void cpu_adamw_step(size_t count, float *p, const float *g, float *m, flo
     const float step_size = (float)((double)lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
     const float c1 = (float)(1.0 - beta1), c2 = (float)(1.0 - beta2);
-    adamw_span_(count, p, g, m, v, decay, beta1, c1, beta2, c2, step_size, bc2_sqrt, eps);
+    size_t i = 0;
+    for (; count - i >= VB; i += VB) {
+        if (i + PF_DIST < count) {
+            PREFETCH(p + i + PF_DIST, 1);
+            PREFETCH(g + i + PF_DIST, 0);
+            PREFETCH(m + i + PF_DIST, 1);
+            PREFETCH(v + i + PF_DIST, 1);
+        }
+        adamw_span_(VB, p + i, g + i, m + i, v + i, decay, beta1, c1, beta2, c2, step_size,
+                    bc2_sqrt, eps);
+    }
+    adamw_span_(count - i, p + i, g + i, m + i, v + i, decay, beta1, c1, beta2, c2, step_size,
+                bc2_sqrt, eps);
 }
 
 /* ======================================================================== */
