@@ -23,7 +23,10 @@ typedef struct augment {
 /* Parse "hflip,crop:4" ("" or "none": nothing) and check it fits the sample
  * shape (images only; P < min(h, w)).  DDP_ERR_USAGE naming --augment. */
 ddp_status_t augment_parse(const char *spec, act_shape_t shape, augment_t *a);
-static inline int augment_active(const augment_t *a) { return a->hflip || a->crop > 0; }
+static inline int augment_active(const augment_t *a)
+{
+    return a->hflip || a->crop > 0;
+}
 
 /* Augment one raw sample x [c, h, w] in place; tmp holds c*h*w floats. */
 void augment_sample(const augment_t *a, act_shape_t shape, uint64_t seed, int64_t epoch,

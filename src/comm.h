@@ -70,8 +70,8 @@ typedef struct comm_apply {
      * sums there, writes the same range of every extra buffer. */
     void (*fn)(void *arg, size_t first, size_t count);
     void *arg;
-    int nextra;                     /* 1 .. COMM_APPLY_MAX */
-    float *extra[COMM_APPLY_MAX];   /* element e of the collective is extra[i][e] */
+    int nextra;                   /* 1 .. COMM_APPLY_MAX */
+    float *extra[COMM_APPLY_MAX]; /* element e of the collective is extra[i][e] */
 } comm_apply_t;
 
 typedef struct comm_ops {
@@ -117,15 +117,15 @@ typedef struct comm_ops {
 
 struct comm {
     const comm_ops_t *ops;
-    int rank, size;              /* in this communicator */
-    int local_rank, local_size;  /* on this node */
+    int rank, size;             /* in this communicator */
+    int local_rank, local_size; /* on this node */
     int nnodes;
-    MPI_Comm mpi;                /* duplicate of the communicator given to comm_init_* */
-    uint64_t seq;                /* collectives started so far (same on every rank) */
-    comm_desc_t last;            /* the most recently started collective */
-    uint64_t allreduce_bytes;    /* payload bytes all-reduced so far */
+    MPI_Comm mpi;             /* duplicate of the communicator given to comm_init_* */
+    uint64_t seq;             /* collectives started so far (same on every rank) */
+    comm_desc_t last;         /* the most recently started collective */
+    uint64_t allreduce_bytes; /* payload bytes all-reduced so far */
     uint64_t allreduce_calls;
-    void *impl;                  /* backend state */
+    void *impl; /* backend state */
 };
 
 /* MPI thread level the MPI backend needs: main() passes it (or more) to

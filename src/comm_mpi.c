@@ -146,8 +146,8 @@ struct comm_req {
     unsigned char *got; /* [W]: block of rank q copied */
     /* iallreduce_apply */
     int has_apply;
-    int applied;   /* fn has run (or is run block by block: fused) */
-    int fused;     /* shared memory: owners apply their block, others copy the extras */
+    int applied; /* fn has run (or is run block by block: fused) */
+    int fused;   /* shared memory: owners apply their block, others copy the extras */
     comm_apply_t apply;
     shm_region_t *xregion[COMM_APPLY_MAX];
     size_t xoff[COMM_APPLY_MAX]; /* byte offset of extra[i] in its region */

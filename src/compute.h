@@ -22,16 +22,16 @@
 #include "status.h"
 
 typedef struct conv_dims {
-    int n, c, h, w;   /* input  [n, c, h, w] */
-    int oc, k;        /* weight [oc, c, k, k], bias [oc] */
-    int stride, pad;  /* zero padding on every side */
-    int oh, ow;       /* output [n, oc, oh, ow] */
+    int n, c, h, w;  /* input  [n, c, h, w] */
+    int oc, k;       /* weight [oc, c, k, k], bias [oc] */
+    int stride, pad; /* zero padding on every side */
+    int oh, ow;      /* output [n, oc, oh, ow] */
 } conv_dims_t;
 
 typedef struct pool_dims {
-    int n, c, h, w;   /* input  [n, c, h, w] */
-    int k, stride;    /* square window, no padding (PyTorch defaults) */
-    int oh, ow;       /* output [n, c, oh, ow], floor mode */
+    int n, c, h, w; /* input  [n, c, h, w] */
+    int k, stride;  /* square window, no padding (PyTorch defaults) */
+    int oh, ow;     /* output [n, c, oh, ow], floor mode */
 } pool_dims_t;
 
 typedef struct compute_ops {
@@ -43,7 +43,7 @@ typedef struct compute_ops {
     ddp_status_t (*init)(int local_rank, int local_size, char *describe, size_t n);
 
     /* ---- memory ---------------------------------------------------------- */
-    void *(*alloc)(size_t bytes);  /* zero-filled; NULL when out of memory */
+    void *(*alloc)(size_t bytes); /* zero-filled; NULL when out of memory */
     void (*free)(void *p);
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes);
@@ -53,17 +53,17 @@ typedef struct compute_ops {
 
     /* ---- dense layers ---------------------------------------------------- */
     /* y[n,out] = x[n,in] w[out,in]^T + b[out] */
-    void (*linear_fwd)(int n, int in, int out, const float *x, const float *w,
-                       const float *b, float *y);
+    void (*linear_fwd)(int n, int in, int out, const float *x, const float *w, const float *b,
+                       float *y);
     /* dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w */
-    void (*linear_bwd)(int n, int in, int out, const float *x, const float *w,
-                       const float *dy, float *dx, float *dw, float *db, float beta);
+    void (*linear_bwd)(int n, int in, int out, const float *x, const float *w, const float *dy,
+                       float *dx, float *dw, float *db, float beta);
 
     /* Convolution (cross-correlation, as PyTorch).  `ws` is a workspace of
      * conv_ws_bytes(d) bytes owned by the caller. */
     size_t (*conv_ws_bytes)(const conv_dims_t *d);
-    void (*conv_fwd)(const conv_dims_t *d, const float *x, const float *w, const float *b,
-                     float *y, void *ws);
+    void (*conv_fwd)(const conv_dims_t *d, const float *x, const float *w, const float *b, float *y,
+                     void *ws);
     void (*conv_bwd)(const conv_dims_t *d, const float *x, const float *w, const float *dy,
                      float *dx, float *dw, float *db, float beta, void *ws);
 
@@ -83,8 +83,8 @@ typedef struct compute_ops {
      * invstd = 1/sqrt(var_biased + eps); when update_running, running_mean and
      * running_var (unbiased var) move by `momentum` as in PyTorch. */
     void (*bn_finalize)(int c, const double *stats, double count, float eps, float momentum,
-                        int update_running, float *mean, float *invstd,
-                        float *running_mean, float *running_var);
+                        int update_running, float *mean, float *invstd, float *running_mean,
+                        float *running_var);
     /* Eval mode: mean = running_mean, invstd = 1/sqrt(running_var + eps). */
     void (*bn_eval_params)(int c, const float *running_mean, const float *running_var, float eps,
                            float *mean, float *invstd);
@@ -99,8 +99,8 @@ typedef struct compute_ops {
     /* dx = gamma invstd (dy - gsum_dy/count - xhat gsum_dyxhat/count), with the
      * (global) gstats over `count` values per channel. */
     void (*bn_bwd_data)(int n, int c, int hw, const float *x, const float *dy, const float *mean,
-                        const float *invstd, const float *gamma, const double *gstats,
-                        double count, float *dx);
+                        const float *invstd, const float *gamma, const double *gstats, double count,
+                        float *dx);
 
     /* ---- elementwise ----------------------------------------------------- */
     void (*relu_fwd)(size_t count, const float *x, float *y);
@@ -113,8 +113,8 @@ typedef struct compute_ops {
      * sample indices.  Backward applies the same mask to dy. */
     void (*dropout_fwd)(int n, size_t features, const float *x, float *y, float p, uint64_t seed,
                         uint64_t step, uint32_t layer, const int64_t *sample_idx);
-    void (*dropout_bwd)(int n, size_t features, const float *dy, float *dx, float p,
-                        uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx);
+    void (*dropout_bwd)(int n, size_t features, const float *dy, float *dx, float p, uint64_t seed,
+                        uint64_t step, uint32_t layer, const int64_t *sample_idx);
 
     /* ---- losses ---------------------------------------------------------- */
     /* Softmax cross-entropy with label smoothing eps (PyTorch semantics):

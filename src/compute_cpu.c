@@ -1118,8 +1118,7 @@ static ddp_status_t cpu_init(int local_rank, int local_size, char *describe, siz
     (void)local_size;
     int threads = 1;
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-    if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS"))
-        openblas_set_num_threads(1);
+    if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) openblas_set_num_threads(1);
     threads = openblas_get_num_threads();
 #endif
     snprintf(describe, n, "cpu (%d BLAS thread%s per rank)", threads, threads > 1 ? "s" : "");

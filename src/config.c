@@ -8,7 +8,7 @@
 #include <string.h>
 
 #define OFF(f) offsetof(ddp_config_t, f)
-#define BIG 1e18
+#define BIG    1e18
 
 /* clang-format off */
 const ddp_option_t ddp_options[] = {
@@ -93,8 +93,8 @@ const ddp_option_t ddp_options[] = {
 /* clang-format on */
 const int ddp_noptions = (int)(sizeof ddp_options / sizeof ddp_options[0]);
 
-_Static_assert(sizeof ddp_options / sizeof ddp_options[0] <= sizeof ((ddp_config_t *)0)->source /
-                   sizeof(opt_source_t),
+_Static_assert(sizeof ddp_options / sizeof ddp_options[0] <=
+                   sizeof((ddp_config_t *)0)->source / sizeof(opt_source_t),
                "ddp_config_t.source is too small for the option table");
 
 const ddp_option_t *config_find(const char *name)
@@ -230,8 +230,8 @@ ddp_status_t config_set(ddp_config_t *c, const char *key, const char *value, opt
     case OPT_CHOICE: {
         int idx = choice_index_(o->choices, value);
         if (idx < 0)
-            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' must be one of %s, not '%s'", where, key,
-                            o->choices, value);
+            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' must be one of %s, not '%s'", where,
+                            key, o->choices, value);
         *(int *)field = idx;
         break;
     }
@@ -244,7 +244,8 @@ void config_defaults(ddp_config_t *c)
 {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < ddp_noptions; i++) {
-        ddp_status_t s = config_set(c, ddp_options[i].name, ddp_options[i].def, SRC_DEFAULT, "default");
+        ddp_status_t s =
+            config_set(c, ddp_options[i].name, ddp_options[i].def, SRC_DEFAULT, "default");
         (void)s; /* the defaults are valid by construction (tested) */
     }
 }
@@ -281,7 +282,8 @@ ddp_status_t config_load_file(ddp_config_t *c, const char *path)
         *eq = '\0';
         char *key = trim_(l), *val = trim_(eq + 1);
         if (strcmp(key, "config") == 0) {
-            s = ddp_fail(DDP_ERR_USAGE, "%s: a config file cannot include another (key 'config')", where);
+            s = ddp_fail(DDP_ERR_USAGE, "%s: a config file cannot include another (key 'config')",
+                         where);
             break;
         }
         s = config_set(c, key, val, SRC_FILE, where);
@@ -316,8 +318,10 @@ static ddp_status_t scan_args_(ddp_config_t *c, int argc, char **argv, int apply
             return DDP_OK;
         }
         if (a[1] != '-')
-            return ddp_fail(DDP_ERR_USAGE, "command line: unknown option '%s'; options are long "
-                            "(--batch 64); see ddptrain --help", a);
+            return ddp_fail(DDP_ERR_USAGE,
+                            "command line: unknown option '%s'; options are long "
+                            "(--batch 64); see ddptrain --help",
+                            a);
         char name[128];
         const char *val = NULL;
         const char *eq = strchr(a + 2, '=');
@@ -379,11 +383,12 @@ ddp_status_t config_parse_args(ddp_config_t *c, int argc, char **argv, config_in
 ddp_status_t config_validate(const ddp_config_t *c)
 {
     if (c->ninputs == 0)
-        return ddp_fail(DDP_ERR_USAGE, "no input file given; usage: ddptrain [options] INPUT.h5 "
+        return ddp_fail(DDP_ERR_USAGE,
+                        "no input file given; usage: ddptrain [options] INPUT.h5 "
                         "[MORE.h5 ...] (make one with ddptrain-prep; see ddptrain --help)");
     if (c->model[0] == '\0')
         return ddp_fail(DDP_ERR_USAGE, "option 'model' is empty; give a layer list such as "
-                        "--model linear:128,relu,linear:10");
+                                       "--model linear:128,relu,linear:10");
     if (c->optimizer != OPTIM_SGD && c->nesterov)
         return ddp_fail(DDP_ERR_USAGE, "--nesterov applies to --optimizer sgd only");
     if (c->nesterov && c->momentum <= 0)
@@ -406,7 +411,9 @@ void config_format(const ddp_config_t *c, const ddp_option_t *o, char *buf, size
     case OPT_INT: snprintf(buf, n, "%lld", (long long)*(const int64_t *)field); break;
     case OPT_FLOAT: snprintf(buf, n, "%.9g", *(const double *)field); break;
     case OPT_STRING: snprintf(buf, n, "%s", field); break;
-    case OPT_CHOICE: snprintf(buf, n, "%s", config_choice_name(o->name, *(const int *)field)); break;
+    case OPT_CHOICE:
+        snprintf(buf, n, "%s", config_choice_name(o->name, *(const int *)field));
+        break;
     }
 }
 
@@ -479,6 +486,7 @@ void config_print_help(FILE *f, const char *prog)
     }
     fprintf(f, "\n  %-34s %s\n  %-34s %s\n", "-h, --help", "show this help and exit",
             "-V, --version", "show the version and build configuration and exit");
-    fprintf(f, "\nExit codes: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 out of memory, 6 ranks disagree,\n"
-               "7 communication, 8 non-finite values, 9 device, 70 internal error.\n");
+    fprintf(f,
+            "\nExit codes: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 out of memory, 6 ranks disagree,\n"
+            "7 communication, 8 non-finite values, 9 device, 70 internal error.\n");
 }

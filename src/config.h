@@ -26,12 +26,12 @@ typedef enum compress_kind { COMPRESS_NONE, COMPRESS_BF16, COMPRESS_FP16 } compr
 typedef struct ddp_config {
     /* model and loss */
     char model[CONFIG_STR_MAX];
-    int loss;              /* loss_kind_t */
+    int loss; /* loss_kind_t */
     double label_smoothing;
     /* data */
     int64_t batch;
     int64_t epochs;
-    int64_t steps;         /* 0: use epochs */
+    int64_t steps; /* 0: use epochs */
     int shuffle;
     int drop_last;
     int64_t prefetch;
@@ -39,13 +39,13 @@ typedef struct ddp_config {
     int64_t eval_every;
     int check_data;
     /* optimisation */
-    int optimizer;         /* optimizer_kind_t */
+    int optimizer; /* optimizer_kind_t */
     double lr;
     double momentum;
     int nesterov;
     double weight_decay;
     double beta1, beta2, eps;
-    int lr_schedule;       /* schedule_kind_t */
+    int lr_schedule; /* schedule_kind_t */
     int64_t warmup_steps;
     int64_t lr_step_size;
     double lr_gamma;
@@ -55,11 +55,11 @@ typedef struct ddp_config {
     /* distributed */
     double bucket_cap_mb;
     double first_bucket_mb;
-    int grad_compress;     /* compress_kind_t */
+    int grad_compress; /* compress_kind_t */
     char freeze[CONFIG_STR_MAX];
     int find_unused;
-    int sync_bn;           /* -1 auto: on when world > 1 and the model has bn */
-    int sync;              /* all-reduce gradients (--no-sync: benchmark mode) */
+    int sync_bn; /* -1 auto: on when world > 1 and the model has bn */
+    int sync;    /* all-reduce gradients (--no-sync: benchmark mode) */
     int64_t check_replicas;
     /* files and output */
     char init[CONFIG_STR_MAX];
@@ -71,11 +71,11 @@ typedef struct ddp_config {
     /* not options: where each value came from, and the inputs */
     opt_source_t source[64];
     int ninputs;
-    char **inputs;         /* positional arguments (point into argv) */
+    char **inputs; /* positional arguments (point into argv) */
 } ddp_config_t;
 
 typedef struct ddp_option {
-    const char *name;    /* long option and config key */
+    const char *name; /* long option and config key */
     opt_type_t type;
     size_t offset;       /* into ddp_config_t */
     const char *def;     /* default, as text */

@@ -47,12 +47,12 @@ typedef enum deck_dtype { DECK_U8, DECK_F32 } deck_dtype_t;
 
 typedef struct deck_shard {
     char *path;
-    hid_t file, x, y;   /* open handles */
-    int64_t n;          /* samples in this shard */
-    int64_t first;      /* global index of its first sample */
+    hid_t file, x, y; /* open handles */
+    int64_t n;        /* samples in this shard */
+    int64_t first;    /* global index of its first sample */
 
     /* private (deck.c): direct reads at the file addresses of rows */
-    int fd;             /* own read-only descriptor, -1 if none */
+    int fd;                                  /* own read-only descriptor, -1 if none */
     struct deck_direct *direct_x, *direct_y; /* NULL: read through HDF5 */
 } deck_shard_t;
 
@@ -79,32 +79,32 @@ typedef struct deck_shard {
 typedef enum deck_io { DECK_IO_AUTO, DECK_IO_DIRECT, DECK_IO_RUNS, DECK_IO_UNION } deck_io_t;
 
 typedef struct deck {
-    char split[8];          /* "train" or "val" */
+    char split[8]; /* "train" or "val" */
     int nshards;
     deck_shard_t *shards;
-    int64_t n;              /* samples over all shards */
-    act_shape_t shape;      /* per-sample shape as the model sees it */
+    int64_t n;         /* samples over all shards */
+    act_shape_t shape; /* per-sample shape as the model sees it */
     size_t sample_numel;
     deck_dtype_t dtype;
-    int regression;         /* 0: integer labels in y [N]; 1: float targets y [N, k] */
-    int targets;            /* k for regression */
-    int classes;            /* labels: attribute `classes` of y, else max label + 1 */
-    float scale;            /* uint8 scale (1 for float32 data) */
-    float *mean, *std;      /* per channel (images) or per feature; NULL = 0 / 1 */
-    int nstat;              /* entries in mean/std (1, channels or features) */
+    int regression;    /* 0: integer labels in y [N]; 1: float targets y [N, k] */
+    int targets;       /* k for regression */
+    int classes;       /* labels: attribute `classes` of y, else max label + 1 */
+    float scale;       /* uint8 scale (1 for float32 data) */
+    float *mean, *std; /* per channel (images) or per feature; NULL = 0 / 1 */
+    int nstat;         /* entries in mean/std (1, channels or features) */
 
     /* private (deck.c) */
     int64_t label_min, label_max; /* over all shards (labels only) */
-    int label_max_shard;    /* the shard holding label_max */
-    int xrank;              /* rank of the x datasets (2, 3 or 4) */
-    int yrank;              /* rank of the y datasets (1 or 2) */
-    size_t sample_bytes;    /* raw bytes of one sample of x */
-    float *norm_a, *norm_b; /* per element: value = raw * a + b */
-    size_t norm_run;        /* a, b constant over runs of this many elements
-                             * (whole sample or channel); 0: per element */
-    void *scratch;          /* staging buffers of deck_read */
+    int label_max_shard;          /* the shard holding label_max */
+    int xrank;                    /* rank of the x datasets (2, 3 or 4) */
+    int yrank;                    /* rank of the y datasets (1 or 2) */
+    size_t sample_bytes;          /* raw bytes of one sample of x */
+    float *norm_a, *norm_b;       /* per element: value = raw * a + b */
+    size_t norm_run;              /* a, b constant over runs of this many elements
+                                   * (whole sample or channel); 0: per element */
+    void *scratch;                /* staging buffers of deck_read */
     size_t scratch_bytes;
-    deck_io_t io;           /* deck_set_io */
+    deck_io_t io; /* deck_set_io */
 } deck_t;
 
 /* Open and validate /<split>/ in every path; shapes, types and label kinds

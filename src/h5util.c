@@ -29,7 +29,10 @@ void h5_lock(void)
     }
 }
 
-void h5_unlock(void) { pthread_mutex_unlock(&h5_mutex); }
+void h5_unlock(void)
+{
+    pthread_mutex_unlock(&h5_mutex);
+}
 
 void h5_quiet(void)
 {
@@ -49,16 +52,18 @@ ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file)
 {
     struct stat st;
     if (stat(path, &st) != 0)
-        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open: %s; check the path", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return ddp_fail(DDP_ERR_INPUT, "%s: not a regular file", path);
+        return ddp_fail(DDP_ERR_INPUT, "%s: cannot open: %s; check the path", path,
+                        strerror(errno));
+    if (!S_ISREG(st.st_mode)) return ddp_fail(DDP_ERR_INPUT, "%s: not a regular file", path);
     h5_lock();
     htri_t is = H5Fis_hdf5(path);
     hid_t f = is > 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : H5I_INVALID_HID;
     h5_unlock();
     if (is <= 0)
-        return ddp_fail(DDP_ERR_INPUT, "%s: not an HDF5 file (or truncated); make input decks "
-                        "with ddptrain-prep", path);
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: not an HDF5 file (or truncated); make input decks "
+                        "with ddptrain-prep",
+                        path);
     if (f < 0)
         return ddp_fail(DDP_ERR_INPUT, "%s: HDF5 cannot open it (corrupt or truncated?)", path);
     *file = f;
@@ -75,8 +80,10 @@ ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path)
     a->file = H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     h5_unlock();
     if (a->file < 0)
-        return ddp_fail(DDP_ERR_IO, "cannot create %s: %s; check that the directory exists and "
-                        "is writable", a->tmp, strerror(errno));
+        return ddp_fail(DDP_ERR_IO,
+                        "cannot create %s: %s; check that the directory exists and "
+                        "is writable",
+                        a->tmp, strerror(errno));
     return DDP_OK;
 }
 
@@ -100,14 +107,17 @@ ddp_status_t h5_atomic_commit(h5_atomic_t *a)
     a->file = H5I_INVALID_HID;
     if (rc < 0) {
         unlink(a->tmp);
-        return ddp_fail(DDP_ERR_IO, "writing %s failed (disk full or quota?); %s was left unchanged",
-                        a->tmp, a->path);
+        return ddp_fail(DDP_ERR_IO,
+                        "writing %s failed (disk full or quota?); %s was left unchanged", a->tmp,
+                        a->path);
     }
     if (fsync_path_(a->tmp, 0) != 0 || rename(a->tmp, a->path) != 0) {
         int e = errno;
         unlink(a->tmp);
-        return ddp_fail(DDP_ERR_IO, "cannot finish writing %s: %s; the previous file was left "
-                        "unchanged", a->path, strerror(e));
+        return ddp_fail(DDP_ERR_IO,
+                        "cannot finish writing %s: %s; the previous file was left "
+                        "unchanged",
+                        a->path, strerror(e));
     }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", a->path);
@@ -182,8 +192,7 @@ int h5_attr_exists(hid_t obj, const char *name)
     return yes;
 }
 
-static ddp_status_t attr_write_(hid_t obj, const char *name, hid_t type, hid_t space,
-                                const void *v)
+static ddp_status_t attr_write_(hid_t obj, const char *name, hid_t type, hid_t space, const void *v)
 {
     h5_lock();
     if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
@@ -310,8 +319,10 @@ static ddp_status_t attr_read_num_(hid_t obj, const char *name, hid_t mt, void *
     h5_lock();
     hid_t at = attr_open_(obj, name, &np, &cls);
     if (at < 0 || (cls != H5T_INTEGER && cls != H5T_FLOAT) || np < 1 || (size_t)np > *n)
-        s = ddp_fail(DDP_ERR_INPUT, "attribute %s is missing, not numeric or has %lld values "
-                     "(at most %zu expected)", name, (long long)(at < 0 ? 0 : np), *n);
+        s = ddp_fail(DDP_ERR_INPUT,
+                     "attribute %s is missing, not numeric or has %lld values "
+                     "(at most %zu expected)",
+                     name, (long long)(at < 0 ? 0 : np), *n);
     else if (H5Aread(at, mt, v) < 0)
         s = ddp_fail(DDP_ERR_INPUT, "cannot read attribute %s", name);
     else

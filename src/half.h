@@ -28,7 +28,10 @@ static inline uint16_t ddp_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static inline float ddp_bf16_to_f32(uint16_t h) { return ddp_u2f_((uint32_t)h << 16); }
+static inline float ddp_bf16_to_f32(uint16_t h)
+{
+    return ddp_u2f_((uint32_t)h << 16);
+}
 
 static inline uint16_t ddp_f32_to_f16(float f)
 {
@@ -38,7 +41,7 @@ static inline uint16_t ddp_f32_to_f16(float f)
     if (a >= 0x7f800000u) /* Inf or NaN */
         return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow -> Inf */
-    if (a < 0x38800000u) {                                    /* subnormal or zero */
+    if (a < 0x38800000u) {                                   /* subnormal or zero */
         /* scale to fp16 subnormal units (2^-24) and round to nearest even */
         float v = ddp_u2f_(a) * 16777216.0f;
         uint32_t q = (uint32_t)v;

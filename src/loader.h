@@ -36,10 +36,10 @@ typedef struct loader_batch {
 } loader_batch_t;
 
 typedef struct loader_opts {
-    int prefetch;        /* batches read ahead (>= 1) */
-    const char *augment; /* "hflip,crop:4" or "" */
+    int prefetch;                    /* batches read ahead (>= 1) */
+    const char *augment;             /* "hflip,crop:4" or "" */
     int64_t first_epoch, first_step; /* start cursor */
-    int64_t epochs;      /* run through epoch first_epoch + epochs - 1 */
+    int64_t epochs;                  /* run through epoch first_epoch + epochs - 1 */
 } loader_opts_t;
 
 typedef struct loader loader_t;

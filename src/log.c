@@ -12,7 +12,10 @@ void log_setup(int rank, log_level_t level)
     g_level = level;
 }
 
-int log_rank(void) { return g_rank; }
+int log_rank(void)
+{
+    return g_rank;
+}
 
 void log_info(const char *fmt, ...)
 {

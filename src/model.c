@@ -11,7 +11,7 @@
 
 #include "rng.h"
 
-#define BN_EPS 1e-5f
+#define BN_EPS      1e-5f
 #define BN_MOMENTUM 0.1f
 
 static const char *const spec_help =
@@ -83,8 +83,7 @@ static ddp_status_t parse_token_(int idx, const char *tok, spec_layer_t *s)
         }
         s->nargs++;
     }
-    if (s->nargs < kinds[k].min_args)
-        return spec_err_(idx, tok, "%s needs more arguments", name);
+    if (s->nargs < kinds[k].min_args) return spec_err_(idx, tok, "%s needs more arguments", name);
     return DDP_OK;
 }
 
@@ -145,7 +144,8 @@ static ddp_status_t infer_(builder_t *b, const spec_layer_t *sl, int nspec, cons
             int fin = (int)act_numel(in); /* implicit flatten of images */
             int fout = s->auto_out ? o->outputs : s->a[0];
             if (fout < 1)
-                return spec_err_(i, s->token, "%s", "'auto' needs the number of outputs of the data");
+                return spec_err_(i, s->token, "%s",
+                                 "'auto' needs the number of outputs of the data");
             in = (act_shape_t){fin, 1, 1, 0};
             out = (act_shape_t){fout, 1, 1, 0};
             int ws[2] = {fout, fin}, bs[1] = {fout};
@@ -155,14 +155,16 @@ static ddp_status_t infer_(builder_t *b, const spec_layer_t *sl, int nspec, cons
         }
         case LAYER_CONV: {
             if (!in.image)
-                return spec_err_(i, s->token, "conv needs image input [C, H, W], got %s", shape_txt);
+                return spec_err_(i, s->token, "conv needs image input [C, H, W], got %s",
+                                 shape_txt);
             L->k = s->a[1];
             L->stride = s->nargs > 2 ? s->a[2] : 1;
             L->pad = s->nargs > 3 ? s->a[3] : 0;
             int oh = (in.h + 2 * L->pad - L->k) / L->stride + 1;
             int ow = (in.w + 2 * L->pad - L->k) / L->stride + 1;
             if (in.h + 2 * L->pad < L->k || in.w + 2 * L->pad < L->k || oh < 1 || ow < 1)
-                return spec_err_(i, s->token, "kernel larger than the (padded) input %s", shape_txt);
+                return spec_err_(i, s->token, "kernel larger than the (padded) input %s",
+                                 shape_txt);
             out = (act_shape_t){s->a[0], oh, ow, 1};
             int ws[4] = {s->a[0], in.c, L->k, L->k}, bs[1] = {s->a[0]};
             L->weight = add_tensor_(b, i, "weight", TENSOR_PARAM, 4, ws);
@@ -244,8 +246,10 @@ static ddp_status_t check_freeze_list_(const model_t *m, const char *list)
                 found = 1;
         }
         if (!found && len > 0)
-            return ddp_fail(DDP_ERR_USAGE, "--freeze: '%.*s' names no parameter of the model "
-                            "(use names like layers.0.weight or layers.0)", (int)len, p);
+            return ddp_fail(DDP_ERR_USAGE,
+                            "--freeze: '%.*s' names no parameter of the model "
+                            "(use names like layers.0.weight or layers.0)",
+                            (int)len, p);
         p += len;
         if (*p == ',') p++;
     }
@@ -329,8 +333,10 @@ static void *dev_alloc_(model_t *m, size_t bytes, ddp_status_t *s, const char *w
     if (*s != DDP_OK) return NULL;
     void *p = m->be->alloc(bytes ? bytes : 1);
     if (!p)
-        *s = ddp_fail(DDP_ERR_NOMEM, "out of %s memory allocating %zu bytes for %s; reduce "
-                      "--batch or the model size", m->be->name, bytes, what);
+        *s = ddp_fail(DDP_ERR_NOMEM,
+                      "out of %s memory allocating %zu bytes for %s; reduce "
+                      "--batch or the model size",
+                      m->be->name, bytes, what);
     return p;
 }
 
@@ -372,15 +378,15 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
             L->stats = dev_alloc_(m, (size_t)2 * L->in.c * sizeof(double), &s, L->token);
         }
         if (L->kind == LAYER_CONV) {
-            conv_dims_t d = {m->batch, L->in.c, L->in.h, L->in.w, L->out.c, L->k,
-                             L->stride, L->pad, L->out.h, L->out.w};
+            conv_dims_t d = {m->batch, L->in.c,   L->in.h, L->in.w,  L->out.c,
+                             L->k,     L->stride, L->pad,  L->out.h, L->out.w};
             size_t need = be->conv_ws_bytes(&d);
             if (need > ws) ws = need;
         }
     }
     for (int k = 0; k < 2; k++) {
-        m->dact[k] = dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s,
-                                "activation gradients");
+        m->dact[k] =
+            dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
         m->act_bytes += (size_t)m->batch * max_act * sizeof(float);
     }
     if (ws) {
@@ -404,8 +410,7 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
     m->be = be;
     m->input = o->input;
     m->batch = o->batch;
-    if (!o->spec || !o->spec[0])
-        return ddp_fail(DDP_ERR_USAGE, "--model is empty; %s", spec_help);
+    if (!o->spec || !o->spec[0]) return ddp_fail(DDP_ERR_USAGE, "--model is empty; %s", spec_help);
     /* split the spec */
     int nspec = 1;
     for (const char *p = o->spec; *p; p++) nspec += *p == ',';
@@ -434,9 +439,10 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
     if (s == DDP_OK) {
         act_shape_t last = m->layers[m->nlayers - 1].out;
         if (last.image)
-            s = ddp_fail(DDP_ERR_USAGE, "--model: the last layer '%s' outputs an image [%d, %d, %d]; "
-                         "end the model with gap or linear:OUT", m->layers[m->nlayers - 1].token,
-                         last.c, last.h, last.w);
+            s = ddp_fail(DDP_ERR_USAGE,
+                         "--model: the last layer '%s' outputs an image [%d, %d, %d]; "
+                         "end the model with gap or linear:OUT",
+                         m->layers[m->nlayers - 1].token, last.c, last.h, last.w);
         m->outputs = last.c;
     }
     if (s == DDP_OK) s = layout_(m, o);
@@ -539,8 +545,8 @@ ddp_status_t model_init_params(model_t *m, uint64_t seed)
 
 static void conv_dims_(const layer_t *L, int n, conv_dims_t *d)
 {
-    *d = (conv_dims_t){n,        L->in.c,   L->in.h, L->in.w,  L->out.c,
-                       L->k,     L->stride, L->pad,  L->out.h, L->out.w};
+    *d = (conv_dims_t){n,    L->in.c,   L->in.h, L->in.w,  L->out.c,
+                       L->k, L->stride, L->pad,  L->out.h, L->out.w};
 }
 
 static void pool_dims_(const layer_t *L, int n, pool_dims_t *d)
@@ -548,9 +554,18 @@ static void pool_dims_(const layer_t *L, int n, pool_dims_t *d)
     *d = (pool_dims_t){n, L->in.c, L->in.h, L->in.w, L->k, L->stride, L->out.h, L->out.w};
 }
 
-static float *P_(const model_t *m, int t) { return t < 0 ? NULL : m->params + m->tensors[t].offset; }
-static float *G_(const model_t *m, int t) { return t < 0 ? NULL : m->grads + m->tensors[t].offset; }
-static float *B_(const model_t *m, int t) { return t < 0 ? NULL : m->bufs + m->tensors[t].offset; }
+static float *P_(const model_t *m, int t)
+{
+    return t < 0 ? NULL : m->params + m->tensors[t].offset;
+}
+static float *G_(const model_t *m, int t)
+{
+    return t < 0 ? NULL : m->grads + m->tensors[t].offset;
+}
+static float *B_(const model_t *m, int t)
+{
+    return t < 0 ? NULL : m->bufs + m->tensors[t].offset;
+}
 
 static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const step_ctx_t *ctx)
 {
@@ -565,10 +580,10 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
             }
             if (count <= 1)
-                return ddp_fail(DDP_ERR_USAGE, "BatchNorm layer %d ('%s') got %.0f value(s) per "
+                return ddp_fail(DDP_ERR_USAGE,
+                                "BatchNorm layer %d ('%s') got %.0f value(s) per "
                                 "channel in training; it needs more than 1: raise --batch%s",
-                                L->index, L->token, count,
-                                ctx->sync_bn ? "" : " or use --sync-bn");
+                                L->index, L->token, count, ctx->sync_bn ? "" : " or use --sync-bn");
             be->bn_finalize(c, L->stats, count, BN_EPS, BN_MOMENTUM, 1, L->mean, L->invstd,
                             B_(m, L->running_mean), B_(m, L->running_var));
             L->num_batches_tracked++;
@@ -630,7 +645,10 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
     return DDP_OK;
 }
 
-float *model_dout(model_t *m) { return m->dact[0]; }
+float *model_dout(model_t *m)
+{
+    return m->dact[0];
+}
 
 /* The lowest layer that must run backward: the first with trainable
  * parameters (nothing below it needs gradients). */

@@ -40,14 +40,17 @@ typedef struct act_shape {
     int image;
 } act_shape_t;
 
-static inline size_t act_numel(act_shape_t s) { return (size_t)s.c * s.h * s.w; }
+static inline size_t act_numel(act_shape_t s)
+{
+    return (size_t)s.c * s.h * s.w;
+}
 
 #define TENSOR_NAME_MAX 48
 
 typedef enum tensor_kind {
-    TENSOR_PARAM,     /* in params/grads */
-    TENSOR_BUFFER,    /* float, in bufs (running_mean, running_var) */
-    TENSOR_COUNTER    /* int64 num_batches_tracked, held in the layer */
+    TENSOR_PARAM,  /* in params/grads */
+    TENSOR_BUFFER, /* float, in bufs (running_mean, running_var) */
+    TENSOR_COUNTER /* int64 num_batches_tracked, held in the layer */
 } tensor_kind_t;
 
 typedef struct tensor {
@@ -65,25 +68,25 @@ typedef struct tensor {
 typedef struct bucket {
     size_t offset, count; /* floats: [offset, offset+count) of params/grads */
     int ntensors;
-    int *tensors;         /* tensor ids, in the order their gradients arrive */
+    int *tensors; /* tensor ids, in the order their gradients arrive */
 } bucket_t;
 
 typedef struct layer {
     layer_kind_t kind;
-    int index;         /* position in the spec (state_dict index) */
-    char token[40];    /* the spec token, for messages */
+    int index;      /* position in the spec (state_dict index) */
+    char token[40]; /* the spec token, for messages */
     act_shape_t in, out;
-    int k, stride, pad; /* conv / pools */
-    float p;            /* dropout */
-    int weight, bias;   /* tensor ids or -1 */
+    int k, stride, pad;                         /* conv / pools */
+    float p;                                    /* dropout */
+    int weight, bias;                           /* tensor ids or -1 */
     int running_mean, running_var, num_batches; /* BN tensor ids or -1 */
     int64_t num_batches_tracked;
 
     /* device memory, sized for the model's batch */
-    float *y;           /* output [batch, out] (NULL for flatten: aliases input) */
-    int32_t *argmax;    /* maxpool */
+    float *y;             /* output [batch, out] (NULL for flatten: aliases input) */
+    int32_t *argmax;      /* maxpool */
     float *mean, *invstd; /* BN [c] */
-    double *stats;      /* BN [2c] statistics scratch */
+    double *stats;        /* BN [2c] statistics scratch */
 } layer_t;
 
 /* Where the parameter and gradient buffers come from: the comm backend may
@@ -96,13 +99,13 @@ typedef struct model_mem {
 } model_mem_t;
 
 typedef struct model_opts {
-    const char *spec;        /* --model */
-    act_shape_t input;       /* per-sample input shape from the data */
-    int outputs;             /* classes or regression targets: resolves linear:auto */
-    int batch;               /* activations are allocated for this many samples */
-    size_t bucket_cap_bytes; /* --bucket-cap-mb */
+    const char *spec;          /* --model */
+    act_shape_t input;         /* per-sample input shape from the data */
+    int outputs;               /* classes or regression targets: resolves linear:auto */
+    int batch;                 /* activations are allocated for this many samples */
+    size_t bucket_cap_bytes;   /* --bucket-cap-mb */
     size_t first_bucket_bytes; /* cap of the first bucket reduced (the last layers) */
-    const char *freeze;      /* --freeze: comma-separated tensor names or layers.<i> */
+    const char *freeze;        /* --freeze: comma-separated tensor names or layers.<i> */
 } model_opts_t;
 
 typedef struct model {
@@ -113,17 +116,17 @@ typedef struct model {
     tensor_t *tensors;
     int nbuckets;
     bucket_t *buckets;
-    size_t nparams;    /* floats in params (and grads) */
-    size_t ntrainable; /* [0, ntrainable) are trainable and bucketed */
-    size_t nbufs;      /* floats in bufs */
+    size_t nparams;               /* floats in params (and grads) */
+    size_t ntrainable;            /* [0, ntrainable) are trainable and bucketed */
+    size_t nbufs;                 /* floats in bufs */
     float *params, *grads, *bufs; /* device */
     act_shape_t input;
-    int outputs;       /* features of the last layer */
+    int outputs; /* features of the last layer */
     int batch;
-    float *dact[2];    /* activation-gradient ping-pong buffers [batch, max act] */
-    void *conv_ws;     /* shared convolution workspace */
-    model_mem_t mem;   /* how params and grads were allocated (alloc == NULL: backend) */
-    size_t act_bytes;  /* activation memory (for the start-up table) */
+    float *dact[2];   /* activation-gradient ping-pong buffers [batch, max act] */
+    void *conv_ws;    /* shared convolution workspace */
+    model_mem_t mem;  /* how params and grads were allocated (alloc == NULL: backend) */
+    size_t act_bytes; /* activation memory (for the start-up table) */
 } model_t;
 
 /* Parse the spec, check it against the input shape, lay out tensors and
@@ -151,9 +154,9 @@ typedef struct step_ctx {
     const int64_t *sample_idx; /* device [n]: global sample indices (dropout keys) */
     int64_t step;              /* optimizer step (dropout key) */
     uint64_t seed;
-    int train;                 /* 1: batch statistics, dropout; 0: eval mode */
-    comm_t *sync_bn;           /* non-NULL: SyncBatchNorm over this communicator */
-    float grad_beta;           /* 0: overwrite parameter gradients, 1: accumulate */
+    int train;       /* 1: batch statistics, dropout; 0: eval mode */
+    comm_t *sync_bn; /* non-NULL: SyncBatchNorm over this communicator */
+    float grad_beta; /* 0: overwrite parameter gradients, 1: accumulate */
     /* Called after layer l's parameter gradients are final (reducer hook). */
     ddp_status_t (*grads_ready)(void *arg, int layer);
     void *grads_ready_arg;

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
-                        int64_t total_steps, const model_mem_t *mem)
+ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m, int64_t total_steps,
+                        const model_mem_t *mem)
 {
     memset(o, 0, sizeof *o);
     o->be = m->be;
@@ -89,9 +89,10 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
         double norm = sqrt(be->sumsq(o->count, m->grads));
         *grad_norm = norm;
         if (!isfinite(norm))
-            return ddp_fail(DDP_ERR_NUMERIC, "the gradient norm is %g at step %lld: training "
-                            "diverged; lower --lr or check the input data (--check-data)", norm,
-                            (long long)o->t);
+            return ddp_fail(DDP_ERR_NUMERIC,
+                            "the gradient norm is %g at step %lld: training "
+                            "diverged; lower --lr or check the input data (--check-data)",
+                            norm, (long long)o->t);
         /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), if < 1 */
         double coef = o->clip / (norm + 1e-6);
         if (coef < 1) be->scale(o->count, m->grads, (float)coef);
@@ -101,7 +102,10 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
     return DDP_OK;
 }
 
-int optim_can_split(const optim_t *o) { return !(o->clip > 0); }
+int optim_can_split(const optim_t *o)
+{
+    return !(o->clip > 0);
+}
 
 int optim_outputs(const optim_t *o, const model_t *m, float **out)
 {

@@ -14,22 +14,22 @@
 
 typedef struct optim {
     const compute_ops_t *be;
-    int kind;            /* optimizer_kind_t */
-    int schedule;        /* schedule_kind_t */
+    int kind;     /* optimizer_kind_t */
+    int schedule; /* schedule_kind_t */
     double lr, momentum, weight_decay, beta1, beta2, eps, clip, lr_gamma;
     int nesterov;
     int64_t warmup, step_size, total_steps;
-    size_t count;        /* trainable floats */
-    float *state[2];     /* SGD: momentum buffer; AdamW: m, v (device) */
-    model_mem_t mem;     /* where the state came from (alloc == NULL: backend) */
-    int64_t t;           /* optimizer steps taken (begun) */
-    float cur_lr;        /* learning rate of the step begun last */
+    size_t count;    /* trainable floats */
+    float *state[2]; /* SGD: momentum buffer; AdamW: m, v (device) */
+    model_mem_t mem; /* where the state came from (alloc == NULL: backend) */
+    int64_t t;       /* optimizer steps taken (begun) */
+    float cur_lr;    /* learning rate of the step begun last */
 } optim_t;
 
 /* The state buffers come from `mem` when given (the comm backend's memory,
  * so an all-reduce can update them in place), else from the backend. */
-ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m,
-                        int64_t total_steps, const model_mem_t *mem);
+ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m, int64_t total_steps,
+                        const model_mem_t *mem);
 void optim_free(optim_t *o);
 /* Bytes of optimizer state (for the start-up table). */
 size_t optim_state_bytes(const optim_t *o);

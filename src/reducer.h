@@ -24,10 +24,10 @@ typedef struct reducer {
     model_t *m;
     comm_t *comm;
     const compute_ops_t *be;
-    int compress;          /* compress_kind_t */
+    int compress; /* compress_kind_t */
     int find_unused;
-    int sync;              /* this micro-batch all-reduces */
-    int final;             /* the last micro-batch of the step */
+    int sync;  /* this micro-batch all-reduces */
+    int final; /* the last micro-batch of the step */
     /* The optimizer over [offset, offset + count) of the flat buffers, run
      * once per bucket of the final micro-batch as soon as the bucket's
      * gradients are final.  Where the comm backend can, it is fused into the
@@ -39,8 +39,8 @@ typedef struct reducer {
     void *apply_arg;
     int napply_out;
     float *apply_out[COMM_APPLY_MAX];
-    int next_done;         /* buckets whose update has been run or handed on */
-    unsigned char *fused;  /* per bucket: the update runs inside the all-reduce */
+    int next_done;              /* buckets whose update has been run or handed on */
+    unsigned char *fused;       /* per bucket: the update runs inside the all-reduce */
     struct reducer_span *spans; /* per bucket: the fused update's context */
     int64_t step;
     float grad_beta;       /* of this micro-batch (0: gradients were overwritten) */
@@ -51,9 +51,9 @@ typedef struct reducer {
     uint16_t *half;        /* compression buffer (device), ntrainable elements */
     const char *skip_grad; /* fault injection: a tensor never marked ready */
     /* statistics */
-    uint64_t bytes_sent;   /* payload bytes all-reduced by the reducer */
-    uint64_t calls;        /* bucket all-reduces started */
-    double wait_seconds;   /* time blocked in reducer_finish */
+    uint64_t bytes_sent; /* payload bytes all-reduced by the reducer */
+    uint64_t calls;      /* bucket all-reduces started */
+    double wait_seconds; /* time blocked in reducer_finish */
 } reducer_t;
 
 ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int find_unused);

@@ -25,8 +25,8 @@ typedef struct ddp_u32x4 {
 } ddp_u32x4_t;
 
 /* Philox4x32 with 10 rounds (Salmon et al., SC'11), as in cuRAND and Random123. */
-DDP_HD ddp_u32x4_t ddp_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
-                              uint32_t k0, uint32_t k1)
+DDP_HD ddp_u32x4_t ddp_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                              uint32_t k1)
 {
     for (int i = 0; i < 10; i++) {
         uint64_t p0 = (uint64_t)0xD2511F53u * c0;

@@ -21,13 +21,13 @@
 #include <stdint.h>
 
 typedef struct sampler {
-    int64_t n;        /* samples in the dataset */
+    int64_t n; /* samples in the dataset */
     int world, rank;
-    int batch;        /* per-rank batch */
+    int batch; /* per-rank batch */
     uint64_t seed;
     int shuffle, drop_last;
-    int64_t steps;    /* steps per epoch, the same on every rank */
-    int64_t limit;    /* positions >= limit are not used */
+    int64_t steps; /* steps per epoch, the same on every rank */
+    int64_t limit; /* positions >= limit are not used */
     int64_t epoch;
     /* permutation parameters for the current epoch (sampler.c) */
     uint64_t perm_keys[4];

@@ -86,7 +86,8 @@ void *ddp_malloc(size_t bytes, const char *what)
 {
     void *p = malloc(bytes ? bytes : 1);
     if (!p)
-        ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for %s; "
+        ddp_fail(DDP_ERR_NOMEM,
+                 "out of memory allocating %zu bytes for %s; "
                  "reduce --batch or the model size, or run fewer ranks per node",
                  bytes, what);
     return p;
@@ -96,7 +97,8 @@ void *ddp_calloc(size_t n, size_t size, const char *what)
 {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p)
-        ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu x %zu bytes for %s; "
+        ddp_fail(DDP_ERR_NOMEM,
+                 "out of memory allocating %zu x %zu bytes for %s; "
                  "reduce --batch or the model size, or run fewer ranks per node",
                  n, size, what);
     return p;

@@ -26,8 +26,7 @@ typedef enum ddp_status {
 /* Record a message for status s and return s (so `return ddp_fail(...)`).
  * The message should say what failed, where (file, dataset, option, layer)
  * and what to do.  Only the first failure is kept until ddp_clear_error(). */
-ddp_status_t ddp_fail(ddp_status_t s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+ddp_status_t ddp_fail(ddp_status_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Replace the recorded message (used to add context on the way up). */
 ddp_status_t ddp_fail_override(ddp_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -42,10 +41,10 @@ const char *ddp_status_name(ddp_status_t s);
 void *ddp_malloc(size_t bytes, const char *what);
 void *ddp_calloc(size_t n, size_t size, const char *what);
 
-#define DDP_TRY(call)                                                          \
-    do {                                                                       \
-        ddp_status_t ddp_try_s_ = (call);                                      \
-        if (ddp_try_s_ != DDP_OK) return ddp_try_s_;                           \
+#define DDP_TRY(call)                                                                              \
+    do {                                                                                           \
+        ddp_status_t ddp_try_s_ = (call);                                                          \
+        if (ddp_try_s_ != DDP_OK) return ddp_try_s_;                                               \
     } while (0)
 
 #endif

@@ -80,7 +80,10 @@ static uint64_t fnv1a_(uint64_t h, const void *data, size_t n)
 }
 #define FNV_SEED 0xcbf29ce484222325ull
 
-static double mib_(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+static double mib_(size_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
+}
 
 static double peak_rss_mib_(void)
 {
@@ -96,11 +99,11 @@ typedef struct trainer {
     comm_t comm;
     int comm_ok;
     const compute_ops_t *be;
-    char device[128];   /* the backend's description, for the start-up table */
+    char device[128]; /* the backend's description, for the start-up table */
     deck_t train, val;
     int have_train, have_val;
-    int loss;      /* LOSS_XENT or LOSS_MSE */
-    int sync_bn;   /* SyncBatchNorm in use */
+    int loss;    /* LOSS_XENT or LOSS_MSE */
+    int sync_bn; /* SyncBatchNorm in use */
     model_t model;
     int have_model;
     optim_t opt;
@@ -135,12 +138,13 @@ static ddp_status_t open_data_(trainer_t *t)
     const deck_t *d = &t->train;
     t->loss = cfg->loss == LOSS_AUTO ? (d->regression ? LOSS_MSE : LOSS_XENT) : cfg->loss;
     if (t->loss == LOSS_XENT) DDP_TRY(deck_require_labels(d));
-    if (t->have_val && (t->val.regression != d->regression ||
-                        act_numel(t->val.shape) != act_numel(d->shape)))
-        return ddp_fail(DDP_ERR_INPUT, "%s: /val does not match /train (sample shape or label "
-                        "kind differ)", cfg->inputs[0]);
-    if (cfg->drop_last)
-        DDP_TRY(deck_check_size(d, t->comm.size, (int)cfg->batch, cfg->drop_last));
+    if (t->have_val &&
+        (t->val.regression != d->regression || act_numel(t->val.shape) != act_numel(d->shape)))
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: /val does not match /train (sample shape or label "
+                        "kind differ)",
+                        cfg->inputs[0]);
+    if (cfg->drop_last) DDP_TRY(deck_check_size(d, t->comm.size, (int)cfg->batch, cfg->drop_last));
     if (cfg->check_data) {
         DDP_TRY(deck_check_finite(&t->train));
         if (t->have_val) DDP_TRY(deck_check_finite(&t->val));
@@ -181,7 +185,10 @@ static ddp_status_t comm_mem_alloc_cb_(void *comm, size_t bytes, void **p)
     return comm_mem_alloc(comm, bytes, p);
 }
 
-static void comm_mem_free_cb_(void *comm, void *p) { comm_mem_free(comm, p); }
+static void comm_mem_free_cb_(void *comm, void *p)
+{
+    comm_mem_free(comm, p);
+}
 
 /* Memory (parameters and gradients from the comm backend, collectively:
  * every rank has the same layout by now, so buckets are the same slices on
@@ -214,8 +221,7 @@ static ddp_status_t broadcast_model_(trainer_t *t)
     t->be->download((char *)host + np, m->bufs, nb);
     for (int i = 0; i < m->nlayers; i++) cnt[i] = m->layers[i].num_batches_tracked;
     ddp_status_t s = t->comm.ops->bcast(&t->comm, host, np + nb, 0, &d);
-    if (s == DDP_OK)
-        s = t->comm.ops->bcast(&t->comm, cnt, (size_t)m->nlayers * sizeof *cnt, 0, &d);
+    if (s == DDP_OK) s = t->comm.ops->bcast(&t->comm, cnt, (size_t)m->nlayers * sizeof *cnt, 0, &d);
     if (s == DDP_OK) {
         t->be->upload(m->params, host, np);
         t->be->upload(m->bufs, (char *)host + np, nb);
@@ -275,7 +281,8 @@ static ddp_status_t consistency_check_(trainer_t *t)
         item_(c, name, val, strlen(val));
     }
     uint64_t h = FNV_SEED;
-    for (int k = 0; k < cfg->ninputs; k++) h = fnv1a_(h, cfg->inputs[k], strlen(cfg->inputs[k]) + 1);
+    for (int k = 0; k < cfg->ninputs; k++)
+        h = fnv1a_(h, cfg->inputs[k], strlen(cfg->inputs[k]) + 1);
     item_(c, "input files", &h, sizeof h);
     int64_t data[4] = {t->train.n, (int64_t)t->train.sample_numel, t->train.dtype,
                        t->train.regression ? t->train.targets : t->train.classes};
@@ -303,7 +310,8 @@ static ddp_status_t consistency_check_(trainer_t *t)
         return ddp_fail(DDP_ERR_NOMEM, "out of memory in the start-up check");
     }
     comm_desc_t d = {"startup-check", -1, -1};
-    ddp_status_t s = t->comm.ops->allgather(&t->comm, c->hash, all, CHECK_ITEMS_MAX * sizeof *all, &d);
+    ddp_status_t s =
+        t->comm.ops->allgather(&t->comm, c->hash, all, CHECK_ITEMS_MAX * sizeof *all, &d);
     /* first differing (item, rank) against rank 0, the same on every rank */
     int bad_item = -1, bad_rank = -1, nbad = 0;
     for (int i = 0; i < c->n && s == DDP_OK; i++)
@@ -319,9 +327,10 @@ static ddp_status_t consistency_check_(trainer_t *t)
         snprintf(theirs, sizeof theirs, "%s", mine);
         t->comm.ops->bcast(&t->comm, theirs, sizeof theirs, bad_rank, &d);
         t->comm.ops->bcast(&t->comm, mine, sizeof mine, 0, &d);
-        s = ddp_fail(DDP_ERR_MISMATCH, "ranks disagree on %s: rank 0 has '%s', rank %d has '%s'%s; "
-                     "every rank must run with the same options and input files", c->name[bad_item],
-                     mine, bad_rank, theirs,
+        s = ddp_fail(DDP_ERR_MISMATCH,
+                     "ranks disagree on %s: rank 0 has '%s', rank %d has '%s'%s; "
+                     "every rank must run with the same options and input files",
+                     c->name[bad_item], mine, bad_rank, theirs,
                      nbad > 1 ? " (other ranks differ too)" : "");
     }
     free(all);
@@ -340,8 +349,8 @@ static void print_table_(trainer_t *t)
     size_t pbytes = m->nparams * sizeof(float) + m->nbufs * sizeof(float);
     size_t gbytes = m->nparams * sizeof(float);
     size_t obytes = optim_state_bytes(&t->opt) + (t->red.half ? m->ntrainable * 2 : 0);
-    log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), device %s, comm %s",
-             ddp_version(), t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
+    log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), device %s, comm %s", ddp_version(),
+             t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
              t->comm.nnodes > 1 ? "s" : "", t->comm.local_size, t->device, t->comm.ops->name);
     char desc[256];
     deck_describe(d, desc, sizeof desc);
@@ -356,7 +365,8 @@ static void print_table_(trainer_t *t)
     size_t u = 0;
     for (int b = 0; b < m->nbuckets && u < sizeof buckets - 32; b++) {
         if (b == 8 && m->nbuckets > 9) {
-            u += (size_t)snprintf(buckets + u, sizeof buckets - u, ", ... (%d more)", m->nbuckets - 8);
+            u += (size_t)snprintf(buckets + u, sizeof buckets - u, ", ... (%d more)",
+                                  m->nbuckets - 8);
             break;
         }
         u += (size_t)snprintf(buckets + u, sizeof buckets - u, "%s%.2f", b ? ", " : "",
@@ -364,9 +374,9 @@ static void print_table_(trainer_t *t)
     }
     log_info("  buckets      %d: %s MiB (cap %g MiB, first %g MiB)%s", m->nbuckets,
              m->nbuckets ? buckets : "-", cfg->bucket_cap_mb, cfg->first_bucket_mb,
-             cfg->grad_compress ? (cfg->grad_compress == COMPRESS_BF16 ? ", bf16 all-reduce"
-                                                                       : ", fp16 all-reduce")
-                                : "");
+             cfg->grad_compress
+                 ? (cfg->grad_compress == COMPRESS_BF16 ? ", bf16 all-reduce" : ", fp16 all-reduce")
+                 : "");
     log_info("  batch        %lld per rank x accum %lld x %d ranks = global batch %lld",
              (long long)cfg->batch, (long long)cfg->accum, t->comm.size,
              (long long)(cfg->batch * cfg->accum * t->comm.size));
@@ -414,8 +424,7 @@ static ddp_status_t average_bn_buffers_(trainer_t *t)
     return DDP_OK;
 }
 
-static ddp_status_t evaluate_ranks_(trainer_t *t, int64_t epoch, int64_t step,
-                                    train_result_t *res)
+static ddp_status_t evaluate_ranks_(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
 {
     if (!t->have_val) return DDP_OK;
     const ddp_config_t *cfg = t->cfg;
@@ -438,8 +447,12 @@ static ddp_status_t evaluate_ranks_(trainer_t *t, int64_t epoch, int64_t step,
             be->upload(t->y_dev, t->ey, (size_t)n * sizeof(int32_t));
         else
             be->upload(t->t_dev, t->et, (size_t)n * (size_t)k * sizeof(float));
-        step_ctx_t ctx = {.n = n, .global_n = n, .sample_idx = NULL, .step = step,
-                          .seed = (uint64_t)cfg->seed, .train = 0};
+        step_ctx_t ctx = {.n = n,
+                          .global_n = n,
+                          .sample_idx = NULL,
+                          .step = step,
+                          .seed = (uint64_t)cfg->seed,
+                          .train = 0};
         const float *out;
         DDP_TRY(model_forward(m, t->x_dev, &ctx, &out));
         if (t->loss == LOSS_XENT)
@@ -496,10 +509,11 @@ static ddp_status_t check_replicas_(trainer_t *t, int64_t step)
     ddp_status_t s = t->comm.ops->allgather(&t->comm, &h, all, sizeof h, &d);
     for (int r = 1; r < t->comm.size && s == DDP_OK; r++)
         if (all[r] != all[0])
-            s = ddp_fail(DDP_ERR_MISMATCH, "replicas diverged: after step %lld the parameters%s of "
+            s = ddp_fail(DDP_ERR_MISMATCH,
+                         "replicas diverged: after step %lld the parameters%s of "
                          "rank %d differ from rank 0's (hash %016llx vs %016llx); the model is "
-                         "no longer the same on every rank", (long long)step,
-                         nb ? " and BN statistics" : "", r,
+                         "no longer the same on every rank",
+                         (long long)step, nb ? " and BN statistics" : "", r,
                          (unsigned long long)all[r], (unsigned long long)all[0]);
     free(all);
     return s;
@@ -528,8 +542,8 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
     MPI_Comm world = t->comm.mpi;
     int W = t->comm.size;
     t->be = compute_find("cpu");
-    DDP_TRY(agree_(world, t->be->init(t->comm.local_rank, t->comm.local_size, t->device,
-                                      sizeof t->device)));
+    DDP_TRY(agree_(
+        world, t->be->init(t->comm.local_rank, t->comm.local_size, t->device, sizeof t->device)));
 
     DDP_TRY(agree_(world, open_data_(t)));
     DDP_TRY(agree_(world, build_model_(t)));
@@ -543,13 +557,14 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
                  cfg->shuffle, cfg->drop_last);
     t->micro_per_epoch = t->sampler.steps;
     int64_t K = cfg->accum;
-    t->steps_per_epoch = cfg->drop_last ? t->micro_per_epoch / K
-                                        : (t->micro_per_epoch + K - 1) / K;
+    t->steps_per_epoch = cfg->drop_last ? t->micro_per_epoch / K : (t->micro_per_epoch + K - 1) / K;
     if (t->steps_per_epoch < 1)
-        DDP_TRY(agree_(world, ddp_fail(DDP_ERR_INPUT, "%s: %lld samples make %lld micro-batches "
-                                       "per epoch, fewer than --accum %lld; lower --accum or --batch",
-                                       cfg->inputs[0], (long long)t->train.n,
-                                       (long long)t->micro_per_epoch, (long long)K)));
+        DDP_TRY(
+            agree_(world, ddp_fail(DDP_ERR_INPUT,
+                                   "%s: %lld samples make %lld micro-batches "
+                                   "per epoch, fewer than --accum %lld; lower --accum or --batch",
+                                   cfg->inputs[0], (long long)t->train.n,
+                                   (long long)t->micro_per_epoch, (long long)K)));
     if (cfg->steps > 0) {
         t->total_steps = cfg->steps;
         t->epochs = (cfg->steps + t->steps_per_epoch - 1) / t->steps_per_epoch;
@@ -573,8 +588,8 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
     if (!t->x_dev || !t->y_dev || !t->t_dev || !t->idx_dev || !t->acc_dev || !t->ex || !t->ey ||
         !t->et)
         DDP_TRY(agree_(world, ddp_fail(DDP_ERR_NOMEM, "out of memory for batch buffers")));
-    size_t per_batch = B * (numel * sizeof(float) + sizeof(int32_t) + (size_t)k * sizeof(float) +
-                            sizeof(int64_t));
+    size_t per_batch =
+        B * (numel * sizeof(float) + sizeof(int32_t) + (size_t)k * sizeof(float) + sizeof(int64_t));
     t->data_bytes = per_batch * (size_t)(cfg->prefetch + 2); /* queue + device copy + eval */
 
     model_mem_t mem = {comm_mem_alloc_cb_, comm_mem_free_cb_, &t->comm};
@@ -586,8 +601,11 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
     DDP_TRY(agree_(world, s));
     print_table_(t);
 
-    loader_opts_t lo = {.prefetch = (int)cfg->prefetch, .augment = cfg->augment,
-                        .first_epoch = 0, .first_step = 0, .epochs = t->epochs};
+    loader_opts_t lo = {.prefetch = (int)cfg->prefetch,
+                        .augment = cfg->augment,
+                        .first_epoch = 0,
+                        .first_step = 0,
+                        .epochs = t->epochs};
     DDP_TRY(agree_(world, loader_start(&t->loader, &t->train, &t->sampler, &lo)));
     res->steps = 0;
     return DDP_OK;
@@ -634,7 +652,8 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
     int64_t nmicro = t->micro_per_epoch - first_micro < K ? t->micro_per_epoch - first_micro : K;
     /* the union batch of the step over all ranks and micro-batches */
     int64_t gcount = 0;
-    for (int64_t j = 0; j < nmicro; j++) gcount += sampler_global_count(&t->sampler, first_micro + j);
+    for (int64_t j = 0; j < nmicro; j++)
+        gcount += sampler_global_count(&t->sampler, first_micro + j);
     int k = t->train.targets;
     float scale = (float)(1.0 / ((double)gcount * (t->loss == LOSS_MSE ? k : 1)));
     size_t numel = t->train.sample_numel;
@@ -648,9 +667,11 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
         loader_batch_t *b;
         DDP_TRY(loader_next(t->loader, &b));
         if (b->epoch != epoch || b->step != first_micro + j)
-            return ddp_fail(DDP_ERR_INTERNAL, "loader delivered epoch %lld batch %lld, expected "
-                            "epoch %lld batch %lld", (long long)b->epoch, (long long)b->step,
-                            (long long)epoch, (long long)(first_micro + j));
+            return ddp_fail(DDP_ERR_INTERNAL,
+                            "loader delivered epoch %lld batch %lld, expected "
+                            "epoch %lld batch %lld",
+                            (long long)b->epoch, (long long)b->step, (long long)epoch,
+                            (long long)(first_micro + j));
         int n = b->n;
         be->upload(t->x_dev, b->x, (size_t)n * numel * sizeof(float));
         be->upload(t->idx_dev, b->idx, (size_t)n * sizeof(int64_t));
@@ -714,7 +735,8 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     size_t cap = (size_t)(t->total_steps < (1 << 20) ? t->total_steps : (1 << 20));
     t->step_s = malloc((cap + 1) * sizeof *t->step_s);
     t->wait_s = malloc((cap + 1) * sizeof *t->wait_s);
-    if (!t->step_s || !t->wait_s) return ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics");
+    if (!t->step_s || !t->wait_s)
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics");
     t->stat_cap = cap;
     be->zero(t->acc_dev, 2 * sizeof(double));
     for (int64_t epoch = 0; epoch < t->epochs && step < t->total_steps; epoch++) {
@@ -734,7 +756,8 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             maybe_perturb_(t, step);
             if (cfg->check_replicas > 0 && step % cfg->check_replicas == 0)
                 DDP_TRY(check_replicas_(t, step));
-            int logging = cfg->log_every > 0 && (step % cfg->log_every == 0 || step == t->total_steps);
+            int logging =
+                cfg->log_every > 0 && (step % cfg->log_every == 0 || step == t->total_steps);
             if (logging) {
                 double acc[3];
                 be->download(acc, t->acc_dev, 2 * sizeof(double));
@@ -747,9 +770,11 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                 double loss = acc[0] / (denom > 0 ? denom : 1);
                 res->last_loss = loss;
                 if (!isfinite(loss))
-                    return ddp_fail(DDP_ERR_NUMERIC, "the training loss is %g at step %lld: "
+                    return ddp_fail(DDP_ERR_NUMERIC,
+                                    "the training loss is %g at step %lld: "
                                     "training diverged; lower --lr, use --clip-grad-norm, or check "
-                                    "the input with --check-data", loss, (long long)step);
+                                    "the input with --check-data",
+                                    loss, (long long)step);
                 double now = now_(), dt = now - t_window;
                 double wait = loader_wait_seconds(t->loader);
                 log_info("step %lld/%lld epoch %lld loss %.5f lr %.4g  %.0f samples/s  data-wait "

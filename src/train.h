@@ -9,10 +9,10 @@
 
 /* Results of a run, for tests that run the trainer in-process. */
 typedef struct train_result {
-    int64_t steps;       /* optimizer steps taken */
-    double last_loss;    /* global mean training loss of the last logged window */
+    int64_t steps;            /* optimizer steps taken */
+    double last_loss;         /* global mean training loss of the last logged window */
     double val_loss, val_acc; /* last evaluation (NaN if none) */
-    int64_t val_count;   /* validation samples counted in it */
+    int64_t val_count;        /* validation samples counted in it */
     uint64_t allreduce_bytes; /* gradient bytes all-reduced */
 } train_result_t;
 

@@ -17,7 +17,10 @@ char *openblas_get_config(void);
 #include <nccl.h>
 #endif
 
-const char *ddp_version(void) { return PACKAGE_VERSION; }
+const char *ddp_version(void)
+{
+    return PACKAGE_VERSION;
+}
 
 void ddp_print_version(FILE *f, const char *prog)
 {

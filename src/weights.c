@@ -121,7 +121,8 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
     m->be->download(b, m->bufs, m->nbufs * sizeof(float));
     h5_lock();
     if (s == DDP_OK && !h5_exists(f, group)) {
-        s = ddp_fail(DDP_ERR_INPUT, "--init %s: no group %s; a weights file holds "
+        s = ddp_fail(DDP_ERR_INPUT,
+                     "--init %s: no group %s; a weights file holds "
                      "%s/<name> datasets (PyTorch state_dict names such as layers.0.weight)",
                      path, group, group);
     }
@@ -150,7 +151,8 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
         } else {
             herr_t rc;
             if (T->kind == TENSOR_COUNTER)
-                rc = H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &counters[T->layer]);
+                rc = H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                             &counters[T->layer]);
             else
                 rc = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                              (T->kind == TENSOR_PARAM ? p : b) + T->offset);
@@ -167,9 +169,10 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
     H5Fclose(f);
     h5_unlock();
     if (s == DDP_OK && pr.n > 0)
-        s = ddp_fail(DDP_ERR_INPUT, "--init %s does not match the model (%d problem%s): %s; check "
-                     "--model against the file (h5ls -r %s)", path, pr.n, pr.n > 1 ? "s" : "",
-                     pr.text, path);
+        s = ddp_fail(DDP_ERR_INPUT,
+                     "--init %s does not match the model (%d problem%s): %s; check "
+                     "--model against the file (h5ls -r %s)",
+                     path, pr.n, pr.n > 1 ? "s" : "", pr.text, path);
     if (s == DDP_OK) {
         m->be->upload(m->params, p, m->nparams * sizeof(float));
         m->be->upload(m->bufs, b, m->nbufs * sizeof(float));

@@ -11,7 +11,7 @@
 #include "model.h"
 #include "status.h"
 
-#define WEIGHTS_FORMAT "ddptrain-weights"
+#define WEIGHTS_FORMAT         "ddptrain-weights"
 #define WEIGHTS_FORMAT_VERSION 1
 
 typedef struct weights_meta {

@@ -442,7 +442,7 @@ END_TEST
 typedef struct upd {
     float *g, *p, *m; /* the bucket's slices */
     int calls;
-    size_t elems;     /* elements updated on this rank */
+    size_t elems; /* elements updated on this rank */
 } upd_t;
 
 static void upd_fn_(void *arg, size_t first, size_t count)

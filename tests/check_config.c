@@ -53,8 +53,8 @@ START_TEST(cmdline_forms)
 {
     ddp_config_t c;
     config_action_t act;
-    args_("--batch", "32", "--lr=0.5", "--no-shuffle", "--nesterov", "--optimizer", "sgd",
-          "in.h5", "--sync-bn=false", "more.h5", NULL);
+    args_("--batch", "32", "--lr=0.5", "--no-shuffle", "--nesterov", "--optimizer", "sgd", "in.h5",
+          "--sync-bn=false", "more.h5", NULL);
     ck_assert_int_eq(parse_(&c, NULL, &act), DDP_OK);
     ck_assert_int_eq(act, CONFIG_RUN);
     ck_assert_int_eq(c.batch, 32);
@@ -126,9 +126,9 @@ START_TEST(precedence)
     config_action_t act;
     args_("in.h5", "--config", path, "--lr", "0.3", NULL);
     ck_assert_int_eq(parse_(&c, fake_input_config_, &act), DDP_OK);
-    ck_assert_int_eq(c.epochs, 7);                /* input /config */
-    ck_assert_int_eq(c.batch, 24);                /* config file beats input */
-    ck_assert_double_eq_tol(c.lr, 0.3, 1e-12);    /* command line beats both */
+    ck_assert_int_eq(c.epochs, 7);             /* input /config */
+    ck_assert_int_eq(c.batch, 24);             /* config file beats input */
+    ck_assert_double_eq_tol(c.lr, 0.3, 1e-12); /* command line beats both */
     ck_assert_double_eq_tol(c.momentum, 0, 1e-12);
     ck_assert_int_eq(c.source[config_find("epochs") - ddp_options], SRC_INPUT);
     ck_assert_int_eq(c.source[config_find("batch") - ddp_options], SRC_FILE);

@@ -22,7 +22,7 @@
 #include "tests.h"
 #include "weights.h"
 
-#define REL_TOL 1e-5
+#define REL_TOL   1e-5
 #define ABS_FLOOR 1e-6 /* relative differences are taken against max(|ref|, 0.1) */
 
 typedef struct fixture {
@@ -78,8 +78,13 @@ static void fixture_close_(fixture_t *fx)
 
 static void build_(const fixture_t *fx, model_t *m)
 {
-    model_opts_t o = {.spec = fx->spec, .input = fx->in, .outputs = fx->classes, .batch = fx->n,
-                      .bucket_cap_bytes = 1 << 20, .first_bucket_bytes = 1 << 16, .freeze = ""};
+    model_opts_t o = {.spec = fx->spec,
+                      .input = fx->in,
+                      .outputs = fx->classes,
+                      .batch = fx->n,
+                      .bucket_cap_bytes = 1 << 20,
+                      .first_bucket_bytes = 1 << 16,
+                      .freeze = ""};
     ck_assert_msg(model_build(m, &o, &compute_cpu_ops) == DDP_OK, "%s", ddp_error_message());
     ck_assert_msg(weights_load_group(fx->path, "/init", m) == DDP_OK, "%s", ddp_error_message());
 }
@@ -100,8 +105,7 @@ static int noise_driven_(const model_t *m, int t)
 {
     const tensor_t *T = &m->tensors[t];
     int l = T->layer;
-    if (t == m->layers[l].bias && l + 1 < m->nlayers && m->layers[l + 1].kind == LAYER_BN)
-        return 1;
+    if (t == m->layers[l].bias && l + 1 < m->nlayers && m->layers[l + 1].kind == LAYER_BN) return 1;
     return t == m->layers[l].running_mean && l > 0 && m->layers[l - 1].bias >= 0;
 }
 
@@ -211,17 +215,35 @@ static void five_steps_(const char *file, const char *opt)
     fixture_close_(&fx);
 }
 
-START_TEST(mlp_forward_backward) { forward_and_grads_("mlp.h5"); }
+START_TEST(mlp_forward_backward)
+{
+    forward_and_grads_("mlp.h5");
+}
 END_TEST
-START_TEST(cnn_forward_backward) { forward_and_grads_("cnn.h5"); }
+START_TEST(cnn_forward_backward)
+{
+    forward_and_grads_("cnn.h5");
+}
 END_TEST
-START_TEST(mlp_sgd) { five_steps_("mlp.h5", "sgd"); }
+START_TEST(mlp_sgd)
+{
+    five_steps_("mlp.h5", "sgd");
+}
 END_TEST
-START_TEST(mlp_adamw) { five_steps_("mlp.h5", "adamw"); }
+START_TEST(mlp_adamw)
+{
+    five_steps_("mlp.h5", "adamw");
+}
 END_TEST
-START_TEST(cnn_sgd) { five_steps_("cnn.h5", "sgd"); }
+START_TEST(cnn_sgd)
+{
+    five_steps_("cnn.h5", "sgd");
+}
 END_TEST
-START_TEST(cnn_adamw) { five_steps_("cnn.h5", "adamw"); }
+START_TEST(cnn_adamw)
+{
+    five_steps_("cnn.h5", "adamw");
+}
 END_TEST
 
 Suite *test_suite(void)

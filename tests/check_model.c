@@ -8,11 +8,16 @@
 #include "tests.h"
 #include "weights.h"
 
-static ddp_status_t build_(model_t *m, const char *spec, act_shape_t in, int outputs,
-                           size_t cap, size_t first, const char *freeze)
+static ddp_status_t build_(model_t *m, const char *spec, act_shape_t in, int outputs, size_t cap,
+                           size_t first, const char *freeze)
 {
-    model_opts_t o = {.spec = spec, .input = in, .outputs = outputs, .batch = 4,
-                      .bucket_cap_bytes = cap, .first_bucket_bytes = first, .freeze = freeze};
+    model_opts_t o = {.spec = spec,
+                      .input = in,
+                      .outputs = outputs,
+                      .batch = 4,
+                      .bucket_cap_bytes = cap,
+                      .first_bucket_bytes = first,
+                      .freeze = freeze};
     return model_build(m, &o, &compute_cpu_ops);
 }
 
@@ -21,15 +26,18 @@ static const act_shape_t img = {3, 8, 8, 1}, vec = {20, 1, 1, 0};
 START_TEST(cnn_shapes_and_names)
 {
     model_t m;
-    ck_assert_int_eq(build_(&m, "conv:8:3:1:1,bn,relu,maxpool:2,conv:16:3:2,bn,gelu,gap,dropout:0.5,"
-                            "linear:auto", img, 5, 1 << 20, 1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(build_(&m,
+                            "conv:8:3:1:1,bn,relu,maxpool:2,conv:16:3:2,bn,gelu,gap,dropout:0.5,"
+                            "linear:auto",
+                            img, 5, 1 << 20, 1 << 20, ""),
+                     DDP_OK);
     ck_assert_int_eq(m.nlayers, 10);
     ck_assert_int_eq(m.layers[0].out.c, 8);
     ck_assert_int_eq(m.layers[0].out.h, 8);
-    ck_assert_int_eq(m.layers[3].out.h, 4);      /* maxpool 2 */
-    ck_assert_int_eq(m.layers[4].out.h, 1);      /* (4 - 3)/2 + 1 */
-    ck_assert_int_eq(m.layers[7].out.image, 0);  /* gap */
-    ck_assert_int_eq(m.outputs, 5);              /* linear:auto */
+    ck_assert_int_eq(m.layers[3].out.h, 4);     /* maxpool 2 */
+    ck_assert_int_eq(m.layers[4].out.h, 1);     /* (4 - 3)/2 + 1 */
+    ck_assert_int_eq(m.layers[7].out.image, 0); /* gap */
+    ck_assert_int_eq(m.outputs, 5);             /* linear:auto */
     int t = model_find_tensor(&m, "layers.0.weight");
     ck_assert_int_ge(t, 0);
     ck_assert_int_eq(m.tensors[t].ndim, 4);
@@ -96,7 +104,8 @@ START_TEST(buckets_reverse_contiguous_capped)
     model_t m;
     act_shape_t in = {784, 1, 1, 0};
     ck_assert_int_eq(build_(&m, "linear:1024,bn,relu,linear:1024,bn,relu,linear:10", in, 10,
-                            (size_t)5 << 20, (size_t)1 << 20, ""), DDP_OK);
+                            (size_t)5 << 20, (size_t)1 << 20, ""),
+                     DDP_OK);
     ck_assert_int_eq(m.ntrainable, m.nparams);
     size_t expect_off = 0;
     int last_layer = 1 << 30;
@@ -129,8 +138,9 @@ END_TEST
 START_TEST(freeze_excludes_from_buckets)
 {
     model_t m;
-    ck_assert_int_eq(build_(&m, "linear:8,bn,relu,linear:4", vec, 4, 1 << 20, 1 << 20,
-                            "layers.0,layers.3.bias"), DDP_OK);
+    ck_assert_int_eq(
+        build_(&m, "linear:8,bn,relu,linear:4", vec, 4, 1 << 20, 1 << 20, "layers.0,layers.3.bias"),
+        DDP_OK);
     int w0 = model_find_tensor(&m, "layers.0.weight"), b3 = model_find_tensor(&m, "layers.3.bias");
     int w3 = model_find_tensor(&m, "layers.3.weight");
     ck_assert(m.tensors[w0].frozen && m.tensors[b3].frozen && !m.tensors[w3].frozen);
@@ -149,7 +159,8 @@ START_TEST(init_follows_pytorch_defaults)
 {
     model_t m;
     act_shape_t in = {400, 1, 1, 0};
-    ck_assert_int_eq(build_(&m, "linear:300,bn,relu,linear:2", in, 2, 1 << 20, 1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(build_(&m, "linear:300,bn,relu,linear:2", in, 2, 1 << 20, 1 << 20, ""),
+                     DDP_OK);
     ck_assert_int_eq(model_init_params(&m, 7), DDP_OK);
     const tensor_t *W = &m.tensors[model_find_tensor(&m, "layers.0.weight")];
     const float *w = m.params + W->offset;
@@ -203,7 +214,7 @@ START_TEST(weights_round_trip_and_errors)
     ck_assert_int_eq(weights_load(path, &b), DDP_ERR_INPUT);
     const char *msg = ddp_error_message();
     ck_assert_ptr_nonnull(strstr(msg, "layers.0.weight has shape file [6, 20], model [7, 20]"));
-    ck_assert_ptr_nonnull(strstr(msg, "layers.2.weight"));     /* missing */
+    ck_assert_ptr_nonnull(strstr(msg, "layers.2.weight")); /* missing */
     ck_assert_ptr_nonnull(strstr(msg, "unexpected tensor layers.1.running_mean"));
     ck_assert_ptr_nonnull(strstr(msg, "unexpected tensor layers.3.weight"));
     ddp_clear_error();

@@ -24,7 +24,8 @@ static int write_(const char *path, const char *kind)
     int32_t y[N];
     for (int i = 0; i < N; i++) {
         y[i] = i % 4;
-        for (int j = 0; j < f_; j++) x[i * f_ + j] = (float)((i * 7 + j * 3) % 11) / 11.0f + (float)y[i];
+        for (int j = 0; j < f_; j++)
+            x[i * f_ + j] = (float)((i * 7 + j * 3) % 11) / 11.0f + (float)y[i];
     }
     if (strcmp(kind, "nan") == 0) x[57 * f_ + 3] = NAN;
     if (strcmp(kind, "neg-label") == 0) y[31] = -1;

@@ -17,7 +17,10 @@ const char *test_srcdir(void)
     return s ? s : ".";
 }
 
-const char *test_tmpdir(void) { return tmpdir; }
+const char *test_tmpdir(void)
+{
+    return tmpdir;
+}
 
 double test_max_rel_diff(const float *a, const float *b, size_t n, double floor)
 {

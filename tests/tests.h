@@ -23,9 +23,9 @@ const char *test_tmpdir(void);
 /* max_i |a_i - b_i| / max(|b_i|, floor) */
 double test_max_rel_diff(const float *a, const float *b, size_t n, double floor);
 
-#define ck_assert_close(a, b, tol)                                                         \
-    ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol) * fmax(1.0, fabs((double)(b))), \
-                  "%s = %.9g, expected %s = %.9g (tol %g)", #a, (double)(a), #b, (double)(b), \
+#define ck_assert_close(a, b, tol)                                                                 \
+    ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol)*fmax(1.0, fabs((double)(b))),           \
+                  "%s = %.9g, expected %s = %.9g (tol %g)", #a, (double)(a), #b, (double)(b),      \
                   (double)(tol))
 
 #endif

@@ -46,7 +46,7 @@ typedef struct prep_ds {
     hid_t memtype;
     int rank;
     hsize_t dims[4];
-    hsize_t rows;        /* rows written so far */
+    hsize_t rows; /* rows written so far */
     char name[64];
 } prep_ds_t;
 ddp_status_t prep_ds_create(prep_ds_t *w, hid_t file, const char *name, hid_t file_type,
@@ -60,8 +60,8 @@ typedef struct prep_stats {
     int nch;
     size_t per_ch;
     double *shift, *sum, *sumsq; /* shifted sums (float data) */
-    uint64_t *isum, *isumsq;      /* exact sums (uint8 data) */
-    int64_t count;                /* values per channel */
+    uint64_t *isum, *isumsq;     /* exact sums (uint8 data) */
+    int64_t count;               /* values per channel */
 } prep_stats_t;
 ddp_status_t prep_stats_init(prep_stats_t *st, int nch, size_t per_ch);
 void prep_stats_add_f32(prep_stats_t *st, const float *x, size_t nrows);
