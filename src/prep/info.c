@@ -119,6 +119,16 @@ static void acc_init_(acc_t *a)
     a->max = -INFINITY;
 }
 
+/* One finite value into the running statistics. */
+static void acc_add_(acc_t *a, double v)
+{
+    if (v < a->min) a->min = v;
+    if (v > a->max) a->max = v;
+    a->sum += v;
+    a->sumsq += v * v;
+    a->n++;
+}
+
 static void acc_print_(const acc_t *a, const char *what)
 {
     double m = a->n ? a->sum / (double)a->n : 0;
@@ -169,18 +179,8 @@ static void x_stats_(hid_t ds)
                 if (first_bad < 0) first_bad = (int64_t)(off + i / row);
                 continue;
             }
-            if (v < all.min) all.min = v;
-            if (v > all.max) all.max = v;
-            all.sum += v;
-            all.sumsq += v * v;
-            all.n++;
-            if (c) {
-                if (v < c->min) c->min = v;
-                if (v > c->max) c->max = v;
-                c->sum += v;
-                c->sumsq += v * v;
-                c->n++;
-            }
+            acc_add_(&all, v);
+            if (c) acc_add_(c, v);
         }
     }
     free(buf);
@@ -239,11 +239,7 @@ static void y_stats_(hid_t ds)
                     acc.nonfinite++;
                     continue;
                 }
-                if (v < acc.min) acc.min = v;
-                if (v > acc.max) acc.max = v;
-                acc.sum += v;
-                acc.sumsq += v * v;
-                acc.n++;
+                acc_add_(&acc, v);
             }
         }
     }
