@@ -43,7 +43,10 @@ ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p)
     *p = NULL;
     if (posix_memalign(p, 64, bytes ? bytes : 1) != 0) {
         *p = NULL;
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory allocating %zu bytes for gradients", bytes);
+        return ddp_fail(DDP_ERR_NOMEM,
+                        "out of memory allocating %zu bytes for parameters, gradients or optimizer "
+                        "state; reduce the model size or run fewer ranks per node",
+                        bytes);
     }
     memset(*p, 0, bytes);
     return DDP_OK;
