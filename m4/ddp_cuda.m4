@@ -5,6 +5,25 @@
 # --without-cuda     CPU-only build.
 # --with-cuda-arch=LIST  comma-separated sm_XX list (default sm_90); SASS for
 #                    each, plus PTX of the newest so later GPUs can JIT it.
+# _DDP_CUDA_PREFIX -- the toolkit prefix for a guessed $NVCC.  nvcc on PATH is
+# often a link or wrapper in /usr/bin or /usr/local/bin, so its parent is not
+# the toolkit: ask nvcc where it lives (--dryrun prints _HERE_), then follow
+# links, then try $CUDA_HOME, $CUDA_PATH, /usr/local/cuda and /opt/cuda.  The first
+# candidate holding include/cuda_runtime.h wins.
+AC_DEFUN([_DDP_CUDA_PREFIX], [
+  AC_MSG_CHECKING([for the CUDA toolkit prefix])
+  ddp_nvcc_here=`"$NVCC" --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ _HERE_=//p' | head -n 1`
+  ddp_nvcc_real=`readlink -f "$NVCC" 2>/dev/null`
+  CUDA_DIR=
+  for ddp_bin in "$ddp_nvcc_here" "${ddp_nvcc_real%/*}" "${NVCC%/*}" \
+                 "${CUDA_HOME:+$CUDA_HOME/bin}" "${CUDA_PATH:+$CUDA_PATH/bin}" /usr/local/cuda/bin /opt/cuda/bin; do
+    test -n "$ddp_bin" || continue
+    ddp_dir=`AS_DIRNAME(["$ddp_bin"])`
+    AS_IF([test -f "$ddp_dir/include/cuda_runtime.h"], [CUDA_DIR=$ddp_dir; break])
+  done
+  AC_MSG_RESULT([${CUDA_DIR:-not found}])
+])
+
 AC_DEFUN([DDP_CUDA], [
   AC_ARG_WITH([cuda],
     [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@], [build the CUDA compute backend (default: guess from nvcc on PATH or /usr/local/cuda)])],
@@ -21,7 +40,7 @@ AC_DEFUN([DDP_CUDA], [
   AS_IF([test "x$with_cuda" != xno], [
     AS_CASE([$with_cuda],
       [guess|yes], [AS_IF([test -z "$NVCC"], [AC_PATH_PROG([NVCC], [nvcc], [], [$PATH$PATH_SEPARATOR/usr/local/cuda/bin])])
-                    AS_IF([test -n "$NVCC"], [CUDA_DIR=`AS_DIRNAME(["$(AS_DIRNAME(["$NVCC"]))"])`])],
+                    AS_IF([test -n "$NVCC"], [_DDP_CUDA_PREFIX])],
       [AS_IF([test -z "$NVCC" && test -x "$with_cuda/bin/nvcc"], [NVCC="$with_cuda/bin/nvcc"])
        CUDA_DIR="$with_cuda"])
     ddp_cuda_ok=no
