@@ -39,8 +39,13 @@ AC_DEFUN([DDP_CUDA], [
   CUDA_DIR= CUDA_CPPFLAGS= CUDA_LDFLAGS= CUDA_LIBS=
   AS_IF([test "x$with_cuda" != xno], [
     AS_CASE([$with_cuda],
-      [guess|yes], [AS_IF([test -z "$NVCC"], [AC_PATH_PROG([NVCC], [nvcc], [], [$PATH$PATH_SEPARATOR/usr/local/cuda/bin])])
-                    AS_IF([test -n "$NVCC"], [_DDP_CUDA_PREFIX])],
+      [guess|yes], [ddp_nvcc_given=$NVCC
+                    AS_IF([test -z "$NVCC"], [AC_PATH_PROG([NVCC], [nvcc], [], [$PATH$PATH_SEPARATOR/usr/local/cuda/bin])])
+                    AS_IF([test -n "$NVCC"], [_DDP_CUDA_PREFIX])
+                    dnl nvcc finds its headers relative to where it was started: a
+                    dnl link elsewhere cannot compile, so use the toolkit's own.
+                    AS_IF([test -z "$ddp_nvcc_given" && test -n "$CUDA_DIR" && test -x "$CUDA_DIR/bin/nvcc"],
+                          [NVCC="$CUDA_DIR/bin/nvcc"])],
       [AS_IF([test -z "$NVCC" && test -x "$with_cuda/bin/nvcc"], [NVCC="$with_cuda/bin/nvcc"])
        CUDA_DIR="$with_cuda"])
     ddp_cuda_ok=no
@@ -57,7 +62,12 @@ AC_DEFUN([DDP_CUDA], [
       AS_IF([test "x$ddp_cuda_ok" = xyes],
         [AC_CHECK_LIB([cublas], [cublasCreate_v2], [], [ddp_cuda_ok=no], [-lcudart])])
       AS_IF([test "x$ddp_cuda_ok" = xyes], [
-        AC_COMPUTE_INT([ddp_cudart_version], [CUDART_VERSION], [[#include <cuda_runtime_api.h>]])])
+        AC_COMPUTE_INT([ddp_cudart_version], [CUDART_VERSION], [[#include <cuda_runtime_api.h>]])
+        AC_MSG_CHECKING([whether $NVCC compiles a kernel])
+        printf '__global__ void ddp_probe(float *x) { x[[threadIdx.x]] = 0.0f; }\n' > conftest.cu
+        AS_IF([$NVCC -c -o conftest.o conftest.cu >&AS_MESSAGE_LOG_FD 2>&1],
+              [AC_MSG_RESULT([yes])], [AC_MSG_RESULT([no]); ddp_cuda_ok=no])
+        rm -f conftest.cu conftest.o])
       CPPFLAGS=$ddp_save_CPPFLAGS LDFLAGS=$ddp_save_LDFLAGS LIBS=$ddp_save_LIBS
     ])
     AS_IF([test "x$ddp_cuda_ok" = xyes], [
@@ -81,7 +91,7 @@ AC_DEFUN([DDP_CUDA], [
     ], [
       AS_IF([test "x$with_cuda" != xguess],
         [AC_MSG_ERROR([CUDA was asked for (--with-cuda=$with_cuda) but nvcc, cuda_runtime.h, cublas_v2.h,
-  libcudart or libcublas was not found.  Load your site's CUDA module, pass
+  libcudart or libcublas was not found, or $NVCC could not compile a kernel (see config.log).  Load your site's CUDA module, pass
   --with-cuda=DIR (the toolkit prefix holding bin/nvcc), or use --without-cuda.])])
       ddp_cuda_summary="not found (CPU-only build; pass --with-cuda=DIR to enable)"
     ])
