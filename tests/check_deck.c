@@ -540,6 +540,76 @@ START_TEST(read_contiguous_layout)
 }
 END_TEST
 
+START_TEST(read_many_chunks_through_hdf5)
+{
+    /* 6000 chunks of one sample: more than the direct path's address table
+     * takes (DECK_DIRECT_MAX_CHUNKS), so read through HDF5, correctly */
+    tdeck_t t = {.n = 6000, .xrank = 2, .c = 3, .h = 1, .w = 1, .classes = 5, .chunk_rows = 1};
+    char *paths[1] = {strdup(tdeck_path("many.h5"))};
+    ck_assert_int_eq(tdeck_write(paths[0], &t), 0);
+    deck_t d;
+    ck_assert_msg(deck_open(&d, paths, 1, "train") == DDP_OK, "%s", ddp_error_message());
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 0);
+    naive_t nv = naive_for_(&d, paths, 1, 1.0, 0);
+    compare_reads_(&d, &nv, 14, 30);
+    deck_close(&d);
+    free(paths[0]);
+}
+END_TEST
+
+START_TEST(read_unwritten_chunks_as_fill)
+{
+    /* x [100, 4] in chunks of 10 rows, only rows [0, 50) written: the other
+     * chunks are never allocated and read as HDF5's fill value, 0 */
+    const char *p = tdeck_path("partial.h5");
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hsize_t xd[2] = {100, 4}, ch[2] = {10, 4}, yd = 100;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, ch);
+    hid_t xs = H5Screate_simple(2, xd, NULL);
+    hid_t x = H5Dcreate2(f, "/train/x", H5T_IEEE_F32LE, xs, lcpl, dcpl, H5P_DEFAULT);
+    float xv[50 * 4];
+    for (int i = 0; i < 200; i++) xv[i] = 1.0f + (float)i;
+    hsize_t start[2] = {0, 0}, count[2] = {50, 4};
+    H5Sselect_hyperslab(xs, H5S_SELECT_SET, start, NULL, count, NULL);
+    hid_t ms = H5Screate_simple(2, count, NULL);
+    ck_assert_int_ge(H5Dwrite(x, H5T_NATIVE_FLOAT, ms, xs, H5P_DEFAULT, xv), 0);
+    hid_t ys = H5Screate_simple(1, &yd, NULL);
+    hid_t y = H5Dcreate2(f, "/train/y", H5T_STD_I32LE, ys, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    int32_t yv[100];
+    for (int i = 0; i < 100; i++) yv[i] = i % 3;
+    ck_assert_int_ge(H5Dwrite(y, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, yv), 0);
+    H5Sclose(ms);
+    H5Sclose(xs);
+    H5Sclose(ys);
+    H5Dclose(x);
+    H5Dclose(y);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    ck_assert_int_ge(H5Fclose(f), 0);
+
+    deck_t d;
+    ck_assert_int_eq(open1_(&d, p), DDP_OK);
+    ck_assert_int_eq(deck_set_io(&d, DECK_IO_AUTO), 1);
+    int64_t idx[7] = {99, 0, 49, 50, 75, 12, 50};
+    float out[7 * 4];
+    int32_t lab[7];
+    for (int mode = 0; mode < 2; mode++) {
+        deck_set_io(&d, mode == 0 ? DECK_IO_AUTO : DECK_IO_RUNS);
+        ck_assert_int_eq(deck_read(&d, idx, 7, out, lab, NULL), DDP_OK);
+        for (int i = 0; i < 7; i++) {
+            ck_assert_int_eq(lab[i], idx[i] % 3);
+            for (int e = 0; e < 4; e++)
+                ck_assert_float_eq(out[i * 4 + e],
+                                   idx[i] < 50 ? 1.0f + (float)(idx[i] * 4 + e) : 0.0f);
+        }
+    }
+    deck_close(&d);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("deck");
@@ -549,6 +619,8 @@ Suite *test_suite(void)
     tcase_add_test(t, read_f32_features_regression);
     tcase_add_test(t, eval_ranges_and_val_split);
     tcase_add_test(t, read_contiguous_layout);
+    tcase_add_test(t, read_many_chunks_through_hdf5);
+    tcase_add_test(t, read_unwritten_chunks_as_fill);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("bad input");
     tcase_add_test(b, bad_missing_and_not_hdf5);
