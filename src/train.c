@@ -92,6 +92,22 @@ static double peak_rss_mib_(void)
     return (double)ru.ru_maxrss / 1024.0;
 }
 
+/* Proportional set size now (Linux /proc/self/smaps_rollup), -1 where the
+ * system does not say.  Unlike RSS it counts a page shared by k processes
+ * as 1/k: with the shared-memory comm path every rank also touches the
+ * others' buffers, which RSS counts again in full in every rank. */
+static double pss_mib_(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return -1;
+    char line[256];
+    double kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Pss: %lf kB", &kib) == 1) break;
+    fclose(f);
+    return kib < 0 ? -1 : kib / 1024.0;
+}
+
 /* ---- the trainer ---------------------------------------------------------- */
 
 typedef struct trainer {
@@ -812,9 +828,9 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
              (long long)step, total_samples, elapsed, total_samples / elapsed,
              100.0 * t->red.wait_seconds / elapsed);
     log_info("summary (rank 0): step_ms_p50=%.3f data_wait_ms_p50=%.4f grad_bytes=%llu "
-             "grad_allreduces=%llu peak_rss_mib=%.1f",
+             "grad_allreduces=%llu peak_rss_mib=%.1f pss_mib=%.1f",
              1e3 * step_p50, 1e3 * wait_p50, (unsigned long long)t->red.bytes_sent,
-             (unsigned long long)t->red.calls, peak_rss_mib_());
+             (unsigned long long)t->red.calls, peak_rss_mib_(), pss_mib_());
     return DDP_OK;
 }
 

@@ -2,7 +2,8 @@
 # test_train.sh -- one-process training end to end: it learns the synthetic
 # task, prints the start-up table and evaluation lines, saves weights that
 # --init reads back, rejects mismatched --init files and bad model specs, and
-# its start-up memory estimate matches the measured peak RSS within 25%.
+# its start-up memory estimate matches the measured peak RSS within 25% (and,
+# at 2 ranks, the proportional set size).
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -55,4 +56,15 @@ rss=$(ddp_field "$T/o" peak_rss_mib)
 awk -v e="$est" -v r="$rss" 'BEGIN { d = (r - e) / r; if (d < 0) d = -d; exit !(d <= 0.25) }' \
   || { cat "$T/o"; fail "memory estimate $est MiB vs peak RSS $rss MiB: more than 25% apart"; }
 echo "memory estimate $est MiB, peak RSS $rss MiB"
+
+# at 2 ranks: the estimate per rank vs the proportional set size (PSS); RSS
+# also counts, in full, the other rank's shared buffers that the
+# shared-memory all-reduce reads
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" --model linear:8000,relu,linear:8000,relu,linear:auto --batch 16 \
+  --steps 2 --eval-every 0 --log-every 0 >"$T/o" 2>&1 || { cat "$T/o"; fail "large model run, 2 ranks"; }
+est=$(grep "memory/rank" "$T/o" | sed 's/.*= \([0-9.]*\) MiB.*/\1/')
+pss=$(ddp_field "$T/o" pss_mib)
+awk -v e="$est" -v r="$pss" 'BEGIN { d = (r - e) / r; if (d < 0) d = -d; exit !(r > 0 && d <= 0.25) }' \
+  || { cat "$T/o"; fail "2 ranks: memory estimate $est MiB vs PSS $pss MiB: more than 25% apart"; }
+echo "2 ranks: memory estimate $est MiB per rank, PSS $pss MiB"
 echo ok
