@@ -13,7 +13,10 @@ static _Thread_local int err_set;
 static ddp_status_t record(ddp_status_t s, int override, const char *fmt, va_list ap)
 {
     if (!err_set || override) {
-        vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+        /* format aside first: an override often quotes the message it replaces */
+        char buf[sizeof err_msg];
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        memcpy(err_msg, buf, sizeof err_msg);
         err_set = 1;
     }
     return s;

@@ -57,7 +57,9 @@ static void die_(MPI_Comm comm, ddp_status_t s)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
-    if (rank != 0) usleep(300000);
+    /* when every rank fails at once, rank 0's line is the one printed: its
+     * MPI_Abort ends the others while they wait */
+    if (rank != 0) usleep(2000000);
     log_error(ddp_error_message());
     MPI_Abort(comm, ddp_exit_code(s));
     exit(ddp_exit_code(s)); /* not reached */
@@ -79,6 +81,15 @@ static uint64_t fnv1a_(uint64_t h, const void *data, size_t n)
     return h;
 }
 #define FNV_SEED 0xcbf29ce484222325ull
+
+#define DIVERGED_ADVICE                                                                            \
+    "training diverged; lower --lr, use --clip-grad-norm, or check the input with "                \
+    "--check-data"
+
+static const char *nonfinite_name_(double x)
+{
+    return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+}
 
 static double mib_(size_t bytes)
 {
@@ -762,7 +773,17 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
         for (int64_t s = 0; s < e_steps && step < t->total_steps; s++) {
             double ts = now_(), tw = loader_wait_seconds(t->loader);
             ddp_status_t st = train_step_(t, epoch, s, step, &samples);
+            /* a non-finite global gradient norm: every rank sees it and stops */
+            if (st == DDP_ERR_NUMERIC) return st;
             if (st != DDP_OK) die_(t->comm.mpi, st);
+            /* non-finite guard, every step: a NaN or Inf loss stays in this
+             * rank's running loss sum (two doubles to read back) */
+            double lsum;
+            be->download(&lsum, t->acc_dev, sizeof lsum);
+            if (!isfinite(lsum))
+                die_(t->comm.mpi, ddp_fail(DDP_ERR_NUMERIC,
+                                           "the training loss is %s at step %lld: " DIVERGED_ADVICE,
+                                           nonfinite_name_(lsum), (long long)step + 1));
             if (t->nstat < t->stat_cap) {
                 t->step_s[t->nstat] = now_() - ts;
                 t->wait_s[t->nstat++] = loader_wait_seconds(t->loader) - tw;
@@ -787,10 +808,8 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                 res->last_loss = loss;
                 if (!isfinite(loss))
                     return ddp_fail(DDP_ERR_NUMERIC,
-                                    "the training loss is %g at step %lld: "
-                                    "training diverged; lower --lr, use --clip-grad-norm, or check "
-                                    "the input with --check-data",
-                                    loss, (long long)step);
+                                    "the training loss is %s at step %lld: " DIVERGED_ADVICE,
+                                    nonfinite_name_(loss), (long long)step);
                 double now = now_(), dt = now - t_window;
                 double wait = loader_wait_seconds(t->loader);
                 log_info("step %lld/%lld epoch %lld loss %.5f lr %.4g  %.0f samples/s  data-wait "
@@ -820,6 +839,11 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     double step_p50 = median_(t->step_s, t->nstat), wait_p50 = median_(t->wait_s, t->nstat);
     res->steps = step;
     res->allreduce_bytes = t->red.bytes_sent;
+    /* the replicas are identical, so every rank finds the same */
+    if (!be->all_finite(t->model.nparams, t->model.params))
+        return ddp_fail(DDP_ERR_NUMERIC,
+                        "the weights are not finite after step %lld: " DIVERGED_ADVICE,
+                        (long long)step);
     evaluate_(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res);
     double total_samples = (double)samples;
     comm_desc_t d = {"summary", -1, step};

@@ -51,8 +51,10 @@ expect 3 "nan.h5" "/train/x" "sample 57" -- "$T/nan.h5" $base --check-data
 expect 3 "wide.h5" "good.h5" -- "$T/good.h5" "$T/wide.h5" $base
 expect 3 "good.h5" "holds 200 samples" "fewer than one global batch" -- "$T/good.h5" $base --batch 128
 expect 3 "corrupt.h5" "/train/x" "samples [10" -- "$T/corrupt.h5" $base --no-shuffle
-# without --check-data the NaN shows up as a diverged loss: exit 8, not silent training
+# without --check-data the NaN shows up as a diverged loss: exit 8, not silent
+# training, whether the loss is logged or not (checked every step)
 expect 8 "loss is nan" -- "$T/nan.h5" $base --log-every 1 --no-shuffle
+expect 8 "loss is nan at step" -- "$T/nan.h5" $base --no-shuffle
 # the good deck trains (the harness above is not failing everything)
 mpirun_np 2 "$DDPTRAIN" "$T/good.h5" $base --save "$T/out.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "good deck"; }
 [ -f "$T/out.h5" ] || fail "good deck: no output"
