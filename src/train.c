@@ -239,24 +239,27 @@ static ddp_status_t broadcast_model_(trainer_t *t)
     size_t np = m->nparams * sizeof(float), nb = m->nbufs * sizeof(float);
     float *host = malloc(np + nb + 1);
     int64_t *cnt = calloc((size_t)m->nlayers, sizeof *cnt);
-    if (!host || !cnt) {
+    ddp_status_t s = agree_(t->comm.mpi, host && cnt ? DDP_OK
+                                                     : ddp_fail(DDP_ERR_NOMEM, "out of memory "
+                                                                               "broadcasting the "
+                                                                               "parameters"));
+    if (s != DDP_OK) {
         free(host);
         free(cnt);
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory broadcasting the parameters");
+        return s;
     }
     t->be->download(host, m->params, np);
     t->be->download((char *)host + np, m->bufs, nb);
     for (int i = 0; i < m->nlayers; i++) cnt[i] = m->layers[i].num_batches_tracked;
-    ddp_status_t s = t->comm.ops->bcast(&t->comm, host, np + nb, 0, &d);
+    s = t->comm.ops->bcast(&t->comm, host, np + nb, 0, &d);
     if (s == DDP_OK) s = t->comm.ops->bcast(&t->comm, cnt, (size_t)m->nlayers * sizeof *cnt, 0, &d);
-    if (s == DDP_OK) {
-        t->be->upload(m->params, host, np);
-        t->be->upload(m->bufs, (char *)host + np, nb);
-        for (int i = 0; i < m->nlayers; i++) m->layers[i].num_batches_tracked = cnt[i];
-    }
+    if (s != DDP_OK) die_(t->comm.mpi, s); /* the communicator is unusable */
+    t->be->upload(m->params, host, np);
+    t->be->upload(m->bufs, (char *)host + np, nb);
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].num_batches_tracked = cnt[i];
     free(host);
     free(cnt);
-    return s;
+    return DDP_OK;
 }
 
 /* ---- start-up consistency check -------------------------------------------- */
@@ -289,6 +292,12 @@ static void item_text_(const trainer_t *t, const check_items_t *c, int i, char *
     } else if (strcmp(c->name[i], "training data") == 0) {
         snprintf(buf, n, "%lld samples of %zu values", (long long)t->train.n,
                  t->train.sample_numel);
+    } else if (strcmp(c->name[i], "validation data") == 0) {
+        if (t->have_val)
+            snprintf(buf, n, "/val with %lld samples of %zu values", (long long)t->val.n,
+                     t->val.sample_numel);
+        else
+            snprintf(buf, n, "no /val");
     } else {
         snprintf(buf, n, "a different %s", c->name[i]);
     }
@@ -298,8 +307,17 @@ static ddp_status_t consistency_check_(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
     const model_t *m = &t->model;
+    int W = t->comm.size;
     check_items_t *c = calloc(1, sizeof *c);
-    if (!c) return ddp_fail(DDP_ERR_NOMEM, "out of memory in the start-up check");
+    uint64_t *all = malloc((size_t)W * CHECK_ITEMS_MAX * sizeof *all);
+    ddp_status_t s = agree_(t->comm.mpi, c && all ? DDP_OK
+                                                  : ddp_fail(DDP_ERR_NOMEM, "out of memory in the "
+                                                                            "start-up check"));
+    if (s != DDP_OK) {
+        free(c);
+        free(all);
+        return s;
+    }
     char val[CONFIG_STR_MAX], name[64];
     for (int i = 0; i < ddp_noptions; i++) {
         if (strcmp(ddp_options[i].name, "config") == 0) continue; /* a path; values count */
@@ -314,6 +332,11 @@ static ddp_status_t consistency_check_(trainer_t *t)
     int64_t data[4] = {t->train.n, (int64_t)t->train.sample_numel, t->train.dtype,
                        t->train.regression ? t->train.targets : t->train.classes};
     item_(c, "training data", data, sizeof data);
+    /* a rank without /val would skip the evaluation the others run */
+    int64_t vdata[4] = {t->have_val, t->have_val ? t->val.n : 0,
+                        t->have_val ? (int64_t)t->val.sample_numel : 0,
+                        t->have_val ? t->val.dtype : 0};
+    item_(c, "validation data", vdata, sizeof vdata);
     h = FNV_SEED;
     for (int k = 0; k < m->ntensors; k++) {
         const tensor_t *T = &m->tensors[k];
@@ -330,15 +353,9 @@ static ddp_status_t consistency_check_(trainer_t *t)
     }
     item_(c, "bucket layout", &h, sizeof h);
 
-    int W = t->comm.size;
-    uint64_t *all = malloc((size_t)W * CHECK_ITEMS_MAX * sizeof *all);
-    if (!all) {
-        free(c);
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory in the start-up check");
-    }
     comm_desc_t d = {"startup-check", -1, -1};
-    ddp_status_t s =
-        t->comm.ops->allgather(&t->comm, c->hash, all, CHECK_ITEMS_MAX * sizeof *all, &d);
+    s = t->comm.ops->allgather(&t->comm, c->hash, all, CHECK_ITEMS_MAX * sizeof *all, &d);
+    if (s != DDP_OK) die_(t->comm.mpi, s);
     /* first differing (item, rank) against rank 0, the same on every rank */
     int bad_item = -1, bad_rank = -1, nbad = 0;
     for (int i = 0; i < c->n && s == DDP_OK; i++)
@@ -446,7 +463,8 @@ static ddp_status_t average_bn_buffers_(trainer_t *t)
     model_t *m = &t->model;
     if (t->sync_bn || t->comm.size == 1 || m->nbufs == 0) return DDP_OK;
     comm_desc_t d = {"average-bn-statistics", -1, -1};
-    DDP_TRY(comm_allreduce(&t->comm, m->bufs, m->nbufs, COMM_FLOAT, &d));
+    ddp_status_t s = comm_allreduce(&t->comm, m->bufs, m->nbufs, COMM_FLOAT, &d);
+    if (s != DDP_OK) die_(t->comm.mpi, s);
     t->be->scale(m->nbufs, m->bufs, 1.0f / (float)t->comm.size);
     return DDP_OK;
 }
@@ -525,15 +543,17 @@ static ddp_status_t check_replicas_(trainer_t *t, int64_t step)
      * (they are averaged before evaluation and saving): parameters only */
     size_t np = m->nparams * sizeof(float), nb = t->sync_bn ? m->nbufs * sizeof(float) : 0;
     char *host = malloc(np + nb + 1);
-    if (!host) return ddp_fail(DDP_ERR_NOMEM, "out of memory in the replica check");
+    if (!host) die_(t->comm.mpi, ddp_fail(DDP_ERR_NOMEM, "out of memory in the replica check"));
     t->be->download(host, m->params, np);
     t->be->download(host + np, m->bufs, nb);
     uint64_t h = fnv1a_(FNV_SEED, host, np + nb);
     free(host);
     uint64_t *all = malloc((size_t)t->comm.size * sizeof *all);
-    if (!all) return ddp_fail(DDP_ERR_NOMEM, "out of memory in the replica check");
+    if (!all) die_(t->comm.mpi, ddp_fail(DDP_ERR_NOMEM, "out of memory in the replica check"));
     comm_desc_t d = {"replica-check", -1, step};
     ddp_status_t s = t->comm.ops->allgather(&t->comm, &h, all, sizeof h, &d);
+    if (s != DDP_OK) die_(t->comm.mpi, s);
+    /* from here every rank sees the same hashes: a mismatch is agreed */
     for (int r = 1; r < t->comm.size && s == DDP_OK; r++)
         if (all[r] != all[0])
             s = ddp_fail(DDP_ERR_MISMATCH,
@@ -596,6 +616,11 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
         t->total_steps = cfg->steps;
         t->epochs = (cfg->steps + t->steps_per_epoch - 1) / t->steps_per_epoch;
     } else {
+        if (cfg->epochs > INT64_MAX / t->steps_per_epoch)
+            DDP_TRY(agree_(world, ddp_fail(DDP_ERR_USAGE,
+                                           "--epochs %lld x %lld steps per epoch is more steps "
+                                           "than can be counted; use fewer epochs",
+                                           (long long)cfg->epochs, (long long)t->steps_per_epoch)));
         t->epochs = cfg->epochs;
         t->total_steps = cfg->epochs * t->steps_per_epoch;
     }
@@ -762,8 +787,10 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     size_t cap = (size_t)(t->total_steps < (1 << 20) ? t->total_steps : (1 << 20));
     t->step_s = malloc((cap + 1) * sizeof *t->step_s);
     t->wait_s = malloc((cap + 1) * sizeof *t->wait_s);
-    if (!t->step_s || !t->wait_s)
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics");
+    DDP_TRY(
+        agree_(t->comm.mpi, t->step_s && t->wait_s
+                                ? DDP_OK
+                                : ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics")));
     t->stat_cap = cap;
     be->zero(t->acc_dev, 2 * sizeof(double));
     for (int64_t epoch = 0; epoch < t->epochs && step < t->total_steps; epoch++) {
@@ -847,7 +874,8 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     evaluate_(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res);
     double total_samples = (double)samples;
     comm_desc_t d = {"summary", -1, step};
-    DDP_TRY(comm_allreduce(&t->comm, &total_samples, 1, COMM_DOUBLE, &d));
+    ddp_status_t st = comm_allreduce(&t->comm, &total_samples, 1, COMM_DOUBLE, &d);
+    if (st != DDP_OK) die_(t->comm.mpi, st);
     log_info("done: %lld steps, %.0f samples in %.2f s = %.0f samples/s; comm-wait %.1f%%",
              (long long)step, total_samples, elapsed, total_samples / elapsed,
              100.0 * t->red.wait_seconds / elapsed);

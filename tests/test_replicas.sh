@@ -44,4 +44,19 @@ rc=$?
 grep -q "ranks disagree on --batch: rank 0 has '8', rank 2 has '4'" "$T/e" \
   || { cat "$T/e"; fail "mismatch message"; }
 [ "$(grep -c 'ddptrain: error' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "expected one error line"; }
+
+# the same path naming different files (a stale copy on one node): rank 1's
+# deck has no /val, so it would skip the evaluation rank 0 runs; named at
+# start-up instead of a hang
+mkdir -p "$T/a" "$T/b"
+"$DDPPREP" synthetic --classes 4 --features 12 --samples 900 --val 50 --seed 6 -o "$T/a/d.h5" \
+  >/dev/null || fail "prep a"
+cp "$T/d.h5" "$T/b/d.h5"
+timeout 120 $MPIEXEC $DDP_MPIEXEC_FLAGS -np 1 sh -c "cd '$T/a' && exec '$DDPTRAIN' d.h5 $common" \
+  : -np 1 sh -c "cd '$T/b' && exec '$DDPTRAIN' d.h5 $common" >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 6 ] || { cat "$T/o" "$T/e"; fail "one rank without /val: exit $rc, expected 6"; }
+grep -q "ranks disagree on validation data: rank 0 has '/val with 50 samples of 12 values', rank 1 has 'no /val'" "$T/e" \
+  || { cat "$T/e"; fail "validation data mismatch message"; }
+[ "$(grep -c 'ddptrain: error' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "expected one error line"; }
 echo ok
