@@ -66,21 +66,22 @@ ddp_status_t weights_save(const char *path, const model_t *m, const weights_meta
 
 /* ---- loading ------------------------------------------------------------- */
 
+/* The problems found, as many as fit in one error line (the rest counted). */
 typedef struct problems {
-    char text[2048];
+    char text[640];
     size_t used;
-    int n;
+    int n, shown;
 } problems_t;
 
 static void problem_(problems_t *pr, const char *fmt, const char *a, const char *b)
 {
+    char item[320];
     pr->n++;
-    if (pr->used >= sizeof pr->text - 64) return;
-    int w = snprintf(pr->text + pr->used, sizeof pr->text - pr->used, "%s", pr->n > 1 ? "; " : "");
-    pr->used += (size_t)w;
-    w = snprintf(pr->text + pr->used, sizeof pr->text - pr->used, fmt, a, b);
-    pr->used += (size_t)(w > 0 ? w : 0);
-    if (pr->used >= sizeof pr->text) pr->used = sizeof pr->text - 1;
+    int w = snprintf(item, sizeof item, fmt, a, b);
+    if (w < 0 || pr->used + (size_t)w + 2 >= sizeof pr->text) return; /* counted, not shown */
+    pr->used += (size_t)snprintf(pr->text + pr->used, sizeof pr->text - pr->used, "%s%s",
+                                 pr->shown ? "; " : "", item);
+    pr->shown++;
 }
 
 static void shape_text_(char *buf, size_t n, int ndim, const hsize_t *d)
@@ -117,8 +118,10 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
     int64_t *counters = calloc((size_t)m->nlayers + 1, sizeof *counters);
     ddp_status_t s = DDP_OK;
     if (!p || !b || !counters) s = ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
-    m->be->download(p, m->params, m->nparams * sizeof(float));
-    m->be->download(b, m->bufs, m->nbufs * sizeof(float));
+    if (s == DDP_OK) {
+        m->be->download(p, m->params, m->nparams * sizeof(float));
+        m->be->download(b, m->bufs, m->nbufs * sizeof(float));
+    }
     h5_lock();
     if (s == DDP_OK && !h5_exists(f, group)) {
         s = ddp_fail(DDP_ERR_INPUT,
@@ -136,8 +139,8 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
         hid_t ds = H5Dopen2(g, T->name, H5P_DEFAULT);
         hid_t sp = ds < 0 ? H5I_INVALID_HID : H5Dget_space(ds);
         int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
-        hsize_t dims[8] = {0};
-        if (nd >= 0 && nd <= 8) H5Sget_simple_extent_dims(sp, dims, NULL);
+        hsize_t dims[H5S_MAX_RANK] = {0};
+        if (nd >= 0) H5Sget_simple_extent_dims(sp, dims, NULL);
         int ok = nd == T->ndim;
         for (int i = 0; ok && i < nd; i++) ok = dims[i] == (hsize_t)T->shape[i];
         if (!ok) {
@@ -168,11 +171,14 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
     if (g >= 0) H5Gclose(g);
     H5Fclose(f);
     h5_unlock();
-    if (s == DDP_OK && pr.n > 0)
+    if (s == DDP_OK && pr.n > 0) {
+        char more[48] = "";
+        if (pr.shown < pr.n) snprintf(more, sizeof more, "; and %d more", pr.n - pr.shown);
         s = ddp_fail(DDP_ERR_INPUT,
-                     "--init %s does not match the model (%d problem%s): %s; check "
+                     "--init %s does not match the model (%d problem%s): %s%s; check "
                      "--model against the file (h5ls -r %s)",
-                     path, pr.n, pr.n > 1 ? "s" : "", pr.text, path);
+                     path, pr.n, pr.n > 1 ? "s" : "", pr.text, more, path);
+    }
     if (s == DDP_OK) {
         m->be->upload(m->params, p, m->nparams * sizeof(float));
         m->be->upload(m->bufs, b, m->nbufs * sizeof(float));

@@ -34,6 +34,17 @@ rc=$?
 [ $rc -eq 3 ] || { cat "$T/e"; fail "--init mismatch: exit $rc, expected 3"; }
 grep -q "layers.0.weight has shape file \[64, 32\], model \[32, 32\]" "$T/e" || { cat "$T/e"; fail "shape message"; }
 grep -q "unexpected tensor layers.1.running_mean" "$T/e" || { cat "$T/e"; fail "extra tensor message"; }
+# many problems: as many as fit are named, the rest counted, the advice kept
+"$DDPTRAIN" "$T/d.h5" --steps 1 --log-every 0 --save "$T/deep.h5" \
+  --model linear:32,bn,relu,linear:32,bn,relu,linear:32,bn,relu,linear:32,bn,relu,linear:auto \
+  >"$T/o" 2>&1 || { cat "$T/o"; fail "deep model run"; }
+"$DDPTRAIN" "$T/d.h5" --init "$T/deep.h5" \
+  --model linear:16,bn,relu,linear:16,bn,relu,linear:16,bn,relu,linear:16,bn,relu,linear:auto \
+  >"$T/o" 2>"$T/e"
+[ $? -eq 3 ] || { cat "$T/e"; fail "--init with many problems: expected exit 3"; }
+[ "$(grep -c 'ddptrain: error' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "many problems: one line"; }
+grep -q "(25 problems): layers.0.weight has shape .*; and [0-9]* more; check --model against the file" \
+  "$T/e" || { cat "$T/e"; fail "many problems: the count and the advice"; }
 
 # a bad spec: exit 2, the layer named
 "$DDPTRAIN" "$T/d.h5" --model linear:64,bnn,linear:auto >"$T/o" 2>"$T/e"
