@@ -128,11 +128,11 @@ static ddp_status_t handle_unused_(reducer_t *r)
         const tensor_t *T = &m->tensors[t];
         if (T->kind != TENSOR_PARAM || T->frozen || r->ready[t]) continue;
         if (!r->find_unused)
-            return ddp_fail(DDP_ERR_INTERNAL,
+            return ddp_fail(DDP_ERR_USAGE,
                             "parameter %s received no gradient in step %lld, so "
                             "its bucket %d cannot finish reduction; if some parameters are unused "
                             "by design, pass --find-unused (they then get a zero gradient)",
-                            T->name, (long long)r->step, T->bucket);
+                            T->name, (long long)r->step + 1, T->bucket);
         if (r->grad_beta == 0) r->be->zero(m->grads + T->offset, T->numel * sizeof(float));
         mark_(r, t);
     }
