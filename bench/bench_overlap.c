@@ -2,7 +2,7 @@
  * with backward on CPU ranks?  Simulates one training step of the MLP
  * 784-1024-1024-10 with BatchNorm (batch 64 per rank, one BLAS thread per
  * rank): forward and backward sgemms of the real shapes, SyncBatchNorm's small
- * blocking all-reduces, ~7.5 MB of float32 gradients in buckets that become
+ * blocking all-reduces, ~7.47 MB of float32 gradients in buckets that become
  * ready where the real backward finishes them, wait, SGD update.  Compares
  * ways to communicate, interleaved step by step so noise hits all alike:
  *
