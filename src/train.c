@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -152,6 +153,23 @@ typedef struct trainer {
     int32_t *ey;
     size_t data_bytes;
 } trainer_t;
+
+/* --save is written after training: find out now, not hours later, that it
+ * cannot be (rank 0 creates and removes the temporary file it will use). */
+static ddp_status_t probe_save_(const trainer_t *t)
+{
+    const char *path = t->cfg->save;
+    if (!path[0] || t->comm.rank != 0) return DDP_OK;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return ddp_fail(DDP_ERR_USAGE, "--save %s is a directory; name a file, e.g. %s/weights.h5",
+                        path, path);
+    h5_atomic_t a;
+    ddp_status_t s = h5_atomic_create(&a, path);
+    if (s != DDP_OK) return ddp_fail_override(s, "--save %s: %s", path, ddp_error_message());
+    h5_atomic_abandon(&a);
+    return DDP_OK;
+}
 
 static ddp_status_t open_data_(trainer_t *t)
 {
@@ -592,6 +610,7 @@ static ddp_status_t setup_(trainer_t *t, train_result_t *res)
     DDP_TRY(agree_(
         world, t->be->init(t->comm.local_rank, t->comm.local_size, t->device, sizeof t->device)));
 
+    DDP_TRY(agree_(world, probe_save_(t)));
     DDP_TRY(agree_(world, open_data_(t)));
     DDP_TRY(agree_(world, build_model_(t)));
     /* before any collective whose size depends on the options or the model */

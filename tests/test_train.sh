@@ -46,6 +46,16 @@ grep -q "unexpected tensor layers.1.running_mean" "$T/e" || { cat "$T/e"; fail "
 grep -q "(25 problems): layers.0.weight has shape .*; and [0-9]* more; check --model against the file" \
   "$T/e" || { cat "$T/e"; fail "many problems: the count and the advice"; }
 
+# an unwritable --save is found before training, not after it
+"$DDPTRAIN" "$T/d.h5" --steps 5 --log-every 1 --save "$T/no/such/dir/w.h5" >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 4 ] || { cat "$T/o" "$T/e"; fail "--save into a missing directory: exit $rc, expected 4"; }
+grep -q "^step " "$T/o" && fail "--save into a missing directory: trained before failing"
+grep -q -- "--save $T/no/such/dir/w.h5: cannot create" "$T/e" || { cat "$T/e"; fail "--save message"; }
+"$DDPTRAIN" "$T/d.h5" --steps 5 --save "$T" >"$T/o" 2>"$T/e"
+[ $? -eq 2 ] || { cat "$T/e"; fail "--save naming a directory: expected exit 2"; }
+ls "$T"/*.tmp.* >/dev/null 2>&1 && fail "a temporary file was left behind"
+
 # a bad spec: exit 2, the layer named
 "$DDPTRAIN" "$T/d.h5" --model linear:64,bnn,linear:auto >"$T/o" 2>"$T/e"
 rc=$?
