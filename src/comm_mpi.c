@@ -1172,16 +1172,17 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
         int rc = MPI_Win_allocate_shared((MPI_Aint)sizeof(shm_ctl_t), 64, info, c->mpi, &mine,
                                          &m->ctl_win);
         MPI_Info_free(&info);
-        int ok = rc == MPI_SUCCESS, all = 0;
+        if (rc == MPI_SUCCESS) m->ctl = calloc((size_t)c->size, sizeof *m->ctl);
+        int ok = rc == MPI_SUCCESS && m->ctl, all = 0;
         MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->mpi);
         if (!all) {
             /* without it, all-reduces use the ring: correct, a little slower */
+            free(m->ctl);
+            m->ctl = NULL;
             if (rc == MPI_SUCCESS) MPI_Win_free(&m->ctl_win);
             m->ctl_win = MPI_WIN_NULL;
             return DDP_OK;
         }
-        m->ctl = calloc((size_t)c->size, sizeof *m->ctl);
-        if (!m->ctl) return ddp_fail(DDP_ERR_NOMEM, "out of memory creating the communicator");
         memset(mine, 0, sizeof *mine);
         for (int r = 0; r < c->size; r++) {
             MPI_Aint sz;
