@@ -17,11 +17,7 @@
 . ./testenv.sh || exit 99
 set -u
 
-skip() {
-  if [ "${DDP_REQUIRE_MULTINODE:-0}" = 1 ]; then fail "DDP_REQUIRE_MULTINODE=1 but $*"; fi
-  echo "test_multinode: skipped: $*" >&2
-  exit 77
-}
+skip() { ddp_skip DDP_REQUIRE_MULTINODE "$*"; }
 [ "$DDP_MPIEXEC_FLAVOR" = openmpi ] || skip "the two-node simulation drives Open MPI's mpirun"
 [ "$(id -u)" = 0 ] || skip "network namespaces need root"
 for p in ip unshare; do

@@ -13,11 +13,7 @@
 . ./testenv.sh || exit 99
 set -u
 
-skip() {
-  if [ "${DDP_REQUIRE_SLURM:-0}" = 1 ]; then fail "DDP_REQUIRE_SLURM=1 but $*"; fi
-  echo "test_slurm: skipped: $*" >&2
-  exit 77
-}
+skip() { ddp_skip DDP_REQUIRE_SLURM "$*"; }
 [ "$(id -u)" = 0 ] || skip "slurmd needs root"
 for p in munged mungekey slurmctld slurmd srun sbatch sinfo; do
   command -v "$p" >/dev/null 2>&1 || skip "$p not installed (scripts/install-deps installs Slurm and munge)"
