@@ -823,7 +823,8 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             if (st == DDP_ERR_NUMERIC) return st;
             if (st != DDP_OK) die_(t->comm.mpi, st);
             /* non-finite guard, every step: a NaN or Inf loss stays in this
-             * rank's running loss sum (two doubles to read back) */
+             * rank's running loss sum (one double to read back; a device
+             * backend may check it every few steps instead of syncing) */
             double lsum;
             be->download(&lsum, t->acc_dev, sizeof lsum);
             if (!isfinite(lsum))
