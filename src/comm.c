@@ -40,6 +40,11 @@ ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
 ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p)
 {
     if (c->ops && c->ops->mem_alloc) return c->ops->mem_alloc(c, bytes, p);
+    return comm_mem_alloc_host(bytes, p);
+}
+
+ddp_status_t comm_mem_alloc_host(size_t bytes, void **p)
+{
     *p = NULL;
     if (posix_memalign(p, 64, bytes ? bytes : 1) != 0) {
         *p = NULL;

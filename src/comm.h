@@ -166,6 +166,8 @@ void comm_free(comm_t *c);
  * compute backend instead.) */
 ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p);
 void comm_mem_free(comm_t *c, void *p);
+/* The plain memory above (freed with free()), for backends to fall back on. */
+ddp_status_t comm_mem_alloc_host(size_t bytes, void **p);
 
 /* Blocking all-reduce: start + wait.  Drives the in-flight ones too. */
 ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,

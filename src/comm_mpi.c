@@ -962,17 +962,7 @@ static ddp_status_t mpi_mem_alloc_(comm_t *c, size_t bytes, void **p)
 {
     mpi_impl_t *m = c->impl;
     *p = NULL;
-    if (!m->shm_ok) {
-        if (posix_memalign(p, 64, bytes ? bytes : 1) != 0) {
-            *p = NULL;
-            return ddp_fail(DDP_ERR_NOMEM,
-                            "out of memory allocating %zu bytes for the "
-                            "gradient buffer",
-                            bytes);
-        }
-        memset(*p, 0, bytes);
-        return DDP_OK;
-    }
+    if (!m->shm_ok) return comm_mem_alloc_host(bytes, p);
     DDP_TRY(mpi_progress_(c));
     shm_region_t *g = calloc(1, sizeof *g);
     char **base = calloc((size_t)c->size, sizeof *base);
