@@ -90,9 +90,8 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
         *grad_norm = norm;
         if (!isfinite(norm))
             return ddp_fail(DDP_ERR_NUMERIC,
-                            "the gradient norm is %g at step %lld: training "
-                            "diverged; lower --lr or check the input data (--check-data)",
-                            norm, (long long)o->t);
+                            "the gradient norm is %g at step %lld: " DDP_DIVERGED_ADVICE, norm,
+                            (long long)o->t);
         /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), if < 1 */
         double coef = o->clip / (norm + 1e-6);
         if (coef < 1) be->scale(o->count, m->grads, (float)coef);

@@ -41,6 +41,11 @@ const char *ddp_status_name(ddp_status_t s);
 void *ddp_malloc(size_t bytes, const char *what);
 void *ddp_calloc(size_t n, size_t size, const char *what);
 
+/* What to do about a DDP_ERR_NUMERIC (non-finite loss, gradient norm or
+ * weights), for the end of its message. */
+#define DDP_DIVERGED_ADVICE                                                                        \
+    "training diverged; lower --lr, use --clip-grad-norm, or check the input with --check-data"
+
 #define DDP_TRY(call)                                                                              \
     do {                                                                                           \
         ddp_status_t ddp_try_s_ = (call);                                                          \

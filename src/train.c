@@ -83,10 +83,6 @@ static uint64_t fnv1a_(uint64_t h, const void *data, size_t n)
 }
 #define FNV_SEED 0xcbf29ce484222325ull
 
-#define DIVERGED_ADVICE                                                                            \
-    "training diverged; lower --lr, use --clip-grad-norm, or check the input with "                \
-    "--check-data"
-
 static const char *nonfinite_name_(double x)
 {
     return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
@@ -828,9 +824,10 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             double lsum;
             be->download(&lsum, t->acc_dev, sizeof lsum);
             if (!isfinite(lsum))
-                die_(t->comm.mpi, ddp_fail(DDP_ERR_NUMERIC,
-                                           "the training loss is %s at step %lld: " DIVERGED_ADVICE,
-                                           nonfinite_name_(lsum), (long long)step + 1));
+                die_(t->comm.mpi,
+                     ddp_fail(DDP_ERR_NUMERIC,
+                              "the training loss is %s at step %lld: " DDP_DIVERGED_ADVICE,
+                              nonfinite_name_(lsum), (long long)step + 1));
             if (t->nstat < t->stat_cap) {
                 t->step_s[t->nstat] = now_() - ts;
                 t->wait_s[t->nstat++] = loader_wait_seconds(t->loader) - tw;
@@ -855,7 +852,7 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                 res->last_loss = loss;
                 if (!isfinite(loss))
                     return ddp_fail(DDP_ERR_NUMERIC,
-                                    "the training loss is %s at step %lld: " DIVERGED_ADVICE,
+                                    "the training loss is %s at step %lld: " DDP_DIVERGED_ADVICE,
                                     nonfinite_name_(loss), (long long)step);
                 double now = now_(), dt = now - t_window;
                 double wait = loader_wait_seconds(t->loader);
@@ -889,7 +886,7 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     /* the replicas are identical, so every rank finds the same */
     if (!be->all_finite(t->model.nparams, t->model.params))
         return ddp_fail(DDP_ERR_NUMERIC,
-                        "the weights are not finite after step %lld: " DIVERGED_ADVICE,
+                        "the weights are not finite after step %lld: " DDP_DIVERGED_ADVICE,
                         (long long)step);
     evaluate_(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res);
     double total_samples = (double)samples;
