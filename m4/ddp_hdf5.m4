@@ -1,7 +1,9 @@
 # ddp_hdf5.m4 -- HDF5 (required), serial or parallel build.
 #
-# --with-hdf5=DIR looks in DIR/include and DIR/lib; otherwise pkg-config
-# (`hdf5`, Debian's serial flavour) and then plain -lhdf5 are tried.
+# --with-hdf5=DIR looks in DIR/include and in DIR/lib64 or DIR/lib (the one
+# holding libhdf5; lib64 first, as RPM-based systems and CMake builds install
+# there); otherwise pkg-config (`hdf5`, Debian's serial flavour) and then
+# plain -lhdf5 are tried.
 AC_DEFUN([DDP_HDF5], [
   AC_ARG_WITH([hdf5],
     [AS_HELP_STRING([--with-hdf5=DIR], [HDF5 installation prefix (default: pkg-config, then system)])],
@@ -10,8 +12,20 @@ AC_DEFUN([DDP_HDF5], [
 
   HDF5_CPPFLAGS= HDF5_LDFLAGS= HDF5_LIBS=
   AS_IF([test "x$with_hdf5" != xguess && test "x$with_hdf5" != xyes],
-    [HDF5_CPPFLAGS="-I$with_hdf5/include"
-     HDF5_LDFLAGS="-L$with_hdf5/lib -Wl,-rpath,$with_hdf5/lib"
+    [AC_MSG_CHECKING([for the HDF5 library directory in $with_hdf5])
+     ddp_hdf5_libdir=
+     for ddp_dir in "$with_hdf5/lib64" "$with_hdf5/lib"; do
+       for ddp_lib in "$ddp_dir"/libhdf5.so* "$ddp_dir"/libhdf5.a "$ddp_dir"/libhdf5.dylib; do
+         AS_IF([test -f "$ddp_lib"], [ddp_hdf5_libdir=$ddp_dir; break 2])
+       done
+     done
+     AC_MSG_RESULT([${ddp_hdf5_libdir:-none (no libhdf5 in lib64 or lib)}])
+     AS_IF([test -z "$ddp_hdf5_libdir"],
+       [AC_MSG_ERROR([--with-hdf5=$with_hdf5: no libhdf5 in $with_hdf5/lib64 or $with_hdf5/lib.
+  Pass the HDF5 installation prefix: the directory holding include/hdf5.h
+  and lib64/ or lib/ (for a module: the directory above the bin/ of h5cc).])])
+     HDF5_CPPFLAGS="-I$with_hdf5/include"
+     HDF5_LDFLAGS="-L$ddp_hdf5_libdir -Wl,-rpath,$ddp_hdf5_libdir"
      HDF5_LIBS="-lhdf5"],
     [PKG_CHECK_MODULES([HDF5PC], [hdf5],
        [HDF5_CPPFLAGS="$HDF5PC_CFLAGS" HDF5_LIBS="$HDF5PC_LIBS"],

@@ -1,5 +1,5 @@
 # ddp_pthread.m4 -- POSIX threads for the loader thread (-pthread with GCC/Clang).
-AC_DEFUN([AX_PTHREAD_SIMPLE], [
+AC_DEFUN([DDP_PTHREAD], [
   ddp_save_CFLAGS=$CFLAGS
   CFLAGS="$CFLAGS -pthread"
   AC_MSG_CHECKING([whether $CC accepts -pthread])
