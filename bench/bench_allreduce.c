@@ -20,7 +20,7 @@
  *
  *   mpirun -np 2 ./bench_allreduce [--min 4K] [--max 64M] [--iters 50]
  *       [--warmup 5] [--reps 11] [--algo auto|ring|mpi] [--piece BYTES]
- *       [--depth D] [--dtype float|bf16] [--mem shared|private]
+ *       [--depth D] [--dtype float|bf16|fp16] [--mem shared|private]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -59,7 +59,7 @@ static int cmp_double_(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* small integers: every partial sum is exact in float and bf16 */
+/* small integers: every partial sum is exact in float, bf16 and fp16 */
 static int ival_(size_t i, int r)
 {
     return (int)((i * 7 + (size_t)r * 5) % 17) - 8;
@@ -68,10 +68,13 @@ static int ival_(size_t i, int r)
 static void fill_(void *buf, comm_dtype_t t, size_t n, int r)
 {
     for (size_t i = 0; i < n; i++) {
+        float v = (float)ival_(i, r);
         if (t == COMM_FLOAT)
-            ((float *)buf)[i] = (float)ival_(i, r);
+            ((float *)buf)[i] = v;
+        else if (t == COMM_BF16)
+            ((uint16_t *)buf)[i] = ddp_f32_to_bf16(v);
         else
-            ((uint16_t *)buf)[i] = ddp_f32_to_bf16((float)ival_(i, r));
+            ((uint16_t *)buf)[i] = ddp_f32_to_f16(v);
     }
 }
 
@@ -81,8 +84,10 @@ static long count_wrong_(const void *buf, comm_dtype_t t, size_t n, int W)
     for (size_t i = 0; i < n; i++) {
         int want = 0;
         for (int r = 0; r < W; r++) want += ival_(i, r);
-        float got =
-            t == COMM_FLOAT ? ((const float *)buf)[i] : ddp_bf16_to_f32(((const uint16_t *)buf)[i]);
+        const uint16_t h = t == COMM_FLOAT ? 0 : ((const uint16_t *)buf)[i];
+        float got = t == COMM_FLOAT  ? ((const float *)buf)[i]
+                    : t == COMM_BF16 ? ddp_bf16_to_f32(h)
+                                     : ddp_f16_to_f32(h);
         wrong += got != (float)want;
     }
     return wrong;
@@ -137,11 +142,19 @@ static double time_(const path_t *p, void *buf, size_t n, int warmup, int iters)
     return worst;
 }
 
+/* the reference's 16-bit sums: scalar, one rounding per addition */
 static void bf16_sum_(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
     uint16_t *a = in, *b = inout;
     for (int i = 0; i < *len; i++)
         b[i] = ddp_f32_to_bf16(ddp_bf16_to_f32(a[i]) + ddp_bf16_to_f32(b[i]));
+}
+
+static void fp16_sum_(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    uint16_t *a = in, *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = ddp_f32_to_f16(ddp_f16_to_f32(a[i]) + ddp_f16_to_f32(b[i]));
 }
 
 int main(int argc, char **argv)
@@ -179,7 +192,7 @@ int main(int argc, char **argv)
         i++;
     }
     if (minb < 4 || maxb < minb || iters < 1 || reps < 1 || warmup < 0 ||
-        (strcmp(dtype, "float") && strcmp(dtype, "bf16")) ||
+        (strcmp(dtype, "float") && strcmp(dtype, "bf16") && strcmp(dtype, "fp16")) ||
         (strcmp(mem, "shared") && strcmp(mem, "private")))
         goto usage;
 
@@ -187,16 +200,18 @@ int main(int argc, char **argv)
     die_(comm_init_mpi(&c, MPI_COMM_WORLD), "comm_init_mpi");
     die_(comm_mpi_set_algorithm(&c, algo), "--algo");
     die_(comm_mpi_set_ring(&c, piece, depth), "--piece/--depth");
-    comm_dtype_t t = strcmp(dtype, "float") ? COMM_BF16 : COMM_FLOAT;
+    comm_dtype_t t = !strcmp(dtype, "bf16")   ? COMM_BF16
+                     : !strcmp(dtype, "fp16") ? COMM_FP16
+                                              : COMM_FLOAT;
     size_t esz = comm_dtype_size(t);
-    MPI_Datatype half_t;
-    MPI_Op bf16_op;
-    MPI_Type_contiguous(2, MPI_BYTE, &half_t);
-    MPI_Type_commit(&half_t);
-    MPI_Op_create(bf16_sum_, 1, &bf16_op);
+    MPI_Datatype half_dt;
+    MPI_Op half_op;
+    MPI_Type_contiguous(2, MPI_BYTE, &half_dt);
+    MPI_Type_commit(&half_dt);
+    MPI_Op_create(t == COMM_FP16 ? fp16_sum_ : bf16_sum_, 1, &half_op);
     path_t paths[2] = {
         {&c, t, MPI_FLOAT, MPI_SUM},
-        {NULL, t, t == COMM_FLOAT ? MPI_FLOAT : half_t, t == COMM_FLOAT ? MPI_SUM : bf16_op}};
+        {NULL, t, t == COMM_FLOAT ? MPI_FLOAT : half_dt, t == COMM_FLOAT ? MPI_SUM : half_op}};
     const int W = c.size;
     char *buf = NULL;
     if (!strcmp(mem, "shared")) {
@@ -284,8 +299,8 @@ int main(int argc, char **argv)
     for (int p = 0; p < 3; p++) free(rt[p]);
     free(src);
     free(dst);
-    MPI_Op_free(&bf16_op);
-    MPI_Type_free(&half_t);
+    MPI_Op_free(&half_op);
+    MPI_Type_free(&half_dt);
     comm_free(&c);
     MPI_Finalize();
     return total_wrong ? 1 : 0;
@@ -293,7 +308,7 @@ int main(int argc, char **argv)
 usage:
     fprintf(stderr, "usage: bench_allreduce [--min 4K] [--max 64M] [--iters N] [--warmup N] "
                     "[--reps N] [--algo auto|ring|mpi] [--piece BYTES] [--depth D] "
-                    "[--dtype float|bf16] [--mem shared|private]\n");
+                    "[--dtype float|bf16|fp16] [--mem shared|private]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
 }

@@ -1,5 +1,7 @@
 /* half.h -- float <-> bfloat16 / IEEE fp16 conversions (round to nearest
- * even), shared by the CPU kernels and the MPI reduction operators. */
+ * even), one value at a time, for the CPU kernels (compute_cpu.c), the
+ * all-reduce sums (sum_kernels.c, whose vector versions must give the same
+ * bits) and the tests.  Inline: they run once per element in hot loops. */
 #ifndef DDP_HALF_H
 #define DDP_HALF_H
 
