@@ -19,15 +19,9 @@
 
 #include <cblas.h>
 
+#include "clock.h"
 #include "compute.h"
 #include "ddp_build.h"
-
-static double now_(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 enum {
     OP_LIN_FWD,
@@ -48,10 +42,10 @@ static int timing; /* accumulate into op_time */
 
 #define TIMED(op, flop, call)                                                                      \
     do {                                                                                           \
-        double t0_ = now_();                                                                       \
+        double t0_ = clock_seconds();                                                              \
         call;                                                                                      \
         if (timing) {                                                                              \
-            op_time[op] += now_() - t0_;                                                           \
+            op_time[op] += clock_seconds() - t0_;                                                  \
             op_flop[op] += (flop);                                                                 \
         }                                                                                          \
     } while (0)
@@ -60,7 +54,7 @@ static int timing; /* accumulate into op_time */
 static const int dims[NLIN + 1] = {784, 1024, 1024, 10};
 
 typedef struct net {
-    const compute_ops_t *be;
+    const compute_ops_t *compute;
     int batch;
     float *params, *grads, *mom; /* flat */
     size_t nparams;
@@ -80,9 +74,9 @@ static float urand_(unsigned *s)
     return (float)(*s >> 8) * (1.0f / 8388608.0f) - 1.0f;
 }
 
-static void *xalloc_(const compute_ops_t *be, size_t bytes)
+static void *xalloc_(const compute_ops_t *compute, size_t bytes)
 {
-    void *p = be->alloc(bytes);
+    void *p = compute->alloc(bytes);
     if (!p) {
         fprintf(stderr, "bench_kernels: out of memory (%zu bytes)\n", bytes);
         exit(2);
@@ -90,17 +84,17 @@ static void *xalloc_(const compute_ops_t *be, size_t bytes)
     return p;
 }
 
-static void net_init_(net_t *m, const compute_ops_t *be, int batch)
+static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
 {
     memset(m, 0, sizeof *m);
-    m->be = be, m->batch = batch;
+    m->compute = compute, m->batch = batch;
     size_t n = 0;
     for (int l = 0; l < NLIN; l++) n += (size_t)dims[l] * dims[l + 1] + dims[l + 1];
     for (int l = 0; l < 2; l++) n += 2 * (size_t)dims[l + 1];
     m->nparams = n;
-    m->params = xalloc_(be, n * sizeof(float));
-    m->grads = xalloc_(be, n * sizeof(float));
-    m->mom = xalloc_(be, n * sizeof(float));
+    m->params = xalloc_(compute, n * sizeof(float));
+    m->grads = xalloc_(compute, n * sizeof(float));
+    m->mom = xalloc_(compute, n * sizeof(float));
     size_t off = 0;
     unsigned s = 12345;
     for (int l = 0; l < NLIN; l++) {
@@ -116,83 +110,84 @@ static void net_init_(net_t *m, const compute_ops_t *be, int batch)
         m->gamma[l] = m->params + off, m->dgamma[l] = m->grads + off, off += (size_t)c;
         m->beta[l] = m->params + off, m->dbeta[l] = m->grads + off, off += (size_t)c;
         for (int i = 0; i < c; i++) m->gamma[l][i] = 1.0f;
-        m->mean[l] = xalloc_(be, (size_t)c * sizeof(float));
-        m->invstd[l] = xalloc_(be, (size_t)c * sizeof(float));
-        m->rm[l] = xalloc_(be, (size_t)c * sizeof(float));
-        m->rv[l] = xalloc_(be, (size_t)c * sizeof(float));
+        m->mean[l] = xalloc_(compute, (size_t)c * sizeof(float));
+        m->invstd[l] = xalloc_(compute, (size_t)c * sizeof(float));
+        m->rm[l] = xalloc_(compute, (size_t)c * sizeof(float));
+        m->rv[l] = xalloc_(compute, (size_t)c * sizeof(float));
         for (int i = 0; i < c; i++) m->rv[l][i] = 1.0f;
-        m->stats[l] = xalloc_(be, 2 * (size_t)c * sizeof(double));
-        m->gstats[l] = xalloc_(be, 2 * (size_t)c * sizeof(double));
-        m->bnout[l] = xalloc_(be, (size_t)batch * c * sizeof(float));
-        m->act[l] = xalloc_(be, (size_t)batch * c * sizeof(float));
+        m->stats[l] = xalloc_(compute, 2 * (size_t)c * sizeof(double));
+        m->gstats[l] = xalloc_(compute, 2 * (size_t)c * sizeof(double));
+        m->bnout[l] = xalloc_(compute, (size_t)batch * c * sizeof(float));
+        m->act[l] = xalloc_(compute, (size_t)batch * c * sizeof(float));
     }
     for (int l = 0; l < NLIN; l++)
-        m->h[l] = xalloc_(be, (size_t)batch * dims[l + 1] * sizeof(float));
-    m->x = xalloc_(be, (size_t)batch * dims[0] * sizeof(float));
+        m->h[l] = xalloc_(compute, (size_t)batch * dims[l + 1] * sizeof(float));
+    m->x = xalloc_(compute, (size_t)batch * dims[0] * sizeof(float));
     for (size_t i = 0; i < (size_t)batch * dims[0]; i++) m->x[i] = urand_(&s);
-    m->labels = xalloc_(be, (size_t)batch * sizeof(int32_t));
+    m->labels = xalloc_(compute, (size_t)batch * sizeof(int32_t));
     for (int i = 0; i < batch; i++) m->labels[i] = (int32_t)((urand_(&s) + 1.0f) * 5.0f) % 10;
-    m->dlogits = xalloc_(be, (size_t)batch * dims[NLIN] * sizeof(float));
-    for (int k = 0; k < 2; k++) m->dbuf[k] = xalloc_(be, (size_t)batch * 1024 * sizeof(float));
+    m->dlogits = xalloc_(compute, (size_t)batch * dims[NLIN] * sizeof(float));
+    for (int k = 0; k < 2; k++) m->dbuf[k] = xalloc_(compute, (size_t)batch * 1024 * sizeof(float));
 }
 
 static void net_free_(net_t *m)
 {
-    const compute_ops_t *be = m->be;
-    be->free(m->params), be->free(m->grads), be->free(m->mom), be->free(m->x);
-    be->free(m->labels), be->free(m->dlogits);
+    const compute_ops_t *compute = m->compute;
+    compute->free(m->params), compute->free(m->grads), compute->free(m->mom), compute->free(m->x);
+    compute->free(m->labels), compute->free(m->dlogits);
     for (int l = 0; l < 2; l++) {
-        be->free(m->mean[l]), be->free(m->invstd[l]), be->free(m->rm[l]), be->free(m->rv[l]);
-        be->free(m->stats[l]), be->free(m->gstats[l]), be->free(m->bnout[l]);
-        be->free(m->act[l]), be->free(m->dbuf[l]);
+        compute->free(m->mean[l]), compute->free(m->invstd[l]), compute->free(m->rm[l]),
+            compute->free(m->rv[l]);
+        compute->free(m->stats[l]), compute->free(m->gstats[l]), compute->free(m->bnout[l]);
+        compute->free(m->act[l]), compute->free(m->dbuf[l]);
     }
-    for (int l = 0; l < NLIN; l++) be->free(m->h[l]);
+    for (int l = 0; l < NLIN; l++) compute->free(m->h[l]);
 }
 
 /* one training step; returns the mean loss */
 static double net_step_(net_t *m, int first)
 {
-    const compute_ops_t *be = m->be;
+    const compute_ops_t *compute = m->compute;
     const int n = m->batch;
     const float *in = m->x;
     for (int l = 0; l < NLIN; l++) {
         int fi = dims[l], fo = dims[l + 1];
         TIMED(OP_LIN_FWD, 2.0 * n * fi * fo,
-              be->linear_fwd(n, fi, fo, in, m->W[l], m->b[l], m->h[l]));
+              compute->linear_fwd(n, fi, fo, in, m->W[l], m->b[l], m->h[l]));
         if (l == NLIN - 1) break;
         TIMED(OP_BN_FWD, 0, {
-            be->bn_stats(n, fo, 1, m->h[l], m->stats[l]);
-            be->bn_finalize(fo, m->stats[l], n, 1e-5f, 0.1f, 1, m->mean[l], m->invstd[l], m->rm[l],
-                            m->rv[l]);
-            be->bn_fwd(n, fo, 1, m->h[l], m->mean[l], m->invstd[l], m->gamma[l], m->beta[l],
-                       m->bnout[l]);
+            compute->bn_stats(n, fo, 1, m->h[l], m->stats[l]);
+            compute->bn_finalize(fo, m->stats[l], n, 1e-5f, 0.1f, 1, m->mean[l], m->invstd[l],
+                                 m->rm[l], m->rv[l]);
+            compute->bn_fwd(n, fo, 1, m->h[l], m->mean[l], m->invstd[l], m->gamma[l], m->beta[l],
+                            m->bnout[l]);
         });
-        TIMED(OP_RELU_FWD, 0, be->relu_fwd((size_t)n * fo, m->bnout[l], m->act[l]));
+        TIMED(OP_RELU_FWD, 0, compute->relu_fwd((size_t)n * fo, m->bnout[l], m->act[l]));
         in = m->act[l];
     }
     double acc[2] = {0, 0};
     TIMED(OP_XENT, 0,
-          be->xent(n, dims[NLIN], m->h[NLIN - 1], m->labels, 0.0f, 1.0f / n, m->dlogits, acc));
+          compute->xent(n, dims[NLIN], m->h[NLIN - 1], m->labels, 0.0f, 1.0f / n, m->dlogits, acc));
     const float *dy = m->dlogits;
     for (int l = NLIN - 1; l >= 0; l--) {
         int fi = dims[l], fo = dims[l + 1];
         const float *xin = l ? m->act[l - 1] : m->x;
         float *dx = l ? m->dbuf[l & 1] : NULL;
         TIMED(OP_LIN_BWD, 2.0 * n * fi * fo * (dx ? 2 : 1),
-              be->linear_bwd(n, fi, fo, xin, m->W[l], dy, dx, m->dW[l], m->db[l], 0.0f));
+              compute->linear_bwd(n, fi, fo, xin, m->W[l], dy, dx, m->dW[l], m->db[l], 0.0f));
         if (!l) break;
         int c = fi, k = l - 1;
-        TIMED(OP_RELU_BWD, 0, be->relu_bwd((size_t)n * c, m->act[k], dx, dx));
+        TIMED(OP_RELU_BWD, 0, compute->relu_bwd((size_t)n * c, m->act[k], dx, dx));
         TIMED(OP_BN_BWD, 0, {
-            be->bn_bwd_stats(n, c, 1, m->h[k], dx, m->mean[k], m->invstd[k], m->gstats[k],
-                             m->dgamma[k], m->dbeta[k], 0.0f);
-            be->bn_bwd_data(n, c, 1, m->h[k], dx, m->mean[k], m->invstd[k], m->gamma[k],
-                            m->gstats[k], n, dx);
+            compute->bn_bwd_stats(n, c, 1, m->h[k], dx, m->mean[k], m->invstd[k], m->gstats[k],
+                                  m->dgamma[k], m->dbeta[k], 0.0f);
+            compute->bn_bwd_data(n, c, 1, m->h[k], dx, m->mean[k], m->invstd[k], m->gamma[k],
+                                 m->gstats[k], n, dx);
         });
         dy = dx;
     }
     TIMED(OP_SGD, 0,
-          be->sgd_step(m->nparams, m->params, m->grads, m->mom, 0.01f, 0.9f, 0, 5e-4f, first));
+          compute->sgd_step(m->nparams, m->params, m->grads, m->mom, 0.01f, 0.9f, 0, 5e-4f, first));
     return acc[0] / n;
 }
 
@@ -200,7 +195,7 @@ static double net_step_(net_t *m, int first)
 static double gemm_step_(net_t *m, double *flop)
 {
     const int n = m->batch;
-    double t0 = now_(), f = 0;
+    double t0 = clock_seconds(), f = 0;
     const float *in = m->x;
     for (int l = 0; l < NLIN; l++) {
         int fi = dims[l], fo = dims[l + 1];
@@ -223,7 +218,7 @@ static double gemm_step_(net_t *m, double *flop)
         }
     }
     *flop = f;
-    return now_() - t0;
+    return clock_seconds() - t0;
 }
 
 static int cmp_double_(const void *a, const void *b)
@@ -252,9 +247,9 @@ int main(int argc, char **argv)
 #ifdef HAVE_OPENBLAS_GET_CONFIG
     if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
 #endif
-    const compute_ops_t *be = compute_find("cpu");
+    const compute_ops_t *compute = compute_find("cpu");
     net_t m;
-    net_init_(&m, be, batch);
+    net_init_(&m, compute, batch);
 
     double loss0 = 0, loss = 0;
     for (int i = 0; i < warmup; i++) {
@@ -271,9 +266,9 @@ int main(int argc, char **argv)
         int i1 = i0 + 10 < steps ? i0 + 10 : steps;
         timing = 1;
         for (int i = i0; i < i1; i++) {
-            double t0 = now_();
+            double t0 = clock_seconds();
             loss = net_step_(&m, warmup == 0 && i == 0);
-            tstep[i] = now_() - t0;
+            tstep[i] = clock_seconds() - t0;
         }
         timing = 0;
         /* the GEMM-only pass overwrites activations and gradients; the next
@@ -283,9 +278,9 @@ int main(int argc, char **argv)
     /* memory reference for sgd_step: a copy of the parameter buffer */
     double tcopy = 1e9;
     for (int i = 0; i < 20; i++) {
-        double t0 = now_();
+        double t0 = clock_seconds();
         memcpy(m.grads, m.params, m.nparams * sizeof(float));
-        double t = now_() - t0;
+        double t = clock_seconds() - t0;
         tcopy = t < tcopy ? t : tcopy;
     }
     qsort(tstep, (size_t)steps, sizeof *tstep, cmp_double_);
@@ -294,7 +289,7 @@ int main(int argc, char **argv)
     double step_flop = op_flop[OP_LIN_FWD] / steps + op_flop[OP_LIN_BWD] / steps;
 
     printf("# bench_kernels: MLP 784-1024-1024-10 + BN, batch %d, SGD momentum, backend %s\n",
-           batch, be->name);
+           batch, compute->name);
     printf("# %d timed steps after %d warm-up, BLAS threads: %s\n", steps, warmup,
            getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "1");
     printf("#\n# %-22s %12s %8s %10s\n", "op", "time/step", "share", "rate");
@@ -325,9 +320,9 @@ int main(int argc, char **argv)
            sgd_bytes / sgd_s * 1e-9);
     printf("# memcpy of the %.1f MB parameter buffer (read+write): %.1f GB/s\n", m.nparams * 4e-6,
            8.0 * (double)m.nparams / tcopy * 1e-9);
-    int ok = be->all_finite(m.nparams, m.params) && loss < loss0;
+    int ok = compute->all_finite(m.nparams, m.params) && loss < loss0;
     printf("# check: loss %.4f -> %.4f, weights finite: %s -> %s\n", loss0, loss,
-           be->all_finite(m.nparams, m.params) ? "yes" : "NO", ok ? "OK" : "WRONG");
+           compute->all_finite(m.nparams, m.params) ? "yes" : "NO", ok ? "OK" : "WRONG");
     free(tstep), free(tgemm);
     net_free_(&m);
     return ok ? 0 : 1;

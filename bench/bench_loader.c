@@ -36,17 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "deck.h"
 #include "h5util.h"
 #include "loader.h"
 #include "sampler.h"
-
-static double now_(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void die_(const char *what)
 {
@@ -241,7 +235,7 @@ static double run_mode_(int mode, deck_t *d, raw_t *r, sampler_t *s, int batch)
     pos_pair_t *pairs = malloc((size_t)batch * sizeof *pairs);
     deck_set_io(d, mode == M_RUNS ? DECK_IO_RUNS : mode == M_UNION ? DECK_IO_UNION : DECK_IO_AUTO);
     sampler_set_epoch(s, 0);
-    double t0 = now_();
+    double t0 = clock_seconds();
     if (mode == M_LOADER) {
         loader_t *l;
         loader_opts_t o = {.prefetch = 4, .augment = "", .epochs = 1};
@@ -278,7 +272,7 @@ static double run_mode_(int mode, deck_t *d, raw_t *r, sampler_t *s, int batch)
             }
         }
     }
-    double dt = now_() - t0;
+    double dt = clock_seconds() - t0;
     free(idx);
     free(sorted);
     free(stage);

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader.h"
 #include "rng.h"
 
 ddp_status_t augment_parse(const char *spec, act_shape_t shape, augment_t *a)

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "model.h"
+#include "shape.h"
 #include "status.h"
 
 typedef struct augment {
@@ -23,6 +23,8 @@ typedef struct augment {
 /* Parse "hflip,crop:4" ("" or "none": nothing) and check it fits the sample
  * shape (images only; P < min(h, w)).  DDP_ERR_USAGE naming --augment. */
 ddp_status_t augment_parse(const char *spec, act_shape_t shape, augment_t *a);
+/* The same check without keeping the result. */
+ddp_status_t augment_check(const char *spec, act_shape_t shape);
 static inline int augment_active(const augment_t *a)
 {
     return a->hflip || a->crop > 0;

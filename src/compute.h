@@ -2,8 +2,8 @@
  *
  * Every layer, loss and optimizer kernel the trainer runs goes through one
  * of these tables, so the training loop never branches on the device.  The
- * CPU backend (compute_cpu.c) uses BLAS and plain loops; the CUDA backend
- * (compute_cuda.c over cuda/) uses cuBLAS and kernels.  All pointers are
+ * CPU backend (compute_cpu.c) uses BLAS and plain loops; a CUDA backend
+ * would fill the same table over the kernels in cuda/.  All pointers are
  * device pointers of the backend (host memory for "cpu"); all tensors are
  * dense row-major float32, images NCHW.
  *

@@ -1,6 +1,6 @@
 /* config.h -- run options: one table drives the command line, --config
  * files, the /config attributes of the input deck, validation, --help, the
- * start-up table and the configuration stored in checkpoints.
+ * start-up table and the configuration stored in every saved weights file.
  *
  * Precedence: defaults < input file /config < --config FILE < command line.
  */
@@ -115,8 +115,8 @@ ddp_status_t config_validate(const ddp_config_t *c);
 const ddp_option_t *config_find(const char *name);
 /* Render an option's value as text. */
 void config_format(const ddp_config_t *c, const ddp_option_t *o, char *buf, size_t n);
-/* "key = value\n" for every option, in table order: the canonical form that
- * is hashed across ranks and stored in checkpoints. */
+/* "key = value\n" for every option, in table order: the canonical form
+ * stored in every saved weights file. */
 size_t config_dump(const ddp_config_t *c, char *buf, size_t n);
 void config_print_help(FILE *f, const char *prog);
 

@@ -955,8 +955,9 @@ static void affine_inplace_(float *restrict v, const float *restrict a, const fl
     for (; e < n; e++) v[e] = v[e] * a[e] + b[e];
 }
 
-ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
-                          float *targets, int flags)
+/* deck_read (raw = 0) and deck_read_raw (raw = 1). */
+static ddp_status_t read_samples_(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
+                                  float *targets, int raw)
 {
     if (n <= 0) return DDP_OK;
     for (int i = 0; i < n; i++)
@@ -1007,7 +1008,6 @@ ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_
 
     /* scatter into batch order, converting and normalising */
     size_t numel = d->sample_numel;
-    int raw = flags & DECK_READ_RAW;
     for (int i = 0; i < n; i++) {
         size_t r = (size_t)slot[i];
         float *dst = x ? x + (size_t)i * numel : NULL;
@@ -1027,7 +1027,13 @@ ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_
 ddp_status_t deck_read(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
                        float *targets)
 {
-    return deck_read_ex(d, idx, n, x, labels, targets, 0);
+    return read_samples_(d, idx, n, x, labels, targets, 0);
+}
+
+ddp_status_t deck_read_raw(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
+                           float *targets)
+{
+    return read_samples_(d, idx, n, x, labels, targets, 1);
 }
 
 void deck_normalize(const deck_t *d, float *x, int n)
@@ -1053,7 +1059,7 @@ ddp_status_t deck_read_range(deck_t *d, int64_t first, int n, float *x, int32_t 
     int64_t *idx = ddp_malloc((size_t)n * sizeof *idx, "a range read");
     if (!idx) return DDP_ERR_NOMEM;
     for (int i = 0; i < n; i++) idx[i] = first + i;
-    ddp_status_t s = deck_read_ex(d, idx, n, x, labels, targets, 0);
+    ddp_status_t s = deck_read(d, idx, n, x, labels, targets);
     free(idx);
     return s;
 }

@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "model.h"
+#include "shape.h"
 #include "status.h"
 
 typedef enum deck_dtype { DECK_U8, DECK_F32 } deck_dtype_t;
@@ -131,12 +131,11 @@ ddp_status_t deck_load_config(const char *path, ddp_config_t *cfg);
 ddp_status_t deck_read(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
                        float *targets);
 
-/* As deck_read; with DECK_READ_RAW x receives raw values as float (uint8
- * 0..255, float32 as stored: no scale, no mean/std), for augmentation that
- * must happen before normalisation (deck_normalize). */
-enum { DECK_READ_RAW = 1 };
-ddp_status_t deck_read_ex(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
-                          float *targets, int flags);
+/* As deck_read, but x receives raw values as float (uint8 0..255, float32
+ * as stored: no scale, no mean/std), for augmentation that must happen
+ * before normalisation (deck_normalize). */
+ddp_status_t deck_read_raw(deck_t *d, const int64_t *idx, int n, float *x, int32_t *labels,
+                           float *targets);
 /* Choose how x and y are read (default DECK_IO_AUTO; DIRECT falls back as
  * AUTO does).  Returns how many shards read x directly under this choice. */
 int deck_set_io(deck_t *d, deck_io_t io);

@@ -16,7 +16,7 @@ static pthread_mutex_t h5_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
 /* Thread-safe HDF5 builds keep the error-printing setting per thread: once
  * h5_quiet() was called, every thread turns it off the first time it takes
- * the lock (the loader thread, a checkpoint thread). */
+ * the lock (the loader thread, for one). */
 static int h5_quiet_all;
 static _Thread_local int h5_quiet_here;
 

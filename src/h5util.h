@@ -1,5 +1,5 @@
-/* h5util.h -- small HDF5 helpers shared by the loader, checkpoints and
- * ddptrain-prep: the global HDF5 lock, quiet opening with clear errors,
+/* h5util.h -- small HDF5 helpers shared by the input decks, weights files
+ * and ddptrain-prep: the global HDF5 lock, quiet opening with clear errors,
  * atomic file creation, attributes and whole-dataset I/O.
  *
  * The HDF5 library is not thread-safe in the usual builds: every HDF5 call

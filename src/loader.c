@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "augment.h"
+#include "clock.h"
 
 struct loader {
     deck_t *d;
@@ -55,13 +56,6 @@ struct loader {
 
 #define SPIN_S 100e-6
 
-static double now_(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static inline void cpu_relax_(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -87,7 +81,8 @@ static ddp_status_t fill_(loader_t *l, loader_batch_t *b, int64_t epoch, int64_t
     b->n = sampler_batch(&l->s, step, b->idx);
     b->global_n = sampler_global_count(&l->s, step);
     int aug = augment_active(&l->aug);
-    DDP_TRY(deck_read_ex(d, b->idx, b->n, b->x, b->labels, b->targets, aug ? DECK_READ_RAW : 0));
+    DDP_TRY(aug ? deck_read_raw(d, b->idx, b->n, b->x, b->labels, b->targets)
+                : deck_read(d, b->idx, b->n, b->x, b->labels, b->targets));
     if (aug) {
         for (int i = 0; i < b->n; i++)
             augment_sample(&l->aug, d->shape, l->s.seed, epoch, b->idx[i],
@@ -221,16 +216,16 @@ ddp_status_t loader_next(loader_t *l, loader_batch_t **b)
     *b = NULL;
     pthread_mutex_lock(&l->mu);
     if (l->rcount == 0 && !l->done && !l->err) {
-        double t0 = now_();
+        double t0 = clock_seconds();
         unsigned seen = atomic_load_explicit(&l->posted, memory_order_relaxed);
         pthread_mutex_unlock(&l->mu);
         for (int i = 1; atomic_load_explicit(&l->posted, memory_order_acquire) == seen; i++) {
             cpu_relax_();
-            if (i % 64 == 0 && now_() - t0 > SPIN_S) break;
+            if (i % 64 == 0 && clock_seconds() - t0 > SPIN_S) break;
         }
         pthread_mutex_lock(&l->mu);
         while (l->rcount == 0 && !l->done && !l->err) pthread_cond_wait(&l->cv_ready, &l->mu);
-        l->wait_s += now_() - t0;
+        l->wait_s += clock_seconds() - t0;
     }
     ddp_status_t s = DDP_OK;
     if (l->rcount > 0) {

@@ -3,9 +3,10 @@
  * The loader thread walks the sampler (epochs x steps from a start cursor),
  * reads each batch with deck_read (coalesced HDF5 reads), applies
  * augmentation, and queues it; at most `prefetch` batches are held, so
- * memory is bounded by prefetch x batch, never by N.  HDF5 is called from
- * this thread only, under h5util's lock (checkpoints and evaluation take the
- * same lock).  A read failure is handed to the consumer with the batch.
+ * memory is bounded by prefetch x batch, never by N.  The loader calls HDF5
+ * from this thread only, under h5util's lock (evaluation and saving weights
+ * take the same lock).  A read failure is handed to the consumer with the
+ * batch.
  *
  * Exactly: prefetch + 1 batch buffers are allocated at start (the consumer
  * holds one while up to `prefetch` wait in the queue) and none after.  A
@@ -57,9 +58,5 @@ double loader_wait_seconds(const loader_t *l);
 /* Most batches that were ever queued at once (<= prefetch; for tests). */
 int loader_ready_peak(const loader_t *l);
 void loader_stop(loader_t *l);
-
-/* Parse and check an --augment spec for a sample shape (also used by config
- * validation). */
-ddp_status_t augment_check(const char *spec, act_shape_t shape);
 
 #endif

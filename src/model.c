@@ -331,19 +331,19 @@ static ddp_status_t layout_(model_t *m, const model_opts_t *o)
 static void *dev_alloc_(model_t *m, size_t bytes, ddp_status_t *s, const char *what)
 {
     if (*s != DDP_OK) return NULL;
-    void *p = m->be->alloc(bytes ? bytes : 1);
+    void *p = m->compute->alloc(bytes ? bytes : 1);
     if (!p)
         *s = ddp_fail(DDP_ERR_NOMEM,
                       "out of %s memory allocating %zu bytes for %s; reduce "
                       "--batch or the model size",
-                      m->be->name, bytes, what);
+                      m->compute->name, bytes, what);
     return p;
 }
 
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
 {
     ddp_status_t s = DDP_OK;
-    const compute_ops_t *be = m->be;
+    const compute_ops_t *compute = m->compute;
     if (mem && mem->alloc) {
         void *p = NULL, *g = NULL;
         size_t bytes = m->nparams * sizeof(float) + sizeof(float);
@@ -380,7 +380,7 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
         if (L->kind == LAYER_CONV) {
             conv_dims_t d = {m->batch, L->in.c,   L->in.h, L->in.w,  L->out.c,
                              L->k,     L->stride, L->pad,  L->out.h, L->out.w};
-            size_t need = be->conv_ws_bytes(&d);
+            size_t need = compute->conv_ws_bytes(&d);
             if (need > ws) ws = need;
         }
     }
@@ -396,18 +396,18 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
     return s;
 }
 
-ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *be)
+ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute)
 {
-    ddp_status_t s = model_layout(m, o, be);
+    ddp_status_t s = model_layout(m, o, compute);
     if (s == DDP_OK) s = model_alloc(m, NULL);
     if (s != DDP_OK) model_free(m);
     return s;
 }
 
-ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t *be)
+ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t *compute)
 {
     memset(m, 0, sizeof *m);
-    m->be = be;
+    m->compute = compute;
     m->input = o->input;
     m->batch = o->batch;
     if (!o->spec || !o->spec[0]) return ddp_fail(DDP_ERR_USAGE, "--model is empty; %s", spec_help);
@@ -452,27 +452,27 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
 
 void model_free(model_t *m)
 {
-    const compute_ops_t *be = m->be;
-    if (be) {
+    const compute_ops_t *compute = m->compute;
+    if (compute) {
         for (int i = 0; i < m->nlayers; i++) {
             layer_t *L = &m->layers[i];
-            be->free(L->y);
-            be->free(L->argmax);
-            be->free(L->mean);
-            be->free(L->invstd);
-            be->free(L->stats);
+            compute->free(L->y);
+            compute->free(L->argmax);
+            compute->free(L->mean);
+            compute->free(L->invstd);
+            compute->free(L->stats);
         }
         if (m->mem.alloc) {
             if (m->grads) m->mem.free(m->mem.arg, m->grads);
             if (m->params) m->mem.free(m->mem.arg, m->params);
         } else {
-            be->free(m->params);
-            be->free(m->grads);
+            compute->free(m->params);
+            compute->free(m->grads);
         }
-        be->free(m->bufs);
-        be->free(m->dact[0]);
-        be->free(m->dact[1]);
-        be->free(m->conv_ws);
+        compute->free(m->bufs);
+        compute->free(m->dact[0]);
+        compute->free(m->dact[1]);
+        compute->free(m->conv_ws);
     }
     for (int b = 0; b < m->nbuckets; b++) free(m->buckets[b].tensors);
     free(m->buckets);
@@ -533,8 +533,8 @@ ddp_status_t model_init_params(model_t *m, uint64_t seed)
                 dst[i + j] = (2.0f * ddp_u01(r.v[j]) - 1.0f) * bound;
         }
     }
-    m->be->upload(m->params, p, m->nparams * sizeof(float));
-    m->be->upload(m->bufs, bf, m->nbufs * sizeof(float));
+    m->compute->upload(m->params, p, m->nparams * sizeof(float));
+    m->compute->upload(m->bufs, bf, m->nbufs * sizeof(float));
     for (int i = 0; i < m->nlayers; i++) m->layers[i].num_batches_tracked = 0;
     free(p);
     free(bf);
@@ -554,27 +554,29 @@ static void pool_dims_(const layer_t *L, int n, pool_dims_t *d)
     *d = (pool_dims_t){n, L->in.c, L->in.h, L->in.w, L->k, L->stride, L->out.h, L->out.w};
 }
 
-static float *P_(const model_t *m, int t)
+/* Tensor t's slice of the parameters, gradients and buffers (NULL when
+ * t < 0: the layer has no such tensor). */
+static float *param_(const model_t *m, int t)
 {
     return t < 0 ? NULL : m->params + m->tensors[t].offset;
 }
-static float *G_(const model_t *m, int t)
+static float *grad_(const model_t *m, int t)
 {
     return t < 0 ? NULL : m->grads + m->tensors[t].offset;
 }
-static float *B_(const model_t *m, int t)
+static float *buffer_(const model_t *m, int t)
 {
     return t < 0 ? NULL : m->bufs + m->tensors[t].offset;
 }
 
 static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const step_ctx_t *ctx)
 {
-    const compute_ops_t *be = m->be;
+    const compute_ops_t *compute = m->compute;
     int n = ctx->n, c = L->in.c, hw = L->in.h * L->in.w;
     if (ctx->train) {
         double count = ctx->sync_bn ? (double)ctx->global_n * hw : (double)n * hw;
         if (ctx->sync_bn || n > 0) {
-            be->bn_stats(n, c, hw, x, L->stats);
+            compute->bn_stats(n, c, hw, x, L->stats);
             if (ctx->sync_bn) {
                 comm_desc_t d = {"syncbn-forward", L->index, ctx->step};
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
@@ -584,21 +586,22 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
                                 "BatchNorm layer %d ('%s') got %.0f value(s) per "
                                 "channel in training; it needs more than 1: raise --batch%s",
                                 L->index, L->token, count, ctx->sync_bn ? "" : " or use --sync-bn");
-            be->bn_finalize(c, L->stats, count, BN_EPS, BN_MOMENTUM, 1, L->mean, L->invstd,
-                            B_(m, L->running_mean), B_(m, L->running_var));
+            compute->bn_finalize(c, L->stats, count, BN_EPS, BN_MOMENTUM, 1, L->mean, L->invstd,
+                                 buffer_(m, L->running_mean), buffer_(m, L->running_var));
             L->num_batches_tracked++;
         }
     } else {
-        be->bn_eval_params(c, B_(m, L->running_mean), B_(m, L->running_var), BN_EPS, L->mean,
-                           L->invstd);
+        compute->bn_eval_params(c, buffer_(m, L->running_mean), buffer_(m, L->running_var), BN_EPS,
+                                L->mean, L->invstd);
     }
-    be->bn_fwd(n, c, hw, x, L->mean, L->invstd, P_(m, L->weight), P_(m, L->bias), L->y);
+    compute->bn_fwd(n, c, hw, x, L->mean, L->invstd, param_(m, L->weight), param_(m, L->bias),
+                    L->y);
     return DDP_OK;
 }
 
 ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, const float **out)
 {
-    const compute_ops_t *be = m->be;
+    const compute_ops_t *compute = m->compute;
     int n = ctx->n;
     const float *cur = x;
     for (int i = 0; i < m->nlayers; i++) {
@@ -606,36 +609,37 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
         size_t count = (size_t)n * act_numel(L->in);
         switch (L->kind) {
         case LAYER_LINEAR:
-            be->linear_fwd(n, L->in.c, L->out.c, cur, P_(m, L->weight), P_(m, L->bias), L->y);
+            compute->linear_fwd(n, L->in.c, L->out.c, cur, param_(m, L->weight), param_(m, L->bias),
+                                L->y);
             break;
         case LAYER_CONV: {
             conv_dims_t d;
             conv_dims_(L, n, &d);
-            be->conv_fwd(&d, cur, P_(m, L->weight), P_(m, L->bias), L->y, m->conv_ws);
+            compute->conv_fwd(&d, cur, param_(m, L->weight), param_(m, L->bias), L->y, m->conv_ws);
             break;
         }
         case LAYER_MAXPOOL: {
             pool_dims_t d;
             pool_dims_(L, n, &d);
-            be->maxpool_fwd(&d, cur, L->y, L->argmax);
+            compute->maxpool_fwd(&d, cur, L->y, L->argmax);
             break;
         }
         case LAYER_AVGPOOL: {
             pool_dims_t d;
             pool_dims_(L, n, &d);
-            be->avgpool_fwd(&d, cur, L->y);
+            compute->avgpool_fwd(&d, cur, L->y);
             break;
         }
-        case LAYER_GAP: be->gap_fwd(n, L->in.c, L->in.h * L->in.w, cur, L->y); break;
+        case LAYER_GAP: compute->gap_fwd(n, L->in.c, L->in.h * L->in.w, cur, L->y); break;
         case LAYER_BN: DDP_TRY(bn_forward_(m, L, cur, ctx)); break;
-        case LAYER_RELU: be->relu_fwd(count, cur, L->y); break;
-        case LAYER_GELU: be->gelu_fwd(count, cur, L->y); break;
+        case LAYER_RELU: compute->relu_fwd(count, cur, L->y); break;
+        case LAYER_GELU: compute->gelu_fwd(count, cur, L->y); break;
         case LAYER_DROPOUT:
             if (ctx->train && L->p > 0)
-                be->dropout_fwd(n, act_numel(L->in), cur, L->y, L->p, ctx->seed,
-                                (uint64_t)ctx->step, (uint32_t)L->index, ctx->sample_idx);
+                compute->dropout_fwd(n, act_numel(L->in), cur, L->y, L->p, ctx->seed,
+                                     (uint64_t)ctx->step, (uint32_t)L->index, ctx->sample_idx);
             else
-                be->copy(L->y, cur, count * sizeof(float));
+                compute->copy(L->y, cur, count * sizeof(float));
             break;
         case LAYER_FLATTEN: break;
         }
@@ -665,7 +669,7 @@ static int first_backward_layer_(const model_t *m)
 
 ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
 {
-    const compute_ops_t *be = m->be;
+    const compute_ops_t *compute = m->compute;
     int n = ctx->n, k = 0; /* dact[k] holds d(loss)/d(output of layer i) */
     int lo = first_backward_layer_(m);
     float beta = ctx->grad_beta;
@@ -684,35 +688,35 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         int swap = 1;
         switch (L->kind) {
         case LAYER_LINEAR:
-            be->linear_bwd(n, L->in.c, L->out.c, in, P_(m, L->weight), dy, dx, G_(m, L->weight),
-                           G_(m, L->bias), beta);
+            compute->linear_bwd(n, L->in.c, L->out.c, in, param_(m, L->weight), dy, dx,
+                                grad_(m, L->weight), grad_(m, L->bias), beta);
             break;
         case LAYER_CONV: {
             conv_dims_t d;
             conv_dims_(L, n, &d);
-            be->conv_bwd(&d, in, P_(m, L->weight), dy, dx, G_(m, L->weight), G_(m, L->bias), beta,
-                         m->conv_ws);
+            compute->conv_bwd(&d, in, param_(m, L->weight), dy, dx, grad_(m, L->weight),
+                              grad_(m, L->bias), beta, m->conv_ws);
             break;
         }
         case LAYER_MAXPOOL: {
             pool_dims_t d;
             pool_dims_(L, n, &d);
-            if (dx) be->maxpool_bwd(&d, dy, L->argmax, dx);
+            if (dx) compute->maxpool_bwd(&d, dy, L->argmax, dx);
             break;
         }
         case LAYER_AVGPOOL: {
             pool_dims_t d;
             pool_dims_(L, n, &d);
-            if (dx) be->avgpool_bwd(&d, dy, dx);
+            if (dx) compute->avgpool_bwd(&d, dy, dx);
             break;
         }
         case LAYER_GAP:
-            if (dx) be->gap_bwd(n, L->in.c, L->in.h * L->in.w, dy, dx);
+            if (dx) compute->gap_bwd(n, L->in.c, L->in.h * L->in.w, dy, dx);
             break;
         case LAYER_BN: {
             int c = L->in.c, hw = L->in.h * L->in.w;
-            be->bn_bwd_stats(n, c, hw, in, dy, L->mean, L->invstd, L->stats, G_(m, L->weight),
-                             G_(m, L->bias), beta);
+            compute->bn_bwd_stats(n, c, hw, in, dy, L->mean, L->invstd, L->stats,
+                                  grad_(m, L->weight), grad_(m, L->bias), beta);
             double count_bn = (double)n * hw;
             if (ctx->sync_bn) {
                 comm_desc_t d = {"syncbn-backward", L->index, ctx->step};
@@ -720,23 +724,23 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
                 count_bn = (double)ctx->global_n * hw;
             }
             if (dx && n > 0)
-                be->bn_bwd_data(n, c, hw, in, dy, L->mean, L->invstd, P_(m, L->weight), L->stats,
-                                count_bn, dx);
+                compute->bn_bwd_data(n, c, hw, in, dy, L->mean, L->invstd, param_(m, L->weight),
+                                     L->stats, count_bn, dx);
             break;
         }
         case LAYER_RELU:
-            if (dx) be->relu_bwd(count, in, dy, dx);
+            if (dx) compute->relu_bwd(count, in, dy, dx);
             break;
         case LAYER_GELU:
-            if (dx) be->gelu_bwd(count, in, dy, dx);
+            if (dx) compute->gelu_bwd(count, in, dy, dx);
             break;
         case LAYER_DROPOUT:
             if (dx) {
                 if (ctx->train && L->p > 0)
-                    be->dropout_bwd(n, act_numel(L->in), dy, dx, L->p, ctx->seed,
-                                    (uint64_t)ctx->step, (uint32_t)L->index, ctx->sample_idx);
+                    compute->dropout_bwd(n, act_numel(L->in), dy, dx, L->p, ctx->seed,
+                                         (uint64_t)ctx->step, (uint32_t)L->index, ctx->sample_idx);
                 else
-                    be->copy(dx, dy, count * sizeof(float));
+                    compute->copy(dx, dy, count * sizeof(float));
             }
             break;
         case LAYER_FLATTEN: swap = 0; break;

@@ -18,6 +18,7 @@
 
 #include "comm.h"
 #include "compute.h"
+#include "shape.h"
 #include "status.h"
 
 typedef enum layer_kind {
@@ -32,18 +33,6 @@ typedef enum layer_kind {
     LAYER_DROPOUT,
     LAYER_FLATTEN
 } layer_kind_t;
-
-/* Per-sample activation shape: images are (c, h, w); feature vectors are
- * (c = features, h = w = 1) with image = 0. */
-typedef struct act_shape {
-    int c, h, w;
-    int image;
-} act_shape_t;
-
-static inline size_t act_numel(act_shape_t s)
-{
-    return (size_t)s.c * s.h * s.w;
-}
 
 #define TENSOR_NAME_MAX 48
 
@@ -109,7 +98,7 @@ typedef struct model_opts {
 } model_opts_t;
 
 typedef struct model {
-    const compute_ops_t *be;
+    const compute_ops_t *compute;
     int nlayers;
     layer_t *layers;
     int ntensors;
@@ -131,12 +120,12 @@ typedef struct model {
 
 /* Parse the spec, check it against the input shape, lay out tensors and
  * buckets; no memory yet.  Errors name the offending layer token. */
-ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t *be);
+ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t *compute);
 /* Allocate parameters, buffers, activations (device memory of the backend);
  * the parameter and gradient buffers from `mem` when given. */
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem);
 /* model_layout + model_alloc(NULL). */
-ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *be);
+ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute);
 void model_free(model_t *m);
 
 /* PyTorch-default initialisation from (seed, tensor index): kaiming-uniform

@@ -4,25 +4,45 @@
 #include <math.h>
 #include <string.h>
 
-ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m, int64_t total_steps,
+optim_opts_t optim_opts_from_config(const ddp_config_t *cfg, int64_t total_steps)
+{
+    return (optim_opts_t){
+        .kind = (optimizer_kind_t)cfg->optimizer,
+        .schedule = (schedule_kind_t)cfg->lr_schedule,
+        .lr = cfg->lr,
+        .momentum = cfg->momentum,
+        .weight_decay = cfg->weight_decay,
+        .beta1 = cfg->beta1,
+        .beta2 = cfg->beta2,
+        .eps = cfg->eps,
+        .nesterov = cfg->nesterov,
+        .clip_grad_norm = cfg->clip_grad_norm,
+        .lr_gamma = cfg->lr_gamma,
+        .warmup_steps = cfg->warmup_steps,
+        .lr_step_size = cfg->lr_step_size,
+        .total_steps = total_steps,
+    };
+}
+
+ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
                         const model_mem_t *mem)
 {
     memset(o, 0, sizeof *o);
-    o->be = m->be;
-    o->kind = cfg->optimizer;
-    o->schedule = cfg->lr_schedule;
-    o->lr = cfg->lr;
-    o->momentum = cfg->momentum;
-    o->nesterov = cfg->nesterov;
-    o->weight_decay = cfg->weight_decay;
-    o->beta1 = cfg->beta1;
-    o->beta2 = cfg->beta2;
-    o->eps = cfg->eps;
-    o->clip = cfg->clip_grad_norm;
-    o->lr_gamma = cfg->lr_gamma;
-    o->warmup = cfg->warmup_steps;
-    o->step_size = cfg->lr_step_size;
-    o->total_steps = total_steps;
+    o->compute = m->compute;
+    o->kind = opts->kind;
+    o->schedule = opts->schedule;
+    o->lr = opts->lr;
+    o->momentum = opts->momentum;
+    o->nesterov = opts->nesterov;
+    o->weight_decay = opts->weight_decay;
+    o->beta1 = opts->beta1;
+    o->beta2 = opts->beta2;
+    o->eps = opts->eps;
+    o->clip = opts->clip_grad_norm;
+    o->lr_gamma = opts->lr_gamma;
+    o->warmup = opts->warmup_steps;
+    o->step_size = opts->lr_step_size;
+    o->total_steps = opts->total_steps;
     o->count = m->ntrainable;
     int nstate = o->kind == OPTIM_ADAMW ? 2 : (o->momentum > 0 ? 1 : 0);
     if (mem && mem->alloc) o->mem = *mem;
@@ -37,7 +57,7 @@ ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m, i
                 return s;
             }
         } else {
-            o->state[i] = o->be->alloc(bytes);
+            o->state[i] = o->compute->alloc(bytes);
         }
         if (!o->state[i]) {
             optim_free(o);
@@ -55,7 +75,7 @@ void optim_free(optim_t *o)
         if (o->mem.alloc)
             o->mem.free(o->mem.arg, o->state[i]);
         else
-            o->be->free(o->state[i]);
+            o->compute->free(o->state[i]);
     }
     o->state[0] = o->state[1] = NULL;
 }
@@ -83,10 +103,10 @@ double optim_lr(const optim_t *o, int64_t t)
 
 ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
 {
-    const compute_ops_t *be = o->be;
+    const compute_ops_t *compute = o->compute;
     *grad_norm = -1;
     if (o->clip > 0) {
-        double norm = sqrt(be->sumsq(o->count, m->grads));
+        double norm = sqrt(compute->sumsq(o->count, m->grads));
         *grad_norm = norm;
         if (!isfinite(norm))
             return ddp_fail(DDP_ERR_NUMERIC,
@@ -94,7 +114,7 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
                             (long long)o->t);
         /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), if < 1 */
         double coef = o->clip / (norm + 1e-6);
-        if (coef < 1) be->scale(o->count, m->grads, (float)coef);
+        if (coef < 1) compute->scale(o->count, m->grads, (float)coef);
     }
     optim_begin(o);
     optim_apply(o, m, 0, o->count);
@@ -123,14 +143,14 @@ void optim_begin(optim_t *o)
 
 void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count)
 {
-    const compute_ops_t *be = o->be;
+    const compute_ops_t *compute = o->compute;
     float *p = m->params + offset;
     const float *g = m->grads + offset;
     float *s0 = o->state[0] ? o->state[0] + offset : NULL;
     if (o->kind == OPTIM_ADAMW)
-        be->adamw_step(count, p, g, s0, o->state[1] + offset, o->cur_lr, (float)o->beta1,
-                       (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->t);
+        compute->adamw_step(count, p, g, s0, o->state[1] + offset, o->cur_lr, (float)o->beta1,
+                            (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->t);
     else
-        be->sgd_step(count, p, g, s0, o->cur_lr, (float)o->momentum, o->nesterov,
-                     (float)o->weight_decay, o->t == 1);
+        compute->sgd_step(count, p, g, s0, o->cur_lr, (float)o->momentum, o->nesterov,
+                          (float)o->weight_decay, o->t == 1);
 }

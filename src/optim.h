@@ -12,8 +12,20 @@
 #include "model.h"
 #include "status.h"
 
+/* What an optimizer is (from the options; config.h names the kinds). */
+typedef struct optim_opts {
+    optimizer_kind_t kind;    /* --optimizer */
+    schedule_kind_t schedule; /* --lr-schedule */
+    double lr, momentum, weight_decay, beta1, beta2, eps;
+    int nesterov;
+    double clip_grad_norm; /* 0: no clipping */
+    double lr_gamma;       /* step schedule: factor every lr_step_size steps */
+    int64_t warmup_steps, lr_step_size;
+    int64_t total_steps; /* of the run (cosine schedule) */
+} optim_opts_t;
+
 typedef struct optim {
-    const compute_ops_t *be;
+    const compute_ops_t *compute;
     int kind;     /* optimizer_kind_t */
     int schedule; /* schedule_kind_t */
     double lr, momentum, weight_decay, beta1, beta2, eps, clip, lr_gamma;
@@ -26,9 +38,12 @@ typedef struct optim {
     float cur_lr;    /* learning rate of the step begun last */
 } optim_t;
 
+/* The options of a run, as the optimizer takes them. */
+optim_opts_t optim_opts_from_config(const ddp_config_t *cfg, int64_t total_steps);
+
 /* The state buffers come from `mem` when given (the comm backend's memory,
  * so an all-reduce can update them in place), else from the backend. */
-ddp_status_t optim_init(optim_t *o, const ddp_config_t *cfg, const model_t *m, int64_t total_steps,
+ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
                         const model_mem_t *mem);
 void optim_free(optim_t *o);
 /* Bytes of optimizer state (for the start-up table). */

@@ -3,7 +3,34 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "clock.h"
+
+struct reducer_span;
+
+struct reducer {
+    model_t *m;
+    comm_t *comm;
+    const compute_ops_t *compute;
+    comm_dtype_t wire; /* COMM_FLOAT, or the 16-bit type buckets travel as */
+    int find_unused;
+    int sync;  /* this micro-batch all-reduces */
+    int final; /* the last micro-batch of the step */
+    int has_apply;
+    reducer_apply_t apply;      /* the update hook (reducer.h) */
+    int next_done;              /* buckets whose update has been run or handed on */
+    unsigned char *fused;       /* per bucket: the update runs inside the all-reduce */
+    struct reducer_span *spans; /* per bucket: the fused update's context */
+    int64_t step;
+    float grad_beta;       /* of this micro-batch (0: gradients were overwritten) */
+    int *pending;          /* per bucket: tensors not yet ready */
+    unsigned char *ready;  /* per tensor */
+    comm_req_t **req;      /* per bucket: in-flight all-reduce */
+    int next_launch;       /* buckets are launched strictly in order */
+    uint16_t *half;        /* compression buffer (comm memory), ntrainable elements */
+    const char *skip_grad; /* fault injection: a tensor never marked ready */
+    reducer_stats_t stats;
+};
 
 /* The fused update of one bucket: offsets of the collective are relative to
  * the bucket. */
@@ -15,24 +42,30 @@ struct reducer_span {
 static void apply_span_(void *arg, size_t first, size_t count)
 {
     struct reducer_span *sp = arg;
-    sp->r->apply(sp->r->apply_arg, sp->offset + first, count);
+    sp->r->apply.fn(sp->r->apply.arg, sp->offset + first, count);
 }
 
-static double now_(void)
+static int compressed_(const reducer_t *r)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return r->wire != COMM_FLOAT;
 }
 
-ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int find_unused)
+ddp_status_t reducer_init(reducer_t **out, model_t *m, comm_t *c, const reducer_opts_t *o)
 {
-    memset(r, 0, sizeof *r);
+    *out = NULL;
+    if (o->wire != COMM_FLOAT && o->wire != COMM_BF16 && o->wire != COMM_FP16)
+        return ddp_fail(DDP_ERR_INTERNAL, "reducer: buckets travel as float32, bf16 or fp16");
+    reducer_t *r = calloc(1, sizeof *r);
+    if (!r) return ddp_fail(DDP_ERR_NOMEM, "out of memory for the reducer");
     r->m = m;
     r->comm = c;
-    r->be = m->be;
-    r->compress = compress;
-    r->find_unused = find_unused;
+    r->compute = m->compute;
+    r->wire = o->wire;
+    r->find_unused = o->find_unused;
+    if (o->apply) {
+        r->has_apply = 1;
+        r->apply = *o->apply;
+    }
     int nb = m->nbuckets ? m->nbuckets : 1;
     r->pending = calloc((size_t)nb, sizeof *r->pending);
     r->req = calloc((size_t)nb, sizeof *r->req);
@@ -43,29 +76,38 @@ ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int
         reducer_free(r);
         return ddp_fail(DDP_ERR_NOMEM, "out of memory for the reducer");
     }
-    if (compress != COMPRESS_NONE) {
+    if (compressed_(r)) {
         /* from the comm backend like the gradient buffer (collective) */
         void *h = NULL;
-        ddp_status_t s = comm_mem_alloc(c, m->ntrainable * sizeof(uint16_t) + 2, &h);
+        size_t bytes = m->ntrainable * sizeof(uint16_t) + 2;
+        ddp_status_t s = comm_mem_alloc(c, bytes, &h);
         if (s != DDP_OK) {
             reducer_free(r);
             return s;
         }
         r->half = h;
+        r->stats.scratch_bytes = bytes;
     }
     r->skip_grad = getenv("DDP_FAULT_SKIP_GRAD");
+    *out = r;
     return DDP_OK;
 }
 
 void reducer_free(reducer_t *r)
 {
+    if (!r) return;
     if (r->half) comm_mem_free(r->comm, r->half);
     free(r->pending);
     free(r->req);
     free(r->ready);
     free(r->fused);
     free(r->spans);
-    memset(r, 0, sizeof *r);
+    free(r);
+}
+
+void reducer_get_stats(const reducer_t *r, reducer_stats_t *s)
+{
+    *s = r->stats;
 }
 
 void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_beta)
@@ -89,20 +131,18 @@ static ddp_status_t launch_(reducer_t *r, int b)
     const bucket_t *B = &r->m->buckets[b];
     comm_desc_t d = {"gradient-bucket", b, r->step};
     float *g = r->m->grads + B->offset;
-    if (r->compress == COMPRESS_NONE && r->apply && r->comm->ops->iallreduce_apply) {
+    if (!compressed_(r) && r->has_apply && r->comm->ops->iallreduce_apply) {
         r->spans[b] = (struct reducer_span){r, B->offset};
-        comm_apply_t a = {.fn = apply_span_, .arg = &r->spans[b], .nextra = r->napply_out};
-        for (int i = 0; i < r->napply_out; i++) a.extra[i] = r->apply_out[i] + B->offset;
+        comm_apply_t a = {.fn = apply_span_, .arg = &r->spans[b], .nextra = r->apply.nout};
+        for (int i = 0; i < r->apply.nout; i++) a.extra[i] = r->apply.out[i] + B->offset;
         r->fused[b] = 1;
         return r->comm->ops->iallreduce_apply(r->comm, g, B->count, &a, &d, &r->req[b]);
     }
-    if (r->compress == COMPRESS_NONE)
+    if (!compressed_(r))
         return r->comm->ops->iallreduce(r->comm, g, B->count, COMM_FLOAT, &d, &r->req[b]);
-    int bf16 = r->compress == COMPRESS_BF16;
     uint16_t *h = r->half + B->offset;
-    r->be->to_half(B->count, g, h, bf16);
-    return r->comm->ops->iallreduce(r->comm, h, B->count, bf16 ? COMM_BF16 : COMM_FP16, &d,
-                                    &r->req[b]);
+    r->compute->to_half(B->count, g, h, r->wire == COMM_BF16);
+    return r->comm->ops->iallreduce(r->comm, h, B->count, r->wire, &d, &r->req[b]);
 }
 
 /* Launch every ready bucket in order. */
@@ -110,9 +150,8 @@ static ddp_status_t launch_ready_(reducer_t *r)
 {
     while (r->next_launch < r->m->nbuckets && r->pending[r->next_launch] == 0) {
         DDP_TRY(launch_(r, r->next_launch));
-        r->bytes_sent += r->m->buckets[r->next_launch].count *
-                         (r->compress == COMPRESS_NONE ? sizeof(float) : sizeof(uint16_t));
-        r->calls++;
+        r->stats.bytes_sent += r->m->buckets[r->next_launch].count * comm_dtype_size(r->wire);
+        r->stats.calls++;
         r->next_launch++;
     }
     return DDP_OK;
@@ -133,7 +172,7 @@ static ddp_status_t handle_unused_(reducer_t *r)
                             "its bucket %d cannot finish reduction; if some parameters are unused "
                             "by design, pass --find-unused (they then get a zero gradient)",
                             T->name, (long long)r->step + 1, T->bucket);
-        if (r->grad_beta == 0) r->be->zero(m->grads + T->offset, T->numel * sizeof(float));
+        if (r->grad_beta == 0) r->compute->zero(m->grads + T->offset, T->numel * sizeof(float));
         mark_(r, t);
     }
     return DDP_OK;
@@ -153,7 +192,7 @@ static ddp_status_t done_upto_(reducer_t *r, int upto)
 {
     for (; r->next_done < upto; r->next_done++) {
         const bucket_t *B = &r->m->buckets[r->next_done];
-        if (r->apply && !r->fused[r->next_done]) r->apply(r->apply_arg, B->offset, B->count);
+        if (r->has_apply && !r->fused[r->next_done]) r->apply.fn(r->apply.arg, B->offset, B->count);
     }
     return DDP_OK;
 }
@@ -187,17 +226,17 @@ ddp_status_t reducer_finish(reducer_t *r)
     DDP_TRY(handle_unused_(r));
     if (!r->sync) return done_upto_(r, m->nbuckets);
     DDP_TRY(launch_ready_(r));
-    double t0 = now_();
+    double t0 = clock_seconds();
     for (int b = 0; b < m->nbuckets; b++) {
         DDP_TRY(r->comm->ops->wait(r->comm, r->req[b]));
         r->req[b] = NULL;
-        if (r->compress != COMPRESS_NONE)
-            r->be->from_half(m->buckets[b].count, r->half + m->buckets[b].offset,
-                             m->grads + m->buckets[b].offset, r->compress == COMPRESS_BF16);
-        r->wait_seconds += now_() - t0;
+        if (compressed_(r))
+            r->compute->from_half(m->buckets[b].count, r->half + m->buckets[b].offset,
+                                  m->grads + m->buckets[b].offset, r->wire == COMM_BF16);
+        r->stats.wait_seconds += clock_seconds() - t0;
         DDP_TRY(done_upto_(r, b + 1));
-        t0 = now_();
+        t0 = clock_seconds();
     }
-    r->wait_seconds += now_() - t0;
+    r->stats.wait_seconds += clock_seconds() - t0;
     return DDP_OK;
 }

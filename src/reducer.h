@@ -1,4 +1,4 @@
-/* reducer.h -- gradient buckets: ready counting, asynchronous all-reduce
+/* reducer.h -- gradient buckets: ready counting, an asynchronous all-reduce
  * launched the moment a bucket's last gradient is written (overlapping the
  * rest of backward), accumulation (no-sync micro-batches), 16-bit
  * compression, and the unused-parameter check.
@@ -7,56 +7,68 @@
  * seeds backward with that scale), so the all-reduced SUM is the average
  * gradient of the union batch: no division afterwards, and uneven batches
  * (a rank with fewer or no samples) average correctly.
+ *
+ * The chain of one step, in the order things run (one thread, no callbacks
+ * from elsewhere):
+ *
+ *   model_backward (model.c), layer by layer in reverse
+ *     -> reducer_layer_ready (the step_ctx.grads_ready hook) after each layer
+ *        whose parameter gradients are final: counts them into their bucket;
+ *        a bucket whose count reaches zero is launched (buckets strictly in
+ *        order) with comm ops->iallreduce, or ops->iallreduce_apply when
+ *        the backend can fuse the update into the all-reduce
+ *     -> comm ops->progress (comm_mpi.c): drives every bucket in flight as
+ *        far as it goes without waiting; a fused all-reduce runs the
+ *        optimizer update of the blocks it completes, right there
+ *   reducer_finish, after backward
+ *     -> waits for every bucket in order and runs the update hook
+ *        (reducer_apply_t, optim_apply) of each bucket the all-reduce did not
+ *        already update.
+ *
+ * So the optimizer runs inside the comm layer's progress, inside backward,
+ * by design: each bucket is updated while its gradients are still in cache.
+ * Without an update hook (gradient clipping needs every gradient first) the
+ * trainer runs the optimizer after reducer_finish.
  */
 #ifndef DDP_REDUCER_H
 #define DDP_REDUCER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comm.h"
-#include "config.h"
 #include "model.h"
 #include "status.h"
 
-struct reducer_span;
+typedef struct reducer reducer_t;
 
-typedef struct reducer {
-    model_t *m;
-    comm_t *comm;
-    const compute_ops_t *be;
-    int compress; /* compress_kind_t */
-    int find_unused;
-    int sync;  /* this micro-batch all-reduces */
-    int final; /* the last micro-batch of the step */
-    /* The optimizer over [offset, offset + count) of the flat buffers, run
-     * once per bucket of the final micro-batch as soon as the bucket's
-     * gradients are final.  Where the comm backend can, it is fused into the
-     * all-reduce (each rank updates the blocks it sums, the others copy the
-     * results: apply_out are the buffers it writes); otherwise it runs on
-     * every rank when the bucket completes, or when it is ready if there is
-     * nothing to reduce.  NULL: the trainer steps after reducer_finish. */
-    void (*apply)(void *arg, size_t offset, size_t count);
-    void *apply_arg;
-    int napply_out;
-    float *apply_out[COMM_APPLY_MAX];
-    int next_done;              /* buckets whose update has been run or handed on */
-    unsigned char *fused;       /* per bucket: the update runs inside the all-reduce */
-    struct reducer_span *spans; /* per bucket: the fused update's context */
-    int64_t step;
-    float grad_beta;       /* of this micro-batch (0: gradients were overwritten) */
-    int *pending;          /* per bucket: tensors not yet ready */
-    unsigned char *ready;  /* per tensor */
-    comm_req_t **req;      /* per bucket: in-flight all-reduce */
-    int next_launch;       /* buckets are launched strictly in order */
-    uint16_t *half;        /* compression buffer (device), ntrainable elements */
-    const char *skip_grad; /* fault injection: a tensor never marked ready */
-    /* statistics */
-    uint64_t bytes_sent; /* payload bytes all-reduced by the reducer */
-    uint64_t calls;      /* bucket all-reduces started */
-    double wait_seconds; /* time blocked in reducer_finish */
-} reducer_t;
+/* The optimizer update of [offset, offset + count) of the flat buffers.
+ * `out` are the buffers fn writes (parameters, then optimizer state), for a
+ * fused all-reduce that copies them from the rank that updated a block. */
+typedef struct reducer_apply {
+    void (*fn)(void *arg, size_t offset, size_t count);
+    void *arg;
+    int nout;
+    float *out[COMM_APPLY_MAX];
+} reducer_apply_t;
 
-ddp_status_t reducer_init(reducer_t *r, model_t *m, comm_t *c, int compress, int find_unused);
+typedef struct reducer_opts {
+    comm_dtype_t wire; /* what buckets travel as: COMM_FLOAT, COMM_BF16 or COMM_FP16 */
+    int find_unused;   /* a parameter without a gradient gets zero (else an error) */
+    /* Run once per bucket of the final micro-batch as soon as its gradients
+     * are final; NULL: the trainer steps after reducer_finish. */
+    const reducer_apply_t *apply;
+} reducer_opts_t;
+
+typedef struct reducer_stats {
+    uint64_t bytes_sent;  /* payload bytes all-reduced */
+    uint64_t calls;       /* bucket all-reduces started */
+    double wait_seconds;  /* time blocked in reducer_finish */
+    size_t scratch_bytes; /* memory of its own (the 16-bit bucket copies) */
+} reducer_stats_t;
+
+/* Collective when compressing (the 16-bit buffer comes from the comm layer). */
+ddp_status_t reducer_init(reducer_t **r, model_t *m, comm_t *c, const reducer_opts_t *o);
 void reducer_free(reducer_t *r);
 
 /* Before a micro-batch's backward.  final: the last micro-batch of the step
@@ -66,8 +78,10 @@ void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_b
 /* The backward hook (step_ctx.grads_ready): layer's gradients are final. */
 ddp_status_t reducer_layer_ready(void *reducer, int layer);
 /* After backward: handle parameters that got no gradient (error, or zero
- * gradient with --find-unused), wait for every bucket, decompress, hand
- * the update of every bucket whose all-reduce did not run it. */
+ * gradient with --find-unused), wait for every bucket, decompress, run the
+ * update of every bucket whose all-reduce did not run it. */
 ddp_status_t reducer_finish(reducer_t *r);
+
+void reducer_get_stats(const reducer_t *r, reducer_stats_t *s);
 
 #endif

@@ -1,7 +1,7 @@
 /* status.h -- status codes and the one error message a failing call leaves behind.
  *
  * Library code never prints or exits on error: it records one message with
- * ddp_fail() and returns the status up the stack.  One place (ddp_main) reports
+ * ddp_fail() and returns the status up the stack.  One place (main.c) reports
  * it and ends the whole job (every rank), with the exit code of the status.
  */
 #ifndef DDP_STATUS_H

@@ -1,13 +1,14 @@
-/* train.h -- the trainer: start-up, the training loop, evaluation, and the
- * one place where errors are reported and the job is ended. */
+/* train.h -- the trainer's entry point (the rooms it uses: trainer.h). */
 #ifndef DDP_TRAIN_H
 #define DDP_TRAIN_H
 
-#include "comm.h"
+#include <stdint.h>
+
 #include "config.h"
+#include "control.h"
 #include "status.h"
 
-/* Results of a run, for tests that run the trainer in-process. */
+/* What a run did (for the caller and for tests). */
 typedef struct train_result {
     int64_t steps;            /* optimizer steps taken */
     double last_loss;         /* global mean training loss of the last logged window */
@@ -16,11 +17,9 @@ typedef struct train_result {
     uint64_t allreduce_bytes; /* gradient bytes all-reduced */
 } train_result_t;
 
-/* Train with an already parsed configuration on `world` (MPI initialised).
- * Collective: every rank of `world` calls it. */
-ddp_status_t ddp_train(const ddp_config_t *cfg, MPI_Comm world, train_result_t *res);
-
-/* The program: parse, initialise MPI, train, report, exit code. */
-int ddp_main(int argc, char **argv);
+/* Train with a parsed configuration.  Collective: every rank of the control
+ * plane calls it; the status is the same on every rank (or the job has been
+ * ended with control_abort). */
+ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *res);
 
 #endif

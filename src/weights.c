@@ -16,8 +16,8 @@ ddp_status_t weights_save(const char *path, const model_t *m, const weights_meta
         free(b);
         return ddp_fail(DDP_ERR_NOMEM, "out of memory writing %s", path);
     }
-    m->be->download(p, m->params, m->nparams * sizeof(float));
-    m->be->download(b, m->bufs, m->nbufs * sizeof(float));
+    m->compute->download(p, m->params, m->nparams * sizeof(float));
+    m->compute->download(b, m->bufs, m->nbufs * sizeof(float));
     h5_atomic_t a;
     ddp_status_t s = h5_atomic_create(&a, path);
     for (int t = 0; t < m->ntensors && s == DDP_OK; t++) {
@@ -119,8 +119,8 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
     ddp_status_t s = DDP_OK;
     if (!p || !b || !counters) s = ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
     if (s == DDP_OK) {
-        m->be->download(p, m->params, m->nparams * sizeof(float));
-        m->be->download(b, m->bufs, m->nbufs * sizeof(float));
+        m->compute->download(p, m->params, m->nparams * sizeof(float));
+        m->compute->download(b, m->bufs, m->nbufs * sizeof(float));
     }
     h5_lock();
     if (s == DDP_OK && !h5_exists(f, group)) {
@@ -180,8 +180,8 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
                      path, pr.n, pr.n > 1 ? "s" : "", pr.text, more, path);
     }
     if (s == DDP_OK) {
-        m->be->upload(m->params, p, m->nparams * sizeof(float));
-        m->be->upload(m->bufs, b, m->nbufs * sizeof(float));
+        m->compute->upload(m->params, p, m->nparams * sizeof(float));
+        m->compute->upload(m->bufs, b, m->nbufs * sizeof(float));
         for (int i = 0; i < m->nlayers; i++) m->layers[i].num_batches_tracked = counters[i];
     }
     free(p);

@@ -27,7 +27,8 @@ ddp_status_t weights_save(const char *path, const model_t *m, const weights_meta
 /* Load parameters and BN buffers from path into m.  Every missing, extra or
  * mis-shaped tensor is named in the error. */
 ddp_status_t weights_load(const char *path, model_t *m);
-/* The same from another group than /model (fixtures, checkpoints). */
+/* The same from another group than /model (the test fixtures keep the
+ * initial weights in /init). */
 ddp_status_t weights_load_group(const char *path, const char *group, model_t *m);
 
 #endif

@@ -201,7 +201,7 @@ START_TEST(read_u8_chw_three_shards_per_channel)
     /* raw reads: the stored values, unnormalised */
     int64_t idx[3] = {75, 30, 2};
     float x[3 * 60];
-    ck_assert_int_eq(deck_read_ex(&d, idx, 3, x, NULL, NULL, DECK_READ_RAW), DDP_OK);
+    ck_assert_int_eq(deck_read_raw(&d, idx, 3, x, NULL, NULL), DDP_OK);
     for (int i = 0; i < 3; i++)
         for (size_t e = 0; e < 60; e++) ck_assert_float_eq(x[i * 60 + e], tdeck_raw(&t, idx[i], e));
     deck_normalize(&d, x, 3);

@@ -95,7 +95,7 @@ static double fwd_bwd_(const fixture_t *fx, model_t *m, const float **out)
     step_ctx_t ctx = {.n = fx->n, .global_n = fx->n, .train = 1, .grad_beta = 0.0f, .seed = 1};
     ck_assert_int_eq(model_forward(m, fx->x, &ctx, out), DDP_OK);
     double acc[2] = {0, 0};
-    m->be->xent(fx->n, m->outputs, *out, fx->y, 0.0f, 1.0f / (float)fx->n, model_dout(m), acc);
+    m->compute->xent(fx->n, m->outputs, *out, fx->y, 0.0f, 1.0f / (float)fx->n, model_dout(m), acc);
     ck_assert_int_eq(model_backward(m, fx->x, &ctx), DDP_OK);
     return acc[0] / fx->n;
 }
@@ -201,7 +201,8 @@ static void five_steps_(const char *file, const char *opt)
     }
     H5Gclose(g);
     optim_t o;
-    ck_assert_int_eq(optim_init(&o, &cfg, &m, 5, NULL), DDP_OK);
+    optim_opts_t oo = optim_opts_from_config(&cfg, 5);
+    ck_assert_int_eq(optim_init(&o, &oo, &m, NULL), DDP_OK);
     for (int s = 0; s < 5; s++) {
         const float *out;
         double norm;

@@ -322,7 +322,7 @@ START_TEST(augment_independent_of_rank)
     float *v = malloc(numel * sizeof *v), *tmp = malloc(numel * sizeof *tmp);
     int padded = 0;
     for (int64_t g = 0; g < d.n; g++) {
-        ck_assert_int_eq(deck_read_ex(&d, &g, 1, v, NULL, NULL, DECK_READ_RAW), DDP_OK);
+        ck_assert_int_eq(deck_read_raw(&d, &g, 1, v, NULL, NULL), DDP_OK);
         augment_sample(&a, d.shape, 21, 1, g, v, tmp);
         deck_normalize(&d, v, 1);
         ck_assert(memcmp(v, ref + ((size_t)g * 2 + 1) * numel, numel * sizeof *v) == 0);

@@ -1,0 +1,113 @@
+/* control.c -- the control plane over MPI (see control.h). */
+#include "control.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define BCAST_PIECE ((size_t)1 << 30) /* MPI counts are ints */
+
+static ddp_status_t mpi_failed_(control_t *c, int rc, const char *call)
+{
+    char err[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, err, &len);
+    return ddp_fail(DDP_ERR_COMM, "%s failed in %s (collective %llu): %s", call,
+                    c->last.what ? c->last.what : "?", (unsigned long long)c->seq, err);
+}
+
+static void note_(control_t *c, const comm_desc_t *d)
+{
+    c->seq++;
+    c->last = d ? *d : (comm_desc_t){"unnamed", -1, -1};
+}
+
+ddp_status_t control_init(control_t *c, MPI_Comm world)
+{
+    memset(c, 0, sizeof *c);
+    c->mpi = MPI_COMM_NULL;
+    if (MPI_Comm_dup(world, &c->mpi) != MPI_SUCCESS)
+        return ddp_fail(DDP_ERR_COMM, "MPI_Comm_dup failed creating the control plane");
+    /* errors come back as codes so they are reported with context */
+    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->mpi, &c->rank);
+    MPI_Comm_size(c->mpi, &c->size);
+    c->last = (comm_desc_t){"none yet", -1, -1};
+    return DDP_OK;
+}
+
+void control_free(control_t *c)
+{
+    if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+    memset(c, 0, sizeof *c);
+    c->mpi = MPI_COMM_NULL;
+}
+
+ddp_status_t control_agree(control_t *c, ddp_status_t s)
+{
+    comm_desc_t d = {"agreement", -1, -1};
+    note_(c, &d);
+    int mine = s != DDP_OK ? c->rank : c->size, first = 0;
+    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->mpi);
+    if (rc != MPI_SUCCESS) control_abort(c, mpi_failed_(c, rc, "MPI_Allreduce"));
+    if (first == c->size) return DDP_OK;
+    struct {
+        int status;
+        char msg[1024];
+    } e = {0, ""};
+    if (c->rank == first) {
+        e.status = (int)s;
+        snprintf(e.msg, sizeof e.msg, "%s", ddp_error_message());
+    }
+    rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, c->mpi);
+    if (rc != MPI_SUCCESS) control_abort(c, mpi_failed_(c, rc, "MPI_Bcast"));
+    ddp_clear_error();
+    if (first == 0 || c->size == 1) return ddp_fail((ddp_status_t)e.status, "%s", e.msg);
+    return ddp_fail((ddp_status_t)e.status, "rank %d: %s", first, e.msg);
+}
+
+_Noreturn void control_abort(control_t *c, ddp_status_t s)
+{
+    if (c->rank != 0) usleep(2000000);
+    log_error(ddp_error_message());
+    MPI_Abort(c->mpi != MPI_COMM_NULL ? c->mpi : MPI_COMM_WORLD, ddp_exit_code(s));
+    exit(ddp_exit_code(s)); /* not reached */
+}
+
+ddp_status_t control_allreduce(control_t *c, void *buf, size_t count, comm_dtype_t t,
+                               const comm_desc_t *d)
+{
+    note_(c, d);
+    if (t != COMM_DOUBLE && t != COMM_INT64)
+        return ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: only double and int64 sums");
+    if (count > INT_MAX)
+        return ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: %zu elements is too many", count);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count,
+                           t == COMM_DOUBLE ? MPI_DOUBLE : MPI_INT64_T, MPI_SUM, c->mpi);
+    return rc == MPI_SUCCESS ? DDP_OK : mpi_failed_(c, rc, "MPI_Allreduce");
+}
+
+ddp_status_t control_bcast(control_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d)
+{
+    note_(c, d);
+    for (size_t off = 0; off < bytes; off += BCAST_PIECE) {
+        size_t n = bytes - off < BCAST_PIECE ? bytes - off : BCAST_PIECE;
+        int rc = MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, c->mpi);
+        if (rc != MPI_SUCCESS) return mpi_failed_(c, rc, "MPI_Bcast");
+    }
+    return DDP_OK;
+}
+
+ddp_status_t control_allgather(control_t *c, const void *send, void *recv, size_t bytes,
+                               const comm_desc_t *d)
+{
+    note_(c, d);
+    if (bytes > INT_MAX)
+        return ddp_fail(DDP_ERR_INTERNAL, "control_allgather: %zu bytes is too many", bytes);
+    int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mpi);
+    return rc == MPI_SUCCESS ? DDP_OK : mpi_failed_(c, rc, "MPI_Allgather");
+}

@@ -1,0 +1,63 @@
+/* evaluate.c -- evaluation on the /val split (see evaluate.h). */
+#include "evaluate.h"
+
+#include <math.h>
+
+#include "log.h"
+#include "trainer.h"
+
+static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
+{
+    const ddp_config_t *cfg = t->cfg;
+    model_t *m = &t->model;
+    DDP_TRY(trainer_average_bn_buffers(t));
+    int64_t first, count;
+    deck_eval_range(&t->val, t->comm.size, t->comm.rank, &first, &count);
+    int64_t end = first + count;
+    t->compute->zero(t->loss_sums, 2 * sizeof(double));
+    const host_batch_t *h = &t->eval_host;
+    int xent = t->loss.kind == LOSS_XENT;
+    for (int64_t i = first; i < end; i += cfg->batch) {
+        int n = (int)(end - i < cfg->batch ? end - i : cfg->batch);
+        DDP_TRY(deck_read_range(&t->val, i, n, h->x, xent ? h->labels : NULL,
+                                xent ? NULL : h->targets));
+        trainer_upload(t, n, h->x, h->labels, h->targets, NULL);
+        step_ctx_t ctx = {.n = n,
+                          .global_n = n,
+                          .sample_idx = NULL,
+                          .step = step,
+                          .seed = (uint64_t)cfg->seed,
+                          .train = 0};
+        const float *out;
+        DDP_TRY(model_forward(m, t->batch.x, &ctx, &out));
+        loss_apply(&t->loss, t->compute, n, out, t->batch.labels, t->batch.targets, 0.0f, 0.0f,
+                   NULL, t->loss_sums);
+    }
+    /* loss sum, hits, samples over all ranks */
+    double sums[3];
+    t->compute->download(sums, t->loss_sums, 2 * sizeof(double));
+    sums[2] = (double)count;
+    comm_desc_t d = {"evaluation", -1, step};
+    DDP_TRY(control_allreduce(t->ctl, sums, 3, COMM_DOUBLE, &d));
+    double samples = sums[2];
+    double loss = sums[0] / loss_values(&t->loss, samples);
+    res->val_loss = loss;
+    res->val_count = (int64_t)samples;
+    if (xent) {
+        res->val_acc = sums[1] / samples;
+        log_result("eval epoch=%lld step=%lld val_loss=%.6f val_acc=%.6f samples=%lld",
+                   (long long)epoch, (long long)step, loss, res->val_acc, (long long)samples);
+    } else {
+        res->val_acc = NAN;
+        log_result("eval epoch=%lld step=%lld val_loss=%.6f samples=%lld", (long long)epoch,
+                   (long long)step, loss, (long long)samples);
+    }
+    return DDP_OK;
+}
+
+void evaluate_run(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
+{
+    if (!t->have_val) return;
+    ddp_status_t s = evaluate_local_(t, epoch, step, res);
+    if (s != DDP_OK) control_abort(t->ctl, s);
+}

@@ -1,0 +1,18 @@
+/* evaluate.h -- evaluation on the /val split: every rank evaluates a
+ * disjoint range in eval mode, the sums travel on the control plane, rank 0
+ * prints one result line. */
+#ifndef DDP_EVALUATE_H
+#define DDP_EVALUATE_H
+
+#include <stdint.h>
+
+#include "train.h"
+
+struct trainer;
+
+/* Fills res->val_loss, val_acc and val_count.  Nothing without /val.  A read
+ * failure is local (ranks read different ranges): it ends the job rather
+ * than leave the other ranks in the final sum. */
+void evaluate_run(struct trainer *t, int64_t epoch, int64_t step, train_result_t *res);
+
+#endif

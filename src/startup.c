@@ -1,0 +1,478 @@
+/* startup.c -- everything a run needs before its first step (see
+ * startup.h).  Every local result is agreed on the control plane before the
+ * next collective, so a failure on one rank stops every rank with one line. */
+#include "startup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hash.h"
+#include "log.h"
+#include "trainer.h"
+#include "version.h"
+#include "weights.h"
+
+static double mib_(size_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
+}
+
+static ddp_status_t open_data_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    DDP_TRY(deck_open(&t->train, cfg->inputs, cfg->ninputs, "train"));
+    t->have_train = 1;
+    if (deck_has_split_any(cfg->inputs, cfg->ninputs, "val")) {
+        DDP_TRY(deck_open(&t->val, cfg->inputs, cfg->ninputs, "val"));
+        t->have_val = 1;
+    }
+    const deck_t *d = &t->train;
+    t->loss.kind = cfg->loss == LOSS_AUTO ? (d->regression ? LOSS_MSE : LOSS_XENT) : cfg->loss;
+    if (t->loss.kind == LOSS_XENT) DDP_TRY(deck_require_labels(d));
+    if (t->have_val &&
+        (t->val.regression != d->regression || act_numel(t->val.shape) != act_numel(d->shape)))
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: /val does not match /train (sample shape or label "
+                        "kind differ)",
+                        cfg->inputs[0]);
+    if (cfg->drop_last) DDP_TRY(deck_check_size(d, t->ctl->size, (int)cfg->batch, cfg->drop_last));
+    if (cfg->check_data) {
+        DDP_TRY(deck_check_finite(&t->train));
+        if (t->have_val) DDP_TRY(deck_check_finite(&t->val));
+    }
+    return DDP_OK;
+}
+
+static ddp_status_t build_model_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const deck_t *d = &t->train;
+    model_opts_t mo = {
+        .spec = cfg->model,
+        .input = d->shape,
+        .outputs = d->regression ? d->targets : d->classes,
+        .batch = (int)cfg->batch,
+        .bucket_cap_bytes = (size_t)(cfg->bucket_cap_mb * 1024 * 1024),
+        .first_bucket_bytes = (size_t)(cfg->first_bucket_mb * 1024 * 1024),
+        .freeze = cfg->freeze,
+    };
+    DDP_TRY(model_layout(&t->model, &mo, t->compute));
+    t->have_model = 1;
+    const model_t *m = &t->model;
+    if (t->loss.kind == LOSS_XENT) {
+        DDP_TRY(deck_check_classes(d, m->outputs));
+        if (t->have_val) DDP_TRY(deck_check_classes(&t->val, m->outputs));
+        t->loss.width = m->outputs;
+    } else {
+        DDP_TRY(deck_require_targets(d, m->outputs));
+        if (t->have_val) DDP_TRY(deck_require_targets(&t->val, m->outputs));
+        t->loss.width = d->targets;
+    }
+    t->sync_bn = cfg->sync_bn < 0 ? (t->comm.size > 1 && model_has_layer(m, LAYER_BN))
+                                  : (cfg->sync_bn && t->comm.size > 1);
+    return DDP_OK;
+}
+
+static ddp_status_t comm_mem_alloc_cb_(void *comm, size_t bytes, void **p)
+{
+    return comm_mem_alloc(comm, bytes, p);
+}
+
+static void comm_mem_free_cb_(void *comm, void *p)
+{
+    comm_mem_free(comm, p);
+}
+
+/* Parameters and gradients from the comm backend, collectively: every rank
+ * has the same layout by now, so buckets are the same slices on every rank,
+ * which the shared-memory all-reduce needs.  Then the initial weights, and
+ * --init on rank 0. */
+static ddp_status_t alloc_model_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    model_mem_t gm = {comm_mem_alloc_cb_, comm_mem_free_cb_, &t->comm};
+    DDP_TRY(model_alloc(&t->model, &gm));
+    DDP_TRY(model_init_params(&t->model, (uint64_t)cfg->seed));
+    if (cfg->init[0] && t->ctl->rank == 0) return weights_load(cfg->init, &t->model);
+    return DDP_OK;
+}
+
+/* Rank 0's parameters, buffers and BN counters go to every rank. */
+static ddp_status_t broadcast_model_(trainer_t *t)
+{
+    model_t *m = &t->model;
+    const compute_ops_t *compute = t->compute;
+    comm_desc_t d = {"broadcast-parameters", -1, -1};
+    size_t np = m->nparams * sizeof(float), nb = m->nbufs * sizeof(float);
+    float *host = malloc(np + nb + 1);
+    int64_t *counters = calloc((size_t)m->nlayers, sizeof *counters);
+    ddp_status_t s = control_agree(
+        t->ctl, host && counters
+                    ? DDP_OK
+                    : ddp_fail(DDP_ERR_NOMEM, "out of memory broadcasting the parameters"));
+    if (s != DDP_OK) {
+        free(host);
+        free(counters);
+        return s;
+    }
+    compute->download(host, m->params, np);
+    compute->download((char *)host + np, m->bufs, nb);
+    for (int i = 0; i < m->nlayers; i++) counters[i] = m->layers[i].num_batches_tracked;
+    s = control_bcast(t->ctl, host, np + nb, 0, &d);
+    if (s == DDP_OK)
+        s = control_bcast(t->ctl, counters, (size_t)m->nlayers * sizeof *counters, 0, &d);
+    if (s != DDP_OK) control_abort(t->ctl, s); /* the control plane is unusable */
+    compute->upload(m->params, host, np);
+    compute->upload(m->bufs, (char *)host + np, nb);
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].num_batches_tracked = counters[i];
+    free(host);
+    free(counters);
+    return DDP_OK;
+}
+
+/* ---- start-up consistency check ---------------------------------------- */
+
+#define CHECK_ITEMS_MAX 96
+
+/* What every rank must agree on, one fingerprint per item. */
+typedef struct check_items {
+    int n;
+    char name[CHECK_ITEMS_MAX][64];
+    uint64_t hash[CHECK_ITEMS_MAX];
+} check_items_t;
+
+static void item_(check_items_t *c, const char *name, const void *data, size_t n)
+{
+    if (c->n >= CHECK_ITEMS_MAX) return;
+    snprintf(c->name[c->n], sizeof c->name[0], "%s", name);
+    c->hash[c->n++] = hash_bytes(HASH_SEED, data, n);
+}
+
+/* The text of item i on this rank (for the mismatch message). */
+static void item_text_(const trainer_t *t, const check_items_t *c, int i, char *buf, size_t n)
+{
+    const ddp_option_t *o = config_find(c->name[i] + 2);
+    if (strncmp(c->name[i], "--", 2) == 0 && o) {
+        config_format(t->cfg, o, buf, n);
+    } else if (strcmp(c->name[i], "input files") == 0) {
+        size_t u = 0;
+        for (int k = 0; k < t->cfg->ninputs && u < n; k++)
+            u += (size_t)snprintf(buf + u, n - u, "%s%s", k ? " " : "", t->cfg->inputs[k]);
+    } else if (strcmp(c->name[i], "training data") == 0) {
+        snprintf(buf, n, "%lld samples of %zu values", (long long)t->train.n,
+                 t->train.sample_numel);
+    } else if (strcmp(c->name[i], "validation data") == 0) {
+        if (t->have_val)
+            snprintf(buf, n, "/val with %lld samples of %zu values", (long long)t->val.n,
+                     t->val.sample_numel);
+        else
+            snprintf(buf, n, "no /val");
+    } else {
+        snprintf(buf, n, "a different %s", c->name[i]);
+    }
+}
+
+static void collect_items_(const trainer_t *t, check_items_t *c)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const model_t *m = &t->model;
+    char val[CONFIG_STR_MAX], name[64];
+    for (int i = 0; i < ddp_noptions; i++) {
+        if (strcmp(ddp_options[i].name, "config") == 0) continue; /* a path; values count */
+        config_format(cfg, &ddp_options[i], val, sizeof val);
+        snprintf(name, sizeof name, "--%s", ddp_options[i].name);
+        item_(c, name, val, strlen(val));
+    }
+    uint64_t h = HASH_SEED;
+    for (int k = 0; k < cfg->ninputs; k++)
+        h = hash_bytes(h, cfg->inputs[k], strlen(cfg->inputs[k]) + 1);
+    item_(c, "input files", &h, sizeof h);
+    int64_t data[4] = {t->train.n, (int64_t)t->train.sample_numel, t->train.dtype,
+                       t->train.regression ? t->train.targets : t->train.classes};
+    item_(c, "training data", data, sizeof data);
+    /* a rank without /val would skip the evaluation the others run */
+    int64_t vdata[4] = {t->have_val, t->have_val ? t->val.n : 0,
+                        t->have_val ? (int64_t)t->val.sample_numel : 0,
+                        t->have_val ? t->val.dtype : 0};
+    item_(c, "validation data", vdata, sizeof vdata);
+    h = HASH_SEED;
+    for (int k = 0; k < m->ntensors; k++) {
+        const tensor_t *T = &m->tensors[k];
+        h = hash_bytes(h, T->name, strlen(T->name));
+        h = hash_bytes(h, T->shape, sizeof T->shape);
+        h = hash_bytes(h, &T->offset, sizeof T->offset);
+        h = hash_bytes(h, &T->frozen, sizeof T->frozen);
+    }
+    item_(c, "model layout", &h, sizeof h);
+    h = HASH_SEED;
+    for (int b = 0; b < m->nbuckets; b++) {
+        h = hash_bytes(h, &m->buckets[b].offset, sizeof(size_t));
+        h = hash_bytes(h, &m->buckets[b].count, sizeof(size_t));
+    }
+    item_(c, "bucket layout", &h, sizeof h);
+}
+
+/* Every rank runs with the same options, input files, data and layout:
+ * before any collective whose size depends on them. */
+static ddp_status_t consistency_check_(trainer_t *t)
+{
+    int W = t->ctl->size;
+    check_items_t *c = calloc(1, sizeof *c);
+    uint64_t *all = malloc((size_t)W * CHECK_ITEMS_MAX * sizeof *all);
+    ddp_status_t s = control_agree(
+        t->ctl, c && all ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory in the start-up check"));
+    if (s != DDP_OK) {
+        free(c);
+        free(all);
+        return s;
+    }
+    collect_items_(t, c);
+    comm_desc_t d = {"startup-check", -1, -1};
+    s = control_allgather(t->ctl, c->hash, all, CHECK_ITEMS_MAX * sizeof *all, &d);
+    if (s != DDP_OK) control_abort(t->ctl, s);
+    /* first differing (item, rank) against rank 0, the same on every rank */
+    int bad_item = -1, bad_rank = -1, nbad = 0;
+    for (int i = 0; i < c->n; i++)
+        for (int r = 1; r < W; r++)
+            if (all[(size_t)r * CHECK_ITEMS_MAX + i] != all[i]) {
+                if (bad_item < 0) bad_item = i, bad_rank = r;
+                if (i == bad_item) nbad++;
+            }
+    if (bad_item >= 0) {
+        /* fetch the two values for the message */
+        char mine[CONFIG_STR_MAX] = "", theirs[CONFIG_STR_MAX] = "";
+        item_text_(t, c, bad_item, mine, sizeof mine);
+        snprintf(theirs, sizeof theirs, "%s", mine);
+        if (control_bcast(t->ctl, theirs, sizeof theirs, bad_rank, &d) != DDP_OK ||
+            control_bcast(t->ctl, mine, sizeof mine, 0, &d) != DDP_OK)
+            control_abort(t->ctl, ddp_fail(DDP_ERR_COMM, "%s", ddp_error_message()));
+        s = ddp_fail(DDP_ERR_MISMATCH,
+                     "ranks disagree on %s: rank 0 has '%s', rank %d has '%s'%s; "
+                     "every rank must run with the same options and input files",
+                     c->name[bad_item], mine, bad_rank, theirs,
+                     nbad > 1 ? " (other ranks differ too)" : "");
+    }
+    free(all);
+    free(c);
+    return s;
+}
+
+/* ---- steps, buffers, the rest ------------------------------------------- */
+
+static ddp_status_t count_steps_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    sampler_init(&t->sampler, t->train.n, t->ctl->size, t->ctl->rank, (int)cfg->batch,
+                 (uint64_t)cfg->seed, cfg->shuffle, cfg->drop_last);
+    t->micro_per_epoch = t->sampler.steps;
+    int64_t K = cfg->accum;
+    t->steps_per_epoch = cfg->drop_last ? t->micro_per_epoch / K : (t->micro_per_epoch + K - 1) / K;
+    if (t->steps_per_epoch < 1)
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %lld samples make %lld micro-batches "
+                        "per epoch, fewer than --accum %lld; lower --accum or --batch",
+                        cfg->inputs[0], (long long)t->train.n, (long long)t->micro_per_epoch,
+                        (long long)K);
+    if (cfg->steps > 0) {
+        t->total_steps = cfg->steps;
+        t->epochs = (cfg->steps + t->steps_per_epoch - 1) / t->steps_per_epoch;
+        return DDP_OK;
+    }
+    if (cfg->epochs > INT64_MAX / t->steps_per_epoch)
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--epochs %lld x %lld steps per epoch is more steps "
+                        "than can be counted; use fewer epochs",
+                        (long long)cfg->epochs, (long long)t->steps_per_epoch);
+    t->epochs = cfg->epochs;
+    t->total_steps = cfg->epochs * t->steps_per_epoch;
+    return DDP_OK;
+}
+
+/* The device batch, the loss sums, the host evaluation batch. */
+static ddp_status_t alloc_batches_(trainer_t *t)
+{
+    const compute_ops_t *compute = t->compute;
+    size_t numel = t->train.sample_numel, B = (size_t)t->cfg->batch;
+    size_t k = t->train.targets > 0 ? (size_t)t->train.targets : 1;
+    device_batch_t *d = &t->batch;
+    host_batch_t *h = &t->eval_host;
+    d->x = compute->alloc(B * numel * sizeof(float));
+    d->labels = compute->alloc(B * sizeof(int32_t));
+    d->targets = compute->alloc(B * k * sizeof(float));
+    d->sample_idx = compute->alloc(B * sizeof(int64_t));
+    t->loss_sums = compute->alloc(2 * sizeof(double));
+    h->x = malloc(B * numel * sizeof(float));
+    h->labels = malloc(B * sizeof(int32_t));
+    h->targets = malloc(B * k * sizeof(float));
+    if (!d->x || !d->labels || !d->targets || !d->sample_idx || !t->loss_sums || !h->x ||
+        !h->labels || !h->targets)
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory for batch buffers");
+    size_t per_batch =
+        B * (numel * sizeof(float) + sizeof(int32_t) + k * sizeof(float) + sizeof(int64_t));
+    t->data_bytes = per_batch * (size_t)(t->cfg->prefetch + 2); /* queue + device copy + eval */
+    return DDP_OK;
+}
+
+static comm_dtype_t wire_type_(int grad_compress)
+{
+    return grad_compress == COMPRESS_BF16   ? COMM_BF16
+           : grad_compress == COMPRESS_FP16 ? COMM_FP16
+                                            : COMM_FLOAT;
+}
+
+/* The update hook the reducer runs per bucket: the optimizer over a range. */
+static void apply_range_(void *arg, size_t offset, size_t count)
+{
+    trainer_t *t = arg;
+    optim_apply(&t->opt, &t->model, offset, count);
+}
+
+static ddp_status_t optimizer_and_reducer_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    model_mem_t mem = {comm_mem_alloc_cb_, comm_mem_free_cb_, &t->comm};
+    optim_opts_t oo = optim_opts_from_config(cfg, t->total_steps);
+    DDP_TRY(optim_init(&t->opt, &oo, &t->model, &mem));
+    /* without clipping the optimizer runs bucket by bucket inside the
+     * reducer, as each bucket's gradients become final (reducer.h) */
+    reducer_apply_t apply = {.fn = apply_range_, .arg = t};
+    apply.nout = optim_outputs(&t->opt, &t->model, apply.out);
+    reducer_opts_t ro = {.wire = wire_type_(cfg->grad_compress),
+                         .find_unused = cfg->find_unused,
+                         .apply = optim_can_split(&t->opt) ? &apply : NULL};
+    return reducer_init(&t->reducer, &t->model, &t->comm, &ro);
+}
+
+/* ---- the start-up table ----------------------------------------------------- */
+
+static void print_table_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const model_t *m = &t->model;
+    const deck_t *d = &t->train;
+    if (t->ctl->rank != 0) return;
+    reducer_stats_t rs;
+    reducer_get_stats(t->reducer, &rs);
+    size_t pbytes = m->nparams * sizeof(float) + m->nbufs * sizeof(float);
+    size_t gbytes = m->nparams * sizeof(float);
+    size_t obytes = optim_state_bytes(&t->opt) + rs.scratch_bytes;
+    log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), device %s, comm %s", ddp_version(),
+             t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
+             t->comm.nnodes > 1 ? "s" : "", t->comm.local_size, t->device, t->comm.ops->name);
+    char desc[256];
+    deck_describe(d, desc, sizeof desc);
+    log_info("  input        %s%s: %s; %lld val samples", cfg->inputs[0],
+             cfg->ninputs > 1 ? " (+ more shards)" : "", desc,
+             (long long)(t->have_val ? t->val.n : 0));
+    log_info("  model        %s", cfg->model);
+    log_info("               %d layers, %zu parameters (%zu trainable), loss %s", m->nlayers,
+             m->nparams, m->ntrainable, t->loss.kind == LOSS_XENT ? "cross-entropy" : "mse");
+    char buckets[512];
+    size_t u = 0;
+    for (int b = 0; b < m->nbuckets && u < sizeof buckets - 32; b++) {
+        if (b == 8 && m->nbuckets > 9) {
+            u += (size_t)snprintf(buckets + u, sizeof buckets - u, ", ... (%d more)",
+                                  m->nbuckets - 8);
+            break;
+        }
+        u += (size_t)snprintf(buckets + u, sizeof buckets - u, "%s%.2f", b ? ", " : "",
+                              mib_(m->buckets[b].count * sizeof(float)));
+    }
+    log_info("  buckets      %d: %s MiB (cap %g MiB, first %g MiB)%s", m->nbuckets,
+             m->nbuckets ? buckets : "-", cfg->bucket_cap_mb, cfg->first_bucket_mb,
+             cfg->grad_compress
+                 ? (cfg->grad_compress == COMPRESS_BF16 ? ", bf16 all-reduce" : ", fp16 all-reduce")
+                 : "");
+    log_info("  batch        %lld per rank x accum %lld x %d ranks = global batch %lld",
+             (long long)cfg->batch, (long long)cfg->accum, t->comm.size,
+             (long long)(cfg->batch * cfg->accum * t->comm.size));
+    log_info("  steps        %lld per epoch, %lld total (%lld epoch%s)%s",
+             (long long)t->steps_per_epoch, (long long)t->total_steps, (long long)t->epochs,
+             t->epochs > 1 ? "s" : "", cfg->drop_last ? "" : ", last batch uneven");
+    log_info("  optimizer    %s, lr %g, schedule %s, warm-up %lld%s",
+             config_choice_name("optimizer", cfg->optimizer), cfg->lr,
+             config_choice_name("lr-schedule", cfg->lr_schedule), (long long)cfg->warmup_steps,
+             cfg->clip_grad_norm > 0 ? ", gradient clipping" : "");
+    log_info("  batchnorm    %s", !model_has_layer(m, LAYER_BN) ? "none in the model"
+                                  : t->sync_bn ? "SyncBatchNorm (statistics over all ranks)"
+                                               : "local statistics per rank");
+    log_info("  memory/rank  params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations "
+             "%.1f MiB, data %.1f MiB = %.1f MiB",
+             mib_(pbytes), mib_(gbytes), mib_(obytes), mib_(m->act_bytes), mib_(t->data_bytes),
+             mib_(pbytes + gbytes + obytes + m->act_bytes + t->data_bytes));
+    /* options that are not at their defaults, with where they came from */
+    static const char *src_name[] = {"default", "input", "config file", "command line"};
+    char line[1024];
+    size_t lu = 0;
+    for (int i = 0; i < ddp_noptions; i++) {
+        if (cfg->source[i] == SRC_DEFAULT || strcmp(ddp_options[i].name, "model") == 0) continue;
+        char v[CONFIG_STR_MAX];
+        config_format(cfg, &ddp_options[i], v, sizeof v);
+        int w = snprintf(line + lu, sizeof line - lu, "%s%s=%s (%s)", lu ? ", " : "",
+                         ddp_options[i].name, v, src_name[cfg->source[i]]);
+        if (w < 0 || (size_t)w >= sizeof line - lu) break;
+        lu += (size_t)w;
+    }
+    if (lu) log_info("  options      %s", line);
+    if (!cfg->sync && t->comm.size > 1)
+        log_warn("--no-sync: gradients are not all-reduced, so the replicas diverge (a "
+                 "benchmark mode, not training)");
+}
+
+/* ---- the sequence ----------------------------------------------------------- */
+
+ddp_status_t startup_run(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    control_t *ctl = t->ctl;
+    ddp_status_t s = control_agree(ctl, comm_init_mpi(&t->comm, ctl->mpi));
+    t->have_comm = s == DDP_OK;
+    DDP_TRY(s);
+    t->compute = compute_find("cpu");
+    DDP_TRY(control_agree(ctl, t->compute->init(t->comm.local_rank, t->comm.local_size, t->device,
+                                                sizeof t->device)));
+    DDP_TRY(control_agree(ctl, checkpoint_probe_save(t)));
+    DDP_TRY(control_agree(ctl, open_data_(t)));
+    DDP_TRY(control_agree(ctl, build_model_(t)));
+    /* before any collective whose size depends on the options or the model */
+    DDP_TRY(control_agree(ctl, consistency_check_(t)));
+    DDP_TRY(control_agree(ctl, alloc_model_(t)));
+    DDP_TRY(broadcast_model_(t));
+    /* the start-up broadcast reached every rank: the first replica check */
+    if (cfg->check_replicas > 0) DDP_TRY(diagnostics_check_replicas(t, 0));
+    DDP_TRY(control_agree(ctl, count_steps_(t)));
+    DDP_TRY(control_agree(ctl, alloc_batches_(t)));
+    DDP_TRY(control_agree(ctl, optimizer_and_reducer_(t)));
+    print_table_(t);
+
+    loader_opts_t lo = {.prefetch = (int)cfg->prefetch,
+                        .augment = cfg->augment,
+                        .first_epoch = 0,
+                        .first_step = 0,
+                        .epochs = t->epochs};
+    return control_agree(ctl, loader_start(&t->loader, &t->train, &t->sampler, &lo));
+}
+
+void startup_teardown(trainer_t *t)
+{
+    if (t->loader) loader_stop(t->loader);
+    metrics_free(&t->metrics);
+    reducer_free(t->reducer);
+    optim_free(&t->opt);
+    if (t->have_model) {
+        const compute_ops_t *compute = t->compute;
+        compute->free(t->batch.x);
+        compute->free(t->batch.labels);
+        compute->free(t->batch.targets);
+        compute->free(t->batch.sample_idx);
+        compute->free(t->loss_sums);
+        model_free(&t->model);
+    }
+    free(t->eval_host.x);
+    free(t->eval_host.labels);
+    free(t->eval_host.targets);
+    if (t->have_val) deck_close(&t->val);
+    if (t->have_train) deck_close(&t->train);
+    if (t->have_comm) comm_free(&t->comm);
+}

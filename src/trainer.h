@@ -1,0 +1,91 @@
+/* trainer.h -- the state of one training run, shared by the rooms of the
+ * trainer:
+ *
+ *   startup.c      build everything, agreed on by every rank: data, model,
+ *                  the start-up consistency check, the broadcast of rank 0's
+ *                  model, the start-up table; and the teardown
+ *   train.c        the training loop and its step (ddp_train)
+ *   evaluate.c     evaluation on the /val split
+ *   metrics.c      timers, the progress line, the summary, memory probes
+ *   checkpoint.c   what is written to disk (--save)
+ *   diagnostics.c  the replica check and fault injection for tests
+ *   loss.c         the loss, one place for training and evaluation
+ *
+ * Planes: `ctl` (control.h) carries agreement, checks, metrics and
+ * evaluation sums on host memory; `comm` (comm.h) carries gradient buckets
+ * and SyncBatchNorm on the selected backend.  Everything a step computes on
+ * lives in the compute backend's memory.
+ */
+#ifndef DDP_TRAINER_H
+#define DDP_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint.h"
+#include "comm.h"
+#include "compute.h"
+#include "config.h"
+#include "control.h"
+#include "deck.h"
+#include "diagnostics.h"
+#include "evaluate.h"
+#include "loader.h"
+#include "loss.h"
+#include "metrics.h"
+#include "model.h"
+#include "optim.h"
+#include "reducer.h"
+#include "sampler.h"
+#include "startup.h"
+#include "train.h"
+
+/* One batch in the compute backend's memory, sized for --batch samples. */
+typedef struct device_batch {
+    float *x;            /* [batch, sample numel] */
+    int32_t *labels;     /* [batch] (classification) */
+    float *targets;      /* [batch, targets] (regression) */
+    int64_t *sample_idx; /* [batch] global sample indices (dropout keys) */
+} device_batch_t;
+
+/* The same on the host, for evaluation reads. */
+typedef struct host_batch {
+    float *x;
+    int32_t *labels;
+    float *targets;
+} host_batch_t;
+
+typedef struct trainer {
+    const ddp_config_t *cfg;
+    control_t *ctl; /* control plane */
+    comm_t comm;    /* gradient plane */
+    int have_comm;
+    const compute_ops_t *compute;
+    char device[128]; /* the backend's description, for the start-up table */
+    deck_t train, val;
+    int have_train, have_val;
+    loss_t loss;
+    int sync_bn; /* SyncBatchNorm in use */
+    model_t model;
+    int have_model;
+    optim_t opt;
+    reducer_t *reducer;
+    sampler_t sampler;
+    loader_t *loader;
+    int64_t micro_per_epoch, steps_per_epoch, total_steps, epochs;
+    device_batch_t batch;
+    double *loss_sums; /* device [2]: the loss sum and argmax hits since last read */
+    host_batch_t eval_host;
+    size_t data_bytes; /* input memory per rank (for the start-up table) */
+    metrics_t metrics;
+} trainer_t;
+
+/* train.c: n samples of a host batch to the device batch. */
+void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
+                    const float *targets, const int64_t *sample_idx);
+/* With local BatchNorm statistics (--no-sync-bn) the running statistics
+ * differ between ranks: average them, so every rank evaluates and saves the
+ * same model.  Nothing to do otherwise. */
+ddp_status_t trainer_average_bn_buffers(trainer_t *t);
+
+#endif
