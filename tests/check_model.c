@@ -1,7 +1,10 @@
 /* check_model.c -- model specs (shapes, names, errors), the flat layout and
  * buckets, --freeze, PyTorch-default initialisation, weights files. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "h5util.h"
 #include "model.h"
@@ -191,6 +194,17 @@ START_TEST(init_follows_pytorch_defaults)
 }
 END_TEST
 
+/* The bytes of a file (NULL if unreadable); *n its size. */
+static char *slurp_(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(1 << 20);
+    *n = buf ? fread(buf, 1, 1 << 20, f) : 0;
+    fclose(f);
+    return buf;
+}
+
 START_TEST(weights_round_trip_and_errors)
 {
     model_t a, b;
@@ -229,10 +243,27 @@ START_TEST(weights_round_trip_and_errors)
     ck_assert_ptr_nonnull(strstr(ddp_error_message(), "not an HDF5 file"));
     ddp_clear_error();
 
-    /* a failed save leaves the old file intact */
+    /* a failed save leaves the old file intact: a missing directory, and an
+     * old file at the path whose save cannot create its temporary file (a
+     * directory holds its name): the old file keeps every byte */
     snprintf(bad, sizeof bad, "%s/no/such/dir/w.h5", test_tmpdir());
     ck_assert_int_eq(weights_save(bad, &a, NULL), DDP_ERR_IO);
     ddp_clear_error();
+    size_t n_old = 0, n_now = 0;
+    char *old = slurp_(path, &n_old);
+    ck_assert(old && n_old > 0);
+    char tmp[sizeof path + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    ck_assert_int_eq(mkdir(tmp, 0700), 0);
+    ddp_status_t s = weights_save(path, &a, NULL);
+    rmdir(tmp);
+    char *now = slurp_(path, &n_now);
+    ck_assert_msg(now && n_now == n_old && memcmp(now, old, n_old) == 0,
+                  "a save that failed (or wrote in place) changed the old file %s", path);
+    ck_assert_int_eq(s, DDP_ERR_IO);
+    ddp_clear_error();
+    free(old);
+    free(now);
     model_free(&a);
 }
 END_TEST

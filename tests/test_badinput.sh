@@ -2,7 +2,8 @@
 # test_badinput.sh -- bad input to the trainer on 2 ranks: each case gives
 # exactly one `ddptrain: error:` line naming the file and the problem, a
 # non-zero exit code of the documented kind, no hang (every run is under a
-# timeout), no core dump, and no half-written output file.
+# timeout), no core dump, no half-written output file, and an existing
+# --save file left as it was.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -58,4 +59,15 @@ expect 8 "loss is nan at step" -- "$T/nan.h5" $base --no-shuffle
 # the good deck trains (the harness above is not failing everything)
 mpirun_np 2 "$DDPTRAIN" "$T/good.h5" $base --save "$T/out.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "good deck"; }
 [ -f "$T/out.h5" ] || fail "good deck: no output"
+# a failed run leaves an existing --save file as it was, byte for byte (the
+# weights go to a temporary file renamed over the old one when complete):
+# here training diverges (exit 8) after the start-up probe of --save
+cp "$T/out.h5" "$T/old.h5" || exit 99
+DDP_TEST_TIMEOUT=120 mpirun_np 2 "$DDPTRAIN" "$T/nan.h5" $base --no-shuffle --save "$T/out.h5" \
+  >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 8 ] || { cat "$T/e"; fail "diverging run over an old --save file: exit $rc, expected 8"; }
+cmp -s "$T/out.h5" "$T/old.h5" || fail "a failed run changed or removed the existing --save file"
+ls "$T"/out.h5.tmp.* >/dev/null 2>&1 && fail "a temporary file was left behind"
+echo "ok: a failed run left the old --save file unchanged"
 echo ok

@@ -1,7 +1,10 @@
 #!/bin/sh
 # test_replicas.sh -- every rank holds identical weights after every step
 # (--check-replicas 1 compares a hash of all parameters and BN buffers across
-# ranks after each step, at 2 and 3 ranks); a replica nudged by fault
+# ranks at start-up and after each step, at 2 and 3 ranks), also with
+# several gradient buckets and after --init with trained weights, where np=2
+# also trains the model of np=1 with the global batch; --no-sync-bn saves the
+# average of the ranks' local BN statistics; a replica nudged by fault
 # injection is caught; ranks started with different options are stopped at
 # start-up with the option and the ranks named.
 . ./testenv.sh || exit 99
@@ -17,6 +20,31 @@ for np in 2 3; do
     --grad-compress bf16 >"$T/o" 2>&1 || { cat "$T/o"; fail "np=$np adamw bf16: replicas differ"; }
 done
 
+# several buckets: caps of 1048 bytes give 2 buckets, the boundary between
+# layers.0.bias (with layers.1 and layers.4 in the first) and layers.0.weight;
+# every bucket is all-reduced: the replicas agree after every step and the
+# model is that of one rank with the global batch (1e-5 relative)
+small="--bucket-cap-mb 0.001 --first-bucket-mb 0.001"
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common $small --check-replicas 1 --save "$T/b2.h5" >"$T/o" 2>&1 \
+  || { cat "$T/o"; fail "2 buckets, np=2: replicas differ or the run failed"; }
+grep -q "buckets *2:" "$T/o" || { cat "$T/o"; fail "expected 2 buckets in the start-up table"; }
+mpirun_np 1 "$DDPTRAIN" "$T/d.h5" $common $small --batch 16 --save "$T/b1.h5" >"$T/o" 2>&1 \
+  || { cat "$T/o"; fail "2 buckets, np=1"; }
+"$WEIGHTS_CMP" "$T/b2.h5" "$T/b1.h5" 1e-5 >"$T/cmp" || { cat "$T/cmp"; fail "2 buckets: np=2 != np=1"; }
+echo "2 buckets, np=2 vs np=1: $(tail -n 1 "$T/cmp")"
+
+# --init with trained weights (b1.h5: not the seeded initialisation, BN
+# statistics and counters not at their defaults): rank 0 reads the file and
+# broadcasts it; the replicas agree from the start (step 0) and np=2 trains
+# the model of np=1 with the global batch
+init="--init $T/b1.h5 --steps 5"
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common $init --check-replicas 1 --save "$T/i2.h5" >"$T/o" 2>&1 \
+  || { cat "$T/o"; fail "--init trained weights, np=2: replicas differ or the run failed"; }
+mpirun_np 1 "$DDPTRAIN" "$T/d.h5" $common $init --batch 16 --save "$T/i1.h5" >"$T/o" 2>&1 \
+  || { cat "$T/o"; fail "--init trained weights, np=1"; }
+"$WEIGHTS_CMP" "$T/i2.h5" "$T/i1.h5" 1e-5 >"$T/cmp" || { cat "$T/cmp"; fail "--init: np=2 != np=1"; }
+echo "--init trained weights, np=2 vs np=1: $(tail -n 1 "$T/cmp")"
+
 # --no-sync-bn: BN statistics are local (they differ between ranks), the
 # parameters still agree after every step, and the saved model differs from
 # the SyncBN one (local statistics were really used)
@@ -27,6 +55,17 @@ mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --save "$T/sync.h5" >/dev/null 2>&1 ||
 if "$WEIGHTS_CMP" "$T/local.h5" "$T/sync.h5" 1e-6 layers.1.running_mean >/dev/null; then
   fail "--no-sync-bn gave the SyncBN running statistics"
 fi
+# the saved statistics are the average of the ranks' local ones: with lr 0
+# (the input of BN does not change) and equal local batches, the average of
+# the two local batch means is the global batch mean, so running_mean is
+# that of one rank with batch 16 (a sum instead of the average doubles it)
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --no-sync-bn --lr 0 --steps 3 --save "$T/l2.h5" \
+  >"$T/o" 2>&1 || { cat "$T/o"; fail "--no-sync-bn lr 0"; }
+mpirun_np 1 "$DDPTRAIN" "$T/d.h5" $common --batch 16 --lr 0 --steps 3 --save "$T/l1.h5" \
+  >"$T/o" 2>&1 || { cat "$T/o"; fail "np=1 lr 0"; }
+"$WEIGHTS_CMP" "$T/l2.h5" "$T/l1.h5" 1e-5 layers.1.running_mean >"$T/cmp" \
+  || { cat "$T/cmp"; fail "--no-sync-bn: running_mean is not the average of the ranks' means"; }
+echo "--no-sync-bn running_mean, np=2 vs np=1 at lr 0: $(tail -n 1 "$T/cmp")"
 
 # a diverged replica is reported, with the step and the rank, exit code 6
 DDP_FAULT_PERTURB=1:3 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --check-replicas 1 >"$T/o" 2>"$T/e"
