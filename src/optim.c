@@ -85,18 +85,18 @@ size_t optim_state_bytes(const optim_t *o)
     return (size_t)((o->state[0] != NULL) + (o->state[1] != NULL)) * o->count * sizeof(float);
 }
 
-double optim_lr(const optim_t *o, int64_t t)
+double optim_lr(const optim_t *o, int64_t step)
 {
-    if (o->warmup > 0 && t < o->warmup) return o->lr * (double)(t + 1) / (double)o->warmup;
+    if (o->warmup > 0 && step < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
     switch (o->schedule) {
     case SCHED_COSINE: {
         int64_t span = o->total_steps - o->warmup;
         if (span <= 0) return o->lr;
-        double progress = (double)(t - o->warmup) / (double)span;
+        double progress = (double)(step - o->warmup) / (double)span;
         if (progress > 1) progress = 1;
         return o->lr * 0.5 * (1.0 + cos(M_PI * progress));
     }
-    case SCHED_STEP: return o->lr * pow(o->lr_gamma, (double)(t / o->step_size));
+    case SCHED_STEP: return o->lr * pow(o->lr_gamma, (double)(step / o->step_size));
     default: return o->lr;
     }
 }
@@ -111,7 +111,7 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
         if (!isfinite(norm))
             return ddp_fail(DDP_ERR_NUMERIC,
                             "the gradient norm is %g at step %lld: " DDP_DIVERGED_ADVICE, norm,
-                            (long long)o->t);
+                            (long long)o->step_count);
         /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), if < 1 */
         double coef = o->clip / (norm + 1e-6);
         if (coef < 1) compute->scale(o->count, m->grads, (float)coef);
@@ -121,7 +121,7 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
     return DDP_OK;
 }
 
-int optim_can_split(const optim_t *o)
+int optim_can_apply_per_bucket(const optim_t *o)
 {
     return !(o->clip > 0);
 }
@@ -137,8 +137,8 @@ int optim_outputs(const optim_t *o, const model_t *m, float **out)
 
 void optim_begin(optim_t *o)
 {
-    o->cur_lr = (float)optim_lr(o, o->t);
-    o->t++;
+    o->cur_lr = (float)optim_lr(o, o->step_count);
+    o->step_count++;
 }
 
 void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count)
@@ -149,8 +149,8 @@ void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count)
     float *s0 = o->state[0] ? o->state[0] + offset : NULL;
     if (o->kind == OPTIM_ADAMW)
         compute->adamw_step(count, p, g, s0, o->state[1] + offset, o->cur_lr, (float)o->beta1,
-                            (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->t);
+                            (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->step_count);
     else
         compute->sgd_step(count, p, g, s0, o->cur_lr, (float)o->momentum, o->nesterov,
-                          (float)o->weight_decay, o->t == 1);
+                          (float)o->weight_decay, o->step_count == 1);
 }

@@ -31,11 +31,11 @@ typedef struct optim {
     double lr, momentum, weight_decay, beta1, beta2, eps, clip, lr_gamma;
     int nesterov;
     int64_t warmup, step_size, total_steps;
-    size_t count;    /* trainable floats */
-    float *state[2]; /* SGD: momentum buffer; AdamW: m, v (device) */
-    model_mem_t mem; /* where the state came from (alloc == NULL: backend) */
-    int64_t t;       /* optimizer steps taken (begun) */
-    float cur_lr;    /* learning rate of the step begun last */
+    size_t count;       /* trainable floats */
+    float *state[2];    /* SGD: momentum buffer; AdamW: m, v (device) */
+    model_mem_t mem;    /* where the state came from (alloc == NULL: backend) */
+    int64_t step_count; /* optimizer steps taken (begun) */
+    float cur_lr;       /* learning rate of the step begun last */
 } optim_t;
 
 /* The options of a run, as the optimizer takes them. */
@@ -48,8 +48,8 @@ ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
 void optim_free(optim_t *o);
 /* Bytes of optimizer state (for the start-up table). */
 size_t optim_state_bytes(const optim_t *o);
-/* Learning rate of step t (0-based), after warm-up and schedule. */
-double optim_lr(const optim_t *o, int64_t t);
+/* Learning rate of step `step` (0-based), after warm-up and schedule. */
+double optim_lr(const optim_t *o, int64_t step);
 /* Clip (if configured), then update the parameters from the gradients.
  * *grad_norm receives the global gradient norm before clipping (or -1 when
  * it was not computed). */
@@ -59,7 +59,7 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm);
  * is final (while its gradients are still in cache): optim_begin once per
  * step, then optim_apply over ranges that together cover [0, ntrainable)
  * exactly once.  Only without clipping (which needs every gradient first). */
-int optim_can_split(const optim_t *o);
+int optim_can_apply_per_bucket(const optim_t *o);
 void optim_begin(optim_t *o);
 void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count);
 /* The buffers optim_apply writes (parameters, then the state), for a

@@ -157,15 +157,15 @@ static ddp_status_t launch_ready_(reducer_t *r)
     return DDP_OK;
 }
 
-static void mark_(reducer_t *r, int t);
+static void mark_(reducer_t *r, int id);
 
 /* Parameters that never became ready this step. */
 static ddp_status_t handle_unused_(reducer_t *r)
 {
     const model_t *m = r->m;
-    for (int t = 0; t < m->ntensors; t++) {
-        const tensor_t *T = &m->tensors[t];
-        if (T->kind != TENSOR_PARAM || T->frozen || r->ready[t]) continue;
+    for (int id = 0; id < m->ntensors; id++) {
+        const tensor_t *T = &m->tensors[id];
+        if (T->kind != TENSOR_PARAM || T->frozen || r->ready[id]) continue;
         if (!r->find_unused)
             return ddp_fail(DDP_ERR_USAGE,
                             "parameter %s received no gradient in step %lld, so "
@@ -173,16 +173,16 @@ static ddp_status_t handle_unused_(reducer_t *r)
                             "by design, pass --find-unused (they then get a zero gradient)",
                             T->name, (long long)r->step + 1, T->bucket);
         if (r->grad_beta == 0) r->compute->zero(m->grads + T->offset, T->numel * sizeof(float));
-        mark_(r, t);
+        mark_(r, id);
     }
     return DDP_OK;
 }
 
-static void mark_(reducer_t *r, int t)
+static void mark_(reducer_t *r, int id)
 {
-    const tensor_t *T = &r->m->tensors[t];
-    if (T->kind != TENSOR_PARAM || T->frozen || r->ready[t]) return;
-    r->ready[t] = 1;
+    const tensor_t *T = &r->m->tensors[id];
+    if (T->kind != TENSOR_PARAM || T->frozen || r->ready[id]) return;
+    r->ready[id] = 1;
     r->pending[T->bucket]--;
 }
 

@@ -340,7 +340,7 @@ static ddp_status_t optimizer_and_reducer_(trainer_t *t)
     apply.nout = optim_outputs(&t->opt, &t->model, apply.out);
     reducer_opts_t ro = {.wire = wire_type_(cfg->grad_compress),
                          .find_unused = cfg->find_unused,
-                         .apply = optim_can_split(&t->opt) ? &apply : NULL};
+                         .apply = optim_can_apply_per_bucket(&t->opt) ? &apply : NULL};
     return reducer_init(&t->reducer, &t->model, &t->comm, &ro);
 }
 

@@ -51,7 +51,7 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
     float scale = (float)(1.0 / loss_values(&t->loss, (double)step_samples));
     /* without clipping, the optimizer runs bucket by bucket as each bucket's
      * gradients become final, inside the reducer (reducer.h) */
-    int per_bucket = optim_can_split(&t->opt);
+    int per_bucket = optim_can_apply_per_bucket(&t->opt);
     for (int64_t j = 0; j < nmicro; j++) {
         loader_batch_t *b;
         DDP_TRY(loader_next(t->loader, &b));
