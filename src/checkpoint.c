@@ -1,17 +1,109 @@
-/* checkpoint.c -- what the trainer writes to disk (see checkpoint.h). */
+/* checkpoint.c -- --save, checkpoints and resume (see checkpoint.h). */
+#define _GNU_SOURCE
 #include "checkpoint.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "atomicfile.h"
+#include "clock.h"
 #include "h5util.h"
 #include "log.h"
 #include "trainer.h"
-#include "weights.h"
+#include "version.h"
 
-ddp_status_t checkpoint_probe_save(const trainer_t *t)
+#define CKPT_PREFIX   "ckpt_"
+#define CKPT_SUFFIX   ".h5"
+#define CONFIG_TEXT_MAX (64 * 1024)
+
+/* ---- names in --ckpt-dir ------------------------------------------------- */
+
+static void ckpt_path_(const char *dir, int64_t step, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/" CKPT_PREFIX "%08lld" CKPT_SUFFIX, dir, (long long)step);
+}
+
+/* The step in a checkpoint's file name (ckpt_<digits>.h5), or -1. */
+static int64_t ckpt_step_of_(const char *name)
+{
+    size_t lp = strlen(CKPT_PREFIX), ls = strlen(CKPT_SUFFIX), n = strlen(name);
+    if (n <= lp + ls || strncmp(name, CKPT_PREFIX, lp) != 0 ||
+        strcmp(name + n - ls, CKPT_SUFFIX) != 0)
+        return -1;
+    int64_t v = 0;
+    for (size_t i = lp; i < n - ls; i++) {
+        if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    return v;
+}
+
+/* A temporary file of one of our checkpoint writes: ckpt_<digits>.h5.tmp.<pid>. */
+static int is_our_tmp_(const char *name)
+{
+    const char *t = strstr(name, CKPT_SUFFIX ATOMICFILE_TMP_INFIX);
+    if (!t) return 0;
+    char head[256];
+    size_t hl = (size_t)(t - name) + strlen(CKPT_SUFFIX);
+    if (hl >= sizeof head) return 0;
+    memcpy(head, name, hl);
+    head[hl] = '\0';
+    const char *pid = t + strlen(CKPT_SUFFIX ATOMICFILE_TMP_INFIX);
+    if (ckpt_step_of_(head) < 0 || !*pid) return 0;
+    for (; *pid; pid++)
+        if (*pid < '0' || *pid > '9') return 0;
+    return 1;
+}
+
+static int cmp_desc_(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* The steps of the checkpoints in dir, newest first (*steps: malloc'd). */
+static ddp_status_t list_(const char *dir, int64_t **steps, int *n)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return ddp_fail(DDP_ERR_IO, "cannot read --ckpt-dir %s: %s", dir, strerror(errno));
+    int cap = 0;
+    struct dirent *e;
+    ddp_status_t s = DDP_OK;
+    while ((e = readdir(d)) != NULL) {
+        int64_t step = ckpt_step_of_(e->d_name);
+        if (step < 0) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *p = realloc(*steps, (size_t)cap * sizeof *p);
+            if (!p) {
+                s = ddp_fail(DDP_ERR_NOMEM, "out of memory listing --ckpt-dir %s", dir);
+                break;
+            }
+            *steps = p;
+        }
+        (*steps)[(*n)++] = step;
+    }
+    closedir(d);
+    if (s == DDP_OK && *n > 1) qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc_);
+    return s;
+}
+
+/* ---- start-up ------------------------------------------------------------ */
+
+static ddp_status_t probe_save_(const trainer_t *t)
 {
     const char *path = t->cfg->save;
-    if (!path[0] || t->ctl->rank != 0) return DDP_OK;
+    if (!path[0]) return DDP_OK;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return ddp_fail(DDP_ERR_USAGE, "--save %s is a directory; name a file, e.g. %s/weights.h5",
@@ -21,6 +113,616 @@ ddp_status_t checkpoint_probe_save(const trainer_t *t)
     if (s != DDP_OK) return ddp_fail_override(s, "--save %s: %s", path, ddp_error_message());
     h5_atomic_abandon(&a);
     return DDP_OK;
+}
+
+/* --ckpt-dir: there (created when only its last component is missing),
+ * writable, and without temporary files of ours from an interrupted write. */
+static ddp_status_t prepare_dir_(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT || mkdir(dir, 0777) != 0)
+            return ddp_fail(DDP_ERR_IO,
+                            "cannot create --ckpt-dir %s: %s; its parent directory must exist "
+                            "(mkdir -p %s)",
+                            dir, strerror(errno), dir);
+        log_info("created --ckpt-dir %s", dir);
+    } else if (!S_ISDIR(st.st_mode)) {
+        return ddp_fail(DDP_ERR_USAGE, "--ckpt-dir %s is not a directory", dir);
+    }
+    DIR *d = opendir(dir);
+    if (!d) return ddp_fail(DDP_ERR_IO, "cannot read --ckpt-dir %s: %s", dir, strerror(errno));
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!is_our_tmp_(e->d_name)) continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) == 0) removed++;
+    }
+    closedir(d);
+    if (removed)
+        log_info("--ckpt-dir %s: removed %d temporary file%s an interrupted checkpoint write left",
+                 dir, removed, removed > 1 ? "s" : "");
+    char path[4200], probe[4300];
+    ckpt_path_(dir, 0, path, sizeof path);
+    atomicfile_tmp_name(path, probe, sizeof probe);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ddp_fail(DDP_ERR_IO, "cannot write in --ckpt-dir %s: %s; choose a writable directory",
+                        dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return DDP_OK;
+}
+
+ddp_status_t checkpoint_startup(trainer_t *t)
+{
+    t->ckpt.last_step = -1;
+    if (t->ctl->rank != 0) return DDP_OK;
+    DDP_TRY(probe_save_(t));
+    if (t->cfg->ckpt_dir[0]) DDP_TRY(prepare_dir_(t->cfg->ckpt_dir));
+    return DDP_OK;
+}
+
+/* ---- reading a checkpoint (rank 0) --------------------------------------- */
+
+/* Options that shape training must match the checkpoint's (ddp_option_t
+ * .resumable marks those that may change); with --resume-override a change
+ * is reported and allowed. */
+static ddp_status_t compare_options_(const trainer_t *t, const char *text, const char *path)
+{
+    ddp_config_t *old = malloc(sizeof *old);
+    if (!old) return ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
+    config_defaults(old);
+    /* the stored text: "key = value" lines; keys this version does not know are skipped */
+    const char *p = text;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char line[2 * CONFIG_STR_MAX];
+        if (len < sizeof line) {
+            memcpy(line, p, len);
+            line[len] = '\0';
+            char *eq = strstr(line, " = ");
+            if (eq) {
+                *eq = '\0';
+                if (config_set(old, line, eq + 3, SRC_FILE, path) != DDP_OK) ddp_clear_error();
+            }
+        }
+        p += len + (nl != NULL);
+    }
+    static const char *src_name[] = {"default", "input /config", "config file", "command line"};
+    ddp_status_t s = DDP_OK;
+    for (int i = 0; i < ddp_noptions && s == DDP_OK; i++) {
+        const ddp_option_t *o = &ddp_options[i];
+        if (o->resumable) continue;
+        char was[CONFIG_STR_MAX], now[CONFIG_STR_MAX];
+        config_format(old, o, was, sizeof was);
+        config_format(t->cfg, o, now, sizeof now);
+        if (strcmp(was, now) == 0) continue;
+        if (t->cfg->resume_override) {
+            log_warn("--%s changed from '%s' (checkpoint) to '%s' (%s): --resume-override", o->name,
+                     was, now, src_name[t->cfg->source[i]]);
+            continue;
+        }
+        s = ddp_fail(DDP_ERR_INPUT,
+                     "--resume %s: --%s differs: the checkpoint has '%s', this run '%s' (%s); "
+                     "resume with the checkpoint's options, or pass --resume-override to change "
+                     "them",
+                     path, o->name, was, now, src_name[t->cfg->source[i]]);
+    }
+    free(old);
+    return s;
+}
+
+static ddp_status_t read_attr_(hid_t f, const char *name, int64_t *v, const char *path)
+{
+    if (h5_attr_read_i64(f, name, v) == DDP_OK) return DDP_OK;
+    return ddp_fail_override(DDP_ERR_INPUT, "%s: attribute %s is missing (damaged checkpoint)",
+                             path, name);
+}
+
+/* The data must be the same (its path may change, e.g. to a node-local copy). */
+static ddp_status_t compare_data_(const trainer_t *t, hid_t f, const char *path)
+{
+    const deck_t *d = &t->train;
+    int64_t now[3] = {d->n, (int64_t)d->sample_numel, d->regression ? d->targets : d->classes};
+    static const char *what[3] = {"training samples", "values per sample", "classes or targets"};
+    static const char *attr[3] = {"data_samples", "data_sample_numel", "data_outputs"};
+    for (int i = 0; i < 3; i++) {
+        int64_t was;
+        DDP_TRY(read_attr_(f, attr[i], &was, path));
+        if (was == now[i]) continue;
+        if (t->cfg->resume_override) {
+            log_warn("the data changed: %lld %s in the checkpoint, %lld now (--resume-override)",
+                     (long long)was, what[i], (long long)now[i]);
+            continue;
+        }
+        return ddp_fail(DDP_ERR_INPUT,
+                        "--resume %s: the checkpoint was trained on data with %lld %s, %s has "
+                        "%lld; resume on the same data, or pass --resume-override",
+                        path, (long long)was, what[i], t->cfg->inputs[0], (long long)now[i]);
+    }
+    return DDP_OK;
+}
+
+/* The optimizer state of every trainable tensor: /optimizer/<name>/<state>. */
+static ddp_status_t read_optimizer_(trainer_t *t, hid_t f, const char *path, int *damaged)
+{
+    const model_t *m = &t->model;
+    const ddp_config_t *cfg = t->cfg;
+    checkpoint_t *c = &t->ckpt;
+    const char *names[2];
+    int nstate = optim_state_names((optimizer_kind_t)cfg->optimizer, cfg->momentum, names);
+    char type[32] = "";
+    h5_lock();
+    hid_t g = h5_exists(f, "/optimizer") ? H5Gopen2(f, "/optimizer", H5P_DEFAULT) : -1;
+    h5_unlock();
+    if (g < 0) return ddp_fail(DDP_ERR_INPUT, "%s: no /optimizer group (damaged checkpoint)", path);
+    ddp_status_t s = h5_attr_read_str(g, "type", type, sizeof type);
+    if (s == DDP_OK) s = h5_attr_read_i64(g, "step", &c->resume.optim_steps);
+    if (s != DDP_OK) {
+        *damaged = 1;
+        s = ddp_fail_override(DDP_ERR_INPUT, "%s: /optimizer has no type or step attribute "
+                                             "(damaged checkpoint)",
+                              path);
+    }
+    const char *want = config_choice_name("optimizer", cfg->optimizer);
+    if (s == DDP_OK && strcmp(type, want) != 0) {
+        /* only with --resume-override (the options were compared first) */
+        log_warn("--optimizer %s resumes with a fresh state: the checkpoint's optimizer is %s",
+                 want, type);
+        nstate = 0;
+    }
+    for (int k = 0; k < nstate && s == DDP_OK; k++) {
+        c->optim_state[k] = calloc(m->ntrainable + 1, sizeof(float));
+        if (!c->optim_state[k]) s = ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
+        for (int i = 0; i < m->ntensors && s == DDP_OK; i++) {
+            const tensor_t *T = &m->tensors[i];
+            if (T->kind != TENSOR_PARAM || T->frozen) continue;
+            char name[TENSOR_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s/%s", T->name, names[k]);
+            int nd;
+            hsize_t dims[H5S_MAX_RANK];
+            weights_read_t r =
+                weights_read_dataset(g, name, H5T_NATIVE_FLOAT, T->ndim, T->shape,
+                                     c->optim_state[k] + T->offset, T->numel * sizeof(float), &nd,
+                                     dims);
+            if (r == WEIGHTS_READ_DAMAGED) *damaged = 1;
+            if (r == WEIGHTS_READ_MISSING && cfg->resume_override) {
+                log_warn("optimizer state %s is not in %s: it starts at zero "
+                         "(--resume-override)",
+                         name, path);
+            } else if (r != WEIGHTS_READ_OK) {
+                s = ddp_fail(DDP_ERR_INPUT, "--resume %s: optimizer state /optimizer/%s %s", path,
+                             name,
+                             r == WEIGHTS_READ_MISSING ? "is missing (a checkpoint of another "
+                                                         "optimizer or momentum setting?)"
+                             : r == WEIGHTS_READ_SHAPE ? "has another shape than the model's tensor"
+                                                       : "cannot be read or fails its checksum "
+                                                         "(damaged checkpoint)");
+            }
+        }
+    }
+    h5_lock();
+    H5Gclose(g);
+    h5_unlock();
+    return s;
+}
+
+/* Every rank's BatchNorm statistics when they differ between ranks: used
+ * when resuming at the same world size, else their average in /model. */
+static ddp_status_t read_local_bn_(trainer_t *t, hid_t f, const char *path, int *damaged)
+{
+    checkpoint_t *c = &t->ckpt;
+    const model_t *m = &t->model;
+    if (c->resume.local_bn_ranks == 0) return DDP_OK;
+    if (c->resume.local_bn_ranks != t->ctl->size || t->sync_bn || m->nbufs == 0) {
+        snprintf(c->note, sizeof c->note,
+                 "local BatchNorm statistics start from their average (the checkpoint has %lld "
+                 "ranks' own)",
+                 (long long)c->resume.local_bn_ranks);
+        c->resume.local_bn_ranks = 0;
+        return DDP_OK;
+    }
+    size_t n = (size_t)c->resume.local_bn_ranks * m->nbufs;
+    c->local_bn = malloc(n * sizeof(float));
+    if (!c->local_bn) return ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
+    int shape[2] = {(int)c->resume.local_bn_ranks, (int)m->nbufs}, nd;
+    hsize_t dims[H5S_MAX_RANK];
+    weights_read_t r = weights_read_dataset(f, "/local_bn", H5T_NATIVE_FLOAT, 2, shape,
+                                            c->local_bn, n * sizeof(float), &nd, dims);
+    if (r == WEIGHTS_READ_OK) return DDP_OK;
+    *damaged = r == WEIGHTS_READ_DAMAGED;
+    return ddp_fail(DDP_ERR_INPUT, "%s: /local_bn is missing, mis-shaped or damaged", path);
+}
+
+/* Read and check one checkpoint; *damaged tells a damaged file (which
+ * --resume auto skips) from one that does not fit this run (refused). */
+static ddp_status_t read_open_(trainer_t *t, hid_t f, const char *path, int *damaged)
+{
+    checkpoint_t *c = &t->ckpt;
+    ckpt_resume_t *r = &c->resume;
+    const model_t *m = &t->model;
+    *damaged = 1;
+    char format[64] = "";
+    if (h5_attr_read_str(f, "format", format, sizeof format) != DDP_OK ||
+        strcmp(format, CKPT_FORMAT) != 0)
+        return ddp_fail_override(
+            DDP_ERR_INPUT,
+            "%s is not a ddptrain checkpoint (format '%s'); weights from --save start a run with "
+            "--init, they cannot resume one",
+            path, format);
+    int64_t version;
+    DDP_TRY(read_attr_(f, "format_version", &version, path));
+    if (version != CKPT_FORMAT_VERSION)
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s has checkpoint format version %lld; ddptrain %s reads version %d", path,
+                        (long long)version, ddp_version(), CKPT_FORMAT_VERSION);
+    DDP_TRY(read_attr_(f, "step", &r->pos.step, path));
+    DDP_TRY(read_attr_(f, "epoch", &r->pos.epoch, path));
+    DDP_TRY(read_attr_(f, "sample_in_epoch", &r->pos.sample_in_epoch, path));
+    DDP_TRY(read_attr_(f, "world_size", &r->world_size, path));
+    DDP_TRY(read_attr_(f, "batch", &r->batch, path));
+    DDP_TRY(read_attr_(f, "accum", &r->accum, path));
+    DDP_TRY(read_attr_(f, "local_bn_ranks", &r->local_bn_ranks, path));
+    char *text = malloc(CONFIG_TEXT_MAX);
+    if (!text) return ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
+    ddp_status_t s = h5_attr_read_str(f, "config", text, CONFIG_TEXT_MAX);
+    if (s != DDP_OK)
+        s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute config is missing (damaged "
+                                             "checkpoint)",
+                              path);
+    /* from here a problem means the checkpoint is not this run's */
+    if (s == DDP_OK) *damaged = 0;
+    if (s == DDP_OK) s = compare_options_(t, text, path);
+    free(text);
+    DDP_TRY(s);
+    DDP_TRY(compare_data_(t, f, path));
+    DDP_TRY(weights_host_alloc(&c->host, m));
+    memset(c->host.params, 0, m->nparams * sizeof(float));
+    memset(c->host.bufs, 0, m->nbufs * sizeof(float));
+    DDP_TRY(weights_read_group(f, "/model", m, &c->host, "--resume", path, damaged));
+    DDP_TRY(read_optimizer_(t, f, path, damaged));
+    return read_local_bn_(t, f, path, damaged);
+}
+
+static void drop_contents_(checkpoint_t *c)
+{
+    weights_host_free(&c->host);
+    for (int k = 0; k < 2; k++) {
+        free(c->optim_state[k]);
+        c->optim_state[k] = NULL;
+    }
+    free(c->local_bn);
+    c->local_bn = NULL;
+}
+
+static ddp_status_t read_(trainer_t *t, const char *path, int *damaged)
+{
+    hid_t f;
+    *damaged = 1;
+    if (h5_open_read(path, &f) != DDP_OK)
+        return ddp_fail_override(DDP_ERR_INPUT, "--resume %s: %s", path, ddp_error_message());
+    ddp_status_t s = read_open_(t, f, path, damaged);
+    h5_lock();
+    H5Fclose(f);
+    h5_unlock();
+    if (s != DDP_OK) drop_contents_(&t->ckpt);
+    return s;
+}
+
+/* --resume auto: the newest checkpoint in --ckpt-dir that is not damaged. */
+static ddp_status_t find_and_read_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    ckpt_resume_t *r = &t->ckpt.resume;
+    if (strcmp(cfg->resume, "auto") != 0) {
+        int damaged;
+        snprintf(r->path, sizeof r->path, "%s", cfg->resume);
+        DDP_TRY(read_(t, cfg->resume, &damaged));
+        r->active = 1;
+        return DDP_OK;
+    }
+    int64_t *steps;
+    int n;
+    DDP_TRY(list_(cfg->ckpt_dir, &steps, &n));
+    ddp_status_t s = DDP_OK;
+    int skipped = 0;
+    char first_reason[1024] = "";
+    for (int i = 0; i < n && !r->active; i++) {
+        ckpt_path_(cfg->ckpt_dir, steps[i], r->path, sizeof r->path);
+        int damaged;
+        ddp_clear_error();
+        s = read_(t, r->path, &damaged);
+        if (s == DDP_OK) {
+            r->active = 1;
+        } else if (damaged) {
+            log_warn("--resume auto: skipping %s: %s", r->path, ddp_error_message());
+            if (!skipped++) snprintf(first_reason, sizeof first_reason, "%s", ddp_error_message());
+            ddp_clear_error();
+            s = DDP_OK;
+        } else {
+            break; /* a checkpoint of another run: refused */
+        }
+    }
+    free(steps);
+    DDP_TRY(s);
+    if (!r->active && skipped)
+        return ddp_fail(DDP_ERR_INPUT,
+                        "--resume auto: none of the %d checkpoints in %s can be read (newest: %s); "
+                        "move them away to start at step 0, or name one with --resume FILE",
+                        skipped, cfg->ckpt_dir, first_reason);
+    if (!r->active) {
+        r->path[0] = '\0';
+        snprintf(t->ckpt.note, sizeof t->ckpt.note, "no checkpoint in %s: starting at step 0",
+                 cfg->ckpt_dir);
+    }
+    return DDP_OK;
+}
+
+ddp_status_t checkpoint_resume_open(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    checkpoint_t *c = &t->ckpt;
+    if (!cfg->resume[0]) return DDP_OK;
+    ddp_status_t s = t->ctl->rank == 0 ? find_and_read_(t) : DDP_OK;
+    DDP_TRY(control_agree(t->ctl, s));
+    comm_desc_t d = {"resume", -1, -1};
+    s = control_bcast(t->ctl, &c->resume, sizeof c->resume, 0, &d);
+    if (s != DDP_OK) control_abort(t->ctl, s);
+    if (!c->resume.active) return DDP_OK;
+    c->last_step = c->resume.pos.step;
+    snprintf(c->last_path, sizeof c->last_path, "%s", c->resume.path);
+    if (cfg->init[0] && t->ctl->rank == 0)
+        snprintf(c->note, sizeof c->note, "--init %s is not used: the checkpoint has the weights",
+                 cfg->init);
+    return DDP_OK;
+}
+
+void checkpoint_resume_model(trainer_t *t)
+{
+    if (t->ckpt.resume.active && t->ctl->rank == 0) weights_host_upload(&t->ckpt.host, &t->model);
+}
+
+ddp_status_t checkpoint_resume_state(trainer_t *t)
+{
+    checkpoint_t *c = &t->ckpt;
+    const model_t *m = &t->model;
+    if (!c->resume.active) return DDP_OK;
+    comm_desc_t d = {"resume-optimizer", -1, -1};
+    /* whether rank 0 has the state (not after an optimizer change under --resume-override) */
+    int64_t have[2] = {c->optim_state[0] != NULL, c->optim_state[1] != NULL};
+    ddp_status_t s = control_bcast(t->ctl, have, sizeof have, 0, &d);
+    float *host = NULL;
+    if (s == DDP_OK && t->ctl->rank != 0) {
+        host = malloc((m->ntrainable + 1) * sizeof(float));
+        s = host ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory for the optimizer state");
+    }
+    s = control_agree(t->ctl, s);
+    for (int k = 0; k < 2 && s == DDP_OK; k++) {
+        if (!have[k] || !t->opt.state[k]) continue;
+        float *buf = t->ctl->rank == 0 ? c->optim_state[k] : host;
+        s = control_bcast(t->ctl, buf, m->ntrainable * sizeof(float), 0, &d);
+        if (s == DDP_OK) t->compute->upload(t->opt.state[k], buf, m->ntrainable * sizeof(float));
+    }
+    if (s == DDP_OK) t->opt.step_count = c->resume.optim_steps;
+    if (s == DDP_OK && c->resume.local_bn_ranks > 0) {
+        /* rank 0 has every rank's statistics; each rank takes its own */
+        size_t n = (size_t)c->resume.local_bn_ranks * m->nbufs;
+        float *all = t->ctl->rank == 0 ? c->local_bn : malloc(n * sizeof(float));
+        s = control_agree(t->ctl, all ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory"));
+        if (s == DDP_OK) s = control_bcast(t->ctl, all, n * sizeof(float), 0, &d);
+        if (s == DDP_OK)
+            t->compute->upload(m->bufs, all + (size_t)t->ctl->rank * m->nbufs,
+                               m->nbufs * sizeof(float));
+        if (t->ctl->rank != 0) free(all);
+    }
+    free(host);
+    drop_contents_(c);
+    return s;
+}
+
+void checkpoint_free(checkpoint_t *c)
+{
+    drop_contents_(c);
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+/* BatchNorm statistics for /model: the average over ranks when they differ
+ * (--no-sync-bn), without touching the running model; and every rank's own
+ * into *local (rank 0, [size x nbufs]) for an exact resume.  Collective. */
+static ddp_status_t bn_for_file_(trainer_t *t, float *avg, float **local)
+{
+    const model_t *m = &t->model;
+    *local = NULL;
+    t->compute->download(avg, m->bufs, m->nbufs * sizeof(float));
+    if (t->sync_bn || t->ctl->size == 1 || m->nbufs == 0) return DDP_OK;
+    size_t n = m->nbufs, W = (size_t)t->ctl->size;
+    float *all = malloc(W * n * sizeof(float));
+    DDP_TRY(control_agree(t->ctl, all ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory")));
+    comm_desc_t d = {"checkpoint-bn", -1, -1};
+    ddp_status_t s = control_allgather(t->ctl, avg, all, n * sizeof(float), &d);
+    if (s != DDP_OK) control_abort(t->ctl, s);
+    /* the same order of additions as an all-reduce would not promise: rank order */
+    for (size_t i = 0; i < n; i++) {
+        double sum = 0;
+        for (size_t r = 0; r < W; r++) sum += all[r * n + i];
+        avg[i] = (float)(sum / (double)W);
+    }
+    if (t->ctl->rank == 0)
+        *local = all;
+    else
+        free(all);
+    return DDP_OK;
+}
+
+static void iso_time_(char *buf, size_t n)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Rank 0: the checkpoint's HDF5 image in memory. */
+static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, const weights_host_t *h,
+                                 const float *local_bn, void **image, size_t *len)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const model_t *m = &t->model;
+    const optim_t *o = &t->opt;
+    size_t state_bytes = optim_state_bytes(o);
+    size_t local_bytes = local_bn ? (size_t)t->ctl->size * m->nbufs * sizeof(float) : 0;
+    hid_t f;
+    DDP_TRY(h5_mem_create(&f, weights_model_bytes(m) + state_bytes + local_bytes + (256 << 10)));
+    weights_meta_t meta = {.step = pos->step,
+                           .epoch = pos->epoch,
+                           .world_size = t->ctl->size,
+                           .cfg = cfg};
+    ddp_status_t s = weights_write_model(f, m, h);
+    if (s == DDP_OK) s = weights_write_attrs(f, CKPT_FORMAT, CKPT_FORMAT_VERSION, &meta);
+    const deck_t *d = &t->train;
+    struct {
+        const char *name;
+        int64_t v;
+    } attrs[] = {
+        {"sample_in_epoch", pos->sample_in_epoch},
+        {"batch", cfg->batch},
+        {"accum", cfg->accum},
+        {"global_batch", cfg->batch * cfg->accum * t->ctl->size},
+        {"local_bn_ranks", local_bn ? t->ctl->size : 0},
+        {"data_samples", d->n},
+        {"data_sample_numel", (int64_t)d->sample_numel},
+        {"data_outputs", d->regression ? d->targets : d->classes},
+        {"time", (int64_t)time(NULL)},
+    };
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0] && s == DDP_OK; i++)
+        s = h5_attr_write_i64(f, attrs[i].name, attrs[i].v);
+    char when[32];
+    iso_time_(when, sizeof when);
+    if (s == DDP_OK) s = h5_attr_write_str(f, "time_text", when);
+    /* the optimizer: /optimizer/<tensor>/<state>, PyTorch's state names */
+    const char *names[2];
+    int nstate = optim_state_names((optimizer_kind_t)o->kind, o->momentum, names);
+    float *state = nstate ? malloc((m->ntrainable + 1) * sizeof(float)) : NULL;
+    if (nstate && !state) s = ddp_fail(DDP_ERR_NOMEM, "out of memory writing a checkpoint");
+    for (int k = 0; k < nstate && s == DDP_OK; k++) {
+        t->compute->download(state, o->state[k], m->ntrainable * sizeof(float));
+        for (int i = 0; i < m->ntensors && s == DDP_OK; i++) {
+            const tensor_t *T = &m->tensors[i];
+            if (T->kind != TENSOR_PARAM || T->frozen) continue;
+            char name[TENSOR_NAME_MAX + 48];
+            snprintf(name, sizeof name, "/optimizer/%s/%s", T->name, names[k]);
+            hsize_t dims[4];
+            for (int j = 0; j < T->ndim; j++) dims[j] = (hsize_t)T->shape[j];
+            s = weights_write_dataset(f, name, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, T->ndim, dims,
+                                      state + T->offset, T->numel * sizeof(float));
+        }
+    }
+    free(state);
+    if (s == DDP_OK) {
+        /* the group exists even without state (plain SGD) */
+        h5_lock();
+        hid_t g = h5_exists(f, "/optimizer")
+                      ? H5Gopen2(f, "/optimizer", H5P_DEFAULT)
+                      : H5Gcreate2(f, "/optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        h5_unlock();
+        s = g < 0 ? ddp_fail(DDP_ERR_NOMEM, "cannot create /optimizer in memory") : DDP_OK;
+        if (s == DDP_OK)
+            s = h5_attr_write_str(g, "type", config_choice_name("optimizer", o->kind));
+        if (s == DDP_OK) s = h5_attr_write_i64(g, "step", o->step_count);
+        if (g >= 0) {
+            h5_lock();
+            H5Gclose(g);
+            h5_unlock();
+        }
+    }
+    if (s == DDP_OK && local_bn) {
+        hsize_t dims[2] = {(hsize_t)t->ctl->size, (hsize_t)m->nbufs};
+        s = weights_write_dataset(f, "/local_bn", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 2, dims,
+                                  local_bn, local_bytes);
+    }
+    if (s != DDP_OK) {
+        h5_mem_abandon(f);
+        return s;
+    }
+    return h5_mem_finish(f, image, len);
+}
+
+/* Rank 0: remove all but the newest --keep checkpoints older than step. */
+static void apply_keep_(const trainer_t *t, int64_t step)
+{
+    const ddp_config_t *cfg = t->cfg;
+    if (cfg->keep <= 0) return;
+    int64_t *steps;
+    int n;
+    if (list_(cfg->ckpt_dir, &steps, &n) != DDP_OK) {
+        log_warn("--keep: %s", ddp_error_message());
+        ddp_clear_error();
+        return;
+    }
+    int64_t kept = 1; /* the new one */
+    for (int i = 0; i < n; i++) {
+        if (steps[i] >= step) continue; /* the new one, and any a longer run left */
+        if (kept < cfg->keep) {
+            kept++;
+            continue;
+        }
+        char path[4200];
+        ckpt_path_(cfg->ckpt_dir, steps[i], path, sizeof path);
+        if (unlink(path) != 0 && errno != ENOENT)
+            log_warn("--keep %lld: cannot remove %s: %s", (long long)cfg->keep, path,
+                     strerror(errno));
+    }
+    free(steps);
+}
+
+ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
+{
+    checkpoint_t *c = &t->ckpt;
+    const model_t *m = &t->model;
+    weights_host_t h = {0};
+    float *local = NULL;
+    ddp_status_t s = weights_host_alloc(&h, m);
+    s = control_agree(t->ctl, s);
+    if (s == DDP_OK) {
+        weights_host_download(&h, m);
+        s = bn_for_file_(t, h.bufs, &local);
+    }
+    if (s == DDP_OK && t->ctl->rank == 0) {
+        char path[4200];
+        ckpt_path_(t->cfg->ckpt_dir, pos->step, path, sizeof path);
+        double t0 = clock_seconds();
+        void *image = NULL;
+        size_t len = 0;
+        s = build_image_(t, pos, &h, local, &image, &len);
+        double t1 = clock_seconds();
+        if (s == DDP_OK) s = atomicfile_write(path, image, len);
+        double t2 = clock_seconds();
+        free(image);
+        if (s == DDP_OK) {
+            log_result("checkpoint step=%lld file=%s bytes=%zu build_s=%.4f write_s=%.4f "
+                       "MiB/s=%.0f",
+                       (long long)pos->step, path, len, t1 - t0, t2 - t1,
+                       (double)len / (1024.0 * 1024.0) / (t2 - t0 > 0 ? t2 - t0 : 1e-9));
+            apply_keep_(t, pos->step);
+            snprintf(c->last_path, sizeof c->last_path, "%s", path);
+        } else {
+            s = ddp_fail_override(s, "checkpoint at step %lld: %s; %s%s", (long long)pos->step,
+                                  ddp_error_message(),
+                                  c->last_path[0] ? "the newest complete checkpoint is "
+                                                  : "no checkpoint of this run was written before",
+                                  c->last_path);
+        }
+    }
+    free(local);
+    weights_host_free(&h);
+    s = control_agree(t->ctl, s);
+    if (s == DDP_OK) c->last_step = pos->step;
+    return s;
 }
 
 ddp_status_t checkpoint_save_final(trainer_t *t, const train_result_t *res)

@@ -1,18 +1,88 @@
-/* checkpoint.h -- what the trainer writes to disk: the final weights
- * (--save), through weights.c's atomic writer (temporary file, rename), and
- * the start-up probe that finds an unwritable path before training starts. */
+/* checkpoint.h -- what the trainer writes to disk and resumes from.
+ *
+ * --save writes the final weights.  --ckpt-dir DIR gets checkpoints:
+ * DIR/ckpt_<step>.h5 (the step zero-padded to 8 digits, so names sort),
+ * written by rank 0 as one in-memory HDF5 image through atomicfile_write
+ * (temporary name, fsync, rename, fsync of the directory); every rank waits
+ * for the result, which is agreed.  --keep K removes older ones only after
+ * the new one is complete.
+ *
+ * A checkpoint is a weights file (/model/<name>, so --init and PyTorch read
+ * it) plus /optimizer/<name>/<state> (momentum_buffer; exp_avg, exp_avg_sq)
+ * with the optimizer's type and step count as attributes of /optimizer,
+ * per-rank BatchNorm statistics under /local_bn when they differ between
+ * ranks (--no-sync-bn), and root attributes: format, format_version, step,
+ * epoch, sample_in_epoch (the global sample cursor), seed, world_size,
+ * batch, accum, global_batch, the data's shape, the effective configuration,
+ * program_version, time.  Every dataset carries a checksum attribute.
+ *
+ * --resume auto|PATH restores all of it, so a run interrupted at step k and
+ * resumed at the same world size ends with bitwise the weights of the run
+ * that was not interrupted. */
 #ifndef DDP_CHECKPOINT_H
 #define DDP_CHECKPOINT_H
 
+#include <stdint.h>
+
 #include "status.h"
 #include "train.h"
+#include "weights.h"
+
+#define CKPT_FORMAT         "ddptrain-checkpoint"
+#define CKPT_FORMAT_VERSION 1
 
 struct trainer;
 
-/* Rank 0 creates and removes the temporary file --save will use, so a path
- * that cannot be written stops the job at start-up, not after training.
- * Local: agree on the result. */
-ddp_status_t checkpoint_probe_save(const struct trainer *t);
+/* Where training stands: optimizer steps taken, the epoch in progress, and
+ * the global sample cursor in it (positions of the epoch's permutation that
+ * were trained on, over all ranks). */
+typedef struct ckpt_position {
+    int64_t step, epoch, sample_in_epoch;
+} ckpt_position_t;
+
+/* What --resume found; the same on every rank once checkpoint_resume_open
+ * returns. */
+typedef struct ckpt_resume {
+    int active;
+    char path[4096];
+    ckpt_position_t pos;
+    int64_t optim_steps;
+    int64_t world_size, batch, accum; /* at save */
+    int64_t local_bn_ranks;           /* ranks of /local_bn (0: none) */
+} ckpt_resume_t;
+
+typedef struct checkpoint {
+    ckpt_resume_t resume;
+    /* rank 0 while resuming: the checkpoint's contents */
+    weights_host_t host;
+    float *optim_state[2]; /* [ntrainable] each */
+    float *local_bn;       /* [local_bn_ranks x nbufs] */
+    char note[4400];       /* rank 0: what resuming did, for the start-up table */
+    int64_t last_step;     /* step of the newest checkpoint written or resumed (-1: none) */
+    char last_path[4200];
+} checkpoint_t;
+
+/* Start-up, before any data is read (local; agree on the result): the
+ * --save probe, and on rank 0 --ckpt-dir: created if its parent exists,
+ * probed for writing, cleared of temporary files an interrupted write of
+ * ours left behind. */
+ddp_status_t checkpoint_startup(struct trainer *t);
+/* Collective, once the model's layout is known: find (--resume auto) and
+ * read the checkpoint on rank 0, validate it against the options, the data
+ * and the model, and tell every rank where training resumes.  Agreed. */
+ddp_status_t checkpoint_resume_open(struct trainer *t);
+/* Rank 0: the checkpoint's model into the model (before the start-up
+ * broadcast of rank 0's model). */
+void checkpoint_resume_model(struct trainer *t);
+/* Collective, once the optimizer exists: its state and step count, and
+ * per-rank BatchNorm statistics, to every rank.  Frees the host copies. */
+ddp_status_t checkpoint_resume_state(struct trainer *t);
+void checkpoint_free(checkpoint_t *c);
+
+/* Collective: rank 0 writes DIR/ckpt_<step>.h5 for position pos, then
+ * applies --keep.  The status is agreed. */
+ddp_status_t checkpoint_write(struct trainer *t, const ckpt_position_t *pos);
+
 /* --save after training: every rank averages local BN statistics if any,
  * rank 0 writes; the result is agreed. */
 ddp_status_t checkpoint_save_final(struct trainer *t, const train_result_t *res);

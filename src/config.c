@@ -14,81 +14,97 @@
 const ddp_option_t ddp_options[] = {
     {"model", OPT_STRING, OFF(model), "linear:256,bn,relu,linear:256,bn,relu,linear:auto", NULL, "SPEC", 0, 0,
      "layers, comma-separated: linear:OUT conv:OUT:K[:STRIDE[:PAD]] maxpool:K[:STRIDE] "
-     "avgpool:K[:STRIDE] gap bn relu gelu dropout:P flatten (OUT may be 'auto': classes or targets of the data)", "Model"},
+     "avgpool:K[:STRIDE] gap bn relu gelu dropout:P flatten (OUT may be 'auto': classes or targets of the data)", "Model", 0},
     {"loss", OPT_CHOICE, OFF(loss), "auto", "auto|xent|mse", NULL, 0, 0,
-     "loss: softmax cross-entropy for integer labels, mean squared error for float targets (auto: from the data)", NULL},
+     "loss: softmax cross-entropy for integer labels, mean squared error for float targets (auto: from the data)", NULL, 0},
     {"label-smoothing", OPT_FLOAT, OFF(label_smoothing), "0", NULL, "X", 0, 1,
-     "label smoothing of the cross-entropy loss", NULL},
+     "label smoothing of the cross-entropy loss", NULL, 0},
     {"init", OPT_STRING, OFF(init), "", NULL, "FILE.h5", 0, 0,
-     "load parameters and BatchNorm buffers from a weights file (/model/<name>, PyTorch state_dict names)", NULL},
+     "load parameters and BatchNorm buffers from a weights file (/model/<name>, PyTorch state_dict names)", NULL, 1},
 
     {"batch", OPT_INT, OFF(batch), "64", NULL, "B", 1, 1 << 24,
-     "samples per rank per micro-batch (global batch = B x accum x ranks)", "Data"},
-    {"epochs", OPT_INT, OFF(epochs), "1", NULL, "N", 1, BIG, "passes over the training data", NULL},
+     "samples per rank per micro-batch (global batch = B x accum x ranks)", "Data", 1},
+    {"epochs", OPT_INT, OFF(epochs), "1", NULL, "N", 1, BIG, "passes over the training data", NULL, 1},
     {"steps", OPT_INT, OFF(steps), "0", NULL, "N", 0, BIG,
-     "stop after N optimizer steps (0: run --epochs)", NULL},
+     "stop after N optimizer steps (0: run --epochs)", NULL, 1},
     {"shuffle", OPT_BOOL, OFF(shuffle), "true", NULL, NULL, 0, 0,
-     "reshuffle the training data every epoch (--no-shuffle: file order)", NULL},
+     "reshuffle the training data every epoch (--no-shuffle: file order)", NULL, 0},
     {"drop-last", OPT_BOOL, OFF(drop_last), "true", NULL, NULL, 0, 0,
-     "drop the last incomplete global batch of each epoch (--no-drop-last: uneven last batch)", NULL},
+     "drop the last incomplete global batch of each epoch (--no-drop-last: uneven last batch)", NULL, 0},
     {"prefetch", OPT_INT, OFF(prefetch), "4", NULL, "N", 1, 1024,
-     "batches the loader thread reads ahead", NULL},
+     "batches the loader thread reads ahead", NULL, 1},
     {"augment", OPT_STRING, OFF(augment), "", NULL, "LIST", 0, 0,
-     "image augmentation: hflip (random horizontal flip), crop:P (random crop after P pixels of zero padding)", NULL},
+     "image augmentation: hflip (random horizontal flip), crop:P (random crop after P pixels of zero padding)", NULL, 0},
     {"eval-every", OPT_INT, OFF(eval_every), "1", NULL, "E", 0, BIG,
-     "evaluate on /val every E epochs and at the end (0: only at the end)", NULL},
+     "evaluate on /val every E epochs and at the end (0: only at the end)", NULL, 1},
     {"check-data", OPT_BOOL, OFF(check_data), "false", NULL, NULL, 0, 0,
-     "scan all input features for NaN/Inf before training", NULL},
+     "scan all input features for NaN/Inf before training", NULL, 1},
 
     {"optimizer", OPT_CHOICE, OFF(optimizer), "sgd", "sgd|adamw", NULL, 0, 0,
-     "optimizer (PyTorch semantics)", "Optimizer"},
-    {"lr", OPT_FLOAT, OFF(lr), "0.05", NULL, "X", 0, BIG, "peak learning rate", NULL},
-    {"momentum", OPT_FLOAT, OFF(momentum), "0.9", NULL, "X", 0, 1, "SGD momentum (0: none)", NULL},
-    {"nesterov", OPT_BOOL, OFF(nesterov), "false", NULL, NULL, 0, 0, "SGD Nesterov momentum", NULL},
+     "optimizer (PyTorch semantics)", "Optimizer", 0},
+    {"lr", OPT_FLOAT, OFF(lr), "0.05", NULL, "X", 0, BIG, "peak learning rate", NULL, 0},
+    {"momentum", OPT_FLOAT, OFF(momentum), "0.9", NULL, "X", 0, 1, "SGD momentum (0: none)", NULL, 0},
+    {"nesterov", OPT_BOOL, OFF(nesterov), "false", NULL, NULL, 0, 0, "SGD Nesterov momentum", NULL, 0},
     {"weight-decay", OPT_FLOAT, OFF(weight_decay), "0", NULL, "X", 0, BIG,
-     "weight decay (L2 for SGD, decoupled for AdamW)", NULL},
-    {"beta1", OPT_FLOAT, OFF(beta1), "0.9", NULL, "X", 0, 0.999999, "AdamW beta1", NULL},
-    {"beta2", OPT_FLOAT, OFF(beta2), "0.999", NULL, "X", 0, 0.999999999, "AdamW beta2", NULL},
-    {"eps", OPT_FLOAT, OFF(eps), "1e-8", NULL, "X", 0, 1, "AdamW epsilon", NULL},
+     "weight decay (L2 for SGD, decoupled for AdamW)", NULL, 0},
+    {"beta1", OPT_FLOAT, OFF(beta1), "0.9", NULL, "X", 0, 0.999999, "AdamW beta1", NULL, 0},
+    {"beta2", OPT_FLOAT, OFF(beta2), "0.999", NULL, "X", 0, 0.999999999, "AdamW beta2", NULL, 0},
+    {"eps", OPT_FLOAT, OFF(eps), "1e-8", NULL, "X", 0, 1, "AdamW epsilon", NULL, 0},
     {"lr-schedule", OPT_CHOICE, OFF(lr_schedule), "constant", "constant|cosine|step", NULL, 0, 0,
-     "learning-rate schedule after warm-up (cosine decays to 0 at the last step)", NULL},
+     "learning-rate schedule after warm-up (cosine decays to 0 at the last step)", NULL, 0},
     {"warmup-steps", OPT_INT, OFF(warmup_steps), "0", NULL, "N", 0, BIG,
-     "linear warm-up from lr/N to lr over the first N steps", NULL},
+     "linear warm-up from lr/N to lr over the first N steps", NULL, 0},
     {"lr-step-size", OPT_INT, OFF(lr_step_size), "1000", NULL, "N", 1, BIG,
-     "step schedule: multiply lr by --lr-gamma every N steps", NULL},
-    {"lr-gamma", OPT_FLOAT, OFF(lr_gamma), "0.1", NULL, "X", 0, 1, "step schedule decay factor", NULL},
+     "step schedule: multiply lr by --lr-gamma every N steps", NULL, 0},
+    {"lr-gamma", OPT_FLOAT, OFF(lr_gamma), "0.1", NULL, "X", 0, 1, "step schedule decay factor", NULL, 0},
     {"clip-grad-norm", OPT_FLOAT, OFF(clip_grad_norm), "0", NULL, "X", 0, BIG,
-     "clip gradients to this global L2 norm (0: off)", NULL},
+     "clip gradients to this global L2 norm (0: off)", NULL, 0},
     {"accum", OPT_INT, OFF(accum), "1", NULL, "K", 1, 1 << 20,
-     "gradient accumulation: K micro-batches per optimizer step, one all-reduce", NULL},
+     "gradient accumulation: K micro-batches per optimizer step, one all-reduce", NULL, 1},
     {"seed", OPT_INT, OFF(seed), "42", NULL, "N", 0, BIG,
-     "seed of initialisation, shuffling, dropout and augmentation", NULL},
+     "seed of initialisation, shuffling, dropout and augmentation", NULL, 0},
 
     {"bucket-cap-mb", OPT_FLOAT, OFF(bucket_cap_mb), "25", NULL, "MB", 0.001, 4096,
-     "gradient bucket size cap (MiB)", "Distributed"},
+     "gradient bucket size cap (MiB)", "Distributed", 1},
     {"first-bucket-mb", OPT_FLOAT, OFF(first_bucket_mb), "1", NULL, "MB", 0.001, 4096,
-     "cap of the first bucket reduced (the last layers), so communication starts early", NULL},
+     "cap of the first bucket reduced (the last layers), so communication starts early", NULL, 1},
     {"grad-compress", OPT_CHOICE, OFF(grad_compress), "none", "none|bf16|fp16", NULL, 0, 0,
-     "all-reduce gradients in 16 bits (summed in fp32)", NULL},
+     "all-reduce gradients in 16 bits (summed in fp32)", NULL, 0},
     {"freeze", OPT_STRING, OFF(freeze), "", NULL, "NAMES", 0, 0,
-     "parameters not to train, comma-separated (layers.0.weight, or layers.0 for all of a layer)", NULL},
+     "parameters not to train, comma-separated (layers.0.weight, or layers.0 for all of a layer)", NULL, 0},
     {"find-unused", OPT_BOOL, OFF(find_unused), "false", NULL, NULL, 0, 0,
-     "treat a parameter that received no gradient as unused (zero gradient) instead of failing", NULL},
+     "treat a parameter that received no gradient as unused (zero gradient) instead of failing", NULL, 0},
     {"sync-bn", OPT_BOOL, OFF(sync_bn), "auto", NULL, NULL, 0, 0,
-     "SyncBatchNorm: batch statistics over all ranks (auto: on with more than one rank)", NULL},
+     "SyncBatchNorm: batch statistics over all ranks (auto: on with more than one rank)", NULL, 0},
     {"sync", OPT_BOOL, OFF(sync), "true", NULL, NULL, 0, 0,
-     "all-reduce gradients (--no-sync: benchmark mode, replicas diverge)", NULL},
+     "all-reduce gradients (--no-sync: benchmark mode, replicas diverge)", NULL, 0},
     {"check-replicas", OPT_INT, OFF(check_replicas), "0", NULL, "N", 0, BIG,
-     "every N steps compare a hash of the parameters across ranks and stop on a difference (0: off)", NULL},
+     "every N steps compare a hash of the parameters across ranks and stop on a difference (0: off)", NULL, 1},
 
     {"save", OPT_STRING, OFF(save), "", NULL, "FILE.h5", 0, 0,
-     "write the final weights here (HDF5, /model/<name> as PyTorch state_dict)", "Output"},
+     "write the final weights here (HDF5, /model/<name> as PyTorch state_dict)", "Output", 1},
     {"config", OPT_STRING, OFF(config), "", NULL, "FILE", 0, 0,
-     "read options from FILE (key = value lines; keys are the long option names)", NULL},
+     "read options from FILE (key = value lines; keys are the long option names)", NULL, 1},
     {"log-every", OPT_INT, OFF(log_every), "50", NULL, "N", 0, BIG,
-     "print a progress line every N steps (0: never)", NULL},
+     "print a progress line every N steps (0: never)", NULL, 1},
     {"quiet", OPT_BOOL, OFF(quiet), "false", NULL, NULL, 0, 0,
-     "print errors and evaluation lines only", NULL},
+     "print errors and evaluation lines only", NULL, 1},
+
+    {"ckpt-dir", OPT_STRING, OFF(ckpt_dir), "", NULL, "DIR", 0, 0,
+     "write checkpoints here (DIR/ckpt_<step>.h5, from rank 0) every --ckpt-every steps, every "
+     "--ckpt-every-epochs epochs, on SIGUSR1 or SIGTERM, and at the end", "Checkpoints", 1},
+    {"ckpt-every", OPT_INT, OFF(ckpt_every), "0", NULL, "N", 0, BIG,
+     "checkpoint every N optimizer steps (0: off)", NULL, 1},
+    {"ckpt-every-epochs", OPT_INT, OFF(ckpt_every_epochs), "0", NULL, "E", 0, BIG,
+     "checkpoint every E epochs (0: off)", NULL, 1},
+    {"keep", OPT_INT, OFF(keep), "3", NULL, "K", 0, BIG,
+     "checkpoints kept in --ckpt-dir; older ones are removed once a new one is complete (0: all)", NULL, 1},
+    {"resume", OPT_STRING, OFF(resume), "", NULL, "auto|FILE.h5", 0, 0,
+     "resume from a checkpoint: auto takes the newest complete one in --ckpt-dir and starts at "
+     "step 0 when there is none; a path must be a valid checkpoint", NULL, 1},
+    {"resume-override", OPT_BOOL, OFF(resume_override), "false", NULL, NULL, 0, 0,
+     "resume even when options that shape training (model, optimizer, seed, data) differ from the "
+     "checkpoint's", NULL, 1},
 };
 /* clang-format on */
 const int ddp_noptions = (int)(sizeof ddp_options / sizeof ddp_options[0]);
@@ -393,6 +409,12 @@ ddp_status_t config_validate(const ddp_config_t *c)
         return ddp_fail(DDP_ERR_USAGE, "--nesterov applies to --optimizer sgd only");
     if (c->nesterov && c->momentum <= 0)
         return ddp_fail(DDP_ERR_USAGE, "--nesterov needs --momentum > 0 (as in PyTorch)");
+    if (strcmp(c->resume, "auto") == 0 && !c->ckpt_dir[0])
+        return ddp_fail(DDP_ERR_USAGE, "--resume auto looks in --ckpt-dir: give --ckpt-dir DIR "
+                                       "(or --resume FILE.h5 for one checkpoint)");
+    if ((c->ckpt_every > 0 || c->ckpt_every_epochs > 0) && !c->ckpt_dir[0])
+        return ddp_fail(DDP_ERR_USAGE, "--ckpt-every and --ckpt-every-epochs need --ckpt-dir DIR "
+                                       "(where the checkpoints go)");
     if (c->first_bucket_mb > c->bucket_cap_mb)
         return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
                         c->first_bucket_mb, c->bucket_cap_mb);
@@ -488,5 +510,6 @@ void config_print_help(FILE *f, const char *prog)
             "-V, --version", "show the version and build configuration and exit");
     fprintf(f,
             "\nExit codes: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 out of memory, 6 ranks disagree,\n"
-            "7 communication, 8 non-finite values, 9 device, 70 internal error.\n");
+            "7 communication, 8 non-finite values, 9 device, 70 internal error,\n"
+            "75 checkpointed on SIGUSR1/SIGTERM (resume with --resume auto), 130 interrupted.\n");
 }

@@ -64,6 +64,13 @@ typedef struct ddp_config {
     /* files and output */
     char init[CONFIG_STR_MAX];
     char save[CONFIG_STR_MAX];
+    /* checkpoints */
+    char ckpt_dir[CONFIG_STR_MAX];
+    int64_t ckpt_every;        /* steps (0: off) */
+    int64_t ckpt_every_epochs; /* epochs (0: off) */
+    int64_t keep;              /* checkpoints kept (0: all) */
+    char resume[CONFIG_STR_MAX]; /* "", "auto" or a path */
+    int resume_override;
     char config[CONFIG_STR_MAX];
     int64_t log_every;
     int quiet;
@@ -84,6 +91,7 @@ typedef struct ddp_option {
     double min, max;     /* numeric range (inclusive) */
     const char *help;
     const char *section; /* starts a --help section when non-NULL */
+    int resumable;       /* may differ from the checkpoint's on --resume */
 } ddp_option_t;
 
 extern const ddp_option_t ddp_options[];

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "h5util.h"
 
+#include "atomicfile.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -75,7 +77,7 @@ ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path)
     if (strlen(path) >= sizeof a->path)
         return ddp_fail(DDP_ERR_USAGE, "output path too long: %s", path);
     strcpy(a->path, path);
-    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    atomicfile_tmp_name(path, a->tmp, sizeof a->tmp);
     h5_lock();
     a->file = H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     h5_unlock();
@@ -85,15 +87,6 @@ ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path)
                         "is writable",
                         a->tmp, strerror(errno));
     return DDP_OK;
-}
-
-static int fsync_path_(const char *path, int dir)
-{
-    int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
 }
 
 ddp_status_t h5_atomic_commit(h5_atomic_t *a)
@@ -111,18 +104,7 @@ ddp_status_t h5_atomic_commit(h5_atomic_t *a)
                         "writing %s failed (disk full or quota?); %s was left unchanged", a->tmp,
                         a->path);
     }
-    if (fsync_path_(a->tmp, 0) != 0 || rename(a->tmp, a->path) != 0) {
-        int e = errno;
-        unlink(a->tmp);
-        return ddp_fail(DDP_ERR_IO,
-                        "cannot finish writing %s: %s; the previous file was left "
-                        "unchanged",
-                        a->path, strerror(e));
-    }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", a->path);
-    fsync_path_(dirname(dir), 1);
-    return DDP_OK;
+    return atomicfile_finish(a->tmp, a->path);
 }
 
 void h5_atomic_abandon(h5_atomic_t *a)
@@ -347,4 +329,50 @@ ddp_status_t h5_attr_read_f64(hid_t obj, const char *name, double *v)
 ddp_status_t h5_attr_read_f32v(hid_t obj, const char *name, float *v, size_t *n)
 {
     return attr_read_num_(obj, name, H5T_NATIVE_FLOAT, v, n);
+}
+
+/* ---- in-memory files ------------------------------------------------------ */
+
+ddp_status_t h5_mem_create(hid_t *file, size_t size_hint)
+{
+    /* grow in steps of the expected size (at least 1 MiB): few reallocations */
+    size_t increment = size_hint < ((size_t)1 << 20) ? ((size_t)1 << 20) : size_hint;
+    h5_lock();
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    herr_t rc = fapl < 0 ? -1 : H5Pset_fapl_core(fapl, increment, 0);
+    hid_t f = rc < 0 ? H5I_INVALID_HID : H5Fcreate("ddptrain-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    h5_unlock();
+    if (f < 0) return ddp_fail(DDP_ERR_NOMEM, "cannot create an in-memory HDF5 file (out of memory?)");
+    *file = f;
+    return DDP_OK;
+}
+
+ddp_status_t h5_mem_finish(hid_t file, void **image, size_t *len)
+{
+    *image = NULL;
+    *len = 0;
+    h5_lock();
+    ssize_t n = H5Fflush(file, H5F_SCOPE_LOCAL) < 0 ? -1 : H5Fget_file_image(file, NULL, 0);
+    void *buf = n > 0 ? malloc((size_t)n) : NULL;
+    ssize_t got = buf ? H5Fget_file_image(file, buf, (size_t)n) : -1;
+    H5Fclose(file);
+    h5_unlock();
+    if (got != n || n <= 0) {
+        free(buf);
+        return ddp_fail(DDP_ERR_NOMEM, "cannot take the image of an in-memory HDF5 file (%zd bytes; "
+                                       "out of memory?)",
+                        n);
+    }
+    *image = buf;
+    *len = (size_t)n;
+    return DDP_OK;
+}
+
+void h5_mem_abandon(hid_t file)
+{
+    if (file < 0) return;
+    h5_lock();
+    H5Fclose(file);
+    h5_unlock();
 }

@@ -46,6 +46,16 @@ ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path);
 ddp_status_t h5_atomic_commit(h5_atomic_t *a);
 void h5_atomic_abandon(h5_atomic_t *a);
 
+/* In-memory files: build a whole HDF5 file in memory (the core driver, no
+ * backing store), then take its bytes to write them in one piece with
+ * atomicfile_write.  The disk sees one sequential write, and a full disk is
+ * a failed write() with no HDF5 file left half-closed.  h5_mem_finish
+ * closes the file and hands back a malloc'd image; h5_mem_abandon only
+ * closes it. */
+ddp_status_t h5_mem_create(hid_t *file, size_t size_hint);
+ddp_status_t h5_mem_finish(hid_t file, void **image, size_t *len);
+void h5_mem_abandon(hid_t file);
+
 /* Does `name` (a path like "/train/x") exist under loc? */
 int h5_exists(hid_t loc, const char *name);
 /* Length of dimension 0 of dataset `name` (0 when it cannot be opened). */

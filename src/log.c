@@ -53,6 +53,14 @@ void log_warn(const char *fmt, ...)
     fflush(stderr);
 }
 
+void log_stopped(const char *msg)
+{
+    if (g_rank != 0) return;
+    fflush(stdout);
+    fprintf(stderr, "ddptrain: stopped: %s\n", msg);
+    fflush(stderr);
+}
+
 void log_error(const char *msg)
 {
     fflush(stdout);

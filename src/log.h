@@ -15,6 +15,9 @@ void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* any rank, always, to stderr: "ddptrain: warning: ..." */
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* rank 0 only, always, to stderr: "ddptrain: stopped: <msg>" (training
+ * ended early on a signal; not an error) */
+void log_stopped(const char *msg);
 /* "ddptrain: error: <msg>" (rank 0) or "ddptrain: rank R: error: <msg>" */
 void log_error(const char *msg);
 

@@ -47,7 +47,10 @@ int main(int argc, char **argv)
         train_result_t res;
         s = ddp_train(&cfg, &ctl, &res);
     }
-    if (s != DDP_OK && rank == 0) log_error(ddp_error_message());
+    if (s == DDP_STOP_REQUEUE || s == DDP_STOP_INTERRUPT)
+        log_stopped(ddp_error_message());
+    else if (s != DDP_OK && rank == 0)
+        log_error(ddp_error_message());
     config_free(&cfg);
     control_free(&ctl);
     MPI_Finalize();

@@ -44,7 +44,8 @@ ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
     o->step_size = opts->lr_step_size;
     o->total_steps = opts->total_steps;
     o->count = m->ntrainable;
-    int nstate = o->kind == OPTIM_ADAMW ? 2 : (o->momentum > 0 ? 1 : 0);
+    const char *names[2];
+    int nstate = optim_state_names(o->kind, o->momentum, names);
     if (mem && mem->alloc) o->mem = *mem;
     for (int i = 0; i < nstate; i++) {
         size_t bytes = o->count * sizeof(float) + sizeof(float);
@@ -78,6 +79,20 @@ void optim_free(optim_t *o)
             o->compute->free(o->state[i]);
     }
     o->state[0] = o->state[1] = NULL;
+}
+
+int optim_state_names(optimizer_kind_t kind, double momentum, const char **names)
+{
+    if (kind == OPTIM_ADAMW) {
+        names[0] = "exp_avg";
+        names[1] = "exp_avg_sq";
+        return 2;
+    }
+    if (momentum > 0) {
+        names[0] = "momentum_buffer";
+        return 1;
+    }
+    return 0;
 }
 
 size_t optim_state_bytes(const optim_t *o)

@@ -46,6 +46,10 @@ optim_opts_t optim_opts_from_config(const ddp_config_t *cfg, int64_t total_steps
 ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
                         const model_mem_t *mem);
 void optim_free(optim_t *o);
+/* The names of the state buffers an optimizer of this kind keeps, in the
+ * order of optim_t.state (PyTorch's names: momentum_buffer; exp_avg,
+ * exp_avg_sq): returns how many (0..2). */
+int optim_state_names(optimizer_kind_t kind, double momentum, const char **names);
 /* Bytes of optimizer state (for the start-up table). */
 size_t optim_state_bytes(const optim_t *o);
 /* Learning rate of step `step` (0-based), after warm-up and schedule. */

@@ -87,13 +87,17 @@ static void comm_mem_free_cb_(void *comm, void *p)
 /* Parameters and gradients from the comm backend, collectively: every rank
  * has the same layout by now, so buckets are the same slices on every rank,
  * which the shared-memory all-reduce needs.  Then the initial weights, and
- * --init on rank 0. */
+ * on rank 0 the checkpoint's (--resume) or --init's. */
 static ddp_status_t alloc_model_(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
     model_mem_t gm = {comm_mem_alloc_cb_, comm_mem_free_cb_, &t->comm};
     DDP_TRY(model_alloc(&t->model, &gm));
     DDP_TRY(model_init_params(&t->model, (uint64_t)cfg->seed));
+    if (t->ckpt.resume.active) {
+        checkpoint_resume_model(t);
+        return DDP_OK;
+    }
     if (cfg->init[0] && t->ctl->rank == 0) return weights_load(cfg->init, &t->model);
     return DDP_OK;
 }
@@ -260,6 +264,37 @@ static ddp_status_t consistency_check_(trainer_t *t)
 
 /* ---- steps, buffers, the rest ------------------------------------------- */
 
+/* Where the loop starts: step 0, or the checkpoint's position.  The global
+ * sample cursor makes a resume at another world size continue where the
+ * checkpoint stopped: the sampler's order of an epoch does not depend on
+ * the world size. */
+static ddp_status_t start_position_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const ckpt_resume_t *r = &t->ckpt.resume;
+    t->first_step = t->first_epoch = t->first_step_in_epoch = 0;
+    if (!r->active) return DDP_OK;
+    int64_t global = cfg->batch * cfg->accum * t->ctl->size; /* samples per step */
+    int64_t was = r->batch * r->accum * r->world_size;
+    t->first_step = r->pos.step;
+    t->first_epoch = r->pos.epoch;
+    t->first_step_in_epoch = r->pos.sample_in_epoch / global;
+    int64_t at = t->first_step_in_epoch * global;
+    if (was != global)
+        log_info("  resume       the global batch changes from %lld to %lld samples per step: "
+                 "epoch %lld goes on at sample %lld of its order (the checkpoint had trained "
+                 "on %lld of them%s); step numbers go on from %lld",
+                 (long long)was, (long long)global, (long long)t->first_epoch + 1,
+                 (long long)at, (long long)r->pos.sample_in_epoch,
+                 at != r->pos.sample_in_epoch ? "; the ones in between are seen again" : "",
+                 (long long)r->pos.step);
+    if (t->first_step_in_epoch >= t->steps_per_epoch) {
+        t->first_epoch++;
+        t->first_step_in_epoch = 0;
+    }
+    return DDP_OK;
+}
+
 static ddp_status_t count_steps_(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
@@ -274,18 +309,24 @@ static ddp_status_t count_steps_(trainer_t *t)
                         "per epoch, fewer than --accum %lld; lower --accum or --batch",
                         cfg->inputs[0], (long long)t->train.n, (long long)t->micro_per_epoch,
                         (long long)K);
+    DDP_TRY(start_position_(t));
+    int64_t spe = t->steps_per_epoch;
     if (cfg->steps > 0) {
         t->total_steps = cfg->steps;
-        t->epochs = (cfg->steps + t->steps_per_epoch - 1) / t->steps_per_epoch;
+        int64_t left = t->total_steps > t->first_step ? t->total_steps - t->first_step : 0;
+        t->end_epoch = t->first_epoch + (left ? (t->first_step_in_epoch + left + spe - 1) / spe : 0);
         return DDP_OK;
     }
-    if (cfg->epochs > INT64_MAX / t->steps_per_epoch)
+    if (cfg->epochs > INT64_MAX / spe)
         return ddp_fail(DDP_ERR_USAGE,
                         "--epochs %lld x %lld steps per epoch is more steps "
                         "than can be counted; use fewer epochs",
-                        (long long)cfg->epochs, (long long)t->steps_per_epoch);
-    t->epochs = cfg->epochs;
-    t->total_steps = cfg->epochs * t->steps_per_epoch;
+                        (long long)cfg->epochs, (long long)spe);
+    t->end_epoch = cfg->epochs;
+    t->total_steps = t->first_epoch >= cfg->epochs
+                         ? t->first_step
+                         : t->first_step + (spe - t->first_step_in_epoch) +
+                               (cfg->epochs - t->first_epoch - 1) * spe;
     return DDP_OK;
 }
 
@@ -388,8 +429,28 @@ static void print_table_(trainer_t *t)
              (long long)cfg->batch, (long long)cfg->accum, t->comm.size,
              (long long)(cfg->batch * cfg->accum * t->comm.size));
     log_info("  steps        %lld per epoch, %lld total (%lld epoch%s)%s",
-             (long long)t->steps_per_epoch, (long long)t->total_steps, (long long)t->epochs,
-             t->epochs > 1 ? "s" : "", cfg->drop_last ? "" : ", last batch uneven");
+             (long long)t->steps_per_epoch, (long long)t->total_steps, (long long)t->end_epoch,
+             t->end_epoch > 1 ? "s" : "", cfg->drop_last ? "" : ", last batch uneven");
+    const ckpt_resume_t *r = &t->ckpt.resume;
+    if (r->active)
+        log_info("  resume       %s: step %lld, epoch %lld, sample %lld of the epoch (saved by %lld "
+                 "rank%s)%s",
+                 r->path, (long long)r->pos.step, (long long)r->pos.epoch + 1,
+                 (long long)r->pos.sample_in_epoch, (long long)r->world_size,
+                 r->world_size > 1 ? "s" : "",
+                 t->first_step >= t->total_steps ? "; nothing left to train" : "");
+    if (t->ckpt.note[0]) log_info("  resume       %s", t->ckpt.note);
+    if (cfg->ckpt_dir[0]) {
+        char every[96] = "", keep[32] = "all";
+        if (cfg->ckpt_every > 0)
+            snprintf(every, sizeof every, "every %lld steps, ", (long long)cfg->ckpt_every);
+        if (cfg->ckpt_every_epochs > 0)
+            snprintf(every + strlen(every), sizeof every - strlen(every), "every %lld epochs, ",
+                     (long long)cfg->ckpt_every_epochs);
+        if (cfg->keep > 0) snprintf(keep, sizeof keep, "the newest %lld", (long long)cfg->keep);
+        log_info("  checkpoints  %s: %sat the end and on SIGUSR1/SIGTERM; keep %s", cfg->ckpt_dir,
+                 every, keep);
+    }
     log_info("  optimizer    %s, lr %g, schedule %s, warm-up %lld%s",
              config_choice_name("optimizer", cfg->optimizer), cfg->lr,
              config_choice_name("lr-schedule", cfg->lr_schedule), (long long)cfg->warmup_steps,
@@ -432,11 +493,12 @@ ddp_status_t startup_run(trainer_t *t)
     t->compute = compute_find("cpu");
     DDP_TRY(control_agree(ctl, t->compute->init(t->comm.local_rank, t->comm.local_size, t->device,
                                                 sizeof t->device)));
-    DDP_TRY(control_agree(ctl, checkpoint_probe_save(t)));
+    DDP_TRY(control_agree(ctl, checkpoint_startup(t)));
     DDP_TRY(control_agree(ctl, open_data_(t)));
     DDP_TRY(control_agree(ctl, build_model_(t)));
     /* before any collective whose size depends on the options or the model */
     DDP_TRY(control_agree(ctl, consistency_check_(t)));
+    DDP_TRY(checkpoint_resume_open(t));
     DDP_TRY(control_agree(ctl, alloc_model_(t)));
     DDP_TRY(broadcast_model_(t));
     /* the start-up broadcast reached every rank: the first replica check */
@@ -444,13 +506,14 @@ ddp_status_t startup_run(trainer_t *t)
     DDP_TRY(control_agree(ctl, count_steps_(t)));
     DDP_TRY(control_agree(ctl, alloc_batches_(t)));
     DDP_TRY(control_agree(ctl, optimizer_and_reducer_(t)));
+    DDP_TRY(checkpoint_resume_state(t));
     print_table_(t);
 
     loader_opts_t lo = {.prefetch = (int)cfg->prefetch,
                         .augment = cfg->augment,
-                        .first_epoch = 0,
-                        .first_step = 0,
-                        .epochs = t->epochs};
+                        .first_epoch = t->first_epoch,
+                        .first_step = t->first_step_in_epoch * cfg->accum,
+                        .epochs = t->end_epoch - t->first_epoch};
     return control_agree(ctl, loader_start(&t->loader, &t->train, &t->sampler, &lo));
 }
 
@@ -475,4 +538,5 @@ void startup_teardown(trainer_t *t)
     if (t->have_val) deck_close(&t->val);
     if (t->have_train) deck_close(&t->train);
     if (t->have_comm) comm_free(&t->comm);
+    checkpoint_free(&t->ckpt);
 }

@@ -64,6 +64,8 @@ int ddp_exit_code(ddp_status_t s)
     case DDP_ERR_NUMERIC: return 8;
     case DDP_ERR_DEVICE: return 9;
     case DDP_ERR_INTERNAL: return 70;
+    case DDP_STOP_REQUEUE: return 75; /* EX_TEMPFAIL: try again */
+    case DDP_STOP_INTERRUPT: return 130;
     }
     return 70;
 }
@@ -81,6 +83,8 @@ const char *ddp_status_name(ddp_status_t s)
     case DDP_ERR_NUMERIC: return "numerical error";
     case DDP_ERR_DEVICE: return "device error";
     case DDP_ERR_INTERNAL: return "internal error";
+    case DDP_STOP_REQUEUE: return "checkpointed on a signal";
+    case DDP_STOP_INTERRUPT: return "interrupted";
     }
     return "internal error";
 }

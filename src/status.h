@@ -20,7 +20,10 @@ typedef enum ddp_status {
     DDP_ERR_COMM,     /* a collective failed or timed out             exit 7 */
     DDP_ERR_NUMERIC,  /* non-finite loss or gradient                  exit 8 */
     DDP_ERR_DEVICE,   /* CUDA / NCCL failure                          exit 9 */
-    DDP_ERR_INTERNAL  /* a bug in ddptrain                            exit 70 */
+    DDP_ERR_INTERNAL, /* a bug in ddptrain                            exit 70 */
+    /* not failures: training stopped early on a signal (signals.h) */
+    DDP_STOP_REQUEUE,   /* checkpointed on SIGUSR1/SIGTERM: resume me  exit 75 */
+    DDP_STOP_INTERRUPT  /* stopped on a signal, nothing to resume from exit 130 */
 } ddp_status_t;
 
 /* Record a message for status s and return s (so `return ddp_fail(...)`).

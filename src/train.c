@@ -4,10 +4,12 @@
 #include "train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
+#include "signals.h"
 #include "log.h"
 #include "trainer.h"
 
@@ -123,16 +125,63 @@ static void drop_rest_of_epoch_(trainer_t *t, int64_t used_micro)
     }
 }
 
+/* The position after `steps_in_epoch` steps of `epoch` (the next epoch's
+ * start once the epoch is done). */
+static ckpt_position_t position_(const trainer_t *t, int64_t step, int64_t epoch,
+                                 int64_t steps_in_epoch)
+{
+    if (steps_in_epoch >= t->steps_per_epoch) return (ckpt_position_t){step, epoch + 1, 0};
+    int64_t global = t->cfg->batch * t->cfg->accum * t->ctl->size;
+    return (ckpt_position_t){step, epoch, steps_in_epoch * global};
+}
+
+/* Stop requests (signals.h), agreed at a step boundary: the signal one or
+ * more ranks received, or 0.  One small all-reduce per step. */
+static int stop_requested_(trainer_t *t, int64_t step)
+{
+    static const int order[] = {SIGUSR1, SIGTERM, SIGINT};
+    int64_t seen[3] = {0, 0, 0};
+    int sig = signals_pending();
+    for (int i = 0; i < 3; i++) seen[i] = sig == order[i];
+    if (t->ctl->size > 1) {
+        comm_desc_t d = {"stop-request", -1, step};
+        ddp_status_t s = control_allreduce(t->ctl, seen, 3, COMM_INT64, &d);
+        if (s != DDP_OK) control_abort(t->ctl, s);
+    }
+    for (int i = 0; i < 3; i++)
+        if (seen[i]) return order[i];
+    return 0;
+}
+
+/* Checkpoint (if --ckpt-dir) and stop: the job's status. */
+static ddp_status_t stop_(trainer_t *t, int sig, const ckpt_position_t *pos)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const char *name = signals_name(sig);
+    if (!cfg->ckpt_dir[0])
+        return ddp_fail(DDP_STOP_INTERRUPT,
+                        "%s at step %lld: training stopped; nothing was saved (with --ckpt-dir "
+                        "a checkpoint is written first)",
+                        name, (long long)pos->step);
+    if (t->ckpt.last_step != pos->step) DDP_TRY(checkpoint_write(t, pos));
+    return ddp_fail(DDP_STOP_REQUEUE,
+                    "%s at step %lld: checkpoint %s written; go on with --resume auto "
+                    "--ckpt-dir %s (exit code 75: requeue)",
+                    name, (long long)pos->step, t->ckpt.last_path, cfg->ckpt_dir);
+}
+
 static ddp_status_t loop_(trainer_t *t, train_result_t *res)
 {
     const ddp_config_t *cfg = t->cfg;
-    int64_t step = 0;
+    int64_t step = t->first_step;
+    ckpt_position_t here = position_(t, step, t->first_epoch, t->first_step_in_epoch);
     DDP_TRY(control_agree(t->ctl, metrics_init(&t->metrics, t)));
     t->compute->zero(t->loss_sums, 2 * sizeof(double));
-    for (int64_t epoch = 0; epoch < t->epochs && step < t->total_steps; epoch++) {
+    for (int64_t epoch = t->first_epoch; epoch < t->end_epoch && step < t->total_steps; epoch++) {
         sampler_set_epoch(&t->sampler, epoch);
-        int64_t used_micro = 0;
-        for (int64_t s = 0; s < t->steps_per_epoch && step < t->total_steps; s++) {
+        int64_t s = epoch == t->first_epoch ? t->first_step_in_epoch : 0;
+        int64_t used_micro = s * cfg->accum;
+        for (; s < t->steps_per_epoch && step < t->total_steps; s++) {
             metrics_step_begin(&t->metrics, t);
             ddp_status_t st = train_step_(t, epoch, s, step, &t->metrics.samples);
             /* a non-finite global gradient norm: every rank sees it and stops */
@@ -147,11 +196,19 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                 DDP_TRY(diagnostics_check_replicas(t, step));
             if (cfg->log_every > 0 && (step % cfg->log_every == 0 || step == t->total_steps))
                 DDP_TRY(metrics_log(&t->metrics, t, epoch, step, res));
+            here = position_(t, step, epoch, s + 1);
+            if (cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0 && step < t->total_steps)
+                DDP_TRY(checkpoint_write(t, &here));
+            int sig = stop_requested_(t, step);
+            if (sig) return stop_(t, sig, &here);
         }
         if (step < t->total_steps) drop_rest_of_epoch_(t, used_micro);
         int64_t done_epochs = epoch + 1;
         if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps)
             evaluate_run(t, done_epochs, step, res);
+        if (cfg->ckpt_every_epochs > 0 && done_epochs % cfg->ckpt_every_epochs == 0 &&
+            step < t->total_steps && t->ckpt.last_step != step)
+            DDP_TRY(checkpoint_write(t, &here));
     }
     double elapsed = clock_seconds() - t->metrics.t_start;
     res->steps = step;
@@ -164,7 +221,9 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                         "the weights are not finite after step %lld: " DDP_DIVERGED_ADVICE,
                         (long long)step);
     evaluate_run(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res);
-    metrics_summary(&t->metrics, t, step, elapsed);
+    metrics_summary(&t->metrics, t, step - t->first_step, elapsed);
+    /* the last checkpoint: where training ended */
+    if (cfg->ckpt_dir[0] && t->ckpt.last_step != step) DDP_TRY(checkpoint_write(t, &here));
     return DDP_OK;
 }
 
@@ -176,10 +235,12 @@ ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *
     res->val_loss = res->val_acc = NAN;
     t->cfg = cfg;
     t->ctl = ctl;
+    signals_install();
     ddp_status_t s = startup_run(t);
     if (s == DDP_OK) s = loop_(t, res);
     if (s == DDP_OK) s = checkpoint_save_final(t, res);
     startup_teardown(t);
+    signals_restore();
     free(t);
     return s;
 }

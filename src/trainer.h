@@ -7,7 +7,7 @@
  *   train.c        the training loop and its step (ddp_train)
  *   evaluate.c     evaluation on the /val split
  *   metrics.c      timers, the progress line, the summary, memory probes
- *   checkpoint.c   what is written to disk (--save)
+ *   checkpoint.c   what is written to disk (--save, checkpoints) and resumed
  *   diagnostics.c  the replica check and fault injection for tests
  *   loss.c         the loss, one place for training and evaluation
  *
@@ -72,7 +72,10 @@ typedef struct trainer {
     reducer_t *reducer;
     sampler_t sampler;
     loader_t *loader;
-    int64_t micro_per_epoch, steps_per_epoch, total_steps, epochs;
+    int64_t micro_per_epoch, steps_per_epoch, total_steps;
+    /* where the loop starts (step 0, or where --resume left off) and ends */
+    int64_t first_step, first_epoch, first_step_in_epoch, end_epoch;
+    checkpoint_t ckpt;
     device_batch_t batch;
     double *loss_sums; /* device [2]: the loss sum and argmax hits since last read */
     host_batch_t eval_host;

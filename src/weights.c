@@ -5,21 +5,107 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomicfile.h"
 #include "h5util.h"
+#include "hash.h"
 #include "version.h"
 
-ddp_status_t weights_save(const char *path, const model_t *m, const weights_meta_t *meta)
+ddp_status_t weights_host_alloc(weights_host_t *h, const model_t *m)
 {
-    float *p = malloc((m->nparams + 1) * sizeof *p), *b = malloc((m->nbufs + 1) * sizeof *b);
-    if (!p || !b) {
-        free(p);
-        free(b);
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory writing %s", path);
+    h->params = malloc((m->nparams + 1) * sizeof *h->params);
+    h->bufs = malloc((m->nbufs + 1) * sizeof *h->bufs);
+    h->counters = calloc((size_t)m->nlayers + 1, sizeof *h->counters);
+    if (h->params && h->bufs && h->counters) return DDP_OK;
+    weights_host_free(h);
+    return ddp_fail(DDP_ERR_NOMEM, "out of memory for a host copy of the model (%zu parameters)",
+                    m->nparams);
+}
+
+void weights_host_free(weights_host_t *h)
+{
+    free(h->params);
+    free(h->bufs);
+    free(h->counters);
+    h->params = h->bufs = NULL;
+    h->counters = NULL;
+}
+
+void weights_host_download(weights_host_t *h, const model_t *m)
+{
+    m->compute->download(h->params, m->params, m->nparams * sizeof(float));
+    m->compute->download(h->bufs, m->bufs, m->nbufs * sizeof(float));
+    for (int i = 0; i < m->nlayers; i++) h->counters[i] = m->layers[i].num_batches_tracked;
+}
+
+void weights_host_upload(const weights_host_t *h, model_t *m)
+{
+    m->compute->upload(m->params, h->params, m->nparams * sizeof(float));
+    m->compute->upload(m->bufs, h->bufs, m->nbufs * sizeof(float));
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].num_batches_tracked = h->counters[i];
+}
+
+ddp_status_t weights_write_dataset(hid_t file, const char *name, hid_t mem_type, hid_t file_type,
+                                   int ndim, const hsize_t *dims, const void *data, size_t bytes)
+{
+    DDP_TRY(h5_write(file, name, mem_type, file_type, ndim, dims, data));
+    char sum[24];
+    snprintf(sum, sizeof sum, "%016llx", (unsigned long long)hash_words(HASH_SEED, data, bytes));
+    h5_lock();
+    hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+    h5_unlock();
+    if (ds < 0) return ddp_fail(DDP_ERR_IO, "cannot reopen dataset %s to sign it", name);
+    ddp_status_t s = h5_attr_write_str(ds, WEIGHTS_CHECKSUM_ATTR, sum);
+    h5_lock();
+    H5Dclose(ds);
+    h5_unlock();
+    return s;
+}
+
+weights_read_t weights_read_dataset(hid_t loc, const char *name, hid_t mem_type, int ndim,
+                                    const int *shape, void *out, size_t bytes, int *got_ndim,
+                                    hsize_t *got_dims)
+{
+    h5_lock();
+    weights_read_t r = WEIGHTS_READ_OK;
+    *got_ndim = -1;
+    if (!h5_exists(loc, name)) {
+        h5_unlock();
+        return WEIGHTS_READ_MISSING;
     }
-    m->compute->download(p, m->params, m->nparams * sizeof(float));
-    m->compute->download(b, m->bufs, m->nbufs * sizeof(float));
-    h5_atomic_t a;
-    ddp_status_t s = h5_atomic_create(&a, path);
+    hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
+    hid_t sp = ds < 0 ? H5I_INVALID_HID : H5Dget_space(ds);
+    int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    if (nd >= 0 && nd <= H5S_MAX_RANK) H5Sget_simple_extent_dims(sp, got_dims, NULL);
+    *got_ndim = nd;
+    int ok = nd == ndim;
+    for (int i = 0; ok && i < nd; i++) ok = got_dims[i] == (hsize_t)shape[i];
+    if (ds < 0 || sp < 0)
+        r = WEIGHTS_READ_DAMAGED;
+    else if (!ok)
+        r = WEIGHTS_READ_SHAPE;
+    else if (H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+        r = WEIGHTS_READ_DAMAGED;
+    else if (h5_attr_exists(ds, WEIGHTS_CHECKSUM_ATTR)) {
+        char want[64], have[24];
+        snprintf(have, sizeof have, "%016llx", (unsigned long long)hash_words(HASH_SEED, out, bytes));
+        if (h5_attr_read_str(ds, WEIGHTS_CHECKSUM_ATTR, want, sizeof want) != DDP_OK ||
+            strcmp(want, have) != 0)
+            r = WEIGHTS_READ_DAMAGED;
+    }
+    if (sp >= 0) H5Sclose(sp);
+    if (ds >= 0) H5Dclose(ds);
+    h5_unlock();
+    return r;
+}
+
+size_t weights_model_bytes(const model_t *m)
+{
+    return (m->nparams + m->nbufs) * sizeof(float) + (size_t)m->nlayers * sizeof(int64_t);
+}
+
+ddp_status_t weights_write_model(hid_t file, const model_t *m, const weights_host_t *h)
+{
+    ddp_status_t s = DDP_OK;
     for (int t = 0; t < m->ntensors && s == DDP_OK; t++) {
         const tensor_t *T = &m->tensors[t];
         char name[TENSOR_NAME_MAX + 8];
@@ -27,41 +113,62 @@ ddp_status_t weights_save(const char *path, const model_t *m, const weights_meta
         hsize_t dims[4];
         for (int i = 0; i < T->ndim; i++) dims[i] = (hsize_t)T->shape[i];
         if (T->kind == TENSOR_COUNTER) {
-            int64_t v = m->layers[T->layer].num_batches_tracked;
-            s = h5_write(a.file, name, H5T_NATIVE_INT64, H5T_STD_I64LE, 0, dims, &v);
+            s = weights_write_dataset(file, name, H5T_NATIVE_INT64, H5T_STD_I64LE, 0, dims,
+                                      &h->counters[T->layer], sizeof(int64_t));
         } else {
-            const float *src = (T->kind == TENSOR_PARAM ? p : b) + T->offset;
-            s = h5_write(a.file, name, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, T->ndim, dims, src);
+            const float *src = (T->kind == TENSOR_PARAM ? h->params : h->bufs) + T->offset;
+            s = weights_write_dataset(file, name, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, T->ndim, dims,
+                                      src, T->numel * sizeof(float));
         }
     }
-    if (s == DDP_OK) s = h5_attr_write_str(a.file, "format", WEIGHTS_FORMAT);
-    if (s == DDP_OK) s = h5_attr_write_i64(a.file, "format_version", WEIGHTS_FORMAT_VERSION);
-    if (s == DDP_OK) s = h5_attr_write_str(a.file, "program_version", ddp_version());
-    if (s == DDP_OK && meta) {
-        s = h5_attr_write_i64(a.file, "step", meta->step);
-        if (s == DDP_OK) s = h5_attr_write_i64(a.file, "epoch", meta->epoch);
-        if (s == DDP_OK) s = h5_attr_write_i64(a.file, "world_size", meta->world_size);
-        if (s == DDP_OK && meta->cfg) {
-            size_t need = config_dump(meta->cfg, NULL, 0) + 1;
-            char *text = malloc(need);
-            if (!text) {
-                s = ddp_fail(DDP_ERR_NOMEM, "out of memory writing %s", path);
-            } else {
-                config_dump(meta->cfg, text, need);
-                s = h5_attr_write_str(a.file, "config", text);
-                if (s == DDP_OK) s = h5_attr_write_str(a.file, "model", meta->cfg->model);
-                if (s == DDP_OK) s = h5_attr_write_i64(a.file, "seed", meta->cfg->seed);
-                free(text);
-            }
-        }
+    return s;
+}
+
+ddp_status_t weights_write_attrs(hid_t file, const char *format, int64_t format_version,
+                                 const weights_meta_t *meta)
+{
+    DDP_TRY(h5_attr_write_str(file, "format", format));
+    DDP_TRY(h5_attr_write_i64(file, "format_version", format_version));
+    DDP_TRY(h5_attr_write_str(file, "program_version", ddp_version()));
+    if (!meta) return DDP_OK;
+    DDP_TRY(h5_attr_write_i64(file, "step", meta->step));
+    DDP_TRY(h5_attr_write_i64(file, "epoch", meta->epoch));
+    DDP_TRY(h5_attr_write_i64(file, "world_size", meta->world_size));
+    if (!meta->cfg) return DDP_OK;
+    size_t need = config_dump(meta->cfg, NULL, 0) + 1;
+    char *text = malloc(need);
+    if (!text) return ddp_fail(DDP_ERR_NOMEM, "out of memory for the configuration text");
+    config_dump(meta->cfg, text, need);
+    ddp_status_t s = h5_attr_write_str(file, "config", text);
+    free(text);
+    DDP_TRY(s);
+    DDP_TRY(h5_attr_write_str(file, "model", meta->cfg->model));
+    return h5_attr_write_i64(file, "seed", meta->cfg->seed);
+}
+
+ddp_status_t weights_save(const char *path, const model_t *m, const weights_meta_t *meta)
+{
+    weights_host_t h;
+    DDP_TRY(weights_host_alloc(&h, m));
+    weights_host_download(&h, m);
+    hid_t f;
+    ddp_status_t s = h5_mem_create(&f, weights_model_bytes(m) + ((size_t)64 << 10));
+    if (s == DDP_OK) {
+        s = weights_write_model(f, m, &h);
+        if (s == DDP_OK) s = weights_write_attrs(f, WEIGHTS_FORMAT, WEIGHTS_FORMAT_VERSION, meta);
+        void *image = NULL;
+        size_t len = 0;
+        if (s == DDP_OK)
+            s = h5_mem_finish(f, &image, &len);
+        else
+            h5_mem_abandon(f);
+        if (s == DDP_OK) s = atomicfile_write(path, image, len);
+        free(image);
     }
-    free(p);
-    free(b);
-    if (s != DDP_OK) {
-        h5_atomic_abandon(&a);
+    weights_host_free(&h);
+    if (s != DDP_OK && s != DDP_ERR_IO)
         return ddp_fail_override(s, "cannot write weights file %s: %s", path, ddp_error_message());
-    }
-    return h5_atomic_commit(&a);
+    return s;
 }
 
 /* ---- loading ------------------------------------------------------------- */
@@ -113,37 +220,56 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
 {
     hid_t f;
     DDP_TRY(h5_open_read(path, &f));
-    problems_t pr = {.used = 0, .n = 0};
-    float *p = calloc(m->nparams + 1, sizeof *p), *b = calloc(m->nbufs + 1, sizeof *b);
-    int64_t *counters = calloc((size_t)m->nlayers + 1, sizeof *counters);
-    ddp_status_t s = DDP_OK;
-    if (!p || !b || !counters) s = ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
+    weights_host_t h;
+    ddp_status_t s = weights_host_alloc(&h, m);
     if (s == DDP_OK) {
-        m->compute->download(p, m->params, m->nparams * sizeof(float));
-        m->compute->download(b, m->bufs, m->nbufs * sizeof(float));
+        weights_host_download(&h, m);
+        int damaged;
+        s = weights_read_group(f, group, m, &h, "--init", path, &damaged);
+        if (s == DDP_OK) weights_host_upload(&h, m);
+        weights_host_free(&h);
     }
     h5_lock();
-    if (s == DDP_OK && !h5_exists(f, group)) {
-        s = ddp_fail(DDP_ERR_INPUT,
-                     "--init %s: no group %s; a weights file holds "
-                     "%s/<name> datasets (PyTorch state_dict names such as layers.0.weight)",
-                     path, group, group);
+    H5Fclose(f);
+    h5_unlock();
+    return s;
+}
+
+ddp_status_t weights_read_group(hid_t f, const char *group, const model_t *m, weights_host_t *h,
+                                const char *option, const char *path, int *damaged)
+{
+    problems_t pr = {.used = 0, .n = 0};
+    *damaged = 0;
+    h5_lock();
+    if (!h5_exists(f, group)) {
+        h5_unlock();
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s %s: no group %s; a weights file holds "
+                        "%s/<name> datasets (PyTorch state_dict names such as layers.0.weight)",
+                        option, path, group, group);
     }
-    hid_t g = s == DDP_OK ? H5Gopen2(f, group, H5P_DEFAULT) : H5I_INVALID_HID;
-    for (int t = 0; t < m->ntensors && s == DDP_OK; t++) {
+    hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    for (int t = 0; t < m->ntensors && g >= 0; t++) {
         const tensor_t *T = &m->tensors[t];
-        if (H5Lexists(g, T->name, H5P_DEFAULT) <= 0) {
-            problem_(&pr, "missing tensor %s%s", T->name, "");
-            continue;
-        }
-        hid_t ds = H5Dopen2(g, T->name, H5P_DEFAULT);
-        hid_t sp = ds < 0 ? H5I_INVALID_HID : H5Dget_space(ds);
-        int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+        int nd;
         hsize_t dims[H5S_MAX_RANK] = {0};
-        if (nd >= 0) H5Sget_simple_extent_dims(sp, dims, NULL);
-        int ok = nd == T->ndim;
-        for (int i = 0; ok && i < nd; i++) ok = dims[i] == (hsize_t)T->shape[i];
-        if (!ok) {
+        void *out;
+        size_t bytes;
+        hid_t type;
+        if (T->kind == TENSOR_COUNTER) {
+            out = &h->counters[T->layer];
+            bytes = sizeof(int64_t);
+            type = H5T_NATIVE_INT64;
+        } else {
+            out = (T->kind == TENSOR_PARAM ? h->params : h->bufs) + T->offset;
+            bytes = T->numel * sizeof(float);
+            type = H5T_NATIVE_FLOAT;
+        }
+        weights_read_t r =
+            weights_read_dataset(g, T->name, type, T->ndim, T->shape, out, bytes, &nd, dims);
+        if (r == WEIGHTS_READ_MISSING) {
+            problem_(&pr, "missing tensor %s%s", T->name, "");
+        } else if (r == WEIGHTS_READ_SHAPE) {
             char want[96], got[96], both[256];
             hsize_t wd[4];
             for (int i = 0; i < T->ndim; i++) wd[i] = (hsize_t)T->shape[i];
@@ -151,41 +277,25 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
             shape_text_(got, sizeof got, nd < 0 ? 0 : nd, dims);
             snprintf(both, sizeof both, "file %s, model %s", got, want);
             problem_(&pr, "%s has shape %s", T->name, both);
-        } else {
-            herr_t rc;
-            if (T->kind == TENSOR_COUNTER)
-                rc = H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                             &counters[T->layer]);
-            else
-                rc = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                             (T->kind == TENSOR_PARAM ? p : b) + T->offset);
-            if (rc < 0) problem_(&pr, "%s cannot be read as numbers%s", T->name, "");
+        } else if (r == WEIGHTS_READ_DAMAGED) {
+            problem_(&pr, "%s cannot be read or fails its checksum (corrupt file)%s", T->name, "");
+            *damaged = 1;
         }
-        if (sp >= 0) H5Sclose(sp);
-        if (ds >= 0) H5Dclose(ds);
     }
-    if (s == DDP_OK) {
+    if (g >= 0) {
         extra_iter_t it = {m, &pr};
         H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, find_extra_, &it);
+        H5Gclose(g);
+    } else {
+        problem_(&pr, "group %s cannot be opened%s", group, "");
+        *damaged = 1;
     }
-    if (g >= 0) H5Gclose(g);
-    H5Fclose(f);
     h5_unlock();
-    if (s == DDP_OK && pr.n > 0) {
-        char more[48] = "";
-        if (pr.shown < pr.n) snprintf(more, sizeof more, "; and %d more", pr.n - pr.shown);
-        s = ddp_fail(DDP_ERR_INPUT,
-                     "--init %s does not match the model (%d problem%s): %s%s; check "
-                     "--model against the file (h5ls -r %s)",
-                     path, pr.n, pr.n > 1 ? "s" : "", pr.text, more, path);
-    }
-    if (s == DDP_OK) {
-        m->compute->upload(m->params, p, m->nparams * sizeof(float));
-        m->compute->upload(m->bufs, b, m->nbufs * sizeof(float));
-        for (int i = 0; i < m->nlayers; i++) m->layers[i].num_batches_tracked = counters[i];
-    }
-    free(p);
-    free(b);
-    free(counters);
-    return s;
+    if (pr.n == 0) return DDP_OK;
+    char more[48] = "";
+    if (pr.shown < pr.n) snprintf(more, sizeof more, "; and %d more", pr.n - pr.shown);
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s %s does not match the model (%d problem%s): %s%s; check "
+                    "--model against the file (h5ls -r %s)",
+                    option, path, pr.n, pr.n > 1 ? "s" : "", pr.text, more, path);
 }

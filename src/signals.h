@@ -1,0 +1,24 @@
+/* signals.h -- SIGUSR1, SIGTERM and SIGINT as requests to stop at the next
+ * step boundary.
+ *
+ * Slurm sends SIGUSR1 (sbatch --signal) or SIGTERM (time limit, preemption,
+ * scancel) some time before it kills a job.  The handler only records the
+ * signal; the training loop asks signals_pending() at every step boundary,
+ * the ranks agree on it (any rank that saw one stops every rank), rank 0
+ * writes a checkpoint and the job exits with DDP_STOP_REQUEUE (75).  A second
+ * SIGTERM or SIGINT while the first is being honoured ends the process at
+ * once with the default action: a checkpoint being written is then left
+ * under its temporary name, which --resume never takes. */
+#ifndef DDP_SIGNALS_H
+#define DDP_SIGNALS_H
+
+/* Install the handlers (idempotent). */
+void signals_install(void);
+/* Restore the previous handlers. */
+void signals_restore(void);
+/* The first signal received since signals_install, or 0. */
+int signals_pending(void);
+/* "SIGTERM" etc. */
+const char *signals_name(int signo);
+
+#endif
