@@ -3,6 +3,8 @@
 #include "checkpoint.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -524,11 +526,6 @@ ddp_status_t checkpoint_resume_state(trainer_t *t)
     return s;
 }
 
-void checkpoint_free(checkpoint_t *c)
-{
-    drop_contents_(c);
-}
-
 /* ---- writing ------------------------------------------------------------- */
 
 /* BatchNorm statistics for /model: the average over ranks when they differ
@@ -567,8 +564,9 @@ static void iso_time_(char *buf, size_t n)
     strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Rank 0: the checkpoint's HDF5 image in memory. */
-static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, const weights_host_t *h,
+/* Rank 0: the checkpoint's HDF5 image in memory.  h is freed once it is
+ * in the image (peak memory: about twice the file). */
+static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, weights_host_t *h,
                                  const float *local_bn, void **image, size_t *len)
 {
     const ddp_config_t *cfg = t->cfg;
@@ -583,6 +581,7 @@ static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, const
                            .world_size = t->ctl->size,
                            .cfg = cfg};
     ddp_status_t s = weights_write_model(f, m, h);
+    weights_host_free(h);
     if (s == DDP_OK) s = weights_write_attrs(f, CKPT_FORMAT, CKPT_FORMAT_VERSION, &meta);
     const deck_t *d = &t->train;
     struct {
@@ -652,14 +651,14 @@ static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, const
     return h5_mem_finish(f, image, len);
 }
 
-/* Rank 0: remove all but the newest --keep checkpoints older than step. */
-static void apply_keep_(const trainer_t *t, int64_t step)
+/* Rank 0 (the writer thread): remove all but the newest `keep`
+ * checkpoints older than step, once the checkpoint of step is complete. */
+static void apply_keep_(const char *dir, int64_t keep, int64_t step)
 {
-    const ddp_config_t *cfg = t->cfg;
-    if (cfg->keep <= 0) return;
+    if (keep <= 0) return;
     int64_t *steps;
     int n;
-    if (list_(cfg->ckpt_dir, &steps, &n) != DDP_OK) {
+    if (list_(dir, &steps, &n) != DDP_OK) {
         log_warn("--keep: %s", ddp_error_message());
         ddp_clear_error();
         return;
@@ -667,27 +666,138 @@ static void apply_keep_(const trainer_t *t, int64_t step)
     int64_t kept = 1; /* the new one */
     for (int i = 0; i < n; i++) {
         if (steps[i] >= step) continue; /* the new one, and any a longer run left */
-        if (kept < cfg->keep) {
+        if (kept < keep) {
             kept++;
             continue;
         }
         char path[4200];
-        ckpt_path_(cfg->ckpt_dir, steps[i], path, sizeof path);
+        ckpt_path_(dir, steps[i], path, sizeof path);
         if (unlink(path) != 0 && errno != ENOENT)
-            log_warn("--keep %lld: cannot remove %s: %s", (long long)cfg->keep, path,
-                     strerror(errno));
+            log_warn("--keep %lld: cannot remove %s: %s", (long long)keep, path, strerror(errno));
     }
     free(steps);
+}
+
+/* ---- the background writer (rank 0) --------------------------------------- */
+
+/* One write at a time: the image built on the training thread, written by
+ * this thread while training goes on. */
+struct ckpt_writer {
+    pthread_t thread;
+    int running;     /* started and not yet joined */
+    atomic_int done; /* the thread has finished */
+    /* the job */
+    char path[4200], dir[CONFIG_STR_MAX];
+    void *image;
+    size_t len;
+    int64_t step, keep;
+    double build_s;
+    /* the result */
+    ddp_status_t status;
+    char message[1024];
+    double write_s;
+};
+
+static void *writer_main_(void *arg)
+{
+    struct ckpt_writer *w = arg;
+    double t0 = clock_seconds();
+    w->status = atomicfile_write(w->path, w->image, w->len);
+    w->write_s = clock_seconds() - t0;
+    if (w->status != DDP_OK) snprintf(w->message, sizeof w->message, "%s", ddp_error_message());
+    free(w->image);
+    w->image = NULL;
+    if (w->status == DDP_OK) apply_keep_(w->dir, w->keep, w->step);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* Rank 0: the finished write's line, or its failure (recorded). */
+static ddp_status_t writer_report_(checkpoint_t *c)
+{
+    struct ckpt_writer *w = c->writer;
+    if (w->status != DDP_OK)
+        return ddp_fail(w->status, "checkpoint at step %lld: %s; %s%s", (long long)w->step,
+                        w->message,
+                        c->last_path[0] ? "the newest complete checkpoint is "
+                                        : "no checkpoint of this run was completed before",
+                        c->last_path);
+    double total = w->build_s + w->write_s;
+    log_result("checkpoint step=%lld file=%s bytes=%zu build_s=%.4f write_s=%.4f MiB/s=%.0f",
+               (long long)w->step, w->path, w->len, w->build_s, w->write_s,
+               (double)w->len / (1024.0 * 1024.0) / (total > 0 ? total : 1e-9));
+    snprintf(c->last_path, sizeof c->last_path, "%s", w->path);
+    return DDP_OK;
+}
+
+/* Rank 0: wait for the write in flight and report it. */
+static ddp_status_t writer_join_(checkpoint_t *c)
+{
+    struct ckpt_writer *w = c->writer;
+    if (!w || !w->running) return DDP_OK;
+    pthread_join(w->thread, NULL);
+    w->running = 0;
+    return writer_report_(c);
+}
+
+int checkpoint_poll(trainer_t *t)
+{
+    checkpoint_t *c = &t->ckpt;
+    struct ckpt_writer *w = c->writer;
+    if (t->ctl->rank != 0 || !w || !w->running || !atomic_load(&w->done)) return 0;
+    c->failed = writer_join_(c);
+    return c->failed != DDP_OK;
+}
+
+ddp_status_t checkpoint_settle(trainer_t *t)
+{
+    checkpoint_t *c = &t->ckpt;
+    ddp_status_t s = DDP_OK;
+    if (t->ctl->rank == 0) {
+        s = c->failed != DDP_OK ? c->failed : writer_join_(c);
+        c->failed = DDP_OK;
+    }
+    return control_agree(t->ctl, s);
+}
+
+/* Rank 0: hand the image to the writer thread (or write it here if no
+ * thread can be started). */
+static ddp_status_t writer_start_(trainer_t *t, const char *path, int64_t step, void *image,
+                                  size_t len, double build_s)
+{
+    checkpoint_t *c = &t->ckpt;
+    if (!c->writer && !(c->writer = calloc(1, sizeof *c->writer))) {
+        free(image);
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory writing a checkpoint");
+    }
+    struct ckpt_writer *w = c->writer;
+    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->dir, sizeof w->dir, "%s", t->cfg->ckpt_dir);
+    w->image = image;
+    w->len = len;
+    w->step = step;
+    w->keep = t->cfg->keep;
+    w->build_s = build_s;
+    w->message[0] = '\0';
+    atomic_store(&w->done, 0);
+    w->running = 1;
+    if (pthread_create(&w->thread, NULL, writer_main_, w) != 0) {
+        w->running = 0; /* no thread: write now */
+        writer_main_(w);
+        return writer_report_(c);
+    }
+    return DDP_OK;
 }
 
 ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
 {
     checkpoint_t *c = &t->ckpt;
     const model_t *m = &t->model;
+    /* one write in flight at most: the previous one first */
+    DDP_TRY(checkpoint_settle(t));
     weights_host_t h = {0};
     float *local = NULL;
-    ddp_status_t s = weights_host_alloc(&h, m);
-    s = control_agree(t->ctl, s);
+    ddp_status_t s = control_agree(t->ctl, weights_host_alloc(&h, m));
     if (s == DDP_OK) {
         weights_host_download(&h, m);
         s = bn_for_file_(t, h.bufs, &local);
@@ -699,24 +809,10 @@ ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
         void *image = NULL;
         size_t len = 0;
         s = build_image_(t, pos, &h, local, &image, &len);
-        double t1 = clock_seconds();
-        if (s == DDP_OK) s = atomicfile_write(path, image, len);
-        double t2 = clock_seconds();
-        free(image);
-        if (s == DDP_OK) {
-            log_result("checkpoint step=%lld file=%s bytes=%zu build_s=%.4f write_s=%.4f "
-                       "MiB/s=%.0f",
-                       (long long)pos->step, path, len, t1 - t0, t2 - t1,
-                       (double)len / (1024.0 * 1024.0) / (t2 - t0 > 0 ? t2 - t0 : 1e-9));
-            apply_keep_(t, pos->step);
-            snprintf(c->last_path, sizeof c->last_path, "%s", path);
-        } else {
-            s = ddp_fail_override(s, "checkpoint at step %lld: %s; %s%s", (long long)pos->step,
-                                  ddp_error_message(),
-                                  c->last_path[0] ? "the newest complete checkpoint is "
-                                                  : "no checkpoint of this run was written before",
-                                  c->last_path);
-        }
+        if (s == DDP_OK) s = writer_start_(t, path, pos->step, image, len, clock_seconds() - t0);
+        if (s != DDP_OK)
+            s = ddp_fail_override(s, "checkpoint at step %lld: %s", (long long)pos->step,
+                                  ddp_error_message());
     }
     free(local);
     weights_host_free(&h);
@@ -740,4 +836,16 @@ ddp_status_t checkpoint_save_final(trainer_t *t, const train_result_t *res)
         if (s == DDP_OK) log_info("saved weights to %s", cfg->save);
     }
     return control_agree(t->ctl, s);
+}
+
+void checkpoint_free(checkpoint_t *c)
+{
+    drop_contents_(c);
+    if (c->writer) {
+        /* a write still in flight after a failure elsewhere: let it finish */
+        if (c->writer->running) pthread_join(c->writer->thread, NULL);
+        free(c->writer->image);
+        free(c->writer);
+        c->writer = NULL;
+    }
 }

@@ -1,11 +1,15 @@
 /* checkpoint.h -- what the trainer writes to disk and resumes from.
  *
  * --save writes the final weights.  --ckpt-dir DIR gets checkpoints:
- * DIR/ckpt_<step>.h5 (the step zero-padded to 8 digits, so names sort),
- * written by rank 0 as one in-memory HDF5 image through atomicfile_write
- * (temporary name, fsync, rename, fsync of the directory); every rank waits
- * for the result, which is agreed.  --keep K removes older ones only after
- * the new one is complete.
+ * DIR/ckpt_<step>.h5 (the step zero-padded to 8 digits, so names sort).
+ * Rank 0 builds the file as one HDF5 image in memory while every rank waits
+ * (the state of one step boundary), then a thread of rank 0 writes it
+ * through atomicfile_write (temporary name, fsync, rename, fsync of the
+ * directory) while training goes on.  One write is in flight at most; its
+ * result is agreed by every rank at a later step boundary
+ * (checkpoint_poll, checkpoint_settle), before the next checkpoint and
+ * before the job ends, so a failed write stops every rank the same way.
+ * --keep K removes older ones only after the new one is complete.
  *
  * A checkpoint is a weights file (/model/<name>, so --init and PyTorch read
  * it) plus /optimizer/<name>/<state> (momentum_buffer; exp_avg, exp_avg_sq)
@@ -32,6 +36,7 @@
 #define CKPT_FORMAT_VERSION 1
 
 struct trainer;
+struct ckpt_writer;
 
 /* Where training stands: optimizer steps taken, the epoch in progress, and
  * the global sample cursor in it (positions of the epoch's permutation that
@@ -58,8 +63,10 @@ typedef struct checkpoint {
     float *optim_state[2]; /* [ntrainable] each */
     float *local_bn;       /* [local_bn_ranks x nbufs] */
     char note[4400];       /* rank 0: what resuming did, for the start-up table */
-    int64_t last_step;     /* step of the newest checkpoint written or resumed (-1: none) */
-    char last_path[4200];
+    int64_t last_step;     /* step of the newest checkpoint begun or resumed (-1: none) */
+    char last_path[4200];  /* rank 0: the newest complete checkpoint ("" none) */
+    struct ckpt_writer *writer; /* rank 0: the background write */
+    ddp_status_t failed;        /* rank 0: a background write failed (message recorded) */
 } checkpoint_t;
 
 /* Start-up, before any data is read (local; agree on the result): the
@@ -79,9 +86,16 @@ void checkpoint_resume_model(struct trainer *t);
 ddp_status_t checkpoint_resume_state(struct trainer *t);
 void checkpoint_free(checkpoint_t *c);
 
-/* Collective: rank 0 writes DIR/ckpt_<step>.h5 for position pos, then
- * applies --keep.  The status is agreed. */
+/* Collective: the state at position pos becomes DIR/ckpt_<step>.h5.  Waits
+ * for the write in flight first; returns once the new file is built in
+ * memory (agreed), its write goes on in the background. */
 ddp_status_t checkpoint_write(struct trainer *t, const ckpt_position_t *pos);
+/* Local, every step boundary: rank 0 returns 1 when the background write
+ * finished and failed (then every rank must call checkpoint_settle);
+ * reports a finished write's line.  0 on the other ranks. */
+int checkpoint_poll(struct trainer *t);
+/* Collective: wait for the write in flight; its agreed status. */
+ddp_status_t checkpoint_settle(struct trainer *t);
 
 /* --save after training: every rank averages local BN statistics if any,
  * rank 0 writes; the result is agreed. */

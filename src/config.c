@@ -73,7 +73,7 @@ const ddp_option_t ddp_options[] = {
     {"freeze", OPT_STRING, OFF(freeze), "", NULL, "NAMES", 0, 0,
      "parameters not to train, comma-separated (layers.0.weight, or layers.0 for all of a layer)", NULL, 0},
     {"find-unused", OPT_BOOL, OFF(find_unused), "false", NULL, NULL, 0, 0,
-     "treat a parameter that received no gradient as unused (zero gradient) instead of failing", NULL, 0},
+     "treat a parameter that received no gradient as unused (zero gradient) instead of failing", NULL, 1},
     {"sync-bn", OPT_BOOL, OFF(sync_bn), "auto", NULL, NULL, 0, 0,
      "SyncBatchNorm: batch statistics over all ranks (auto: on with more than one rank)", NULL, 0},
     {"sync", OPT_BOOL, OFF(sync), "true", NULL, NULL, 0, 0,

@@ -1,6 +1,8 @@
 /* train.c -- the training loop: steps of K micro-batches whose last
- * backward overlaps the bucketed all-reduce, evaluation at epoch ends, the
- * final save.  The rooms around it are listed in trainer.h. */
+ * backward overlaps the bucketed all-reduce, from step 0 or where a
+ * checkpoint left off; at step boundaries checkpoints and the agreement on
+ * stop requests; evaluation at epoch ends; the final checkpoint and save.
+ * The rooms around it are listed in trainer.h. */
 #include "train.h"
 
 #include <math.h>
@@ -135,22 +137,25 @@ static ckpt_position_t position_(const trainer_t *t, int64_t step, int64_t epoch
     return (ckpt_position_t){step, epoch, steps_in_epoch * global};
 }
 
-/* Stop requests (signals.h), agreed at a step boundary: the signal one or
- * more ranks received, or 0.  One small all-reduce per step. */
-static int stop_requested_(trainer_t *t, int64_t step)
+/* What every rank learns at a step boundary, with one small all-reduce:
+ * a stop request (signals.h) that one or more ranks received (*sig: the
+ * signal, or 0), and a failed background checkpoint write (rank 0's). */
+static ddp_status_t step_boundary_(trainer_t *t, int64_t step, int *sig)
 {
     static const int order[] = {SIGUSR1, SIGTERM, SIGINT};
-    int64_t seen[3] = {0, 0, 0};
-    int sig = signals_pending();
-    for (int i = 0; i < 3; i++) seen[i] = sig == order[i];
+    int64_t seen[4] = {0, 0, 0, 0};
+    int pending = signals_pending();
+    for (int i = 0; i < 3; i++) seen[i] = pending == order[i];
+    seen[3] = checkpoint_poll(t);
     if (t->ctl->size > 1) {
-        comm_desc_t d = {"stop-request", -1, step};
-        ddp_status_t s = control_allreduce(t->ctl, seen, 3, COMM_INT64, &d);
+        comm_desc_t d = {"step-boundary", -1, step};
+        ddp_status_t s = control_allreduce(t->ctl, seen, 4, COMM_INT64, &d);
         if (s != DDP_OK) control_abort(t->ctl, s);
     }
-    for (int i = 0; i < 3; i++)
-        if (seen[i]) return order[i];
-    return 0;
+    *sig = 0;
+    for (int i = 2; i >= 0; i--)
+        if (seen[i]) *sig = order[i];
+    return seen[3] ? checkpoint_settle(t) : DDP_OK;
 }
 
 /* Checkpoint (if --ckpt-dir) and stop: the job's status. */
@@ -164,6 +169,7 @@ static ddp_status_t stop_(trainer_t *t, int sig, const ckpt_position_t *pos)
                         "a checkpoint is written first)",
                         name, (long long)pos->step);
     if (t->ckpt.last_step != pos->step) DDP_TRY(checkpoint_write(t, pos));
+    DDP_TRY(checkpoint_settle(t));
     return ddp_fail(DDP_STOP_REQUEUE,
                     "%s at step %lld: checkpoint %s written; go on with --resume auto "
                     "--ckpt-dir %s (exit code 75: requeue)",
@@ -199,7 +205,8 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             here = position_(t, step, epoch, s + 1);
             if (cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0 && step < t->total_steps)
                 DDP_TRY(checkpoint_write(t, &here));
-            int sig = stop_requested_(t, step);
+            int sig;
+            DDP_TRY(step_boundary_(t, step, &sig));
             if (sig) return stop_(t, sig, &here);
         }
         if (step < t->total_steps) drop_rest_of_epoch_(t, used_micro);
@@ -224,7 +231,7 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     metrics_summary(&t->metrics, t, step - t->first_step, elapsed);
     /* the last checkpoint: where training ended */
     if (cfg->ckpt_dir[0] && t->ckpt.last_step != step) DDP_TRY(checkpoint_write(t, &here));
-    return DDP_OK;
+    return checkpoint_settle(t);
 }
 
 ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *res)

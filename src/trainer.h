@@ -9,6 +9,8 @@
  *   metrics.c      timers, the progress line, the summary, memory probes
  *   checkpoint.c   what is written to disk (--save, checkpoints) and resumed
  *   diagnostics.c  the replica check and fault injection for tests
+ *   signals.c      SIGUSR1/SIGTERM/SIGINT: stop requests seen at step
+ *                  boundaries (the loop checkpoints and stops)
  *   loss.c         the loss, one place for training and evaluation
  *
  * Planes: `ctl` (control.h) carries agreement, checks, metrics and

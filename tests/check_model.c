@@ -1,5 +1,6 @@
 /* check_model.c -- model specs (shapes, names, errors), the flat layout and
  * buckets, --freeze, PyTorch-default initialisation, weights files. */
+#define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +269,37 @@ START_TEST(weights_round_trip_and_errors)
 }
 END_TEST
 
+/* Every dataset ddptrain writes carries a checksum: one flipped bit in a
+ * tensor's data is named on load (HDF5 alone would read it as a number). */
+START_TEST(weights_checksum_catches_a_flipped_bit)
+{
+    model_t a;
+    char path[600];
+    snprintf(path, sizeof path, "%s/sum.h5", test_tmpdir());
+    ck_assert_int_eq(build_(&a, "linear:6,relu,linear:3", vec, 3, 1 << 20, 1 << 20, ""), DDP_OK);
+    ck_assert_int_eq(model_init_params(&a, 1), DDP_OK);
+    ck_assert_int_eq(weights_save(path, &a, NULL), DDP_OK);
+    size_t n = 0;
+    char *bytes = slurp_(path, &n);
+    ck_assert(bytes && n > 0);
+    /* the bytes of layers.0.weight (the first 8 of its values) in the file */
+    const tensor_t *T = &a.tensors[model_find_tensor(&a, "layers.0.weight")];
+    char *at = memmem(bytes, n, a.params + T->offset, 8 * sizeof(float));
+    ck_assert_ptr_nonnull(at);
+    at[5] ^= 0x10;
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+    free(bytes);
+    ck_assert_int_eq(weights_load(path, &a), DDP_ERR_INPUT);
+    ck_assert_msg(strstr(ddp_error_message(), "layers.0.weight cannot be read or fails its checksum"),
+                  "%s", ddp_error_message());
+    ddp_clear_error();
+    model_free(&a);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("model");
@@ -279,6 +311,7 @@ Suite *test_suite(void)
     tcase_add_test(t, freeze_excludes_from_buckets);
     tcase_add_test(t, init_follows_pytorch_defaults);
     tcase_add_test(t, weights_round_trip_and_errors);
+    tcase_add_test(t, weights_checksum_catches_a_flipped_bit);
     suite_add_tcase(s, t);
     return s;
 }
