@@ -31,9 +31,11 @@ static const char *advice_(int e)
                                                      : "";
 }
 
-ddp_status_t atomicfile_finish(const char *tmp, const char *path)
+/* rename tmp over path and flush the directory (tmp flushed first, unless
+ * the caller did) */
+static ddp_status_t finish_(const char *tmp, const char *path, int flush_tmp)
 {
-    if (atomicfile_fsync(tmp, 0) != 0 || rename(tmp, path) != 0) {
+    if ((flush_tmp && atomicfile_fsync(tmp, 0) != 0) || rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
         return ddp_fail(DDP_ERR_IO, "cannot finish writing %s: %s%s; %s was left unchanged", path,
@@ -43,6 +45,11 @@ ddp_status_t atomicfile_finish(const char *tmp, const char *path)
     snprintf(dir, sizeof dir, "%s", path);
     atomicfile_fsync(dirname(dir), 1);
     return DDP_OK;
+}
+
+ddp_status_t atomicfile_finish(const char *tmp, const char *path)
+{
+    return finish_(tmp, path, 1);
 }
 
 ddp_status_t atomicfile_write(const char *path, const void *data, size_t len)
@@ -79,5 +86,5 @@ ddp_status_t atomicfile_write(const char *path, const void *data, size_t len)
                                     "unchanged",
                         tmp, len - left, len, strerror(e), advice_(e), path);
     }
-    return atomicfile_finish(tmp, path);
+    return finish_(tmp, path, 0); /* flushed above */
 }

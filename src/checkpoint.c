@@ -564,24 +564,24 @@ static void iso_time_(char *buf, size_t n)
     strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Rank 0: the checkpoint's HDF5 image in memory.  h is freed once it is
- * in the image (peak memory: about twice the file). */
-static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, weights_host_t *h,
-                                 const float *local_bn, void **image, size_t *len)
+/* Rank 0: the checkpoint's HDF5 image in memory (c->image). */
+static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, const weights_host_t *h,
+                                 const float *local_bn)
 {
+    checkpoint_t *c = &t->ckpt;
     const ddp_config_t *cfg = t->cfg;
     const model_t *m = &t->model;
     const optim_t *o = &t->opt;
     size_t state_bytes = optim_state_bytes(o);
     size_t local_bytes = local_bn ? (size_t)t->ctl->size * m->nbufs * sizeof(float) : 0;
     hid_t f;
-    DDP_TRY(h5_mem_create(&f, weights_model_bytes(m) + state_bytes + local_bytes + (256 << 10)));
+    DDP_TRY(h5_mem_create(&f, &c->image,
+                          weights_model_bytes(m) + state_bytes + local_bytes + (256 << 10)));
     weights_meta_t meta = {.step = pos->step,
                            .epoch = pos->epoch,
                            .world_size = t->ctl->size,
                            .cfg = cfg};
     ddp_status_t s = weights_write_model(f, m, h);
-    weights_host_free(h);
     if (s == DDP_OK) s = weights_write_attrs(f, CKPT_FORMAT, CKPT_FORMAT_VERSION, &meta);
     const deck_t *d = &t->train;
     struct {
@@ -606,8 +606,9 @@ static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, weigh
     /* the optimizer: /optimizer/<tensor>/<state>, PyTorch's state names */
     const char *names[2];
     int nstate = optim_state_names((optimizer_kind_t)o->kind, o->momentum, names);
-    float *state = nstate ? malloc((m->ntrainable + 1) * sizeof(float)) : NULL;
-    if (nstate && !state) s = ddp_fail(DDP_ERR_NOMEM, "out of memory writing a checkpoint");
+    if (nstate && !c->state_copy && !(c->state_copy = malloc((m->ntrainable + 1) * sizeof(float))))
+        s = ddp_fail(DDP_ERR_NOMEM, "out of memory writing a checkpoint");
+    float *state = c->state_copy;
     for (int k = 0; k < nstate && s == DDP_OK; k++) {
         t->compute->download(state, o->state[k], m->ntrainable * sizeof(float));
         for (int i = 0; i < m->ntensors && s == DDP_OK; i++) {
@@ -621,7 +622,6 @@ static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, weigh
                                       state + T->offset, T->numel * sizeof(float));
         }
     }
-    free(state);
     if (s == DDP_OK) {
         /* the group exists even without state (plain SGD) */
         h5_lock();
@@ -648,7 +648,7 @@ static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, weigh
         h5_mem_abandon(f);
         return s;
     }
-    return h5_mem_finish(f, image, len);
+    return h5_mem_finish(f, &c->image);
 }
 
 /* Rank 0 (the writer thread): remove all but the newest `keep`
@@ -680,15 +680,16 @@ static void apply_keep_(const char *dir, int64_t keep, int64_t step)
 
 /* ---- the background writer (rank 0) --------------------------------------- */
 
-/* One write at a time: the image built on the training thread, written by
- * this thread while training goes on. */
+/* One write at a time: the image built on the training thread (rank 0's
+ * c->image, reused by the next checkpoint once this write is settled),
+ * written by this thread while training goes on. */
 struct ckpt_writer {
     pthread_t thread;
     int running;     /* started and not yet joined */
     atomic_int done; /* the thread has finished */
     /* the job */
     char path[4200], dir[CONFIG_STR_MAX];
-    void *image;
+    const void *image;
     size_t len;
     int64_t step, keep;
     double build_s;
@@ -705,8 +706,6 @@ static void *writer_main_(void *arg)
     w->status = atomicfile_write(w->path, w->image, w->len);
     w->write_s = clock_seconds() - t0;
     if (w->status != DDP_OK) snprintf(w->message, sizeof w->message, "%s", ddp_error_message());
-    free(w->image);
-    w->image = NULL;
     if (w->status == DDP_OK) apply_keep_(w->dir, w->keep, w->step);
     atomic_store(&w->done, 1);
     return NULL;
@@ -762,19 +761,16 @@ ddp_status_t checkpoint_settle(trainer_t *t)
 
 /* Rank 0: hand the image to the writer thread (or write it here if no
  * thread can be started). */
-static ddp_status_t writer_start_(trainer_t *t, const char *path, int64_t step, void *image,
-                                  size_t len, double build_s)
+static ddp_status_t writer_start_(trainer_t *t, const char *path, int64_t step, double build_s)
 {
     checkpoint_t *c = &t->ckpt;
-    if (!c->writer && !(c->writer = calloc(1, sizeof *c->writer))) {
-        free(image);
+    if (!c->writer && !(c->writer = calloc(1, sizeof *c->writer)))
         return ddp_fail(DDP_ERR_NOMEM, "out of memory writing a checkpoint");
-    }
     struct ckpt_writer *w = c->writer;
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->dir, sizeof w->dir, "%s", t->cfg->ckpt_dir);
-    w->image = image;
-    w->len = len;
+    w->image = c->image.data;
+    w->len = c->image.len;
     w->step = step;
     w->keep = t->cfg->keep;
     w->build_s = build_s;
@@ -795,27 +791,30 @@ ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
     const model_t *m = &t->model;
     /* one write in flight at most: the previous one first */
     DDP_TRY(checkpoint_settle(t));
-    weights_host_t h = {0};
+    double t0 = clock_seconds();
+    /* rank 0 keeps its host copies for the next checkpoint (warm pages);
+     * the other ranks only lend their BN statistics */
+    weights_host_t *h = &c->host_copy;
+    ddp_status_t s = DDP_OK;
+    if (t->ctl->rank == 0 && !h->params) s = weights_host_alloc(h, m);
+    if (t->ctl->rank != 0 && !h->bufs && !(h->bufs = malloc((m->nbufs + 1) * sizeof(float))))
+        s = ddp_fail(DDP_ERR_NOMEM, "out of memory for the BatchNorm statistics");
     float *local = NULL;
-    ddp_status_t s = control_agree(t->ctl, weights_host_alloc(&h, m));
+    s = control_agree(t->ctl, s);
     if (s == DDP_OK) {
-        weights_host_download(&h, m);
-        s = bn_for_file_(t, h.bufs, &local);
+        if (t->ctl->rank == 0) weights_host_download(h, m);
+        s = bn_for_file_(t, h->bufs, &local);
     }
     if (s == DDP_OK && t->ctl->rank == 0) {
         char path[4200];
         ckpt_path_(t->cfg->ckpt_dir, pos->step, path, sizeof path);
-        double t0 = clock_seconds();
-        void *image = NULL;
-        size_t len = 0;
-        s = build_image_(t, pos, &h, local, &image, &len);
-        if (s == DDP_OK) s = writer_start_(t, path, pos->step, image, len, clock_seconds() - t0);
+        s = build_image_(t, pos, h, local);
+        if (s == DDP_OK) s = writer_start_(t, path, pos->step, clock_seconds() - t0);
         if (s != DDP_OK)
             s = ddp_fail_override(s, "checkpoint at step %lld: %s", (long long)pos->step,
                                   ddp_error_message());
     }
     free(local);
-    weights_host_free(&h);
     s = control_agree(t->ctl, s);
     if (s == DDP_OK) c->last_step = pos->step;
     return s;
@@ -841,11 +840,14 @@ ddp_status_t checkpoint_save_final(trainer_t *t, const train_result_t *res)
 void checkpoint_free(checkpoint_t *c)
 {
     drop_contents_(c);
+    weights_host_free(&c->host_copy);
+    free(c->state_copy);
+    c->state_copy = NULL;
     if (c->writer) {
         /* a write still in flight after a failure elsewhere: let it finish */
         if (c->writer->running) pthread_join(c->writer->thread, NULL);
-        free(c->writer->image);
         free(c->writer);
         c->writer = NULL;
     }
+    h5_mem_image_free(&c->image);
 }

@@ -28,6 +28,7 @@
 
 #include <stdint.h>
 
+#include "h5util.h"
 #include "status.h"
 #include "train.h"
 #include "weights.h"
@@ -65,6 +66,11 @@ typedef struct checkpoint {
     char note[4400];       /* rank 0: what resuming did, for the start-up table */
     int64_t last_step;     /* step of the newest checkpoint begun or resumed (-1: none) */
     char last_path[4200];  /* rank 0: the newest complete checkpoint ("" none) */
+    /* rank 0: buffers kept from one checkpoint to the next (their pages stay
+     * mapped, so building the next image is a few memory copies) */
+    weights_host_t host_copy; /* other ranks: only .bufs */
+    float *state_copy;
+    h5_mem_image_t image;
     struct ckpt_writer *writer; /* rank 0: the background write */
     ddp_status_t failed;        /* rank 0: a background write failed (message recorded) */
 } checkpoint_t;

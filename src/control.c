@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "signals.h"
 
 #define BCAST_PIECE ((size_t)1 << 30) /* MPI counts are ints */
 
@@ -72,6 +73,9 @@ ddp_status_t control_agree(control_t *c, ddp_status_t s)
 
 _Noreturn void control_abort(control_t *c, ddp_status_t s)
 {
+    /* the job ends: the launcher's SIGTERM to the other ranks ends them now,
+     * not at a step boundary they will not reach */
+    signals_restore();
     if (c->rank != 0) usleep(2000000);
     log_error(ddp_error_message());
     MPI_Abort(c->mpi != MPI_COMM_NULL ? c->mpi : MPI_COMM_WORLD, ddp_exit_code(s));

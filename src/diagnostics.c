@@ -12,7 +12,7 @@ ddp_status_t diagnostics_check_replicas(trainer_t *t, int64_t step)
 {
     model_t *m = &t->model;
     /* with --no-sync-bn the running statistics differ between ranks by design
-     * (they are averaged before evaluation and saving): parameters only */
+     * (their average is evaluated and saved): parameters only */
     size_t np = m->nparams * sizeof(float), nb = t->sync_bn ? m->nbufs * sizeof(float) : 0;
     char *host = malloc(np + nb + 1);
     uint64_t *all = malloc((size_t)t->ctl->size * sizeof *all);

@@ -2,6 +2,7 @@
 #include "evaluate.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "log.h"
 #include "trainer.h"
@@ -10,7 +11,6 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
 {
     const ddp_config_t *cfg = t->cfg;
     model_t *m = &t->model;
-    DDP_TRY(trainer_average_bn_buffers(t));
     int64_t first, count;
     deck_eval_range(&t->val, t->comm.size, t->comm.rank, &first, &count);
     int64_t end = first + count;
@@ -58,6 +58,19 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
 void evaluate_run(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
 {
     if (!t->have_val) return;
-    ddp_status_t s = evaluate_local_(t, epoch, step, res);
+    /* With local BatchNorm statistics (--no-sync-bn) every rank evaluates the
+     * model with their average, as saved; the ranks' own statistics are put
+     * back afterwards, so evaluating changes nothing in training (and a run
+     * resumed from a checkpoint evaluates where the original did not). */
+    model_t *m = &t->model;
+    int local_bn = !t->sync_bn && t->comm.size > 1 && m->nbufs > 0;
+    float *own = local_bn ? malloc(m->nbufs * sizeof(float)) : NULL;
+    if (local_bn && !own)
+        control_abort(t->ctl, ddp_fail(DDP_ERR_NOMEM, "out of memory for the BatchNorm statistics"));
+    if (own) t->compute->download(own, m->bufs, m->nbufs * sizeof(float));
+    ddp_status_t s = trainer_average_bn_buffers(t);
+    if (s == DDP_OK) s = evaluate_local_(t, epoch, step, res);
     if (s != DDP_OK) control_abort(t->ctl, s);
+    if (own) t->compute->upload(m->bufs, own, m->nbufs * sizeof(float));
+    free(own);
 }

@@ -333,39 +333,89 @@ ddp_status_t h5_attr_read_f32v(hid_t obj, const char *name, float *v, size_t *n)
 
 /* ---- in-memory files ------------------------------------------------------ */
 
-ddp_status_t h5_mem_create(hid_t *file, size_t size_hint)
+/* The core driver's memory, through file image callbacks: it lives in the
+ * caller's h5_mem_image_t, grows by realloc, and survives the file's close
+ * (the image is what the close leaves behind).  Reused for the next file,
+ * its pages are already mapped: no page faults, no kernel page clearing. */
+static void *image_malloc_(size_t size, H5FD_file_image_op_t op, void *udata)
+{
+    (void)op;
+    h5_mem_image_t *img = udata;
+    if (size > img->cap) {
+        free(img->data);
+        img->data = malloc(size);
+        img->cap = img->data ? size : 0;
+    }
+    return img->data;
+}
+
+static void *image_realloc_(void *ptr, size_t size, H5FD_file_image_op_t op, void *udata)
+{
+    h5_mem_image_t *img = udata;
+    if (!ptr) return image_malloc_(size, op, udata);
+    if (size <= img->cap) return ptr;
+    void *p = realloc(img->data, size);
+    if (!p) return NULL;
+    img->data = p;
+    img->cap = size;
+    return p;
+}
+
+static herr_t image_free_(void *ptr, H5FD_file_image_op_t op, void *udata)
+{
+    (void)ptr, (void)op, (void)udata; /* the image stays with its owner */
+    return 0;
+}
+
+static void *image_memcpy_(void *dest, const void *src, size_t size, H5FD_file_image_op_t op,
+                           void *udata)
+{
+    (void)op, (void)udata;
+    return memcpy(dest, src, size);
+}
+
+static void *udata_copy_(void *udata)
+{
+    return udata;
+}
+
+static herr_t udata_free_(void *udata)
+{
+    (void)udata;
+    return 0;
+}
+
+ddp_status_t h5_mem_create(hid_t *file, h5_mem_image_t *img, size_t size_hint)
 {
     /* grow in steps of the expected size (at least 1 MiB): few reallocations */
     size_t increment = size_hint < ((size_t)1 << 20) ? ((size_t)1 << 20) : size_hint;
+    H5FD_file_image_callbacks_t cb = {image_malloc_, image_memcpy_, image_realloc_, image_free_,
+                                      udata_copy_,   udata_free_,   img};
+    img->len = 0;
     h5_lock();
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     herr_t rc = fapl < 0 ? -1 : H5Pset_fapl_core(fapl, increment, 0);
-    hid_t f = rc < 0 ? H5I_INVALID_HID : H5Fcreate("ddptrain-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (rc >= 0) rc = H5Pset_file_image_callbacks(fapl, &cb);
+    hid_t f = rc < 0 ? H5I_INVALID_HID
+                     : H5Fcreate("ddptrain-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
     h5_unlock();
-    if (f < 0) return ddp_fail(DDP_ERR_NOMEM, "cannot create an in-memory HDF5 file (out of memory?)");
+    if (f < 0)
+        return ddp_fail(DDP_ERR_NOMEM, "cannot create an in-memory HDF5 file (out of memory?)");
     *file = f;
     return DDP_OK;
 }
 
-ddp_status_t h5_mem_finish(hid_t file, void **image, size_t *len)
+ddp_status_t h5_mem_finish(hid_t file, h5_mem_image_t *img)
 {
-    *image = NULL;
-    *len = 0;
     h5_lock();
     ssize_t n = H5Fflush(file, H5F_SCOPE_LOCAL) < 0 ? -1 : H5Fget_file_image(file, NULL, 0);
-    void *buf = n > 0 ? malloc((size_t)n) : NULL;
-    ssize_t got = buf ? H5Fget_file_image(file, buf, (size_t)n) : -1;
-    H5Fclose(file);
+    herr_t rc = H5Fclose(file);
     h5_unlock();
-    if (got != n || n <= 0) {
-        free(buf);
-        return ddp_fail(DDP_ERR_NOMEM, "cannot take the image of an in-memory HDF5 file (%zd bytes; "
-                                       "out of memory?)",
-                        n);
-    }
-    *image = buf;
-    *len = (size_t)n;
+    if (n <= 0 || rc < 0 || !img->data || (size_t)n > img->cap)
+        return ddp_fail(DDP_ERR_NOMEM,
+                        "cannot finish an in-memory HDF5 file (%zd bytes; out of memory?)", n);
+    img->len = (size_t)n;
     return DDP_OK;
 }
 
@@ -375,4 +425,11 @@ void h5_mem_abandon(hid_t file)
     h5_lock();
     H5Fclose(file);
     h5_unlock();
+}
+
+void h5_mem_image_free(h5_mem_image_t *img)
+{
+    free(img->data);
+    img->data = NULL;
+    img->cap = img->len = 0;
 }

@@ -47,14 +47,21 @@ ddp_status_t h5_atomic_commit(h5_atomic_t *a);
 void h5_atomic_abandon(h5_atomic_t *a);
 
 /* In-memory files: build a whole HDF5 file in memory (the core driver, no
- * backing store), then take its bytes to write them in one piece with
- * atomicfile_write.  The disk sees one sequential write, and a full disk is
- * a failed write() with no HDF5 file left half-closed.  h5_mem_finish
- * closes the file and hands back a malloc'd image; h5_mem_abandon only
- * closes it. */
-ddp_status_t h5_mem_create(hid_t *file, size_t size_hint);
-ddp_status_t h5_mem_finish(hid_t file, void **image, size_t *len);
+ * backing store), then write its bytes in one piece with atomicfile_write.
+ * The disk sees one sequential write, and a full disk is a failed write()
+ * with no HDF5 file left half-closed.  The bytes live in an h5_mem_image_t
+ * the caller owns: after h5_mem_finish (which closes the file) data[0, len)
+ * is the file.  An image may be reused for the next file (its memory is
+ * already mapped, which makes the next build several times faster); free
+ * it with h5_mem_image_free.  h5_mem_abandon only closes the file. */
+typedef struct h5_mem_image {
+    void *data;
+    size_t cap, len;
+} h5_mem_image_t;
+ddp_status_t h5_mem_create(hid_t *file, h5_mem_image_t *img, size_t size_hint);
+ddp_status_t h5_mem_finish(hid_t file, h5_mem_image_t *img);
 void h5_mem_abandon(hid_t file);
+void h5_mem_image_free(h5_mem_image_t *img);
 
 /* Does `name` (a path like "/train/x") exist under loc? */
 int h5_exists(hid_t loc, const char *name);

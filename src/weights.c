@@ -152,19 +152,18 @@ ddp_status_t weights_save(const char *path, const model_t *m, const weights_meta
     DDP_TRY(weights_host_alloc(&h, m));
     weights_host_download(&h, m);
     hid_t f;
-    ddp_status_t s = h5_mem_create(&f, weights_model_bytes(m) + ((size_t)64 << 10));
+    h5_mem_image_t img = {0};
+    ddp_status_t s = h5_mem_create(&f, &img, weights_model_bytes(m) + ((size_t)64 << 10));
     if (s == DDP_OK) {
         s = weights_write_model(f, m, &h);
         if (s == DDP_OK) s = weights_write_attrs(f, WEIGHTS_FORMAT, WEIGHTS_FORMAT_VERSION, meta);
-        void *image = NULL;
-        size_t len = 0;
         if (s == DDP_OK)
-            s = h5_mem_finish(f, &image, &len);
+            s = h5_mem_finish(f, &img);
         else
             h5_mem_abandon(f);
-        if (s == DDP_OK) s = atomicfile_write(path, image, len);
-        free(image);
+        if (s == DDP_OK) s = atomicfile_write(path, img.data, img.len);
     }
+    h5_mem_image_free(&img);
     weights_host_free(&h);
     if (s != DDP_OK && s != DDP_ERR_IO)
         return ddp_fail_override(s, "cannot write weights file %s: %s", path, ddp_error_message());

@@ -1,0 +1,41 @@
+/* make_deck.c -- writes a small input deck for the end-to-end scripts that
+ * need a shape ddptrain-prep synthetic does not make (tests/test_decks.c's
+ * writer, so the values are the same known functions of the sample index).
+ *
+ *   make_deck images OUT.h5 N
+ *
+ * images: N float32 samples [N, 1, 8, 8] with labels index % 4 (4 classes,
+ * the `classes` attribute written) and a /val split of 64 samples: a deck
+ * for --augment and convolutional models. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_decks.h"
+
+/* test_decks.c's tdeck_path names files under the Check binaries' temporary
+ * directory; this program is given full paths and never calls it. */
+const char *test_tmpdir(void)
+{
+    return ".";
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4 || strcmp(argv[1], "images") != 0) {
+        fprintf(stderr, "usage: make_deck images OUT.h5 N\n");
+        return 2;
+    }
+    long n = strtol(argv[3], NULL, 10);
+    if (n < 1) {
+        fprintf(stderr, "make_deck: N must be a positive number of samples\n");
+        return 2;
+    }
+    tdeck_t t = {.n = n, .xrank = 4, .c = 1, .h = 8, .w = 8, .classes = 4, .classes_attr = 1,
+                 .chunk_rows = 16, .nval = 64};
+    if (tdeck_write(argv[2], &t) != 0) {
+        fprintf(stderr, "make_deck: cannot write %s\n", argv[2]);
+        return 1;
+    }
+    return 0;
+}
