@@ -10,6 +10,7 @@
 #include "deck.h"
 #include "h5util.h"
 #include "log.h"
+#include "signals.h"
 #include "train.h"
 #include "version.h"
 
@@ -29,6 +30,10 @@ int main(int argc, char **argv)
 
     int provided, rank;
     MPI_Init_thread(&argc, &argv, COMM_MPI_THREAD_LEVEL, &provided);
+    /* from here SIGUSR1/SIGTERM/SIGINT ask for a stop at a step boundary
+     * (signals.h): one that comes while starting up or finishing does not
+     * kill the rank */
+    signals_install();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     log_setup(rank, LOG_INFO);
     h5_quiet();

@@ -12,9 +12,11 @@
 #ifndef DDP_SIGNALS_H
 #define DDP_SIGNALS_H
 
-/* Install the handlers (idempotent). */
+/* Install the handlers (idempotent; main.c does it right after MPI_Init,
+ * ddp_train again).  They stay until the process ends. */
 void signals_install(void);
-/* Restore the previous handlers. */
+/* Restore the previous handlers (control_abort: the job is ending, and the
+ * launcher's SIGTERM must end this rank at once). */
 void signals_restore(void);
 /* The first signal received since signals_install, or 0. */
 int signals_pending(void);

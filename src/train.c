@@ -247,7 +247,6 @@ ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *
     if (s == DDP_OK) s = loop_(t, res);
     if (s == DDP_OK) s = checkpoint_save_final(t, res);
     startup_teardown(t);
-    signals_restore();
     free(t);
     return s;
 }
