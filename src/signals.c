@@ -14,8 +14,9 @@ static int installed_;
 
 static void on_signal_(int signo)
 {
-    if (pending_ && signo != SIGUSR1) {
-        /* asked twice: stop now, the default way */
+    if ((pending_ == SIGTERM || pending_ == SIGINT) && signo != SIGUSR1) {
+        /* asked twice to end (not a SIGUSR1 then Slurm's SIGTERM): stop now,
+         * the default way */
         signal(signo, SIG_DFL);
         raise(signo);
         return;

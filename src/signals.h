@@ -5,10 +5,12 @@
  * scancel) some time before it kills a job.  The handler only records the
  * signal; the training loop asks signals_pending() at every step boundary,
  * the ranks agree on it (any rank that saw one stops every rank), rank 0
- * writes a checkpoint and the job exits with DDP_STOP_REQUEUE (75).  A second
- * SIGTERM or SIGINT while the first is being honoured ends the process at
- * once with the default action: a checkpoint being written is then left
- * under its temporary name, which --resume never takes. */
+ * writes a checkpoint and the job exits with DDP_STOP_REQUEUE (75).  A
+ * SIGTERM or SIGINT while an earlier SIGTERM or SIGINT is being honoured
+ * ends the process at once with the default action (a SIGTERM after a
+ * SIGUSR1 does not: Slurm sends one after the other): a checkpoint being
+ * written is then left under its temporary name, which --resume never
+ * takes. */
 #ifndef DDP_SIGNALS_H
 #define DDP_SIGNALS_H
 

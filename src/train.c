@@ -207,7 +207,8 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                 DDP_TRY(checkpoint_write(t, &here));
             int sig;
             DDP_TRY(step_boundary_(t, step, &sig));
-            if (sig) return stop_(t, sig, &here);
+            /* at the last step there is nothing to stop: finish as usual */
+            if (sig && step < t->total_steps) return stop_(t, sig, &here);
         }
         if (step < t->total_steps) drop_rest_of_epoch_(t, used_micro);
         int64_t done_epochs = epoch + 1;
