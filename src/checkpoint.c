@@ -3,10 +3,10 @@
 #include "checkpoint.h"
 
 #include <dirent.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +21,9 @@
 #include "trainer.h"
 #include "version.h"
 
-#define CKPT_PREFIX   "ckpt_"
-#define CKPT_SUFFIX   ".h5"
-#define CONFIG_TEXT_MAX (64 * 1024)
+#define CKPT_PREFIX     "ckpt_"
+#define CKPT_SUFFIX     ".h5"
+#define CONFIG_TEXT_MAX (64 * 1024) /* the stored configuration's text */
 
 /* ---- names in --ckpt-dir ------------------------------------------------- */
 

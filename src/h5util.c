@@ -1,18 +1,17 @@
-/* h5util.c -- HDF5 helpers: lock, quiet open, atomic files, attributes. */
+/* h5util.c -- HDF5 helpers: lock, quiet open, atomic files, in-memory
+ * files, attributes. */
 #define _GNU_SOURCE
 #include "h5util.h"
 
-#include "atomicfile.h"
-
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "atomicfile.h"
 
 static pthread_mutex_t h5_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 

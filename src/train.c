@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "clock.h"
-#include "signals.h"
 #include "log.h"
+#include "signals.h"
 #include "trainer.h"
 
 void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
