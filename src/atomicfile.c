@@ -82,8 +82,9 @@ ddp_status_t atomicfile_write(const char *path, const void *data, size_t len)
     if (close(fd) != 0 && !e) e = errno;
     if (e) {
         unlink(tmp);
-        return ddp_fail(DDP_ERR_IO, "writing %s failed after %zu of %zu bytes: %s%s; %s was left "
-                                    "unchanged",
+        return ddp_fail(DDP_ERR_IO,
+                        "writing %s failed after %zu of %zu bytes: %s%s; %s was left "
+                        "unchanged",
                         tmp, len - left, len, strerror(e), advice_(e), path);
     }
     return finish_(tmp, path, 0); /* flushed above */

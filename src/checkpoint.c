@@ -76,8 +76,7 @@ static ddp_status_t list_(const char *dir, int64_t **steps, int *n)
     *steps = NULL;
     *n = 0;
     DIR *d = opendir(dir);
-    if (!d)
-        return ddp_fail(DDP_ERR_IO, "cannot read --ckpt-dir %s: %s", dir, strerror(errno));
+    if (!d) return ddp_fail(DDP_ERR_IO, "cannot read --ckpt-dir %s: %s", dir, strerror(errno));
     int cap = 0;
     struct dirent *e;
     ddp_status_t s = DDP_OK;
@@ -151,8 +150,9 @@ static ddp_status_t prepare_dir_(const char *dir)
     atomicfile_tmp_name(path, probe, sizeof probe);
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
-        return ddp_fail(DDP_ERR_IO, "cannot write in --ckpt-dir %s: %s; choose a writable directory",
-                        dir, strerror(errno));
+        return ddp_fail(DDP_ERR_IO,
+                        "cannot write in --ckpt-dir %s: %s; choose a writable directory", dir,
+                        strerror(errno));
     close(fd);
     unlink(probe);
     return DDP_OK;
@@ -266,8 +266,9 @@ static ddp_status_t read_optimizer_(trainer_t *t, hid_t f, const char *path, int
     if (s == DDP_OK) s = h5_attr_read_i64(g, "step", &c->resume.optim_steps);
     if (s != DDP_OK) {
         *damaged = 1;
-        s = ddp_fail_override(DDP_ERR_INPUT, "%s: /optimizer has no type or step attribute "
-                                             "(damaged checkpoint)",
+        s = ddp_fail_override(DDP_ERR_INPUT,
+                              "%s: /optimizer has no type or step attribute "
+                              "(damaged checkpoint)",
                               path);
     }
     const char *want = config_choice_name("optimizer", cfg->optimizer);
@@ -287,10 +288,9 @@ static ddp_status_t read_optimizer_(trainer_t *t, hid_t f, const char *path, int
             snprintf(name, sizeof name, "%s/%s", T->name, names[k]);
             int nd;
             hsize_t dims[H5S_MAX_RANK];
-            weights_read_t r =
-                weights_read_dataset(g, name, H5T_NATIVE_FLOAT, T->ndim, T->shape,
-                                     c->optim_state[k] + T->offset, T->numel * sizeof(float), &nd,
-                                     dims);
+            weights_read_t r = weights_read_dataset(g, name, H5T_NATIVE_FLOAT, T->ndim, T->shape,
+                                                    c->optim_state[k] + T->offset,
+                                                    T->numel * sizeof(float), &nd, dims);
             if (r == WEIGHTS_READ_DAMAGED) *damaged = 1;
             if (r == WEIGHTS_READ_MISSING && cfg->resume_override) {
                 log_warn("optimizer state %s is not in %s: it starts at zero "
@@ -333,8 +333,8 @@ static ddp_status_t read_local_bn_(trainer_t *t, hid_t f, const char *path, int 
     if (!c->local_bn) return ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
     int shape[2] = {(int)c->resume.local_bn_ranks, (int)m->nbufs}, nd;
     hsize_t dims[H5S_MAX_RANK];
-    weights_read_t r = weights_read_dataset(f, "/local_bn", H5T_NATIVE_FLOAT, 2, shape,
-                                            c->local_bn, n * sizeof(float), &nd, dims);
+    weights_read_t r = weights_read_dataset(f, "/local_bn", H5T_NATIVE_FLOAT, 2, shape, c->local_bn,
+                                            n * sizeof(float), &nd, dims);
     if (r == WEIGHTS_READ_OK) return DDP_OK;
     *damaged = r == WEIGHTS_READ_DAMAGED;
     return ddp_fail(DDP_ERR_INPUT, "%s: /local_bn is missing, mis-shaped or damaged", path);
@@ -373,8 +373,9 @@ static ddp_status_t read_open_(trainer_t *t, hid_t f, const char *path, int *dam
     if (!text) return ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
     ddp_status_t s = h5_attr_read_str(f, "config", text, CONFIG_TEXT_MAX);
     if (s != DDP_OK)
-        s = ddp_fail_override(DDP_ERR_INPUT, "%s: attribute config is missing (damaged "
-                                             "checkpoint)",
+        s = ddp_fail_override(DDP_ERR_INPUT,
+                              "%s: attribute config is missing (damaged "
+                              "checkpoint)",
                               path);
     /* from here a problem means the checkpoint is not this run's */
     if (s == DDP_OK) *damaged = 0;
@@ -577,10 +578,8 @@ static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, const
     hid_t f;
     DDP_TRY(h5_mem_create(&f, &c->image,
                           weights_model_bytes(m) + state_bytes + local_bytes + (256 << 10)));
-    weights_meta_t meta = {.step = pos->step,
-                           .epoch = pos->epoch,
-                           .world_size = t->ctl->size,
-                           .cfg = cfg};
+    weights_meta_t meta = {
+        .step = pos->step, .epoch = pos->epoch, .world_size = t->ctl->size, .cfg = cfg};
     ddp_status_t s = weights_write_model(f, m, h);
     if (s == DDP_OK) s = weights_write_attrs(f, CKPT_FORMAT, CKPT_FORMAT_VERSION, &meta);
     const deck_t *d = &t->train;
@@ -630,8 +629,7 @@ static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, const
                       : H5Gcreate2(f, "/optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         h5_unlock();
         s = g < 0 ? ddp_fail(DDP_ERR_NOMEM, "cannot create /optimizer in memory") : DDP_OK;
-        if (s == DDP_OK)
-            s = h5_attr_write_str(g, "type", config_choice_name("optimizer", o->kind));
+        if (s == DDP_OK) s = h5_attr_write_str(g, "type", config_choice_name("optimizer", o->kind));
         if (s == DDP_OK) s = h5_attr_write_i64(g, "step", o->step_count);
         if (g >= 0) {
             h5_lock();

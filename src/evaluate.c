@@ -66,7 +66,8 @@ void evaluate_run(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res
     int local_bn = !t->sync_bn && t->comm.size > 1 && m->nbufs > 0;
     float *own = local_bn ? malloc(m->nbufs * sizeof(float)) : NULL;
     if (local_bn && !own)
-        control_abort(t->ctl, ddp_fail(DDP_ERR_NOMEM, "out of memory for the BatchNorm statistics"));
+        control_abort(t->ctl,
+                      ddp_fail(DDP_ERR_NOMEM, "out of memory for the BatchNorm statistics"));
     if (own) t->compute->download(own, m->bufs, m->nbufs * sizeof(float));
     ddp_status_t s = trainer_average_bn_buffers(t);
     if (s == DDP_OK) s = evaluate_local_(t, epoch, step, res);

@@ -388,15 +388,15 @@ ddp_status_t h5_mem_create(hid_t *file, h5_mem_image_t *img, size_t size_hint)
 {
     /* grow in steps of the expected size (at least 1 MiB): few reallocations */
     size_t increment = size_hint < ((size_t)1 << 20) ? ((size_t)1 << 20) : size_hint;
-    H5FD_file_image_callbacks_t cb = {image_malloc_, image_memcpy_, image_realloc_, image_free_,
-                                      udata_copy_,   udata_free_,   img};
+    H5FD_file_image_callbacks_t cb = {
+        image_malloc_, image_memcpy_, image_realloc_, image_free_, udata_copy_, udata_free_, img};
     img->len = 0;
     h5_lock();
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     herr_t rc = fapl < 0 ? -1 : H5Pset_fapl_core(fapl, increment, 0);
     if (rc >= 0) rc = H5Pset_file_image_callbacks(fapl, &cb);
-    hid_t f = rc < 0 ? H5I_INVALID_HID
-                     : H5Fcreate("ddptrain-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    hid_t f =
+        rc < 0 ? H5I_INVALID_HID : H5Fcreate("ddptrain-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
     h5_unlock();
     if (f < 0)

@@ -284,8 +284,8 @@ static ddp_status_t start_position_(trainer_t *t)
         log_info("  resume       the global batch changes from %lld to %lld samples per step: "
                  "epoch %lld goes on at sample %lld of its order (the checkpoint had trained "
                  "on %lld of them%s); step numbers go on from %lld",
-                 (long long)was, (long long)global, (long long)t->first_epoch + 1,
-                 (long long)at, (long long)r->pos.sample_in_epoch,
+                 (long long)was, (long long)global, (long long)t->first_epoch + 1, (long long)at,
+                 (long long)r->pos.sample_in_epoch,
                  at != r->pos.sample_in_epoch ? "; the ones in between are seen again" : "",
                  (long long)r->pos.step);
     if (t->first_step_in_epoch >= t->steps_per_epoch) {
@@ -314,7 +314,8 @@ static ddp_status_t count_steps_(trainer_t *t)
     if (cfg->steps > 0) {
         t->total_steps = cfg->steps;
         int64_t left = t->total_steps > t->first_step ? t->total_steps - t->first_step : 0;
-        t->end_epoch = t->first_epoch + (left ? (t->first_step_in_epoch + left + spe - 1) / spe : 0);
+        t->end_epoch =
+            t->first_epoch + (left ? (t->first_step_in_epoch + left + spe - 1) / spe : 0);
         return DDP_OK;
     }
     if (cfg->epochs > INT64_MAX / spe)
@@ -433,12 +434,13 @@ static void print_table_(trainer_t *t)
              t->end_epoch > 1 ? "s" : "", cfg->drop_last ? "" : ", last batch uneven");
     const ckpt_resume_t *r = &t->ckpt.resume;
     if (r->active)
-        log_info("  resume       %s: step %lld, epoch %lld, sample %lld of the epoch (saved by %lld "
-                 "rank%s)%s",
-                 r->path, (long long)r->pos.step, (long long)r->pos.epoch + 1,
-                 (long long)r->pos.sample_in_epoch, (long long)r->world_size,
-                 r->world_size > 1 ? "s" : "",
-                 t->first_step >= t->total_steps ? "; nothing left to train" : "");
+        log_info(
+            "  resume       %s: step %lld, epoch %lld, sample %lld of the epoch (saved by %lld "
+            "rank%s)%s",
+            r->path, (long long)r->pos.step, (long long)r->pos.epoch + 1,
+            (long long)r->pos.sample_in_epoch, (long long)r->world_size,
+            r->world_size > 1 ? "s" : "",
+            t->first_step >= t->total_steps ? "; nothing left to train" : "");
     if (t->ckpt.note[0]) log_info("  resume       %s", t->ckpt.note);
     if (cfg->ckpt_dir[0]) {
         char every[96] = "", keep[32] = "all";

@@ -87,7 +87,8 @@ weights_read_t weights_read_dataset(hid_t loc, const char *name, hid_t mem_type,
         r = WEIGHTS_READ_DAMAGED;
     else if (h5_attr_exists(ds, WEIGHTS_CHECKSUM_ATTR)) {
         char want[64], have[24];
-        snprintf(have, sizeof have, "%016llx", (unsigned long long)hash_words(HASH_SEED, out, bytes));
+        snprintf(have, sizeof have, "%016llx",
+                 (unsigned long long)hash_words(HASH_SEED, out, bytes));
         if (h5_attr_read_str(ds, WEIGHTS_CHECKSUM_ATTR, want, sizeof want) != DDP_OK ||
             strcmp(want, have) != 0)
             r = WEIGHTS_READ_DAMAGED;

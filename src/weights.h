@@ -57,9 +57,8 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
  * m's current values where nothing is read).  `option` and `path` name the
  * file in errors ("--init weights.h5 does not match the model: ...");
  * *damaged is set when a dataset is unreadable or fails its checksum. */
-ddp_status_t weights_read_group(hid_t file, const char *group, const model_t *m,
-                                weights_host_t *h, const char *option, const char *path,
-                                int *damaged);
+ddp_status_t weights_read_group(hid_t file, const char *group, const model_t *m, weights_host_t *h,
+                                const char *option, const char *path, int *damaged);
 
 /* Datasets with a checksum: every dataset ddptrain writes carries the
  * attribute WEIGHTS_CHECKSUM_ATTR (hash_words of its bytes, 16 hex digits),

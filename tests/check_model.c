@@ -293,8 +293,9 @@ START_TEST(weights_checksum_catches_a_flipped_bit)
     fclose(f);
     free(bytes);
     ck_assert_int_eq(weights_load(path, &a), DDP_ERR_INPUT);
-    ck_assert_msg(strstr(ddp_error_message(), "layers.0.weight cannot be read or fails its checksum"),
-                  "%s", ddp_error_message());
+    ck_assert_msg(
+        strstr(ddp_error_message(), "layers.0.weight cannot be read or fails its checksum"), "%s",
+        ddp_error_message());
     ddp_clear_error();
     model_free(&a);
 }

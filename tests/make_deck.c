@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "test_decks.h"
+#include "tests.h"
 
 /* test_decks.c's tdeck_path names files under the Check binaries' temporary
  * directory; this program is given full paths and never calls it. */
@@ -31,8 +32,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "make_deck: N must be a positive number of samples\n");
         return 2;
     }
-    tdeck_t t = {.n = n, .xrank = 4, .c = 1, .h = 8, .w = 8, .classes = 4, .classes_attr = 1,
-                 .chunk_rows = 16, .nval = 64};
+    tdeck_t t = {.n = n,
+                 .xrank = 4,
+                 .c = 1,
+                 .h = 8,
+                 .w = 8,
+                 .classes = 4,
+                 .classes_attr = 1,
+                 .chunk_rows = 16,
+                 .nval = 64};
     if (tdeck_write(argv[2], &t) != 0) {
         fprintf(stderr, "make_deck: cannot write %s\n", argv[2]);
         return 1;
