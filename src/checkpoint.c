@@ -529,18 +529,23 @@ ddp_status_t checkpoint_resume_state(trainer_t *t)
 
 /* ---- writing ------------------------------------------------------------- */
 
-/* BatchNorm statistics for /model: the average over ranks when they differ
- * (--no-sync-bn), without touching the running model; and every rank's own
- * into *local (rank 0, [size x nbufs]) for an exact resume.  Collective. */
+/* BatchNorm statistics for /model: avg holds this rank's own (a host copy);
+ * when they differ between ranks (--no-sync-bn) it becomes their average,
+ * without touching the running model, and every rank's own go to *local
+ * (rank 0, [size x nbufs]) for an exact resume.  Collective. */
 static ddp_status_t bn_for_file_(trainer_t *t, float *avg, float **local)
 {
     const model_t *m = &t->model;
     *local = NULL;
-    t->compute->download(avg, m->bufs, m->nbufs * sizeof(float));
     if (t->sync_bn || t->ctl->size == 1 || m->nbufs == 0) return DDP_OK;
     size_t n = m->nbufs, W = (size_t)t->ctl->size;
     float *all = malloc(W * n * sizeof(float));
-    DDP_TRY(control_agree(t->ctl, all ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory")));
+    ddp_status_t agreed =
+        control_agree(t->ctl, all ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory"));
+    if (agreed != DDP_OK) {
+        free(all);
+        return agreed;
+    }
     comm_desc_t d = {"checkpoint-bn", -1, -1};
     ddp_status_t s = control_allgather(t->ctl, avg, all, n * sizeof(float), &d);
     if (s != DDP_OK) control_abort(t->ctl, s);
@@ -800,7 +805,10 @@ ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
     float *local = NULL;
     s = control_agree(t->ctl, s);
     if (s == DDP_OK) {
-        if (t->ctl->rank == 0) weights_host_download(h, m);
+        if (t->ctl->rank == 0)
+            weights_host_download(h, m);
+        else
+            t->compute->download(h->bufs, m->bufs, m->nbufs * sizeof(float));
         s = bn_for_file_(t, h->bufs, &local);
     }
     if (s == DDP_OK && t->ctl->rank == 0) {
