@@ -11,7 +11,8 @@
 # --resume-override and a warning, the --model one (other shapes) never;
 # kill -9 of rank 0 in the middle of a checkpoint write leaves only complete
 # checkpoints and a temporary file the next run removes; a second SIGTERM
-# while the first one's checkpoint is being written ends the process at once.
+# while the first one's checkpoint is being written ends the process at once,
+# a SIGTERM after a SIGUSR1 does not.
 # The read-only and disk-full cases mount a tmpfs in a private mount
 # namespace (root and unshare -m); without them the test ends skipped (77)
 # after the other cases, or fails when DDP_REQUIRE_MOUNT=1 (.ci/run sets it).
@@ -173,6 +174,26 @@ else
   [ $rc -eq 75 ] || { cat "$T/ot" "$T/et"; fail "SIGTERM: exit $rc, expected 75"; }
   echo "note: the checkpoint write after SIGTERM was not caught; second SIGTERM not checked"
 fi
+
+# 6b. SIGUSR1 then SIGTERM (what Slurm sends before a preemption, one after
+# the other) is one stop request, not "asked twice": the checkpoint is
+# written and the exit code is 75
+timeout -k 5 90 sh -c 'echo $$ >"$0/pid2"; shift; exec "$@"' "$T" x "$DDPTRAIN" "$T/d.h5" $m \
+  --steps 1000000 --log-every 1 --ckpt-dir "$T/u" >"$T/ou" 2>"$T/eu" &
+job=$!
+i=0
+until grep -q "^step " "$T/ou"; do
+  i=$((i + 1))
+  [ $i -le 3000 ] || { kill "$job"; cat "$T/ou" "$T/eu"; fail "USR1+TERM: no progress line in 30 s"; }
+  sleep 0.01
+done
+kill -USR1 "$(cat "$T/pid2")" && kill -TERM "$(cat "$T/pid2")"
+wait "$job"
+rc=$?
+[ $rc -eq 75 ] || { cat "$T/eu"; fail "SIGUSR1 then SIGTERM: exit $rc, expected 75"; }
+grep -q "stopped: SIGUSR1 at step" "$T/eu" || { cat "$T/eu"; fail "SIGUSR1 then SIGTERM: no 'stopped:' line"; }
+ls "$T"/u/ckpt_*.h5 >/dev/null 2>&1 || fail "SIGUSR1 then SIGTERM: no checkpoint"
+echo "ok: SIGUSR1 then SIGTERM: one checkpoint, exit 75"
 
 # 7. read-only --ckpt-dir and a disk full during a checkpoint: a tmpfs in a
 # private mount namespace
