@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "h5util.h"
 #include "log.h"
+#include "progress.h"
 #include "trainer.h"
 #include "version.h"
 
@@ -170,7 +171,7 @@ ddp_status_t checkpoint_startup(trainer_t *t)
 /* ---- reading a checkpoint (rank 0) --------------------------------------- */
 
 /* Options that shape training must match the checkpoint's (ddp_option_t
- * .resumable marks those that may change); with --resume-override a change
+ * OPT_RESUMABLE marks those that may change); with --resume-override a change
  * is reported and allowed. */
 static ddp_status_t compare_options_(const trainer_t *t, const char *text, const char *path)
 {
@@ -198,7 +199,7 @@ static ddp_status_t compare_options_(const trainer_t *t, const char *text, const
     ddp_status_t s = DDP_OK;
     for (int i = 0; i < ddp_noptions && s == DDP_OK; i++) {
         const ddp_option_t *o = &ddp_options[i];
-        if (o->resumable) continue;
+        if (o->flags & OPT_RESUMABLE) continue;
         char was[CONFIG_STR_MAX], now[CONFIG_STR_MAX];
         config_format(old, o, was, sizeof was);
         config_format(t->cfg, o, now, sizeof now);
@@ -792,6 +793,7 @@ ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
 {
     checkpoint_t *c = &t->ckpt;
     const model_t *m = &t->model;
+    progress_phase(PHASE_CHECKPOINT);
     /* one write in flight at most: the previous one first */
     DDP_TRY(checkpoint_settle(t));
     double t0 = clock_seconds();
@@ -830,6 +832,7 @@ ddp_status_t checkpoint_save_final(trainer_t *t, const train_result_t *res)
 {
     const ddp_config_t *cfg = t->cfg;
     if (!cfg->save[0]) return DDP_OK;
+    progress_phase(PHASE_SAVE);
     DDP_TRY(trainer_average_bn_buffers(t));
     ddp_status_t s = DDP_OK;
     if (t->ctl->rank == 0) {

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "progress.h"
+
 size_t comm_dtype_size(comm_dtype_t t)
 {
     switch (t) {
@@ -16,17 +18,18 @@ size_t comm_dtype_size(comm_dtype_t t)
     return 0;
 }
 
-void comm_note_start(comm_t *c, const comm_desc_t *d, size_t allreduce_bytes)
+uint64_t comm_note_start(comm_t *c, const comm_desc_t *d, const char *op, size_t bytes)
 {
     c->seq++;
     if (d)
         c->last = *d;
     else
         c->last = (comm_desc_t){"unnamed", -1, -1};
-    if (allreduce_bytes) {
-        c->allreduce_bytes += allreduce_bytes;
+    if (bytes && strcmp(op, "all-reduce") == 0) {
+        c->allreduce_bytes += bytes;
         c->allreduce_calls++;
     }
+    return progress_collective_start(&c->last, PLANE_GRADIENT, op, bytes);
 }
 
 ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,

@@ -173,7 +173,9 @@ ddp_status_t comm_mem_alloc_host(size_t bytes, void **p);
 ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                             const comm_desc_t *d);
 
-/* Bookkeeping every backend calls when it starts a collective. */
-void comm_note_start(comm_t *c, const comm_desc_t *d, size_t allreduce_bytes);
+/* Bookkeeping every backend calls when it starts a collective: op is
+ * "all-reduce", "broadcast", "all-gather" or "barrier", bytes this rank's
+ * payload.  Numbers it for the watchdog (progress.h): the job-wide number. */
+uint64_t comm_note_start(comm_t *c, const comm_desc_t *d, const char *op, size_t bytes);
 
 #endif

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "progress.h"
 #include "sum_kernels.h"
 
 /* "mpi": largest MPI_Iallreduce (Open MPI 4.1's default all-reduce collapses
@@ -88,6 +89,7 @@ struct comm_req {
     algo_t algo;
     comm_desc_t desc;
     uint64_t seq; /* collective number (comm_t.seq) */
+    progress_coll_t job; /* what the watchdog knows it as (progress.h) */
     int done;
     ddp_status_t err; /* sticky failure */
     char *buf;
@@ -576,7 +578,8 @@ static ddp_status_t allreduce_start_(comm_t *c, void *buf, size_t count, comm_dt
     comm_req_t *q = calloc(1, sizeof *q);
     if (!q) return ddp_fail(DDP_ERR_NOMEM, "out of memory starting an all-reduce");
     size_t esz = comm_dtype_size(t);
-    comm_note_start(c, d, count * esz);
+    comm_note_start(c, d, "all-reduce", count * esz);
+    q->job = progress_last();
     q->algo = m->algo == ALGO_AUTO ? ALGO_RING : m->algo;
     q->desc = c->last;
     q->seq = c->seq;
@@ -641,13 +644,20 @@ static ddp_status_t mpi_test_(comm_t *c, comm_req_t *req, int *done)
 static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
 {
     mpi_impl_t *m = c->impl;
-    ddp_status_t s = DDP_OK;
-    for (long spin = 0; !req->done && s == DDP_OK; spin++) {
-        s = mpi_progress_(c);
-        if (req->err) s = req->err;
-        /* with more ranks than cores, let the rank we wait for run */
-        if (m->oversubscribed && spin % 64 == 63) sched_yield();
+    ddp_status_t s = mpi_progress_(c);
+    if (!req->done && s == DDP_OK) {
+        /* the watchdog thread sees this wait (progress.h) and ends the job
+         * when it outlasts --timeout */
+        progress_block(req->job.number, &req->job);
+        for (long spin = 0; !req->done && s == DDP_OK; spin++) {
+            s = mpi_progress_(c);
+            if (req->err) s = req->err;
+            /* with more ranks than cores, let the rank we wait for run */
+            if (m->oversubscribed && spin % 64 == 63) sched_yield();
+        }
+        progress_unblock();
     }
+    if (req->err) s = req->err;
     unlink_(m, req);
     req_free_(m, req);
     return s;
@@ -656,13 +666,14 @@ static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
 static ddp_status_t mpi_bcast_(comm_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d)
 {
     DDP_TRY(mpi_progress_(c));
-    comm_note_start(c, d, 0);
+    progress_block(comm_note_start(c, d, "broadcast", bytes), NULL);
     for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += COMM_MPI_CHUNK) {
         size_t len = bytes - off < COMM_MPI_CHUNK ? bytes - off : COMM_MPI_CHUNK;
         int rc = MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, c->mpi);
         if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Bcast", &c->last, c->seq);
         if (bytes == 0) break;
     }
+    progress_unblock();
     return DDP_OK;
 }
 
@@ -670,9 +681,10 @@ static ddp_status_t mpi_allgather_(comm_t *c, const void *send, void *recv, size
                                    const comm_desc_t *d)
 {
     DDP_TRY(mpi_progress_(c));
-    comm_note_start(c, d, 0);
+    progress_block(comm_note_start(c, d, "all-gather", bytes), NULL);
     int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mpi);
     if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Allgather", &c->last, c->seq);
+    progress_unblock();
     return DDP_OK;
 }
 
@@ -680,9 +692,10 @@ static ddp_status_t mpi_barrier_(comm_t *c)
 {
     DDP_TRY(mpi_progress_(c));
     comm_desc_t d = {"barrier", -1, -1};
-    comm_note_start(c, &d, 0);
+    progress_block(comm_note_start(c, &d, "barrier", 0), NULL);
     int rc = MPI_Barrier(c->mpi);
     if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Barrier", &d, c->seq);
+    progress_unblock();
     return DDP_OK;
 }
 

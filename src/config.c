@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "inject.h"
+
 #define OFF(f) offsetof(ddp_config_t, f)
 #define BIG    1e18
 
@@ -105,6 +107,25 @@ const ddp_option_t ddp_options[] = {
     {"resume-override", OPT_BOOL, OFF(resume_override), "false", NULL, NULL, 0, 0,
      "resume even when options that shape training (model, optimizer, seed, data) differ from the "
      "checkpoint's", NULL, 1},
+
+    {"timeout", OPT_FLOAT, OFF(timeout), "600", NULL, "SECONDS", 0, 1e9,
+     "watchdog: when a collective has not completed in SECONDS, end the job (exit 10) with one "
+     "report naming the collective, its step, and what the ranks that did not arrive were doing "
+     "(0: off)", "Diagnostics", 1},
+    {"debug-collectives", OPT_BOOL, OFF(debug_collectives), "false", NULL, NULL, 0, 0,
+     "before every collective, check that all ranks are in the same one (name both sides of a "
+     "mismatch, exit 6); costs one small all-reduce per collective", NULL, 1},
+    {"straggler-factor", OPT_FLOAT, OFF(straggler_factor), "1.3", NULL, "X", 1, 1e6,
+     "at each progress line, name a rank whose compute time per step exceeds X times the median",
+     NULL, 1},
+    {"on-nonfinite", OPT_CHOICE, OFF(on_nonfinite), "abort", "abort|skip", NULL, 0, 0,
+     "a NaN/Inf loss or gradient: abort naming the step and samples, or skip the step on every "
+     "rank (optimizer, weights and BN statistics untouched)", NULL, 1},
+    {"max-skips", OPT_INT, OFF(max_skips), "10", NULL, "N", 1, BIG,
+     "--on-nonfinite skip: abort after N skipped steps in a row", NULL, 1},
+    {"inject", OPT_STRING, OFF(inject), "", NULL, "KIND:RANK:STEP[:ARG]", 0, 0,
+     "fault injection for testing the diagnostics (repeatable): hang, exit, kill, slow, bitflip, "
+     "nan, skipgrad, desync; README, \"Diagnostics\"", NULL, OPT_RESUMABLE | OPT_REPEATABLE},
 };
 /* clang-format on */
 const int ddp_noptions = (int)(sizeof ddp_options / sizeof ddp_options[0]);
@@ -237,12 +258,19 @@ ddp_status_t config_set(ddp_config_t *c, const char *key, const char *value, opt
         *(double *)field = v;
         break;
     }
-    case OPT_STRING:
-        if (strlen(value) >= CONFIG_STR_MAX)
+    case OPT_STRING: {
+        /* a repeatable option given again on the same source adds to it */
+        int append = (o->flags & OPT_REPEATABLE) && field[0] && c->source[o - ddp_options] == src;
+        size_t have = append ? strlen(field) + 1 : 0;
+        if (have + strlen(value) >= CONFIG_STR_MAX)
             return ddp_fail(DDP_ERR_USAGE, "%s: value of option '%s' is longer than %d characters",
                             where, key, CONFIG_STR_MAX - 1);
-        strcpy(field, value);
+        if (append)
+            strcat(strcat(field, ","), value);
+        else
+            strcpy(field, value);
         break;
+    }
     case OPT_CHOICE: {
         int idx = choice_index_(o->choices, value);
         if (idx < 0)
@@ -418,7 +446,7 @@ ddp_status_t config_validate(const ddp_config_t *c)
     if (c->first_bucket_mb > c->bucket_cap_mb)
         return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
                         c->first_bucket_mb, c->bucket_cap_mb);
-    return DDP_OK;
+    return inject_parse(c->inject, NULL, NULL);
 }
 
 void config_format(const ddp_config_t *c, const ddp_option_t *o, char *buf, size_t n)
@@ -510,6 +538,6 @@ void config_print_help(FILE *f, const char *prog)
             "-V, --version", "show the version and build configuration and exit");
     fprintf(f,
             "\nExit codes: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 out of memory, 6 ranks disagree,\n"
-            "7 communication, 8 non-finite values, 9 device, 70 internal error,\n"
+            "7 communication, 8 non-finite values, 9 device, 10 timeout (watchdog), 70 internal error,\n"
             "75 checkpointed on SIGUSR1/SIGTERM (resume with --resume auto), 130 interrupted.\n");
 }

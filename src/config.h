@@ -20,6 +20,7 @@ typedef enum optimizer_kind { OPTIM_SGD, OPTIM_ADAMW } optimizer_kind_t;
 typedef enum schedule_kind { SCHED_CONSTANT, SCHED_COSINE, SCHED_STEP } schedule_kind_t;
 typedef enum loss_kind { LOSS_AUTO, LOSS_XENT, LOSS_MSE } loss_kind_t;
 typedef enum compress_kind { COMPRESS_NONE, COMPRESS_BF16, COMPRESS_FP16 } compress_kind_t;
+typedef enum nonfinite_kind { NONFINITE_ABORT, NONFINITE_SKIP } nonfinite_kind_t;
 
 #define CONFIG_STR_MAX 512
 
@@ -71,6 +72,13 @@ typedef struct ddp_config {
     int64_t keep;              /* checkpoints kept (0: all) */
     char resume[CONFIG_STR_MAX]; /* "", "auto" or a path */
     int resume_override;
+    /* diagnostics */
+    double timeout;          /* seconds a collective may take (0: no watchdog) */
+    int debug_collectives;   /* compare every collective's descriptor across ranks */
+    double straggler_factor; /* name a rank this much slower than the median */
+    int on_nonfinite;        /* nonfinite_kind_t */
+    int64_t max_skips;       /* --on-nonfinite skip: abort after this many in a row */
+    char inject[CONFIG_STR_MAX]; /* fault injection (inject.h), comma-separated */
     char config[CONFIG_STR_MAX];
     int64_t log_every;
     int quiet;
@@ -91,8 +99,12 @@ typedef struct ddp_option {
     double min, max;     /* numeric range (inclusive) */
     const char *help;
     const char *section; /* starts a --help section when non-NULL */
-    int resumable;       /* may differ from the checkpoint's on --resume */
+    int flags;           /* OPT_RESUMABLE | OPT_REPEATABLE */
 } ddp_option_t;
+
+/* ddp_option_t.flags */
+#define OPT_RESUMABLE  1 /* may differ from the checkpoint's on --resume */
+#define OPT_REPEATABLE 2 /* OPT_STRING: given again on one source, appends ",value" */
 
 extern const ddp_option_t ddp_options[];
 extern const int ddp_noptions;

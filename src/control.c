@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "progress.h"
 #include "signals.h"
 
 #define BCAST_PIECE ((size_t)1 << 30) /* MPI counts are ints */
@@ -21,10 +22,19 @@ static ddp_status_t mpi_failed_(control_t *c, int rc, const char *call)
                     c->last.what ? c->last.what : "?", (unsigned long long)c->seq, err);
 }
 
-static void note_(control_t *c, const comm_desc_t *d)
+/* Number a collective and mark this rank as waiting in it (progress.h):
+ * every control call blocks until it completes (done_). */
+static void note_(control_t *c, const comm_desc_t *d, const char *op, size_t bytes)
 {
     c->seq++;
     c->last = d ? *d : (comm_desc_t){"unnamed", -1, -1};
+    progress_block(progress_collective_start(&c->last, PLANE_CONTROL, op, bytes), NULL);
+}
+
+static ddp_status_t done_(ddp_status_t s)
+{
+    progress_unblock();
+    return s;
 }
 
 ddp_status_t control_init(control_t *c, MPI_Comm world)
@@ -51,24 +61,27 @@ void control_free(control_t *c)
 ddp_status_t control_agree(control_t *c, ddp_status_t s)
 {
     comm_desc_t d = {"agreement", -1, -1};
-    note_(c, &d);
+    note_(c, &d, "all-reduce", sizeof(int));
     int mine = s != DDP_OK ? c->rank : c->size, first = 0;
     int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->mpi);
     if (rc != MPI_SUCCESS) control_abort(c, mpi_failed_(c, rc, "MPI_Allreduce"));
-    if (first == c->size) return DDP_OK;
+    if (first == c->size) return done_(DDP_OK);
     struct {
         int status;
+        char host[64];
         char msg[1024];
-    } e = {0, ""};
+    } e = {0, "", ""};
     if (c->rank == first) {
         e.status = (int)s;
+        snprintf(e.host, sizeof e.host, "%s", log_host());
         snprintf(e.msg, sizeof e.msg, "%s", ddp_error_message());
     }
     rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, c->mpi);
     if (rc != MPI_SUCCESS) control_abort(c, mpi_failed_(c, rc, "MPI_Bcast"));
+    progress_unblock();
     ddp_clear_error();
     if (first == 0 || c->size == 1) return ddp_fail((ddp_status_t)e.status, "%s", e.msg);
-    return ddp_fail((ddp_status_t)e.status, "rank %d: %s", first, e.msg);
+    return ddp_fail((ddp_status_t)e.status, "rank %d (%s): %s", first, e.host, e.msg);
 }
 
 _Noreturn void control_abort(control_t *c, ddp_status_t s)
@@ -85,33 +98,33 @@ _Noreturn void control_abort(control_t *c, ddp_status_t s)
 ddp_status_t control_allreduce(control_t *c, void *buf, size_t count, comm_dtype_t t,
                                const comm_desc_t *d)
 {
-    note_(c, d);
+    note_(c, d, "all-reduce", count * 8);
     if (t != COMM_DOUBLE && t != COMM_INT64)
-        return ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: only double and int64 sums");
+        return done_(ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: only double and int64 sums"));
     if (count > INT_MAX)
-        return ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: %zu elements is too many", count);
+        return done_(ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: %zu elements is too many", count));
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count,
                            t == COMM_DOUBLE ? MPI_DOUBLE : MPI_INT64_T, MPI_SUM, c->mpi);
-    return rc == MPI_SUCCESS ? DDP_OK : mpi_failed_(c, rc, "MPI_Allreduce");
+    return done_(rc == MPI_SUCCESS ? DDP_OK : mpi_failed_(c, rc, "MPI_Allreduce"));
 }
 
 ddp_status_t control_bcast(control_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d)
 {
-    note_(c, d);
+    note_(c, d, "broadcast", bytes);
     for (size_t off = 0; off < bytes; off += BCAST_PIECE) {
         size_t n = bytes - off < BCAST_PIECE ? bytes - off : BCAST_PIECE;
         int rc = MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, c->mpi);
-        if (rc != MPI_SUCCESS) return mpi_failed_(c, rc, "MPI_Bcast");
+        if (rc != MPI_SUCCESS) return done_(mpi_failed_(c, rc, "MPI_Bcast"));
     }
-    return DDP_OK;
+    return done_(DDP_OK);
 }
 
 ddp_status_t control_allgather(control_t *c, const void *send, void *recv, size_t bytes,
                                const comm_desc_t *d)
 {
-    note_(c, d);
+    note_(c, d, "all-gather", bytes);
     if (bytes > INT_MAX)
-        return ddp_fail(DDP_ERR_INTERNAL, "control_allgather: %zu bytes is too many", bytes);
+        return done_(ddp_fail(DDP_ERR_INTERNAL, "control_allgather: %zu bytes is too many", bytes));
     int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mpi);
-    return rc == MPI_SUCCESS ? DDP_OK : mpi_failed_(c, rc, "MPI_Allgather");
+    return done_(rc == MPI_SUCCESS ? DDP_OK : mpi_failed_(c, rc, "MPI_Allgather"));
 }

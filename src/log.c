@@ -2,14 +2,23 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
 
 static int g_rank;
+static char g_host[64];
 static log_level_t g_level = LOG_INFO;
 
 void log_setup(int rank, log_level_t level)
 {
     g_rank = rank;
     g_level = level;
+    if (!g_host[0] && gethostname(g_host, sizeof g_host - 1) != 0) strcpy(g_host, "?");
+}
+
+const char *log_host(void)
+{
+    return g_host[0] ? g_host : "?";
 }
 
 int log_rank(void)
@@ -46,7 +55,7 @@ void log_warn(const char *fmt, ...)
     if (g_rank == 0)
         fprintf(stderr, "ddptrain: warning: ");
     else
-        fprintf(stderr, "ddptrain: rank %d: warning: ", g_rank);
+        fprintf(stderr, "ddptrain: rank %d (%s): warning: ", g_rank, log_host());
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
@@ -67,6 +76,6 @@ void log_error(const char *msg)
     if (g_rank == 0)
         fprintf(stderr, "ddptrain: error: %s\n", msg);
     else
-        fprintf(stderr, "ddptrain: rank %d: error: %s\n", g_rank, msg);
+        fprintf(stderr, "ddptrain: rank %d (%s): error: %s\n", g_rank, log_host(), msg);
     fflush(stderr);
 }

@@ -9,6 +9,7 @@
 #include "control.h"
 #include "deck.h"
 #include "h5util.h"
+#include "inject.h"
 #include "log.h"
 #include "signals.h"
 #include "train.h"
@@ -47,6 +48,7 @@ int main(int argc, char **argv)
     ddp_config_t cfg;
     config_action_t action;
     s = control_agree(&ctl, config_parse_args(&cfg, argc, argv, deck_load_config, &action));
+    if (s == DDP_OK) s = inject_setup(cfg.inject, rank); /* validated: the same on every rank */
     if (s == DDP_OK) {
         log_setup(rank, cfg.quiet ? LOG_QUIET : LOG_INFO);
         train_result_t res;

@@ -578,7 +578,7 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
         if (ctx->sync_bn || n > 0) {
             compute->bn_stats(n, c, hw, x, L->stats);
             if (ctx->sync_bn) {
-                comm_desc_t d = {"syncbn-forward", L->index, ctx->step};
+                comm_desc_t d = {"syncbn-forward", L->index, ctx->step + 1};
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
             }
             if (count <= 1)
@@ -719,7 +719,7 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
                                   grad_(m, L->weight), grad_(m, L->bias), beta);
             double count_bn = (double)n * hw;
             if (ctx->sync_bn) {
-                comm_desc_t d = {"syncbn-backward", L->index, ctx->step};
+                comm_desc_t d = {"syncbn-backward", L->index, ctx->step + 1};
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
                 count_bn = (double)ctx->global_n * hw;
             }

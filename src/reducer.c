@@ -129,7 +129,7 @@ void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_b
 static ddp_status_t launch_(reducer_t *r, int b)
 {
     const bucket_t *B = &r->m->buckets[b];
-    comm_desc_t d = {"gradient-bucket", b, r->step};
+    comm_desc_t d = {"gradient-bucket", b, r->step + 1}; /* the step as logged */
     float *g = r->m->grads + B->offset;
     if (!compressed_(r) && r->has_apply && r->comm->ops->iallreduce_apply) {
         r->spans[b] = (struct reducer_span){r, B->offset};

@@ -63,6 +63,7 @@ int ddp_exit_code(ddp_status_t s)
     case DDP_ERR_COMM: return 7;
     case DDP_ERR_NUMERIC: return 8;
     case DDP_ERR_DEVICE: return 9;
+    case DDP_ERR_TIMEOUT: return 10;
     case DDP_ERR_INTERNAL: return 70;
     case DDP_STOP_REQUEUE: return 75; /* EX_TEMPFAIL: try again */
     case DDP_STOP_INTERRUPT: return 130;
@@ -82,6 +83,7 @@ const char *ddp_status_name(ddp_status_t s)
     case DDP_ERR_COMM: return "communication error";
     case DDP_ERR_NUMERIC: return "numerical error";
     case DDP_ERR_DEVICE: return "device error";
+    case DDP_ERR_TIMEOUT: return "timeout";
     case DDP_ERR_INTERNAL: return "internal error";
     case DDP_STOP_REQUEUE: return "checkpointed on a signal";
     case DDP_STOP_INTERRUPT: return "interrupted";

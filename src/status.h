@@ -20,6 +20,8 @@ typedef enum ddp_status {
     DDP_ERR_COMM,     /* a collective failed or timed out             exit 7 */
     DDP_ERR_NUMERIC,  /* non-finite loss or gradient                  exit 8 */
     DDP_ERR_DEVICE,   /* CUDA / NCCL failure                          exit 9 */
+    DDP_ERR_TIMEOUT,  /* watchdog: a collective did not complete in
+                         --timeout, or a rank vanished               exit 10 */
     DDP_ERR_INTERNAL, /* a bug in ddptrain                            exit 70 */
     /* not failures: training stopped early on a signal (signals.h) */
     DDP_STOP_REQUEUE,   /* checkpointed on SIGUSR1/SIGTERM: resume me  exit 75 */

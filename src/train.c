@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "clock.h"
+#include "inject.h"
 #include "log.h"
+#include "progress.h"
 #include "signals.h"
 #include "trainer.h"
 
@@ -56,8 +58,11 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
     /* without clipping, the optimizer runs bucket by bucket as each bucket's
      * gradients become final, inside the reducer (reducer.h) */
     int per_bucket = optim_can_apply_per_bucket(&t->opt);
+    progress_step(global_step + 1);
+    inject_step_begin(global_step + 1);
     for (int64_t j = 0; j < nmicro; j++) {
         loader_batch_t *b;
+        progress_phase(PHASE_DATA_WAIT);
         DDP_TRY(loader_next(t->loader, &b));
         if (b->epoch != epoch || b->step != first_micro + j)
             return ddp_fail(DDP_ERR_INTERNAL,
@@ -66,6 +71,7 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
                             (long long)b->epoch, (long long)b->step, (long long)epoch,
                             (long long)(first_micro + j));
         int n = b->n;
+        progress_phase(PHASE_FORWARD);
         trainer_upload(t, n, b->x, b->labels, b->targets, b->idx);
         *samples += n;
         loader_release(t->loader, b);
@@ -89,8 +95,10 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
         DDP_TRY(model_forward(m, t->batch.x, &ctx, &out));
         loss_apply(&t->loss, t->compute, n, out, t->batch.labels, t->batch.targets,
                    (float)cfg->label_smoothing, scale, model_dout(m), t->loss_sums);
+        progress_phase(PHASE_BACKWARD);
         DDP_TRY(model_backward(m, t->batch.x, &ctx));
     }
+    progress_phase(PHASE_OPTIMIZER);
     DDP_TRY(reducer_finish(t->reducer));
     if (per_bucket) return DDP_OK; /* every bucket was applied as it became final */
     double grad_norm;
@@ -147,7 +155,8 @@ static ddp_status_t step_boundary_(trainer_t *t, int64_t step, int *sig)
     int pending = signals_pending();
     for (int i = 0; i < 3; i++) seen[i] = pending == order[i];
     seen[3] = checkpoint_poll(t);
-    if (t->ctl->size > 1) {
+    /* --inject desync: this rank leaves the agreement out */
+    if (t->ctl->size > 1 && !inject_due(INJECT_DESYNC, step)) {
         comm_desc_t d = {"step-boundary", -1, step};
         ddp_status_t s = control_allreduce(t->ctl, seen, 4, COMM_INT64, &d);
         if (s != DDP_OK) control_abort(t->ctl, s);
@@ -195,6 +204,7 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             if (st != DDP_OK) control_abort(t->ctl, st);
             guard_finite_loss_(t, step);
             metrics_step_end(&t->metrics, t);
+            progress_phase(PHASE_STEP_END);
             used_micro = (s + 1) * cfg->accum;
             step++;
             diagnostics_maybe_perturb(t, step);
@@ -206,6 +216,7 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             if (cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0 && step < t->total_steps)
                 DDP_TRY(checkpoint_write(t, &here));
             int sig;
+            progress_phase(PHASE_STEP_END);
             DDP_TRY(step_boundary_(t, step, &sig));
             /* at the last step there is nothing to stop: finish as usual */
             if (sig && step < t->total_steps) return stop_(t, sig, &here);
@@ -218,6 +229,7 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
             step < t->total_steps && t->ckpt.last_step != step)
             DDP_TRY(checkpoint_write(t, &here));
     }
+    progress_phase(PHASE_FINISHING);
     double elapsed = clock_seconds() - t->metrics.t_start;
     res->steps = step;
     reducer_stats_t rs;

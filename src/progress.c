@@ -1,0 +1,125 @@
+/* progress.c -- the per-rank progress record (see progress.h).  A sequence
+ * lock: the main thread is the only writer; a reader retries while a write
+ * is under way. */
+#include "progress.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+
+static progress_record_t rec_ = {.phase = PHASE_STARTUP};
+static _Atomic uint64_t version_;
+static uint64_t numbered_; /* collectives started (main thread only) */
+static progress_hook_t hook_;
+static void *hook_arg_;
+
+static void write_begin_(void)
+{
+    atomic_fetch_add_explicit(&version_, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+static void write_end_(void)
+{
+    atomic_fetch_add_explicit(&version_, 1, memory_order_release);
+}
+
+void progress_snapshot(progress_record_t *out)
+{
+    for (;;) {
+        uint64_t v = atomic_load_explicit(&version_, memory_order_acquire);
+        if (v & 1) continue;
+        memcpy(out, (const void *)&rec_, sizeof *out);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&version_, memory_order_relaxed) == v) return;
+    }
+}
+
+void progress_phase(progress_phase_t p)
+{
+    if (rec_.phase == (int32_t)p) return;
+    write_begin_();
+    rec_.phase = (int32_t)p;
+    rec_.phase_since = clock_seconds();
+    write_end_();
+}
+
+void progress_step(int64_t step)
+{
+    write_begin_();
+    rec_.step = step;
+    write_end_();
+}
+
+void progress_set_start_hook(progress_hook_t fn, void *arg)
+{
+    hook_ = fn;
+    hook_arg_ = arg;
+}
+
+uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane, const char *op,
+                                   uint64_t bytes)
+{
+    progress_coll_t c;
+    memset(&c, 0, sizeof c);
+    c.number = ++numbered_;
+    c.bytes = bytes;
+    c.step = d ? d->step : -1;
+    c.index = d ? d->index : -1;
+    c.plane = (int32_t)plane;
+    snprintf(c.what, sizeof c.what, "%s", d && d->what ? d->what : "unnamed");
+    snprintf(c.op, sizeof c.op, "%s", op ? op : "collective");
+    if (hook_) hook_(hook_arg_, &c);
+    write_begin_();
+    rec_.last = c;
+    write_end_();
+    return c.number;
+}
+
+progress_coll_t progress_last(void)
+{
+    return rec_.last;
+}
+
+void progress_block(uint64_t number, const progress_coll_t *c)
+{
+    write_begin_();
+    rec_.blocked = c ? *c : rec_.last;
+    rec_.blocked.number = number;
+    rec_.blocked_since = clock_seconds();
+    write_end_();
+}
+
+void progress_unblock(void)
+{
+    write_begin_();
+    rec_.blocked.number = 0;
+    write_end_();
+}
+
+const char *progress_phase_name(int phase)
+{
+    static const char *names[PHASE_COUNT] = {
+        [PHASE_STARTUP] = "start-up",       [PHASE_DATA_WAIT] = "data wait",
+        [PHASE_FORWARD] = "forward",        [PHASE_BACKWARD] = "backward",
+        [PHASE_OPTIMIZER] = "optimizer",    [PHASE_STEP_END] = "end of step",
+        [PHASE_EVALUATION] = "evaluation",  [PHASE_CHECKPOINT] = "checkpoint",
+        [PHASE_SAVE] = "save",              [PHASE_FINISHING] = "finishing",
+    };
+    return phase >= 0 && phase < PHASE_COUNT ? names[phase] : "unknown";
+}
+
+void progress_coll_format(const progress_coll_t *c, char *buf, size_t n)
+{
+    char idx[24] = "", size[32] = "", step[32] = "";
+    if (c->index >= 0) snprintf(idx, sizeof idx, " %d", (int)c->index);
+    if (c->bytes >= (1u << 20))
+        snprintf(size, sizeof size, " (%.1f MB)", (double)c->bytes / 1e6);
+    else if (c->bytes > 0)
+        snprintf(size, sizeof size, " (%llu bytes)", (unsigned long long)c->bytes);
+    if (c->step >= 0) snprintf(step, sizeof step, " at step %lld", (long long)c->step);
+    snprintf(buf, n, "%s%s %s%s%s (collective #%llu)", c->what, idx, c->op, size, step,
+             (unsigned long long)c->number);
+}

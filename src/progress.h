@@ -1,0 +1,86 @@
+/* progress.h -- what this rank is doing right now, for the watchdog.
+ *
+ * One record per process, written by the main thread at every phase change
+ * and at the start of, and the wait for, every collective of either plane;
+ * read by the watchdog thread (watchdog.h) without the main thread's help,
+ * so a rank stuck in a collective, or in a file system, can still be named
+ * with what it was last doing.  Writes are a few stores (a sequence lock):
+ * nothing measurable per step.
+ *
+ * Collectives of both planes get one job-wide number (1, 2, ...): every rank
+ * starts the same collectives in the same program order, so the same number
+ * means the same collective on every rank -- unless the ranks desynchronised,
+ * which the watchdog and --debug-collectives detect from the descriptors.
+ */
+#ifndef DDP_PROGRESS_H
+#define DDP_PROGRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+
+typedef enum progress_phase {
+    PHASE_STARTUP,    /* reading the data, building the model, start-up checks */
+    PHASE_DATA_WAIT,  /* waiting for the loader's next batch */
+    PHASE_FORWARD,    /* forward pass and loss */
+    PHASE_BACKWARD,   /* backward pass (bucket all-reduces overlap it) */
+    PHASE_OPTIMIZER,  /* the last buckets and the optimizer step */
+    PHASE_STEP_END,   /* logging, replica check, stop agreement */
+    PHASE_EVALUATION, /* evaluation on /val */
+    PHASE_CHECKPOINT, /* writing or agreeing on a checkpoint */
+    PHASE_SAVE,       /* the final --save */
+    PHASE_FINISHING,  /* summary and teardown */
+    PHASE_COUNT
+} progress_phase_t;
+
+typedef enum progress_plane { PLANE_CONTROL, PLANE_GRADIENT } progress_plane_t;
+
+/* A collective as the watchdog reports it (fixed size: it travels between
+ * ranks as is). */
+typedef struct progress_coll {
+    uint64_t number; /* job-wide collective number; 0: none */
+    uint64_t bytes;  /* payload bytes of this rank */
+    int64_t step;    /* training step (-1 outside the loop) */
+    int32_t index;   /* bucket or layer (-1: none) */
+    int32_t plane;   /* progress_plane_t */
+    char what[32];   /* comm_desc_t.what */
+    char op[16];     /* "all-reduce", "broadcast", "all-gather", "barrier" */
+} progress_coll_t;
+
+typedef struct progress_record {
+    int32_t phase;           /* progress_phase_t */
+    int32_t pad_;
+    int64_t step;            /* the step being trained (1-based, as logged); 0 before the first */
+    progress_coll_t last;    /* the collective started most recently */
+    progress_coll_t blocked; /* the collective being waited for (number 0: none) */
+    double phase_since;      /* clock_seconds() of the phase change */
+    double blocked_since;    /* clock_seconds() when the wait began */
+} progress_record_t;
+
+void progress_phase(progress_phase_t p);
+void progress_step(int64_t step);
+/* A collective starts: its job-wide number.  Runs the start hook first (see
+ * below).  op: "all-reduce", ...; bytes: this rank's payload. */
+uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane, const char *op,
+                                   uint64_t bytes);
+/* The main thread waits for collective `number` (described as c, or as the
+ * last one started when c is NULL) / is done waiting. */
+void progress_block(uint64_t number, const progress_coll_t *c);
+void progress_unblock(void);
+/* The collective started most recently (to block on it). */
+progress_coll_t progress_last(void);
+
+/* A consistent copy of the record (any thread). */
+void progress_snapshot(progress_record_t *out);
+
+/* Called before every collective starts, in the main thread (the
+ * --debug-collectives check).  NULL: none. */
+typedef void (*progress_hook_t)(void *arg, const progress_coll_t *c);
+void progress_set_start_hook(progress_hook_t fn, void *arg);
+
+const char *progress_phase_name(int phase);
+/* "gradient-bucket 2 all-reduce (1.1 MB) at step 12" */
+void progress_coll_format(const progress_coll_t *c, char *buf, size_t n);
+
+#endif
