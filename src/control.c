@@ -89,6 +89,7 @@ _Noreturn void control_abort(control_t *c, ddp_status_t s)
     /* the job ends: the launcher's SIGTERM to the other ranks ends them now,
      * not at a step boundary they will not reach */
     signals_restore();
+    progress_phase(PHASE_ABORTING); /* the watchdog stands down */
     if (c->rank != 0) usleep(2000000);
     log_error(ddp_error_message());
     MPI_Abort(c->mpi != MPI_COMM_NULL ? c->mpi : MPI_COMM_WORLD, ddp_exit_code(s));
@@ -102,7 +103,8 @@ ddp_status_t control_allreduce(control_t *c, void *buf, size_t count, comm_dtype
     if (t != COMM_DOUBLE && t != COMM_INT64)
         return done_(ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: only double and int64 sums"));
     if (count > INT_MAX)
-        return done_(ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: %zu elements is too many", count));
+        return done_(
+            ddp_fail(DDP_ERR_INTERNAL, "control_allreduce: %zu elements is too many", count));
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count,
                            t == COMM_DOUBLE ? MPI_DOUBLE : MPI_INT64_T, MPI_SUM, c->mpi);
     return done_(rc == MPI_SUCCESS ? DDP_OK : mpi_failed_(c, rc, "MPI_Allreduce"));

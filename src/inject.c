@@ -10,10 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-
 static const char *const kind_names_[INJECT_NKINDS] = {
-    [INJECT_HANG] = "hang",       [INJECT_EXIT] = "exit",         [INJECT_KILL] = "kill",
-    [INJECT_SLOW] = "slow",       [INJECT_BITFLIP] = "bitflip",   [INJECT_NAN] = "nan",
+    [INJECT_HANG] = "hang",         [INJECT_EXIT] = "exit",       [INJECT_KILL] = "kill",
+    [INJECT_SLOW] = "slow",         [INJECT_BITFLIP] = "bitflip", [INJECT_NAN] = "nan",
     [INJECT_SKIPGRAD] = "skipgrad", [INJECT_DESYNC] = "desync",
 };
 

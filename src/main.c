@@ -11,9 +11,11 @@
 #include "h5util.h"
 #include "inject.h"
 #include "log.h"
+#include "progress.h"
 #include "signals.h"
 #include "train.h"
 #include "version.h"
+#include "watchdog.h"
 
 int main(int argc, char **argv)
 {
@@ -35,6 +37,7 @@ int main(int argc, char **argv)
      * (signals.h): one that comes while starting up or finishing does not
      * kill the rank */
     signals_install();
+    progress_begin();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     log_setup(rank, LOG_INFO);
     h5_quiet();
@@ -49,6 +52,8 @@ int main(int argc, char **argv)
     config_action_t action;
     s = control_agree(&ctl, config_parse_args(&cfg, argc, argv, deck_load_config, &action));
     if (s == DDP_OK) s = inject_setup(cfg.inject, rank); /* validated: the same on every rank */
+    if (s == DDP_OK)
+        s = control_agree(&ctl, watchdog_start(&ctl, cfg.timeout, cfg.debug_collectives));
     if (s == DDP_OK) {
         log_setup(rank, cfg.quiet ? LOG_QUIET : LOG_INFO);
         train_result_t res;
@@ -58,6 +63,7 @@ int main(int argc, char **argv)
         log_stopped(ddp_error_message());
     else if (s != DDP_OK && rank == 0)
         log_error(ddp_error_message());
+    watchdog_stop();
     config_free(&cfg);
     control_free(&ctl);
     MPI_Finalize();

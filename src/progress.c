@@ -37,6 +37,14 @@ void progress_snapshot(progress_record_t *out)
     }
 }
 
+void progress_begin(void)
+{
+    write_begin_();
+    rec_.phase = PHASE_STARTUP;
+    rec_.phase_since = clock_seconds();
+    write_end_();
+}
+
 void progress_phase(progress_phase_t p)
 {
     if (rec_.phase == (int32_t)p) return;
@@ -102,11 +110,17 @@ void progress_unblock(void)
 const char *progress_phase_name(int phase)
 {
     static const char *names[PHASE_COUNT] = {
-        [PHASE_STARTUP] = "start-up",       [PHASE_DATA_WAIT] = "data wait",
-        [PHASE_FORWARD] = "forward",        [PHASE_BACKWARD] = "backward",
-        [PHASE_OPTIMIZER] = "optimizer",    [PHASE_STEP_END] = "end of step",
-        [PHASE_EVALUATION] = "evaluation",  [PHASE_CHECKPOINT] = "checkpoint",
-        [PHASE_SAVE] = "save",              [PHASE_FINISHING] = "finishing",
+        [PHASE_STARTUP] = "start-up",
+        [PHASE_DATA_WAIT] = "data wait",
+        [PHASE_FORWARD] = "forward",
+        [PHASE_BACKWARD] = "backward",
+        [PHASE_OPTIMIZER] = "optimizer",
+        [PHASE_STEP_END] = "end-of-step work",
+        [PHASE_EVALUATION] = "evaluation",
+        [PHASE_CHECKPOINT] = "checkpoint",
+        [PHASE_SAVE] = "save",
+        [PHASE_FINISHING] = "finishing",
+        [PHASE_ABORTING] = "aborting",
     };
     return phase >= 0 && phase < PHASE_COUNT ? names[phase] : "unknown";
 }

@@ -31,6 +31,7 @@ typedef enum progress_phase {
     PHASE_CHECKPOINT, /* writing or agreeing on a checkpoint */
     PHASE_SAVE,       /* the final --save */
     PHASE_FINISHING,  /* summary and teardown */
+    PHASE_ABORTING,   /* the job is being ended (control_abort): nothing more to watch */
     PHASE_COUNT
 } progress_phase_t;
 
@@ -49,7 +50,7 @@ typedef struct progress_coll {
 } progress_coll_t;
 
 typedef struct progress_record {
-    int32_t phase;           /* progress_phase_t */
+    int32_t phase; /* progress_phase_t */
     int32_t pad_;
     int64_t step;            /* the step being trained (1-based, as logged); 0 before the first */
     progress_coll_t last;    /* the collective started most recently */
@@ -58,6 +59,8 @@ typedef struct progress_record {
     double blocked_since;    /* clock_seconds() when the wait began */
 } progress_record_t;
 
+/* The process starts (phase start-up from now). */
+void progress_begin(void);
 void progress_phase(progress_phase_t p);
 void progress_step(int64_t step);
 /* A collective starts: its job-wide number.  Runs the start hook first (see

@@ -6,6 +6,9 @@
 #   - `srun --mpi=pmix -n 2 ddptrain` starts 2 ranks that find each other,
 #     and trains to bit-identically the weights `mpirun -np 2` gives;
 #   - bad input under srun gives one error line and the input exit code (3);
+#   - the watchdog under srun: a rank that hangs (--inject hang) or exits
+#     (--inject exit) ends the step within --timeout + 10 s, with a report
+#     naming rank 1 (for the exit Slurm's PMIx plug-in may end it first);
 #   - `sbatch --wait slurm/train.sbatch` runs a job to completion;
 #   - the script with INPUT, CKPT_DIR and ARGS in the environment runs 2 ranks,
 #     leaves the numbered checkpoints and the final one, and logs the steps;
@@ -115,6 +118,25 @@ rc=$?
 [ $rc -ne 124 ] || fail "srun with a missing input hung"
 grep -q "exit code 3" "$T/e" || { cat "$T/o" "$T/e"; fail "srun with a missing input: expected exit code 3 (rc $rc)"; }
 [ "$(grep -c 'ddptrain: error' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "srun: expected one error line"; }
+
+# ---- the watchdog under srun: a hang, and a rank that exits (srun alone
+# would wait for the other rank forever), end the step within the timeout ----
+wd="--model linear:16,bn,relu,linear:auto --batch 8 --steps 2000 --log-every 0 --eval-every 0 --timeout 3"
+for fault in hang:1:3 exit:1:3:3; do
+  t0=$(date +%s)
+  timeout -k 5 60 srun --mpi=pmix -n 2 "$DDPTRAIN" "$T/d.h5" $wd --inject $fault >"$T/o" 2>"$T/e"
+  rc=$? dt=$(($(date +%s) - t0))
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat "$T/o" "$T/e"; logs; fail "srun --inject $fault: exit $rc"; }
+  [ $dt -le 13 ] || { cat "$T/e"; fail "srun --inject $fault: the step took $dt s to end (timeout 3)"; }
+  case $fault in
+  hang*) needle="watchdog: .* at step 3 .*has not completed in [0-9.]+ s \(--timeout 3\): rank 1 \([^)]*\) did not arrive" ;;
+  # Slurm's PMIx plug-in ends the step itself when a task exits early (the
+  # watchdog's report may not get out first); either names rank/task 1
+  exit*) needle="watchdog: rank 1 \([^)]*\) vanished|task 1: Exited with exit code 3" ;;
+  esac
+  grep -qE "$needle" "$T/e" || { cat "$T/e"; fail "srun --inject $fault: no watchdog report naming rank 1"; }
+  echo "srun --inject $fault: exit $rc after $dt s"
+done
 
 # ---- sbatch slurm/train.sbatch: the job script as shipped ----
 ( cd "$T" && DDPTRAIN="$DDPTRAIN" timeout -k 5 180 sbatch --wait -N 1 -n 2 --cpus-per-task=1 \

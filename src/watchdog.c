@@ -1,0 +1,791 @@
+/* watchdog.c -- the collective watchdog and --debug-collectives (see
+ * watchdog.h).  One thread per rank: on rank 0 the hub, which accepts a TCP
+ * connection from every other rank, keeps each rank's latest progress
+ * record and decides; on the other ranks a client, which sends its record
+ * and watches the hub.  Messages are fixed-size records (every rank runs
+ * the same binary). */
+#define _GNU_SOURCE
+#include "watchdog.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "hash.h"
+#include "log.h"
+#include "progress.h"
+
+#define WD_MAGIC          0x64647764u /* "ddwd" */
+#define WD_HOST           64          /* bytes of a host name */
+#define WD_ADDRS          8           /* addresses of rank 0 tried by the others */
+#define WD_CONNECT_S      3.0         /* connect timeout per address */
+#define WD_VANISH_GRACE_S 3.0 /* a connection closed without goodbye is reported after this */
+#define WD_DEPUTY_DELAY_S 5.0 /* ranks other than 1 report a silent hub this much later */
+#define WD_LOCAL_GRACE_S  5.0 /* a rank's own view, after the hub had its turn */
+#define WD_LIST_MAX       8   /* ranks described one by one in a report */
+
+/* BYE: the rank finished normally; ENDING: it is ending the job (its report
+ * is out): no more reports from anyone */
+enum { MSG_HELLO = 1, MSG_BEAT, MSG_BYE, MSG_ENDING };
+
+typedef struct wd_msg {
+    uint32_t magic;
+    int32_t kind, rank, pad_;
+    double blocked_for, phase_for; /* seconds, measured by the sender as it sends */
+    progress_record_t rec;
+} wd_msg_t;
+
+/* A connection and its partly received message. */
+typedef struct wd_conn {
+    int fd;   /* -1: none */
+    int rank; /* -1 until its hello */
+    size_t have;
+    unsigned char buf[sizeof(wd_msg_t)];
+} wd_conn_t;
+
+/* What the hub (or a client, of the hub) knows of a rank. */
+typedef struct wd_peer {
+    int hello, bye, ending;
+    double heard;     /* clock of its last message */
+    double closed_at; /* its connection closed without a goodbye (0: no) */
+    wd_msg_t msg;     /* its last message */
+} wd_peer_t;
+
+static struct {
+    int rank, size;
+    double timeout, beat; /* seconds: the limit, the heartbeat period */
+    char (*hosts)[WD_HOST];
+    pthread_t thread;
+    int running;
+    atomic_int stop;
+    /* hub (rank 0) */
+    int listen_fd;
+    wd_conn_t *conns; /* [size + spare] accepted connections */
+    int nconns;
+    wd_peer_t *peers;      /* [size] */
+    struct wd_view *views; /* [size]: hub_check_'s picture */
+    atomic_int ending;     /* a report is out, or the job is being ended: stand down */
+    /* client (rank > 0) */
+    int hub_connected; /* the connection to the hub was made */
+    wd_conn_t hub;
+    wd_peer_t hub_peer;
+    /* --debug-collectives */
+    MPI_Comm debug_comm;
+} wd_ = {.listen_fd = -1, .hub = {.fd = -1}, .debug_comm = MPI_COMM_NULL};
+
+const char *watchdog_host(int r)
+{
+    if (!wd_.hosts || r < 0 || r >= wd_.size) return "?";
+    return wd_.hosts[r];
+}
+
+/* ---- reports -------------------------------------------------------------- */
+
+typedef struct wd_text {
+    char buf[16384];
+    size_t len;
+} wd_text_t;
+
+static void __attribute__((format(printf, 2, 3))) add_(wd_text_t *t, const char *fmt, ...)
+{
+    if (t->len >= sizeof t->buf - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        t->len += (size_t)n < sizeof t->buf - t->len ? (size_t)n : sizeof t->buf - t->len - 1;
+}
+
+/* "0-3,5,9" for the ranks with in[r] set. */
+static void add_ranks_(wd_text_t *t, const unsigned char *in, int n)
+{
+    int first = 1;
+    for (int r = 0; r < n; r++) {
+        if (!in[r]) continue;
+        int e = r;
+        while (e + 1 < n && in[e + 1]) e++;
+        if (e == r)
+            add_(t, "%s%d", first ? "" : ",", r);
+        else
+            add_(t, "%s%d-%d", first ? "" : ",", r, e);
+        first = 0;
+        r = e;
+    }
+}
+
+/* Print the report (its first line is the error line) and end the job. */
+static void send_all_(int kind);
+
+static _Noreturn void end_job_(const wd_text_t *t, int code)
+{
+    atomic_store(&wd_.ending, 1);
+    send_all_(MSG_ENDING); /* the others stand down */
+    fflush(stdout);
+    if (wd_.rank == 0)
+        fprintf(stderr, "ddptrain: error: %s", t->buf);
+    else
+        fprintf(stderr, "ddptrain: rank %d (%s): error: %s", wd_.rank, log_host(), t->buf);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    _exit(code); /* not reached */
+}
+
+static void coll_text_(const progress_coll_t *c, char *buf, size_t n)
+{
+    progress_coll_format(c, buf, n);
+}
+
+/* One rank's state as the watchdog saw it. */
+typedef struct wd_view {
+    int known;
+    progress_record_t rec;
+    double blocked_for, phase_for, silent_for;
+} wd_view_t;
+
+/* One line on rank r; `stale`: the rank is gone, v is its last report. */
+static void add_rank_state_(wd_text_t *t, int r, const wd_view_t *v, int stale)
+{
+    char last[192];
+    add_(t, "ddptrain:   rank %d (%s): %s", r, watchdog_host(r), stale ? "its last report: " : "");
+    if (!v->known) {
+        add_(t, "state unknown (it never reached the watchdog)\n");
+        return;
+    }
+    if (v->rec.blocked.number) {
+        coll_text_(&v->rec.blocked, last, sizeof last);
+        add_(t, "waiting in %s for %.1f s", last, v->blocked_for);
+    } else {
+        add_(t, "in %s", progress_phase_name(v->rec.phase));
+        if (v->rec.step > 0) add_(t, " of step %lld", (long long)v->rec.step);
+        add_(t, " for %.1f s", v->phase_for);
+        if (v->rec.last.number) {
+            coll_text_(&v->rec.last, last, sizeof last);
+            add_(t, "; its last collective was %s", last);
+        } else {
+            add_(t, "; no collective started yet");
+        }
+    }
+    if (v->silent_for > 2 * wd_.beat + 1)
+        add_(t,
+             "; nothing heard from it for %.1f s: its process is stopped or its node is "
+             "unreachable",
+             v->silent_for);
+    add_(t, "\n");
+}
+
+static int same_coll_(const progress_coll_t *a, const progress_coll_t *b)
+{
+    return a->step == b->step && a->index == b->index && a->plane == b->plane &&
+           strcmp(a->what, b->what) == 0 && strcmp(a->op, b->op) == 0;
+}
+
+/* The hub's verdict: `stuck` waited too long (or -1), `silent` fell silent
+ * (or -1). */
+static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
+{
+    int W = wd_.size;
+    wd_text_t *t = calloc(1, sizeof *t);
+    unsigned char *arrived = calloc((size_t)W, 1), *missing = calloc((size_t)W, 1);
+    if (!t || !arrived || !missing) {
+        static wd_text_t oom = {"watchdog: a collective did not complete within --timeout\n", 0};
+        end_job_(&oom, 10);
+    }
+    char what[192];
+    if (stuck < 0) {
+        add_(t,
+             "watchdog: nothing heard from rank %d (%s) for %.1f s (--timeout %g): its process is "
+             "stopped or its node is unreachable\n",
+             silent, watchdog_host(silent), v[silent].silent_for, wd_.timeout);
+        add_rank_state_(t, silent, &v[silent], 0);
+        add_(t,
+             "ddptrain:   what to do: look at rank %d's host (is the process stopped, the node "
+             "down, the network partitioned?)\n",
+             silent);
+        end_job_(t, 10);
+    }
+    const progress_coll_t *S = &v[stuck].rec.blocked;
+    int nmissing = 0, narrived = 0, desync = -1;
+    for (int r = 0; r < W; r++) {
+        if (v[r].known && v[r].rec.last.number >= S->number) {
+            arrived[r] = 1, narrived++;
+            if (desync < 0 && v[r].rec.blocked.number == S->number &&
+                !same_coll_(&v[r].rec.blocked, S))
+                desync = r;
+        } else {
+            missing[r] = 1, nmissing++;
+        }
+    }
+    coll_text_(S, what, sizeof what);
+    add_(t, "watchdog: %s has not completed in %.1f s (--timeout %g): ", what, v[stuck].blocked_for,
+         wd_.timeout);
+    if (nmissing == 0)
+        add_(t, "every rank started it%s\n",
+             desync >= 0 ? ", but not every rank is in the same collective" : "");
+    else if (nmissing == 1)
+        for (int r = 0; r < W; r++) {
+            if (missing[r]) add_(t, "rank %d (%s) did not arrive\n", r, watchdog_host(r));
+        }
+    else {
+        add_(t, "%d of %d ranks did not arrive: ", nmissing, W);
+        add_ranks_(t, missing, W);
+        add_(t, "\n");
+    }
+    add_(t, "ddptrain:   arrived (%d of %d): ", narrived, W);
+    add_ranks_(t, arrived, W);
+    add_(t, "\n");
+    int listed = 0;
+    for (int r = 0; r < W && listed < WD_LIST_MAX; r++)
+        if (missing[r]) add_rank_state_(t, r, &v[r], 0), listed++;
+    if (nmissing > listed)
+        add_(t, "ddptrain:   ... and %d more missing ranks\n", nmissing - listed);
+    if (desync >= 0) {
+        char other[192];
+        coll_text_(&v[desync].rec.blocked, other, sizeof other);
+        add_(t,
+             "ddptrain:   desync: rank %d (%s) waits in %s, rank %d (%s) in %s: the ranks called "
+             "different collectives\n",
+             stuck, watchdog_host(stuck), what, desync, watchdog_host(desync), other);
+        add_(t, "ddptrain:   what to do: rerun with --debug-collectives to stop at the first "
+                "collective where the ranks differ\n");
+    } else if (nmissing) {
+        add_(t,
+             "ddptrain:   what to do: find out what the missing rank%s doing on %s host "
+             "(a stuck file system, swapping, a debugger; py-spy or gdb -p shows the stack); "
+             "if that work legitimately takes longer, raise --timeout\n",
+             nmissing > 1 ? "s are" : " is", nmissing > 1 ? "their" : "its");
+    } else {
+        add_(t, "ddptrain:   what to do: every rank is in the collective but it does not "
+                "complete: check the network between the hosts (and the launcher's transport "
+                "settings)\n");
+    }
+    free(arrived);
+    free(missing);
+    end_job_(t, 10);
+}
+
+static _Noreturn void report_vanished_(const wd_view_t *v, int r, double ago)
+{
+    static wd_text_t t;
+    add_(&t,
+         "watchdog: rank %d (%s) vanished: its connection closed %.1f s ago without a goodbye (the "
+         "process exited or was killed; the launcher's message, if any, says how)\n",
+         r, watchdog_host(r), ago);
+    const wd_msg_t *m = &wd_.peers[r].msg;
+    wd_view_t last = {1, m->rec, m->blocked_for, m->phase_for, 0};
+    add_rank_state_(&t, r, &last, 1);
+    add_(&t,
+         "ddptrain:   what to do: look for rank %d's own error, a crash or the out-of-memory "
+         "killer in its host's log\n",
+         r);
+    end_job_(&t, 10);
+}
+
+/* ---- messages ------------------------------------------------------------- */
+
+static void msg_fill_(wd_msg_t *m, int kind)
+{
+    memset(m, 0, sizeof *m);
+    m->magic = WD_MAGIC;
+    m->kind = kind;
+    m->rank = wd_.rank;
+    progress_snapshot(&m->rec);
+    double now = clock_seconds();
+    m->blocked_for = m->rec.blocked.number ? now - m->rec.blocked_since : 0;
+    m->phase_for = now - m->rec.phase_since;
+}
+
+static void send_(int fd, int kind)
+{
+    if (fd < 0) return;
+    wd_msg_t m;
+    msg_fill_(&m, kind);
+    /* never block: a peer that does not read loses beats, not us */
+    ssize_t n = send(fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)n;
+}
+
+/* To every connection: the hub's clients, or a client's hub. */
+static void send_all_(int kind)
+{
+    if (wd_.rank > 0) {
+        send_(wd_.hub.fd, kind);
+        return;
+    }
+    for (int i = 0; i < wd_.nconns; i++) send_(wd_.conns[i].fd, kind);
+}
+
+/* Read what is there; returns 1 for each complete message (in *out), 0 for
+ * nothing more now, -1 when the connection closed or failed. */
+static int recv_(wd_conn_t *c, wd_msg_t *out)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, MSG_DONTWAIT);
+        if (n == 0) return -1;
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        c->have += (size_t)n;
+        if (c->have == sizeof c->buf) {
+            c->have = 0;
+            memcpy(out, c->buf, sizeof *out);
+            return out->magic == WD_MAGIC ? 1 : -1;
+        }
+    }
+}
+
+static void note_msg_(wd_peer_t *p, const wd_msg_t *m, double now)
+{
+    p->heard = now;
+    p->msg = *m;
+    if (m->kind == MSG_HELLO) p->hello = 1;
+    if (m->kind == MSG_BYE) p->bye = 1;
+    if (m->kind == MSG_ENDING) {
+        p->ending = 1;
+        atomic_store(&wd_.ending, 1);
+    }
+}
+
+/* ---- the hub (rank 0) ---------------------------------------------------- */
+
+static void hub_accept_(void)
+{
+    for (;;) {
+        int fd = accept4(wd_.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        if (wd_.nconns == wd_.size + 16) {
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        wd_.conns[wd_.nconns++] = (wd_conn_t){.fd = fd, .rank = -1};
+    }
+}
+
+static int standing_down_(const progress_record_t *self)
+{
+    return atomic_load(&wd_.ending) || self->phase == PHASE_ABORTING;
+}
+
+static void hub_check_(double now)
+{
+    int W = wd_.size;
+    wd_view_t *v = wd_.views;
+    progress_record_t self;
+    progress_snapshot(&self);
+    if (standing_down_(&self)) return;
+    v[0] = (wd_view_t){1, self, self.blocked.number ? now - self.blocked_since : 0,
+                       now - self.phase_since, 0};
+    int stuck = -1, silent = -1, vanished = -1;
+    for (int r = 1; r < W; r++) {
+        wd_peer_t *p = &wd_.peers[r];
+        memset(&v[r], 0, sizeof v[r]);
+        if (!p->hello) continue;
+        double age = now - p->heard;
+        v[r].known = 1;
+        v[r].rec = p->msg.rec;
+        v[r].blocked_for = p->msg.rec.blocked.number ? p->msg.blocked_for + age : 0;
+        v[r].phase_for = p->msg.phase_for + age;
+        v[r].silent_for = age;
+        if (p->bye) continue;
+        if (p->msg.rec.phase == PHASE_ABORTING) return; /* its own error ends the job */
+        if (p->closed_at && now - p->closed_at >= WD_VANISH_GRACE_S && vanished < 0) vanished = r;
+        if (!p->closed_at && age >= wd_.timeout && silent < 0) silent = r;
+    }
+    for (int r = 0; r < W; r++)
+        if (v[r].known && v[r].blocked_for >= wd_.timeout &&
+            (stuck < 0 || v[r].blocked_for > v[stuck].blocked_for))
+            stuck = r;
+    if (vanished >= 0) report_vanished_(v, vanished, now - wd_.peers[vanished].closed_at);
+    if (stuck >= 0 || silent >= 0) report_stuck_(v, stuck, silent);
+}
+
+static void hub_loop_(void)
+{
+    int W = wd_.size;
+    struct pollfd *pfd = calloc((size_t)W + 17, sizeof *pfd);
+    if (!pfd) return;
+    double next_beat = 0;
+    while (!atomic_load(&wd_.stop)) {
+        pfd[0] = (struct pollfd){.fd = wd_.listen_fd, .events = POLLIN};
+        for (int i = 0; i < wd_.nconns; i++)
+            pfd[1 + i] = (struct pollfd){.fd = wd_.conns[i].fd, .events = POLLIN};
+        poll(pfd, (nfds_t)wd_.nconns + 1, (int)(1000 * wd_.beat / 2));
+        double now = clock_seconds();
+        if (pfd[0].revents) hub_accept_();
+        for (int i = 0; i < wd_.nconns; i++) {
+            wd_conn_t *c = &wd_.conns[i];
+            if (c->fd < 0) continue;
+            wd_msg_t m;
+            int got;
+            while ((got = recv_(c, &m)) == 1) {
+                if (m.rank <= 0 || m.rank >= W || (c->rank >= 0 && m.rank != c->rank)) {
+                    got = -1;
+                    break;
+                }
+                c->rank = m.rank;
+                note_msg_(&wd_.peers[m.rank], &m, now);
+            }
+            if (got < 0) {
+                if (c->rank >= 0 && !wd_.peers[c->rank].bye) wd_.peers[c->rank].closed_at = now;
+                close(c->fd);
+                c->fd = -1;
+            }
+        }
+        if (now >= next_beat) {
+            for (int i = 0; i < wd_.nconns; i++) send_(wd_.conns[i].fd, MSG_BEAT);
+            next_beat = now + wd_.beat;
+        }
+        hub_check_(now);
+    }
+    for (int i = 0; i < wd_.nconns; i++) {
+        send_(wd_.conns[i].fd, MSG_BYE);
+        if (wd_.conns[i].fd >= 0) close(wd_.conns[i].fd);
+    }
+    free(pfd);
+}
+
+/* ---- a client (rank > 0) ------------------------------------------------- */
+
+static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_for)
+{
+    static wd_text_t t;
+    if (gone)
+        add_(&t,
+             "watchdog: rank 0 (%s) vanished: its connection closed %.1f s ago without a goodbye "
+             "(the process exited or was killed)\n",
+             watchdog_host(0), quiet_for);
+    else
+        add_(&t,
+             "watchdog: nothing heard from rank 0 (%s) for %.1f s (--timeout %g): its process is "
+             "stopped or its node is unreachable\n",
+             watchdog_host(0), quiet_for, wd_.timeout);
+    wd_view_t v0 = {1, hub->msg.rec, hub->msg.blocked_for, hub->msg.phase_for, 0};
+    add_rank_state_(&t, 0, &v0, 1);
+    progress_record_t self;
+    progress_snapshot(&self);
+    double now = clock_seconds();
+    wd_view_t me = {1, self, self.blocked.number ? now - self.blocked_since : 0,
+                    now - self.phase_since, 0};
+    add_rank_state_(&t, wd_.rank, &me, 0);
+    add_(&t, "ddptrain:   what to do: look at rank 0's host (is the process stopped, the node "
+             "down, the network partitioned?)\n");
+    end_job_(&t, 10);
+}
+
+static _Noreturn void report_local_(const progress_record_t *self, double blocked_for)
+{
+    static wd_text_t t;
+    char what[192];
+    coll_text_(&self->blocked, what, sizeof what);
+    add_(&t,
+         "watchdog: %s has not completed in %.1f s (--timeout %g); the watchdog of rank 0 "
+         "cannot be reached, so what the other ranks are doing is unknown\n",
+         what, blocked_for, wd_.timeout);
+    add_(&t, "ddptrain:   what to do: look at rank 0's host, and at the network between the "
+             "hosts\n");
+    end_job_(&t, 10);
+}
+
+static void client_check_(double now)
+{
+    wd_peer_t *hub = &wd_.hub_peer;
+    progress_record_t self;
+    progress_snapshot(&self);
+    if (standing_down_(&self)) return;
+    double delay = wd_.rank == 1 ? 0 : WD_DEPUTY_DELAY_S;
+    int hub_ok = wd_.hub.fd >= 0 && !hub->bye && hub->msg.rec.phase != PHASE_ABORTING;
+    if (hub_ok && hub->hello && now - hub->heard >= wd_.timeout + delay)
+        report_hub_(hub, 0, now - hub->heard);
+    if (hub->closed_at && !hub->bye && hub->msg.rec.phase != PHASE_ABORTING &&
+        now - hub->closed_at >= WD_VANISH_GRACE_S + delay)
+        report_hub_(hub, 1, now - hub->closed_at);
+    /* its own view only: at once when the hub was never reached, else after
+     * the hub (and rank 1) had their turn */
+    double blocked_for = self.blocked.number ? now - self.blocked_since : 0;
+    if (blocked_for >= wd_.timeout + (wd_.hub_connected ? WD_LOCAL_GRACE_S + delay : 0))
+        report_local_(&self, blocked_for);
+}
+
+static void client_loop_(void)
+{
+    double next_beat = 0;
+    while (!atomic_load(&wd_.stop)) {
+        struct pollfd pfd = {.fd = wd_.hub.fd, .events = POLLIN};
+        poll(&pfd, wd_.hub.fd >= 0 ? 1 : 0, (int)(1000 * wd_.beat / 2));
+        double now = clock_seconds();
+        if (wd_.hub.fd >= 0) {
+            wd_msg_t m;
+            int got;
+            while ((got = recv_(&wd_.hub, &m)) == 1) {
+                if (m.rank != 0) {
+                    got = -1;
+                    break;
+                }
+                note_msg_(&wd_.hub_peer, &m, now);
+                wd_.hub_peer.hello = 1;
+            }
+            if (got < 0) {
+                if (!wd_.hub_peer.bye) wd_.hub_peer.closed_at = now;
+                close(wd_.hub.fd);
+                wd_.hub.fd = -1;
+            }
+        }
+        if (now >= next_beat) {
+            send_(wd_.hub.fd, MSG_BEAT);
+            next_beat = now + wd_.beat;
+        }
+        client_check_(now);
+    }
+    send_(wd_.hub.fd, MSG_BYE);
+    if (wd_.hub.fd >= 0) close(wd_.hub.fd);
+    wd_.hub.fd = -1;
+}
+
+static void *thread_main_(void *arg)
+{
+    (void)arg;
+    if (wd_.rank == 0)
+        hub_loop_();
+    else
+        client_loop_();
+    return NULL;
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+/* Where the other ranks can reach rank 0's hub. */
+typedef struct wd_addr {
+    int32_t port, naddr;
+    uint32_t addr[WD_ADDRS]; /* IPv4, network order; loopback last */
+} wd_addr_t;
+
+static int hub_listen_(wd_addr_t *a)
+{
+    memset(a, 0, sizeof *a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof sa;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, SOMAXCONN) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    a->port = ntohs(sa.sin_port);
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i && a->naddr < WD_ADDRS - 1; i = i->ifa_next)
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+                !(i->ifa_flags & IFF_LOOPBACK))
+                a->addr[a->naddr++] = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        freeifaddrs(ifs);
+    }
+    a->addr[a->naddr++] = htonl(INADDR_LOOPBACK);
+    return fd;
+}
+
+static int connect_one_(uint32_t addr, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (poll(&p, 1, (int)(1000 * WD_CONNECT_S)) != 1 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+        close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static int client_connect_(const wd_addr_t *a)
+{
+    /* on rank 0's host the loopback first */
+    if (strcmp(watchdog_host(0), log_host()) == 0) {
+        int fd = connect_one_(a->addr[a->naddr - 1], a->port);
+        if (fd >= 0) return fd;
+    }
+    for (int i = 0; i < a->naddr; i++) {
+        int fd = connect_one_(a->addr[i], a->port);
+        if (fd >= 0) return fd;
+    }
+    return -1;
+}
+
+/* --debug-collectives: every rank hashes the descriptor of the collective
+ * it is about to start; the minimum and maximum over ranks agree when every
+ * rank is in the same one. */
+static void debug_check_(void *arg, const progress_coll_t *c)
+{
+    (void)arg;
+    uint64_t h = HASH_SEED;
+    h = hash_bytes(h, c->what, strlen(c->what));
+    h = hash_bytes(h, c->op, strlen(c->op));
+    int64_t fields[3] = {c->step, c->index, c->plane};
+    h = hash_bytes(h, fields, sizeof fields);
+    uint64_t mine[2] = {h, ~h}, agg[2];
+    progress_block(c->number, c);
+    int rc = MPI_Allreduce(mine, agg, 2, MPI_UINT64_T, MPI_MIN, wd_.debug_comm);
+    progress_unblock();
+    if (rc == MPI_SUCCESS && agg[0] == ~agg[1]) return;
+    /* they differ: everyone learns everyone's descriptor, rank 0 reports */
+    char mine_text[192];
+    progress_coll_format(c, mine_text, sizeof mine_text);
+    char *all = calloc((size_t)wd_.size, sizeof mine_text);
+    if (rc != MPI_SUCCESS || !all ||
+        MPI_Allgather(mine_text, sizeof mine_text, MPI_CHAR, all, sizeof mine_text, MPI_CHAR,
+                      wd_.debug_comm) != MPI_SUCCESS) {
+        static wd_text_t t = {"--debug-collectives: the ranks are not in the same collective\n", 0};
+        end_job_(&t, 6);
+    }
+    if (wd_.rank != 0) {
+        sleep(10); /* rank 0 reports and ends the job */
+        MPI_Abort(MPI_COMM_WORLD, 6);
+    }
+    static wd_text_t t;
+    add_(&t,
+         "--debug-collectives: the ranks are not in the same collective at collective #%llu "
+         "(every rank must start the same collectives in the same order):\n",
+         (unsigned long long)c->number);
+    unsigned char *group = calloc((size_t)wd_.size, 1), *done = calloc((size_t)wd_.size, 1);
+    for (int r = 0; r < wd_.size && group && done; r++) {
+        if (done[r]) continue;
+        memset(group, 0, (size_t)wd_.size);
+        const char *d = all + (size_t)r * sizeof mine_text;
+        int n = 0;
+        for (int q = r; q < wd_.size; q++)
+            if (!done[q] && strcmp(d, all + (size_t)q * sizeof mine_text) == 0)
+                group[q] = done[q] = 1, n++;
+        add_(&t, "ddptrain:   rank%s ", n > 1 ? "s" : "");
+        add_ranks_(&t, group, wd_.size);
+        add_(&t, " (%s) %s in %s\n", watchdog_host(r), n > 1 ? "are" : "is", d);
+    }
+    add_(&t, "ddptrain:   what to do: the code path of the ranks differs before this point (a "
+             "rank-dependent branch, a skipped step, different options or data on one rank)\n");
+    end_job_(&t, 6);
+}
+
+ddp_status_t watchdog_start(control_t *ctl, double timeout, int debug_collectives)
+{
+    wd_.rank = ctl->rank;
+    wd_.size = ctl->size;
+    wd_.timeout = timeout;
+    wd_.hosts = calloc((size_t)ctl->size, WD_HOST);
+    if (!wd_.hosts) return ddp_fail(DDP_ERR_NOMEM, "out of memory for the host names of the ranks");
+    char me[WD_HOST] = "";
+    snprintf(me, sizeof me, "%s", log_host());
+    comm_desc_t d = {"host-names", -1, -1};
+    DDP_TRY(control_allgather(ctl, me, wd_.hosts, WD_HOST, &d));
+    if (ctl->size == 1) return DDP_OK;
+    if (debug_collectives) {
+        if (MPI_Comm_dup(ctl->mpi, &wd_.debug_comm) != MPI_SUCCESS)
+            return ddp_fail(DDP_ERR_COMM, "MPI_Comm_dup failed for --debug-collectives");
+        progress_set_start_hook(debug_check_, NULL);
+    }
+    if (timeout <= 0) return DDP_OK;
+    /* a heartbeat several times per timeout, at most one a second */
+    wd_.beat = timeout / 5 < 1.0 ? timeout / 5 : 1.0;
+    if (wd_.beat < 0.05) wd_.beat = 0.05;
+
+    wd_addr_t addr;
+    int64_t unreachable = 0;
+    if (ctl->rank == 0) {
+        wd_.listen_fd = hub_listen_(&addr);
+        wd_.peers = calloc((size_t)ctl->size, sizeof *wd_.peers);
+        wd_.conns = calloc((size_t)ctl->size + 16, sizeof *wd_.conns);
+        wd_.views = calloc((size_t)ctl->size, sizeof *wd_.views);
+        if (wd_.listen_fd < 0 || !wd_.peers || !wd_.conns || !wd_.views) addr.port = -1;
+    }
+    d = (comm_desc_t){"watchdog-address", -1, -1};
+    DDP_TRY(control_bcast(ctl, &addr, sizeof addr, 0, &d));
+    if (ctl->rank > 0 && addr.port > 0) {
+        wd_.hub.fd = client_connect_(&addr);
+        wd_msg_t hello;
+        msg_fill_(&hello, MSG_HELLO);
+        if (wd_.hub.fd >= 0 &&
+            send(wd_.hub.fd, &hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
+            close(wd_.hub.fd);
+            wd_.hub.fd = -1;
+        }
+        wd_.hub_peer.heard = clock_seconds();
+        wd_.hub_connected = wd_.hub.fd >= 0;
+    }
+    int64_t counts[1] = {ctl->rank > 0 && wd_.hub.fd < 0};
+    d = (comm_desc_t){"watchdog-connect", -1, -1};
+    DDP_TRY(control_allreduce(ctl, counts, 1, COMM_INT64, &d));
+    unreachable = counts[0];
+    if (ctl->rank == 0 && addr.port <= 0)
+        log_warn("watchdog: rank 0 cannot listen on a TCP port; each rank watches only its own "
+                 "collectives (--timeout still ends a hang, with less detail)");
+    else if (ctl->rank == 0 && unreachable)
+        log_warn("watchdog: %lld rank(s) cannot reach rank 0's watchdog on TCP port %d; they watch "
+                 "only their own collectives (--timeout still ends a hang, with less detail)",
+                 (long long)unreachable, (int)addr.port);
+    if (ctl->rank == 0 && addr.port <= 0) {
+        if (wd_.listen_fd >= 0) close(wd_.listen_fd);
+        wd_.listen_fd = -1;
+        free(wd_.peers);
+        free(wd_.conns);
+        free(wd_.views);
+        wd_.peers = NULL;
+        wd_.conns = NULL;
+        wd_.views = NULL;
+        return DDP_OK; /* rank 0 has no hub; clients fall back on their own view */
+    }
+
+    /* the thread takes no signals: they stay with the main thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&wd_.thread, NULL, thread_main_, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return ddp_fail(DDP_ERR_INTERNAL, "cannot start the watchdog thread: %s", strerror(rc));
+    wd_.running = 1;
+    return DDP_OK;
+}
+
+void watchdog_stop(void)
+{
+    progress_set_start_hook(NULL, NULL);
+    if (wd_.running) {
+        atomic_store(&wd_.stop, 1);
+        pthread_join(wd_.thread, NULL);
+        wd_.running = 0;
+    }
+    if (wd_.listen_fd >= 0) close(wd_.listen_fd);
+    wd_.listen_fd = -1;
+    if (wd_.debug_comm != MPI_COMM_NULL) MPI_Comm_free(&wd_.debug_comm);
+    free(wd_.peers);
+    free(wd_.conns);
+    free(wd_.views);
+    free(wd_.hosts);
+    wd_.views = NULL;
+    wd_.peers = NULL;
+    wd_.conns = NULL;
+    wd_.hosts = NULL;
+}
