@@ -7,7 +7,10 @@
 # from which the exposed communication time and the overlap fraction follow:
 #   exposed = step(np=2) - step(np=2, --no-sync)
 #   overlap = 1 - exposed / all-reduce alone
-# (SyncBatchNorm runs in both np=2 ddptrain rows.)
+# (SyncBatchNorm runs in both np=2 ddptrain rows.)  The watchdog (on by
+# default, --timeout 600) and --debug-collectives are measured against the
+# same np=2 run with --timeout 0 (no watchdog thread).  Rounds alternate the
+# variants, so load from elsewhere spreads over all of them.
 #
 # From a configured build directory:
 #   make -C bench bench && sh /path/to/ddptrain/bench/bench_ddp.sh [ROUNDS] [STEPS]
@@ -49,6 +52,8 @@ for r in $(seq "$rounds"); do
   ddp np1 1
   ddp np2 2
   ddp nosync 2 --no-sync
+  ddp nowd 2 --timeout 0
+  ddp dbg 2 --debug-collectives
   torch torch1 1
   torch torch2 2
   $mpirun -np 2 ./bench/bench_allreduce --min 7296K --max 7296K --reps 5 >"$tmp/o" 2>&1
@@ -65,12 +70,17 @@ row() { # label file np
 row "ddptrain np=1" np1 1
 row "ddptrain np=2" np2 2
 row "ddptrain np=2 --no-sync (no gradient all-reduce)" nosync 2
+row "ddptrain np=2 --timeout 0 (no watchdog)" nowd 2
+row "ddptrain np=2 --debug-collectives" dbg 2
 row "PyTorch DDP gloo np=1 (plain module)" torch1 1
 row "PyTorch DDP gloo np=2" torch2 2
 awk -v a="$(med <"$tmp/np1.ms")" -v b="$(med <"$tmp/np2.ms")" -v c="$(med <"$tmp/nosync.ms")" \
-    -v t2="$(med <"$tmp/torch2.ms")" -v ar="$(med <"$tmp/ar.ms")" 'BEGIN {
+    -v t2="$(med <"$tmp/torch2.ms")" -v ar="$(med <"$tmp/ar.ms")" \
+    -v nw="$(med <"$tmp/nowd.ms")" -v dbg="$(med <"$tmp/dbg.ms")" 'BEGIN {
   printf "gradient all-reduce alone (7.47 MB, comm backend): %.3f ms\n", ar
   printf "exposed communication: %.3f ms per step; overlap fraction %.0f%%\n", b - c, 100 * (1 - (b - c) / ar)
   printf "DDP step / no-communication step: %.3f (target <= 1.15)\n", b / c
   printf "weak-scaling efficiency np=2 vs np=1: %.0f%% (target >= 85%%)\n", 100 * a / b
-  printf "ddptrain np=2 / PyTorch DDP np=2 samples/s: %.2fx (target >= 2.5x)\n", t2 / b }'
+  printf "ddptrain np=2 / PyTorch DDP np=2 samples/s: %.2fx (target >= 2.5x)\n", t2 / b
+  printf "watchdog: step with / without (--timeout 0): %.3f (target: 1.00 within noise)\n", b / nw
+  printf "--debug-collectives: step with / without: %.3f\n", dbg / b }'
