@@ -88,7 +88,7 @@ struct comm_req {
     struct comm_req *next, *prev; /* in-flight list, oldest first */
     algo_t algo;
     comm_desc_t desc;
-    uint64_t seq; /* collective number (comm_t.seq) */
+    uint64_t seq;        /* collective number (comm_t.seq) */
     progress_coll_t job; /* what the watchdog knows it as (progress.h) */
     int done;
     ddp_status_t err; /* sticky failure */

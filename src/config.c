@@ -116,7 +116,8 @@ const ddp_option_t ddp_options[] = {
      "before every collective, check that all ranks are in the same one (name both sides of a "
      "mismatch, exit 6); costs one small all-reduce per collective", NULL, 1},
     {"straggler-factor", OPT_FLOAT, OFF(straggler_factor), "1.3", NULL, "X", 1, 1e6,
-     "at each progress line, name a rank whose compute time per step exceeds X times the median",
+     "name a rank whose busy time per step (compute + data wait) exceeds X times the median over "
+     "the ranks (checked with the progress lines, at most every 10 steps)",
      NULL, 1},
     {"on-nonfinite", OPT_CHOICE, OFF(on_nonfinite), "abort", "abort|skip", NULL, 0, 0,
      "a NaN/Inf loss or gradient: abort naming the step and samples, or skip the step on every "
@@ -538,6 +539,7 @@ void config_print_help(FILE *f, const char *prog)
             "-V, --version", "show the version and build configuration and exit");
     fprintf(f,
             "\nExit codes: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 out of memory, 6 ranks disagree,\n"
-            "7 communication, 8 non-finite values, 9 device, 10 timeout (watchdog), 70 internal error,\n"
+            "7 communication, 8 non-finite values, 9 device, 10 timeout (watchdog), 70 internal "
+            "error,\n"
             "75 checkpointed on SIGUSR1/SIGTERM (resume with --resume auto), 130 interrupted.\n");
 }

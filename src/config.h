@@ -67,17 +67,17 @@ typedef struct ddp_config {
     char save[CONFIG_STR_MAX];
     /* checkpoints */
     char ckpt_dir[CONFIG_STR_MAX];
-    int64_t ckpt_every;        /* steps (0: off) */
-    int64_t ckpt_every_epochs; /* epochs (0: off) */
-    int64_t keep;              /* checkpoints kept (0: all) */
+    int64_t ckpt_every;          /* steps (0: off) */
+    int64_t ckpt_every_epochs;   /* epochs (0: off) */
+    int64_t keep;                /* checkpoints kept (0: all) */
     char resume[CONFIG_STR_MAX]; /* "", "auto" or a path */
     int resume_override;
     /* diagnostics */
-    double timeout;          /* seconds a collective may take (0: no watchdog) */
-    int debug_collectives;   /* compare every collective's descriptor across ranks */
-    double straggler_factor; /* name a rank this much slower than the median */
-    int on_nonfinite;        /* nonfinite_kind_t */
-    int64_t max_skips;       /* --on-nonfinite skip: abort after this many in a row */
+    double timeout;              /* seconds a collective may take (0: no watchdog) */
+    int debug_collectives;       /* compare every collective's descriptor across ranks */
+    double straggler_factor;     /* name a rank this much slower than the median */
+    int on_nonfinite;            /* nonfinite_kind_t */
+    int64_t max_skips;           /* --on-nonfinite skip: abort after this many in a row */
     char inject[CONFIG_STR_MAX]; /* fault injection (inject.h), comma-separated */
     char config[CONFIG_STR_MAX];
     int64_t log_every;

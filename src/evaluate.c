@@ -15,6 +15,10 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
     int64_t first, count;
     deck_eval_range(&t->val, t->comm.size, t->comm.rank, &first, &count);
     int64_t end = first + count;
+    /* the training loss of the current progress window is kept aside: the
+     * next progress line reports training samples only */
+    double training[2];
+    t->compute->download(training, t->loss_sums, sizeof training);
     t->compute->zero(t->loss_sums, 2 * sizeof(double));
     const host_batch_t *h = &t->eval_host;
     int xent = t->loss.kind == LOSS_XENT;
@@ -37,6 +41,7 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
     /* loss sum, hits, samples over all ranks */
     double sums[3];
     t->compute->download(sums, t->loss_sums, 2 * sizeof(double));
+    t->compute->upload(t->loss_sums, training, sizeof training);
     sums[2] = (double)count;
     comm_desc_t d = {"evaluation", -1, step};
     DDP_TRY(control_allreduce(t->ctl, sums, 3, COMM_DOUBLE, &d));

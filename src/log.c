@@ -50,15 +50,17 @@ void log_result(const char *fmt, ...)
 
 void log_warn(const char *fmt, ...)
 {
+    /* one write: a launcher that merges the ranks' streams keeps it whole */
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    if (g_rank == 0)
-        fprintf(stderr, "ddptrain: warning: ");
-    else
-        fprintf(stderr, "ddptrain: rank %d (%s): warning: ", g_rank, log_host());
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fflush(stdout);
+    if (g_rank == 0)
+        fprintf(stderr, "ddptrain: warning: %s\n", msg);
+    else
+        fprintf(stderr, "ddptrain: rank %d (%s): warning: %s\n", g_rank, log_host(), msg);
     fflush(stderr);
 }
 

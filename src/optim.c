@@ -21,6 +21,7 @@ optim_opts_t optim_opts_from_config(const ddp_config_t *cfg, int64_t total_steps
         .warmup_steps = cfg->warmup_steps,
         .lr_step_size = cfg->lr_step_size,
         .total_steps = total_steps,
+        .whole_step = cfg->on_nonfinite == NONFINITE_SKIP,
     };
 }
 
@@ -43,6 +44,7 @@ ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
     o->warmup = opts->warmup_steps;
     o->step_size = opts->lr_step_size;
     o->total_steps = opts->total_steps;
+    o->whole_step = opts->whole_step;
     o->count = m->ntrainable;
     const char *names[2];
     int nstate = optim_state_names(o->kind, o->momentum, names);
@@ -138,7 +140,7 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
 
 int optim_can_apply_per_bucket(const optim_t *o)
 {
-    return !(o->clip > 0);
+    return !(o->clip > 0) && !o->whole_step;
 }
 
 int optim_outputs(const optim_t *o, const model_t *m, float **out)

@@ -22,6 +22,9 @@ typedef struct optim_opts {
     double lr_gamma;       /* step schedule: factor every lr_step_size steps */
     int64_t warmup_steps, lr_step_size;
     int64_t total_steps; /* of the run (cosine schedule) */
+    /* --on-nonfinite skip: the step runs after every gradient is final and
+     * checked, never bucket by bucket inside the all-reduce */
+    int whole_step;
 } optim_opts_t;
 
 typedef struct optim {
@@ -30,6 +33,7 @@ typedef struct optim {
     int schedule; /* schedule_kind_t */
     double lr, momentum, weight_decay, beta1, beta2, eps, clip, lr_gamma;
     int nesterov;
+    int whole_step; /* optim_opts_t.whole_step */
     int64_t warmup, step_size, total_steps;
     size_t count;       /* trainable floats */
     float *state[2];    /* SGD: momentum buffer; AdamW: m, v (device) */
@@ -62,7 +66,8 @@ ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm);
 /* The same step in pieces, so each gradient bucket is applied as soon as it
  * is final (while its gradients are still in cache): optim_begin once per
  * step, then optim_apply over ranges that together cover [0, ntrainable)
- * exactly once.  Only without clipping (which needs every gradient first). */
+ * exactly once.  Only without clipping and without --on-nonfinite skip
+ * (both need every gradient first). */
 int optim_can_apply_per_bucket(const optim_t *o);
 void optim_begin(optim_t *o);
 void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count);

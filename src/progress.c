@@ -12,6 +12,7 @@
 static progress_record_t rec_ = {.phase = PHASE_STARTUP};
 static _Atomic uint64_t version_;
 static uint64_t numbered_; /* collectives started (main thread only) */
+static double waited_;     /* seconds blocked so far (main thread only) */
 static progress_hook_t hook_;
 static void *hook_arg_;
 
@@ -86,6 +87,11 @@ uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane,
     return c.number;
 }
 
+double progress_wait_seconds(void)
+{
+    return waited_;
+}
+
 progress_coll_t progress_last(void)
 {
     return rec_.last;
@@ -102,6 +108,7 @@ void progress_block(uint64_t number, const progress_coll_t *c)
 
 void progress_unblock(void)
 {
+    if (rec_.blocked.number) waited_ += clock_seconds() - rec_.blocked_since;
     write_begin_();
     rec_.blocked.number = 0;
     write_end_();

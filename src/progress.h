@@ -71,6 +71,10 @@ uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane,
  * last one started when c is NULL) / is done waiting. */
 void progress_block(uint64_t number, const progress_coll_t *c);
 void progress_unblock(void);
+/* Seconds the main thread has spent waiting in collectives of either plane
+ * (gradient buckets, SyncBatchNorm, control), the waits above summed: what
+ * a step lost to other ranks (metrics.h: compute = step - waits). */
+double progress_wait_seconds(void);
 /* The collective started most recently (to block on it). */
 progress_coll_t progress_last(void);
 

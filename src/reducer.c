@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "inject.h"
 
 struct reducer_span;
 
@@ -22,13 +23,13 @@ struct reducer {
     unsigned char *fused;       /* per bucket: the update runs inside the all-reduce */
     struct reducer_span *spans; /* per bucket: the fused update's context */
     int64_t step;
-    float grad_beta;       /* of this micro-batch (0: gradients were overwritten) */
-    int *pending;          /* per bucket: tensors not yet ready */
-    unsigned char *ready;  /* per tensor */
-    comm_req_t **req;      /* per bucket: in-flight all-reduce */
-    int next_launch;       /* buckets are launched strictly in order */
-    uint16_t *half;        /* compression buffer (comm memory), ntrainable elements */
-    const char *skip_grad; /* fault injection: a tensor never marked ready */
+    float grad_beta;      /* of this micro-batch (0: gradients were overwritten) */
+    int *pending;         /* per bucket: tensors not yet ready */
+    unsigned char *ready; /* per tensor */
+    comm_req_t **req;     /* per bucket: in-flight all-reduce */
+    int next_launch;      /* buckets are launched strictly in order */
+    uint16_t *half;       /* compression buffer (comm memory), ntrainable elements */
+    int skip_grad;        /* --inject skipgrad: a tensor never marked ready this step (-1: none) */
     reducer_stats_t stats;
 };
 
@@ -88,7 +89,7 @@ ddp_status_t reducer_init(reducer_t **out, model_t *m, comm_t *c, const reducer_
         r->half = h;
         r->stats.scratch_bytes = bytes;
     }
-    r->skip_grad = getenv("DDP_FAULT_SKIP_GRAD");
+    r->skip_grad = -1;
     *out = r;
     return DDP_OK;
 }
@@ -119,6 +120,10 @@ void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_b
     r->step = step;
     r->grad_beta = grad_beta;
     r->next_launch = 0;
+    /* --inject skipgrad:RANK:STEP:TENSOR (the name is checked at start-up,
+     * diagnostics_init): the tensor "receives no gradient" in that step */
+    const inject_fault_t *f = final ? inject_due(INJECT_SKIPGRAD, step + 1) : NULL;
+    r->skip_grad = f ? model_find_tensor(m, f->arg) : -1;
     for (int b = 0; b < m->nbuckets; b++) {
         r->pending[b] = m->buckets[b].ntensors;
         r->fused[b] = 0;
@@ -204,8 +209,7 @@ ddp_status_t reducer_layer_ready(void *arg, int layer)
     const layer_t *L = &r->m->layers[layer];
     int ids[2] = {L->weight, L->bias};
     for (int i = 0; i < 2; i++)
-        if (ids[i] >= 0 && !(r->skip_grad && strcmp(r->skip_grad, r->m->tensors[ids[i]].name) == 0))
-            mark_(r, ids[i]);
+        if (ids[i] >= 0 && ids[i] != r->skip_grad) mark_(r, ids[i]);
     if (!r->sync) {
         /* nothing to reduce: a bucket is final as soon as it is ready */
         int upto = r->next_done;

@@ -24,8 +24,8 @@ typedef enum ddp_status {
                          --timeout, or a rank vanished               exit 10 */
     DDP_ERR_INTERNAL, /* a bug in ddptrain                            exit 70 */
     /* not failures: training stopped early on a signal (signals.h) */
-    DDP_STOP_REQUEUE,   /* checkpointed on SIGUSR1/SIGTERM: resume me  exit 75 */
-    DDP_STOP_INTERRUPT  /* stopped on a signal, nothing to resume from exit 130 */
+    DDP_STOP_REQUEUE,  /* checkpointed on SIGUSR1/SIGTERM: resume me  exit 75 */
+    DDP_STOP_INTERRUPT /* stopped on a signal, nothing to resume from exit 130 */
 } ddp_status_t;
 
 /* Record a message for status s and return s (so `return ddp_fail(...)`).

@@ -41,9 +41,11 @@ ddp_status_t trainer_average_bn_buffers(trainer_t *t)
     return DDP_OK;
 }
 
-/* One optimizer step: K micro-batches, the last one all-reduced. */
-static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epoch,
-                                int64_t global_step, int64_t *samples)
+/* One optimizer step: K micro-batches, the last one all-reduced.
+ * *skipped: --on-nonfinite skip dropped its update (diagnostics.h). */
+static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
+                                int64_t step_in_epoch, int64_t global_step, int64_t *samples,
+                                int *skipped)
 {
     const ddp_config_t *cfg = t->cfg;
     model_t *m = &t->model;
@@ -55,11 +57,13 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
     for (int64_t j = 0; j < nmicro; j++)
         step_samples += sampler_global_count(&t->sampler, first_micro + j);
     float scale = (float)(1.0 / loss_values(&t->loss, (double)step_samples));
-    /* without clipping, the optimizer runs bucket by bucket as each bucket's
-     * gradients become final, inside the reducer (reducer.h) */
+    /* without clipping (and --on-nonfinite skip), the optimizer runs bucket
+     * by bucket as each bucket's gradients become final, inside the reducer
+     * (reducer.h) */
     int per_bucket = optim_can_apply_per_bucket(&t->opt);
-    progress_step(global_step + 1);
     inject_step_begin(global_step + 1);
+    progress_step(global_step + 1);
+    diagnostics_step_begin(g, t);
     for (int64_t j = 0; j < nmicro; j++) {
         loader_batch_t *b;
         progress_phase(PHASE_DATA_WAIT);
@@ -73,6 +77,7 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
         int n = b->n;
         progress_phase(PHASE_FORWARD);
         trainer_upload(t, n, b->x, b->labels, b->targets, b->idx);
+        diagnostics_batch(g, t, global_step + 1, (int)j, n, b->idx);
         *samples += n;
         loader_release(t->loader, b);
 
@@ -95,32 +100,25 @@ static ddp_status_t train_step_(trainer_t *t, int64_t epoch, int64_t step_in_epo
         DDP_TRY(model_forward(m, t->batch.x, &ctx, &out));
         loss_apply(&t->loss, t->compute, n, out, t->batch.labels, t->batch.targets,
                    (float)cfg->label_smoothing, scale, model_dout(m), t->loss_sums);
+        diagnostics_loss(g, t, (int)j);
         progress_phase(PHASE_BACKWARD);
         DDP_TRY(model_backward(m, t->batch.x, &ctx));
     }
     progress_phase(PHASE_OPTIMIZER);
     DDP_TRY(reducer_finish(t->reducer));
     if (per_bucket) return DDP_OK; /* every bucket was applied as it became final */
+    /* --on-nonfinite skip: the optimizer waits for every reduced gradient
+     * and runs only if all are finite.  They are bit-identical on every rank
+     * and a NaN or Inf on any rank is one in the sum, so every rank drops
+     * the same steps with no extra collective; the weights and optimizer
+     * state are then untouched (the fused per-bucket update, off in this
+     * mode, would have changed them before the last gradient was known). */
+    if (g->skip && !diagnostics_grads_finite(t)) {
+        *skipped = 1;
+        return DDP_OK;
+    }
     double grad_norm;
     return optim_step(&t->opt, m, &grad_norm);
-}
-
-static const char *nonfinite_name_(double x)
-{
-    return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
-}
-
-/* Non-finite guard, every step: a NaN or Inf loss stays in this rank's
- * running loss sum (one double to read back; a device backend may check it
- * every few steps instead of synchronising). */
-static void guard_finite_loss_(trainer_t *t, int64_t step)
-{
-    double loss_sum;
-    t->compute->download(&loss_sum, t->loss_sums, sizeof loss_sum);
-    if (!isfinite(loss_sum))
-        control_abort(t->ctl, ddp_fail(DDP_ERR_NUMERIC,
-                                       "the training loss is %s at step %lld: " DDP_DIVERGED_ADVICE,
-                                       nonfinite_name_(loss_sum), (long long)step + 1));
 }
 
 /* This epoch's micro-batches left after the last whole step (an incomplete
@@ -185,7 +183,7 @@ static ddp_status_t stop_(trainer_t *t, int sig, const ckpt_position_t *pos)
                     name, (long long)pos->step, t->ckpt.last_path, cfg->ckpt_dir);
 }
 
-static ddp_status_t loop_(trainer_t *t, train_result_t *res)
+static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
 {
     const ddp_config_t *cfg = t->cfg;
     int64_t step = t->first_step;
@@ -198,16 +196,19 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
         int64_t used_micro = s * cfg->accum;
         for (; s < t->steps_per_epoch && step < t->total_steps; s++) {
             metrics_step_begin(&t->metrics, t);
-            ddp_status_t st = train_step_(t, epoch, s, step, &t->metrics.samples);
+            int skipped = 0;
+            ddp_status_t st = train_step_(t, g, epoch, s, step, &t->metrics.samples, &skipped);
             /* a non-finite global gradient norm: every rank sees it and stops */
             if (st == DDP_ERR_NUMERIC) return st;
             if (st != DDP_OK) control_abort(t->ctl, st);
-            guard_finite_loss_(t, step);
+            /* the non-finite guard, every step: a NaN or Inf loss stays in
+             * this rank's running loss sum (one read of the step's sums) */
+            DDP_TRY(diagnostics_step_end(g, t, step + 1, skipped));
             metrics_step_end(&t->metrics, t);
             progress_phase(PHASE_STEP_END);
             used_micro = (s + 1) * cfg->accum;
             step++;
-            diagnostics_maybe_perturb(t, step);
+            diagnostics_inject_bitflip(t, step);
             if (cfg->check_replicas > 0 && step % cfg->check_replicas == 0)
                 DDP_TRY(diagnostics_check_replicas(t, step));
             if (cfg->log_every > 0 && (step % cfg->log_every == 0 || step == t->total_steps))
@@ -242,9 +243,19 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
                         (long long)step);
     evaluate_run(t, (step + t->steps_per_epoch - 1) / t->steps_per_epoch, step, res);
     metrics_summary(&t->metrics, t, step - t->first_step, elapsed);
+    diagnostics_summary(g, t);
     /* the last checkpoint: where training ended */
     if (cfg->ckpt_dir[0] && t->ckpt.last_step != step) DDP_TRY(checkpoint_write(t, &here));
     return checkpoint_settle(t);
+}
+
+static ddp_status_t loop_(trainer_t *t, train_result_t *res)
+{
+    diagnostics_t g;
+    DDP_TRY(control_agree(t->ctl, diagnostics_init(&g, t)));
+    ddp_status_t s = steps_(t, &g, res);
+    diagnostics_free(&g, t);
+    return s;
 }
 
 ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *res)

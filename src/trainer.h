@@ -8,10 +8,16 @@
  *   evaluate.c     evaluation on the /val split
  *   metrics.c      timers, the progress line, the summary, memory probes
  *   checkpoint.c   what is written to disk (--save, checkpoints) and resumed
- *   diagnostics.c  the replica check and fault injection for tests
+ *   diagnostics.c  the replica check (--check-replicas), the non-finite
+ *                  guard (--on-nonfinite) and the faults injected into the
+ *                  model (--inject bitflip, nan)
  *   signals.c      SIGUSR1/SIGTERM/SIGINT: stop requests seen at step
  *                  boundaries (the loop checkpoints and stops)
  *   loss.c         the loss, one place for training and evaluation
+ *
+ * Beside the trainer, for the whole process: progress.c (what this rank is
+ * doing: phase, step, collectives), watchdog.c (--timeout, which reads it
+ * from another thread, and --debug-collectives), inject.c (--inject).
  *
  * Planes: `ctl` (control.h) carries agreement, checks, metrics and
  * evaluation sums on host memory; `comm` (comm.h) carries gradient buckets

@@ -28,7 +28,7 @@ expect() {
   rc=$?
   [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hang (timeout): $*"
   [ $rc -eq "$code" ] || { cat "$T/e"; fail "exit $rc, expected $code: $*"; }
-  n=$(grep -c "ddptrain: \(rank [0-9]*: \)\?error:" "$T/e")
+  n=$(grep -c "ddptrain: \(rank [0-9]* ([^)]*): \)\?error:" "$T/e")
   [ "$n" -eq 1 ] || { cat "$T/e"; fail "$n error lines, expected 1: $*"; }
   grep -q "core dumped" "$T/e" && fail "core dump: $*"
   [ -e "$T/out.h5" ] && fail "an output file was written: $*"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_freeze.sh -- frozen and unused parameters.  --freeze keeps a layer at
 # its initial values and out of the buckets; a parameter that receives no
-# gradient (forced by fault injection, DDP_FAULT_SKIP_GRAD) stops the step
-# with its name, unless --find-unused gives it a zero gradient.
+# gradient (forced by fault injection, --inject skipgrad) stops the step
+# with its name, on every rank or on one (no hang), unless --find-unused
+# gives it a zero gradient.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -22,14 +23,40 @@ if "$WEIGHTS_CMP" "$T/frozen.h5" "$T/init.h5" 1e-3 layers.2.weight >/dev/null; t
 fi
 grep -q "(.* trainable)" "$T/o" || fail "no trainable count in the start-up table"
 
-# an unused parameter without --find-unused: one error naming it, no hang
-DDP_FAULT_SKIP_GRAD=layers.2.bias mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common >"$T/o" 2>"$T/e"
+# an unused parameter without --find-unused (layers.2.bias withholds its
+# gradient in step 1 on every rank): one error naming it, no hang
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --inject 'skipgrad:*:1:layers.2.bias' >"$T/o" 2>"$T/e"
 rc=$?
 [ $rc -eq 2 ] || { cat "$T/e"; fail "unused parameter: exit $rc, expected 2"; }
 grep -q "parameter layers.2.bias received no gradient in step 1," "$T/e" || { cat "$T/e"; fail "unused message"; }
 grep -q -- "--find-unused" "$T/e" || fail "unused message does not point at --find-unused"
-# with --find-unused it trains, and the unused bias keeps its value (zero gradient, no momentum)
-DDP_FAULT_SKIP_GRAD=layers.2.bias mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --find-unused \
-  --init "$T/init.h5" --save "$T/unused.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "--find-unused run"; }
-"$WEIGHTS_CMP" "$T/unused.h5" "$T/init.h5" 0 layers.2.bias >/dev/null || fail "unused bias changed"
+[ "$(grep -c 'error:' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "unused parameter: expected one error line"; }
+# ... on rank 1 only, in step 3: rank 0 waits in the bucket's all-reduce, and
+# rank 1's error ends the job (exit 2) instead of a hang
+DDP_TEST_TIMEOUT=60 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --inject skipgrad:1:3:layers.2.bias \
+  >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 2 ] || { cat "$T/e"; fail "unused parameter on rank 1: exit $rc, expected 2"; }
+grep -q "rank 1 (.*): error: parameter layers.2.bias received no gradient in step 3," "$T/e" \
+  || { cat "$T/e"; fail "unused parameter on rank 1: message"; }
+# an --inject skipgrad naming no trainable parameter is refused at start-up
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --freeze layers.0 --inject 'skipgrad:*:1:layers.0.bias' \
+  >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 2 ] && grep -q "not a trainable parameter" "$T/e" \
+  || { cat "$T/e"; fail "skipgrad of a frozen parameter: exit $rc, expected 2 and a message"; }
+# with --find-unused it trains, and the unused bias gets a zero gradient:
+# without momentum, step 2 (layers.2.bias withheld on every rank) leaves it
+# where step 1 put it, while the other parameters train on
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --find-unused --steps 2 \
+  --init "$T/init.h5" --inject 'skipgrad:*:2:layers.2.bias' --save "$T/unused.h5" >"$T/o" 2>&1 \
+  || { cat "$T/o"; fail "--find-unused run"; }
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --steps 1 --init "$T/init.h5" --save "$T/step1.h5" \
+  >"$T/o" 2>&1 || { cat "$T/o"; fail "one step"; }
+"$WEIGHTS_CMP" "$T/unused.h5" "$T/step1.h5" 0 layers.2.bias >/dev/null \
+  || fail "the bias without a gradient changed in step 2"
+"$WEIGHTS_CMP" "$T/step1.h5" "$T/init.h5" 0 layers.2.bias >/dev/null \
+  && fail "layers.2.bias did not train in step 1 (the check above proves nothing)"
+"$WEIGHTS_CMP" "$T/unused.h5" "$T/step1.h5" 1e-6 layers.2.weight >/dev/null \
+  && fail "layers.2.weight did not train in step 2"
 echo ok

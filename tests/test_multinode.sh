@@ -11,6 +11,9 @@
 #     the global batch (relative difference <= 1e-5);
 #   - 4 ranks on 2 nodes (2 per node) keep identical replicas after every
 #     step and match 1 rank with the global batch;
+#   - a bit flipped in one rank's parameters or optimizer state (--inject
+#     bitflip) is named by --check-replicas with the rank, its host and the
+#     tensor, exit code 6 (the replica check on the ring path);
 #   - bad input is one error line and exit code 3, no hang, across nodes.
 # Needs root (namespaces), ip (iproute2) and unshare (util-linux); skipped
 # (77) otherwise, unless DDP_REQUIRE_MULTINODE=1 (.ci/run sets it).
@@ -92,6 +95,40 @@ grep -q "4 ranks on 2 nodes (2 per node)" "$T/o" || { cat "$T/o"; fail "4 ranks:
 "$WEIGHTS_CMP" "$T/nodes4.h5" "$T/one.h5" 1e-5 >"$T/cmp" \
   || { cat "$T/cmp"; fail "4 ranks on 2 nodes vs 1 rank with the global batch"; }
 echo "2 nodes x 2 ranks vs 1 rank: $(tail -n 1 "$T/cmp")"
+
+# a flipped bit on the ring path: in rank 3's first parameter (4 ranks, node
+# b holds ranks 1 and 3), and in rank 1's SGD momentum (2 ranks)
+flipped() { # flipped PER_NODE INJECT NEEDLE...
+  _per=$1 _inj=$2; shift 2
+  run_nodes "$_per" "$DDPTRAIN" "$T/d.h5" $common --batch 8 --check-replicas 1 --inject "$_inj" \
+    >"$T/o" 2>"$T/e"
+  rc=$?
+  [ $rc -eq 6 ] || { cat "$T/o" "$T/e"; fail "--inject $_inj on 2 nodes: exit $rc, expected 6"; }
+  [ "$(grep -c 'ddptrain: error' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "$_inj: expected one error line"; }
+  for _s in "$@"; do
+    grep -qF "$_s" "$T/e" || { cat "$T/e"; fail "--inject $_inj on 2 nodes: message lacks '$_s'"; }
+  done
+}
+flipped 2 bitflip:3:2 "replicas diverged after step 2: rank 3's layers.0.weight differs from rank 0's" \
+  "rank 3 is on host ddpnode${id}b"
+flipped 1 bitflip:1:3:momentum_buffer:layers.4.weight \
+  "replicas diverged after step 3: rank 1's momentum_buffer:layers.4.weight differs from rank 0's" \
+  "rank 1 is on host ddpnode${id}b"
+echo "bit flips on 2 nodes: named"
+
+# the watchdog across nodes: rank 3 (node b) stops responding; rank 0's
+# watchdog learns it over TCP between the nodes and names the rank, its host
+# and the collective within the timeout + 10 s (start-up included)
+t0=$(date +%s)
+run_nodes 2 "$DDPTRAIN" "$T/d.h5" $common --batch 8 --steps 200 --timeout 3 --inject hang:3:5 \
+  >"$T/o" 2>"$T/e"
+rc=$? dt=$(($(date +%s) - t0))
+[ $rc -eq 10 ] || { cat "$T/o" "$T/e"; fail "hang of rank 3 on 2 nodes: exit $rc, expected 10"; }
+[ $dt -le 15 ] || { cat "$T/e"; fail "hang of rank 3 on 2 nodes: took $dt s (timeout 3)"; }
+grep -qE "watchdog: .* at step 5 .*rank 3 \(ddpnode${id}b\) did not arrive" "$T/e" \
+  || { cat "$T/e"; fail "hang on 2 nodes: the report does not name rank 3 on ddpnode${id}b"; }
+grep -q "cannot reach rank 0's watchdog" "$T/e" && { cat "$T/e"; fail "2 nodes: the watchdog was not reached"; }
+echo "hang of rank 3 on node b: exit 10 after $dt s, named"
 
 # bad input across nodes: one error line, exit code 3, no hang
 run_nodes 1 "$DDPTRAIN" "$T/missing.h5" $common --batch 16 >"$T/o" 2>"$T/e"

@@ -33,5 +33,5 @@ warn=$(grep -- "--no-sync" "$T/o" | grep "diverge")
 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --no-sync --check-replicas 1 >"$T/o" 2>"$T/e"
 rc=$?
 [ $rc -eq 6 ] || { cat "$T/o" "$T/e"; fail "--no-sync --check-replicas 1: exit $rc, expected 6"; }
-grep -q "replicas diverged: after step 1 " "$T/e" || { cat "$T/e"; fail "--no-sync: replica check message"; }
+grep -q "replicas diverged after step 1: " "$T/e" || { cat "$T/e"; fail "--no-sync: replica check message"; }
 echo ok

@@ -4,9 +4,11 @@
 # ranks at start-up and after each step, at 2 and 3 ranks), also with
 # several gradient buckets and after --init with trained weights, where np=2
 # also trains the model of np=1 with the global batch; --no-sync-bn saves the
-# average of the ranks' local BN statistics; a replica nudged by fault
-# injection is caught; ranks started with different options are stopped at
-# start-up with the option and the ranks named.
+# average of the ranks' local BN statistics; a bit flipped by fault
+# injection (--inject bitflip) in a parameter, a BN statistic or the
+# optimizer state of one rank is caught, naming the rank and the tensor;
+# ranks started with different options are stopped at start-up with the
+# option and the ranks named.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -67,13 +69,41 @@ mpirun_np 1 "$DDPTRAIN" "$T/d.h5" $common --batch 16 --lr 0 --steps 3 --save "$T
   || { cat "$T/cmp"; fail "--no-sync-bn: running_mean is not the average of the ranks' means"; }
 echo "--no-sync-bn running_mean, np=2 vs np=1 at lr 0: $(tail -n 1 "$T/cmp")"
 
-# a diverged replica is reported, with the step and the rank, exit code 6
-DDP_FAULT_PERTURB=1:3 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --check-replicas 1 >"$T/o" 2>"$T/e"
+# a diverged replica is reported with the step, the rank, its host and the
+# first tensor that differs, exit code 6 (one flipped bit: the lowest of
+# the first value, after step 3, on rank 1 of 2; by default in the first
+# parameter tensor)
+flipped() { # flipped NP INJECT NEEDLE [options]: the run stops with NEEDLE
+  _np=$1 _inj=$2 _needle=$3; shift 3
+  DDP_TEST_TIMEOUT=120 mpirun_np "$_np" "$DDPTRAIN" "$T/d.h5" $common --check-replicas 1 \
+    --inject "$_inj" "$@" >"$T/o" 2>"$T/e"
+  rc=$?
+  [ $rc -eq 6 ] || { cat "$T/o" "$T/e"; fail "--inject $_inj: exit $rc, expected 6"; }
+  grep -qF "$_needle" "$T/e" || { cat "$T/e"; fail "--inject $_inj: message lacks '$_needle'"; }
+  [ "$(grep -c 'ddptrain: error' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "expected one error line"; }
+}
+flipped 2 bitflip:1:3 \
+  "replicas diverged after step 3: rank 1's layers.0.weight differs from rank 0's (the only differing tensor;"
+grep -q "rank 1 is on host $(hostname)" "$T/e" || { cat "$T/e"; fail "bitflip: host not named"; }
+# the optimizer state is covered: SGD momentum, AdamW's second moment (the
+# bucket-fused update on one node copies parameters and state from the
+# rank that updated a block, so a flip there would heal unseen a step later)
+flipped 2 bitflip:1:3:momentum_buffer:layers.4.weight \
+  "rank 1's momentum_buffer:layers.4.weight differs from rank 0's (the only differing tensor;"
+flipped 3 bitflip:2:3:exp_avg_sq:layers.0.bias \
+  "rank 2's exp_avg_sq:layers.0.bias differs from rank 0's (the only differing tensor;" \
+  --optimizer adamw --lr 0.01
+# rank 0 the odd one out of 3: named against the 2 that agree; the first
+# differing tensor in state_dict order, then optimizer state; SyncBN statistics
+flipped 3 bitflip:0:3:exp_avg:layers.4.bias,bitflip:0:3:layers.1.running_var \
+  "rank 0's layers.1.running_var differs from rank 1's (first of 2 differing tensors;" \
+  --optimizer adamw --lr 0.01
+# a name that is not a tensor is refused at start-up
+DDP_TEST_TIMEOUT=120 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $common --inject bitflip:1:3:exp_avg:layers.0.weight \
+  >"$T/o" 2>"$T/e"
 rc=$?
-[ $rc -eq 6 ] || { cat "$T/o" "$T/e"; fail "perturbed replica: exit $rc, expected 6"; }
-grep -q "replicas diverged: after step 3 the parameters and BN statistics of rank 1 differ" "$T/e" \
-  || { cat "$T/e"; fail "perturbed replica message"; }
-[ "$(grep -c 'ddptrain: error' "$T/e")" -eq 1 ] || { cat "$T/e"; fail "expected one error line"; }
+[ $rc -eq 2 ] && grep -q "this optimizer keeps no state 'exp_avg' (it keeps momentum_buffer)" "$T/e" \
+  || { cat "$T/e"; fail "bitflip of a state SGD does not keep: exit $rc"; }
 
 # different options on different ranks (MPMD launch): named at start-up
 timeout 120 $MPIEXEC $DDP_MPIEXEC_FLAGS -np 2 "$DDPTRAIN" "$T/d.h5" $common \

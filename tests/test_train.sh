@@ -3,7 +3,8 @@
 # task, prints the start-up table and evaluation lines, saves weights that
 # --init reads back, rejects mismatched --init files and bad model specs, and
 # its start-up memory estimate matches the measured peak RSS within 25% (and,
-# at 2 ranks, the proportional set size).
+# at 2 ranks, the proportional set size); an evaluation in the middle of a
+# progress window changes neither training nor the window's logged loss.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -88,4 +89,16 @@ pss=$(ddp_field "$T/o" pss_mib)
 awk -v e="$est" -v r="$pss" 'BEGIN { d = (r - e) / r; if (d < 0) d = -d; exit !(r > 0 && d <= 0.25) }' \
   || { cat "$T/o"; fail "2 ranks: memory estimate $est MiB vs PSS $pss MiB: more than 25% apart"; }
 echo "2 ranks: memory estimate $est MiB per rank, PSS $pss MiB"
+
+# evaluation after every epoch (every 6000/32 = 187.5 -> 187 steps) inside
+# the window of steps 181-200 of --log-every 20: the progress lines are those
+# of a run without evaluation (the logged loss is the training loss)
+lines() { grep "^step " "$1" | sed 's/ [0-9]* samples\/s.*//'; }
+ev="--model linear:64,bn,relu,linear:auto --steps 200 --batch 32 --log-every 20"
+"$DDPTRAIN" "$T/d.h5" $ev --eval-every 1 >"$T/e1" 2>&1 || { cat "$T/e1"; fail "--eval-every 1"; }
+"$DDPTRAIN" "$T/d.h5" $ev --eval-every 0 >"$T/e0" 2>&1 || { cat "$T/e0"; fail "--eval-every 0"; }
+grep -q "^eval epoch=1 step=187 " "$T/e1" || { cat "$T/e1"; fail "no evaluation after epoch 1"; }
+lines "$T/e1" >"$T/l1"; lines "$T/e0" >"$T/l0"
+cmp -s "$T/l1" "$T/l0" || { diff "$T/l1" "$T/l0"; fail "an evaluation changed the logged training loss"; }
+echo "evaluation mid-window: progress lines unchanged ($(wc -l <"$T/l1") lines)"
 echo ok

@@ -6,6 +6,8 @@
  * prints the largest relative difference ||a - b||_inf / max(||b||_inf, 1e-12)
  * per tensor and overall, and exits 1 when it exceeds TOL (default 1e-5),
  * 2 on a structural difference.  TOL = 0 demands bit-identical files.
+ * A NaN or Inf where the other file holds another value is an infinite
+ * difference.
  * With PREFIX, only tensors whose names start with it are compared. */
 #include <hdf5.h>
 #include <math.h>
@@ -61,10 +63,14 @@ static herr_t visit_(hid_t ga, const char *name, const link_info_t *info, void *
     } else {
         double diff = 0, ref = 0;
         for (size_t i = 0; i < na; i++) {
-            diff = fmax(diff, fabs(a[i] - b[i]));
+            /* fmax drops NaNs: a NaN (or an Inf) that the other file does
+             * not hold is an infinite difference */
+            double d = a[i] == b[i] ? 0 : fabs(a[i] - b[i]);
+            if (isnan(d)) d = isnan(a[i]) && isnan(b[i]) ? 0 : INFINITY;
+            diff = fmax(diff, d);
             ref = fmax(ref, fabs(b[i]));
         }
-        double rel = diff / fmax(ref, 1e-12);
+        double rel = isinf(diff) ? INFINITY : diff / fmax(ref, 1e-12);
         if (diff == 0) rel = 0;
         printf("%-40s max|a-b| %.3e  max|b| %.3e  rel %.3e\n", name, diff, ref, rel);
         if (rel > c->worst || c->count == 0) {
