@@ -156,7 +156,14 @@ typedef struct wd_view {
     int known;
     progress_record_t rec;
     double blocked_for, phase_for, silent_for;
+    double closed_for; /* its connection closed this long ago without a goodbye (0: open) */
 } wd_view_t;
+
+/* Nothing heard from the rank for longer than a few heartbeats. */
+static int silent_(const wd_view_t *v)
+{
+    return !v->closed_for && v->silent_for > 2 * wd_.beat + 1;
+}
 
 /* One line on rank r; `stale`: the rank is gone, v is its last report. */
 static void add_rank_state_(wd_text_t *t, int r, const wd_view_t *v, int stale)
@@ -181,7 +188,12 @@ static void add_rank_state_(wd_text_t *t, int r, const wd_view_t *v, int stale)
             add_(t, "; no collective started yet");
         }
     }
-    if (v->silent_for > 2 * wd_.beat + 1)
+    if (v->closed_for > 0)
+        add_(t,
+             "; its connection closed %.1f s ago without a goodbye: the process exited or was "
+             "killed",
+             v->closed_for);
+    else if (silent_(v))
         add_(t,
              "; nothing heard from it for %.1f s: its process is stopped or its node is "
              "unreachable",
@@ -220,8 +232,13 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
         end_job_(t, 10);
     }
     const progress_coll_t *S = &v[stuck].rec.blocked;
-    int nmissing = 0, narrived = 0, desync = -1;
+    int nmissing = 0, narrived = 0, desync = -1, nsilent = 0, first_silent = -1;
     for (int r = 0; r < W; r++) {
+        /* an arrived rank may have stopped inside the collective */
+        if (v[r].known && silent_(&v[r])) {
+            nsilent++;
+            if (first_silent < 0) first_silent = r;
+        }
         if (v[r].known && v[r].rec.last.number >= S->number) {
             arrived[r] = 1, narrived++;
             if (desync < 0 && v[r].rec.blocked.number == S->number &&
@@ -234,7 +251,9 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
     coll_text_(S, what, sizeof what);
     add_(t, "watchdog: %s has not completed in %.1f s (--timeout %g): ", what, v[stuck].blocked_for,
          wd_.timeout);
-    if (nmissing == 0)
+    if (nmissing == 0 && nsilent)
+        add_(t, "every rank started it, but %d fell silent inside it\n", nsilent);
+    else if (nmissing == 0)
         add_(t, "every rank started it%s\n",
              desync >= 0 ? ", but not every rank is in the same collective" : "");
     else if (nmissing == 1)
@@ -254,6 +273,8 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
         if (missing[r]) add_rank_state_(t, r, &v[r], 0), listed++;
     if (nmissing > listed)
         add_(t, "ddptrain:   ... and %d more missing ranks\n", nmissing - listed);
+    for (int r = 0; r < W && listed < WD_LIST_MAX; r++)
+        if (arrived[r] && v[r].known && silent_(&v[r])) add_rank_state_(t, r, &v[r], 0), listed++;
     if (desync >= 0) {
         char other[192];
         coll_text_(&v[desync].rec.blocked, other, sizeof other);
@@ -263,6 +284,11 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
              stuck, watchdog_host(stuck), what, desync, watchdog_host(desync), other);
         add_(t, "ddptrain:   what to do: rerun with --debug-collectives to stop at the first "
                 "collective where the ranks differ\n");
+    } else if (nmissing == 0 && nsilent) {
+        add_(t,
+             "ddptrain:   what to do: look at rank %d's host (is the process stopped, the node "
+             "down, the network partitioned?)\n",
+             first_silent);
     } else if (nmissing) {
         add_(t,
              "ddptrain:   what to do: find out what the missing rank%s doing on %s host "
@@ -287,7 +313,8 @@ static _Noreturn void report_vanished_(const wd_view_t *v, int r, double ago)
          "process exited or was killed; the launcher's message, if any, says how)\n",
          r, watchdog_host(r), ago);
     const wd_msg_t *m = &wd_.peers[r].msg;
-    wd_view_t last = {1, m->rec, m->blocked_for, m->phase_for, 0};
+    wd_view_t last = {
+        .known = 1, .rec = m->rec, .blocked_for = m->blocked_for, .phase_for = m->phase_for};
     add_rank_state_(&t, r, &last, 1);
     add_(&t,
          "ddptrain:   what to do: look for rank %d's own error, a crash or the out-of-memory "
@@ -388,14 +415,18 @@ static void hub_check_(double now)
     progress_record_t self;
     progress_snapshot(&self);
     if (standing_down_(&self)) return;
-    v[0] = (wd_view_t){1, self, self.blocked.number ? now - self.blocked_since : 0,
-                       now - self.phase_since, 0};
+    v[0] = (wd_view_t){.known = 1,
+                       .rec = self,
+                       .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
+                       .phase_for = now - self.phase_since};
     int stuck = -1, silent = -1, vanished = -1;
     for (int r = 1; r < W; r++) {
         wd_peer_t *p = &wd_.peers[r];
         memset(&v[r], 0, sizeof v[r]);
         if (!p->hello) continue;
-        double age = now - p->heard;
+        /* a closed connection: what it said last, as of its closing */
+        double age = (p->closed_at ? p->closed_at : now) - p->heard;
+        v[r].closed_for = p->closed_at ? now - p->closed_at : 0;
         v[r].known = 1;
         v[r].rec = p->msg.rec;
         v[r].blocked_for = p->msg.rec.blocked.number ? p->msg.blocked_for + age : 0;
@@ -407,9 +438,13 @@ static void hub_check_(double now)
         if (!p->closed_at && age >= wd_.timeout && silent < 0) silent = r;
     }
     for (int r = 0; r < W; r++)
-        if (v[r].known && v[r].blocked_for >= wd_.timeout &&
+        if (v[r].known && !v[r].closed_for && v[r].blocked_for >= wd_.timeout &&
             (stuck < 0 || v[r].blocked_for > v[stuck].blocked_for))
             stuck = r;
+    /* a collective stuck while a rank is gone: the rank that vanished is the
+     * news, whether or not its grace period is over */
+    for (int r = 1; r < W && (stuck >= 0 || silent >= 0) && vanished < 0; r++)
+        if (v[r].closed_for > 0) vanished = r;
     if (vanished >= 0) report_vanished_(v, vanished, now - wd_.peers[vanished].closed_at);
     if (stuck >= 0 || silent >= 0) report_stuck_(v, stuck, silent);
 }
@@ -419,7 +454,7 @@ static void hub_loop_(void)
     int W = wd_.size;
     struct pollfd *pfd = calloc((size_t)W + 17, sizeof *pfd);
     if (!pfd) return;
-    double next_beat = 0;
+    double next_beat = 0, next_check = 0;
     while (!atomic_load(&wd_.stop)) {
         pfd[0] = (struct pollfd){.fd = wd_.listen_fd, .events = POLLIN};
         for (int i = 0; i < wd_.nconns; i++)
@@ -450,7 +485,12 @@ static void hub_loop_(void)
             for (int i = 0; i < wd_.nconns; i++) send_(wd_.conns[i].fd, MSG_BEAT);
             next_beat = now + wd_.beat;
         }
-        hub_check_(now);
+        /* a check looks at every rank: twice per heartbeat period at most,
+         * not once per message */
+        if (now >= next_check) {
+            hub_check_(now);
+            next_check = now + wd_.beat / 2;
+        }
     }
     for (int i = 0; i < wd_.nconns; i++) {
         send_(wd_.conns[i].fd, MSG_BYE);
@@ -474,13 +514,18 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
              "watchdog: nothing heard from rank 0 (%s) for %.1f s (--timeout %g): its process is "
              "stopped or its node is unreachable\n",
              watchdog_host(0), quiet_for, wd_.timeout);
-    wd_view_t v0 = {1, hub->msg.rec, hub->msg.blocked_for, hub->msg.phase_for, 0};
+    wd_view_t v0 = {.known = 1,
+                    .rec = hub->msg.rec,
+                    .blocked_for = hub->msg.blocked_for,
+                    .phase_for = hub->msg.phase_for};
     add_rank_state_(&t, 0, &v0, 1);
     progress_record_t self;
     progress_snapshot(&self);
     double now = clock_seconds();
-    wd_view_t me = {1, self, self.blocked.number ? now - self.blocked_since : 0,
-                    now - self.phase_since, 0};
+    wd_view_t me = {.known = 1,
+                    .rec = self,
+                    .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
+                    .phase_for = now - self.phase_since};
     add_rank_state_(&t, wd_.rank, &me, 0);
     add_(&t, "ddptrain:   what to do: look at rank 0's host (is the process stopped, the node "
              "down, the network partitioned?)\n");
@@ -689,6 +734,19 @@ static void debug_check_(void *arg, const progress_coll_t *c)
     end_job_(&t, 6);
 }
 
+/* The hub's socket and tables (rank 0). */
+static void hub_free_(void)
+{
+    if (wd_.listen_fd >= 0) close(wd_.listen_fd);
+    wd_.listen_fd = -1;
+    free(wd_.peers);
+    free(wd_.conns);
+    free(wd_.views);
+    wd_.peers = NULL;
+    wd_.conns = NULL;
+    wd_.views = NULL;
+}
+
 ddp_status_t watchdog_start(control_t *ctl, double timeout, int debug_collectives)
 {
     wd_.rank = ctl->rank;
@@ -746,14 +804,7 @@ ddp_status_t watchdog_start(control_t *ctl, double timeout, int debug_collective
                  "only their own collectives (--timeout still ends a hang, with less detail)",
                  (long long)unreachable, (int)addr.port);
     if (ctl->rank == 0 && addr.port <= 0) {
-        if (wd_.listen_fd >= 0) close(wd_.listen_fd);
-        wd_.listen_fd = -1;
-        free(wd_.peers);
-        free(wd_.conns);
-        free(wd_.views);
-        wd_.peers = NULL;
-        wd_.conns = NULL;
-        wd_.views = NULL;
+        hub_free_();
         return DDP_OK; /* rank 0 has no hub; clients fall back on their own view */
     }
 
@@ -777,15 +828,8 @@ void watchdog_stop(void)
         pthread_join(wd_.thread, NULL);
         wd_.running = 0;
     }
-    if (wd_.listen_fd >= 0) close(wd_.listen_fd);
-    wd_.listen_fd = -1;
+    hub_free_();
     if (wd_.debug_comm != MPI_COMM_NULL) MPI_Comm_free(&wd_.debug_comm);
-    free(wd_.peers);
-    free(wd_.conns);
-    free(wd_.views);
     free(wd_.hosts);
-    wd_.views = NULL;
-    wd_.peers = NULL;
-    wd_.conns = NULL;
     wd_.hosts = NULL;
 }
