@@ -14,6 +14,8 @@
 #   - a bit flipped in one rank's parameters or optimizer state (--inject
 #     bitflip) is named by --check-replicas with the rank, its host and the
 #     tensor, exit code 6 (the replica check on the ring path);
+#   - a rank on node b that stops responding (--inject hang) is named, with
+#     its host, by rank 0's watchdog over TCP between the nodes (exit 10);
 #   - bad input is one error line and exit code 3, no hang, across nodes.
 # Needs root (namespaces), ip (iproute2) and unshare (util-linux); skipped
 # (77) otherwise, unless DDP_REQUIRE_MULTINODE=1 (.ci/run sets it).
