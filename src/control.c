@@ -48,12 +48,26 @@ ddp_status_t control_init(control_t *c, MPI_Comm world)
     MPI_Comm_rank(c->mpi, &c->rank);
     MPI_Comm_size(c->mpi, &c->size);
     c->last = (comm_desc_t){"none yet", -1, -1};
+    char me[CONTROL_HOST_MAX] = "";
+    snprintf(me, sizeof me, "%s", log_host());
+    c->hosts = calloc((size_t)c->size, CONTROL_HOST_MAX);
+    if (!c->hosts) return ddp_fail(DDP_ERR_NOMEM, "out of memory for the ranks' host names");
+    if (MPI_Allgather(me, CONTROL_HOST_MAX, MPI_CHAR, c->hosts, CONTROL_HOST_MAX, MPI_CHAR,
+                      c->mpi) != MPI_SUCCESS)
+        return ddp_fail(DDP_ERR_COMM, "MPI_Allgather of the host names failed");
     return DDP_OK;
+}
+
+const char *control_host(const control_t *c, int r)
+{
+    if (!c->hosts || r < 0 || r >= c->size) return "?";
+    return c->hosts + (size_t)r * CONTROL_HOST_MAX;
 }
 
 void control_free(control_t *c)
 {
     if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+    free(c->hosts);
     memset(c, 0, sizeof *c);
     c->mpi = MPI_COMM_NULL;
 }
@@ -68,12 +82,10 @@ ddp_status_t control_agree(control_t *c, ddp_status_t s)
     if (first == c->size) return done_(DDP_OK);
     struct {
         int status;
-        char host[64];
         char msg[1024];
-    } e = {0, "", ""};
+    } e = {0, ""};
     if (c->rank == first) {
         e.status = (int)s;
-        snprintf(e.host, sizeof e.host, "%s", log_host());
         snprintf(e.msg, sizeof e.msg, "%s", ddp_error_message());
     }
     rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, c->mpi);
@@ -81,7 +93,8 @@ ddp_status_t control_agree(control_t *c, ddp_status_t s)
     progress_unblock();
     ddp_clear_error();
     if (first == 0 || c->size == 1) return ddp_fail((ddp_status_t)e.status, "%s", e.msg);
-    return ddp_fail((ddp_status_t)e.status, "rank %d (%s): %s", first, e.host, e.msg);
+    return ddp_fail((ddp_status_t)e.status, "rank %d (%s): %s", first, control_host(c, first),
+                    e.msg);
 }
 
 _Noreturn void control_abort(control_t *c, ddp_status_t s)

@@ -30,11 +30,17 @@ typedef struct control {
     int rank, size;
     uint64_t seq;     /* collectives started so far (the same on every rank) */
     comm_desc_t last; /* the most recent one */
+    char *hosts;      /* [size][CONTROL_HOST_MAX]: every rank's host name */
 } control_t;
 
-/* Over a duplicate of `world` (collective). */
+#define CONTROL_HOST_MAX 64 /* bytes of a host name in the table */
+
+/* Over a duplicate of `world` (collective); learns every rank's host name. */
 ddp_status_t control_init(control_t *c, MPI_Comm world);
 void control_free(control_t *c);
+/* Rank r's host name, for messages that name a rank ("?" if unknown).
+ * Read-only after control_init: any thread may call it. */
+const char *control_host(const control_t *c, int r);
 
 /* Agree on a status that each rank reached on its own: every rank learns
  * whether any rank failed and returns the same status, with the message of

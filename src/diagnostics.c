@@ -408,20 +408,11 @@ static ddp_status_t hash_rtensors_(trainer_t *t, const rtensor_t *list, int n, u
     return DDP_OK;
 }
 
-#define HOST_BYTES 64 /* a host name in the gathered records */
-
-/* From the gathered records of every rank (its host name, then its
- * per-tensor hashes), the same on every rank: the message naming the first
- * tensor that differs. */
+/* From every rank's per-tensor hashes (all: [ranks][n]), the same on every
+ * rank: the message naming the first tensor that differs. */
 static ddp_status_t replicas_differ_(trainer_t *t, int64_t step, const rtensor_t *list, int n,
-                                     const char *records)
+                                     const uint64_t *all)
 {
-    size_t rec = HOST_BYTES + (size_t)n * sizeof(uint64_t);
-    uint64_t *all = malloc((size_t)t->ctl->size * (size_t)n * sizeof *all + sizeof *all);
-    if (!all) return ddp_fail(DDP_ERR_NOMEM, "out of memory in the replica check");
-    for (int r = 0; r < t->ctl->size; r++)
-        memcpy(all + (size_t)r * n, records + r * rec + HOST_BYTES, (size_t)n * sizeof *all);
-    ddp_status_t s = DDP_OK;
     int W = t->ctl->size, first = -1, ndiff = 0;
     for (int i = 0; i < n; i++) {
         int differs = 0;
@@ -429,10 +420,8 @@ static ddp_status_t replicas_differ_(trainer_t *t, int64_t step, const rtensor_t
         if (differs && first < 0) first = i;
         ndiff += differs;
     }
-    if (first < 0) { /* the totals differed but no tensor does: cannot happen */
-        free(all);
+    if (first < 0) /* the totals differed but no tensor does: cannot happen */
         return ddp_fail(DDP_ERR_INTERNAL, "replica check: the hashes differ but no tensor does");
-    }
     /* the value most ranks hold (ties: that of the lowest rank) is the
      * reference; the ranks holding another are named */
     int ref = 0, best = 0;
@@ -471,16 +460,14 @@ static ddp_status_t replicas_differ_(trainer_t *t, int64_t step, const rtensor_t
         snprintf(which, sizeof which, "the only differing tensor");
     else
         snprintf(which, sizeof which, "first of %d differing tensors", ndiff);
-    s = ddp_fail(DDP_ERR_MISMATCH,
-                 "replicas diverged %s: rank %d's %s differs from rank %d's%s (%s; hash %016llx "
-                 "vs %016llx; rank %d is on host %.*s): the ranks no longer hold the same model; "
-                 "go on from the last checkpoint, and if the same host is named again, suspect "
-                 "its memory and leave it out",
-                 when, odd, name, ref, also, which,
-                 (unsigned long long)all[(size_t)odd * n + first], (unsigned long long)want, odd,
-                 HOST_BYTES, records + odd * rec);
-    free(all);
-    return s;
+    return ddp_fail(DDP_ERR_MISMATCH,
+                    "replicas diverged %s: rank %d's %s differs from rank %d's%s (%s; hash %016llx "
+                    "vs %016llx; rank %d is on host %s): the ranks no longer hold the same model; "
+                    "go on from the last checkpoint, and if the same host is named again, suspect "
+                    "its memory and leave it out",
+                    when, odd, name, ref, also, which,
+                    (unsigned long long)all[(size_t)odd * n + first], (unsigned long long)want, odd,
+                    control_host(t->ctl, odd));
 }
 
 ddp_status_t diagnostics_check_replicas(trainer_t *t, int64_t step)
@@ -505,19 +492,15 @@ ddp_status_t diagnostics_check_replicas(trainer_t *t, int64_t step)
     free(all);
     if (!same) {
         /* every rank saw the same totals: every rank gathers the per-tensor
-         * hashes (and host names) to name the first that differs */
-        size_t rec = HOST_BYTES + (size_t)n * sizeof *h;
-        char *mine = calloc(1, rec), *records = malloc((size_t)W * rec);
-        if (!mine || !records)
+         * hashes to name the first that differs */
+        uint64_t *hashes = malloc((size_t)W * (size_t)n * sizeof *hashes + sizeof *hashes);
+        if (!hashes)
             control_abort(t->ctl, ddp_fail(DDP_ERR_NOMEM, "out of memory in the replica check"));
-        snprintf(mine, HOST_BYTES, "%s", log_host());
-        memcpy(mine + HOST_BYTES, h, (size_t)n * sizeof *h);
         comm_desc_t d2 = {"replica-check-tensors", -1, step};
-        s = control_allgather(t->ctl, mine, records, rec, &d2);
+        s = control_allgather(t->ctl, h, hashes, (size_t)n * sizeof *h, &d2);
         if (s != DDP_OK) control_abort(t->ctl, s);
-        s = replicas_differ_(t, step, list, n, records);
-        free(mine);
-        free(records);
+        s = replicas_differ_(t, step, list, n, hashes);
+        free(hashes);
     }
     free(h);
     free(list);

@@ -111,11 +111,6 @@ ddp_status_t inject_setup(const char *list, int rank)
     return DDP_OK;
 }
 
-int inject_armed(void)
-{
-    return nfaults_ > 0;
-}
-
 const inject_fault_t *inject_due(inject_kind_t kind, int64_t step)
 {
     for (int i = 0; i < nfaults_; i++) {

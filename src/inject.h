@@ -58,7 +58,6 @@ ddp_status_t inject_parse(const char *list, inject_fault_t *out, int *n);
 /* Arm the faults of `list` for this rank (after the configuration is
  * agreed).  An empty list disarms everything. */
 ddp_status_t inject_setup(const char *list, int rank);
-int inject_armed(void);
 
 /* The fault of `kind` due at `step` on this rank, marked fired (one-shot
  * kinds), or NULL.  slow: due at every step >= its STEP. */

@@ -68,7 +68,6 @@ typedef struct metrics_summary_rec {
     double samples, step_p50, compute_p50, wait_p50;
 } metrics_summary_rec_t;
 
-#define METRICS_HOST_BYTES  64
 #define METRICS_NAME_MAX    3    /* stragglers named per line (the slowest) */
 #define METRICS_NAME_EVERY  10   /* progress lines between two namings of a rank */
 #define METRICS_MIN_EXCESS  1e-3 /* seconds per step above the median to count */
@@ -86,12 +85,11 @@ ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t)
     mt->step_s = malloc((cap + 1) * sizeof *mt->step_s);
     mt->wait_s = malloc((cap + 1) * sizeof *mt->wait_s);
     mt->compute_s = malloc((cap + 1) * sizeof *mt->compute_s);
-    mt->hosts = calloc(n, METRICS_HOST_BYTES);
     mt->gathered = malloc(n * rec);
     mt->named_at = malloc(n * sizeof *mt->named_at);
     mt->scratch = malloc(n * sizeof *mt->scratch);
-    if (!mt->step_s || !mt->wait_s || !mt->compute_s || !mt->hosts || !mt->gathered ||
-        !mt->named_at || !mt->scratch)
+    if (!mt->step_s || !mt->wait_s || !mt->compute_s || !mt->gathered || !mt->named_at ||
+        !mt->scratch)
         return ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics");
     for (size_t r = 0; r < n; r++) mt->named_at[r] = -1;
     mt->cap = cap;
@@ -108,7 +106,6 @@ void metrics_free(metrics_t *mt)
     free(mt->step_s);
     free(mt->wait_s);
     free(mt->compute_s);
-    free(mt->hosts);
     free(mt->gathered);
     free(mt->named_at);
     free(mt->scratch);
@@ -137,23 +134,6 @@ void metrics_step_end(metrics_t *mt, const trainer_t *t)
     mt->step_s[mt->nsteps] = step;
     mt->compute_s[mt->nsteps] = compute;
     mt->wait_s[mt->nsteps++] = wait;
-}
-
-/* The ranks' host names, once (collective). */
-static ddp_status_t hosts_gather_(metrics_t *mt, trainer_t *t, int64_t step)
-{
-    if (mt->hosts_known) return DDP_OK;
-    char me[METRICS_HOST_BYTES] = {0};
-    snprintf(me, sizeof me, "%s", log_host());
-    comm_desc_t d = {"metrics-hosts", -1, step};
-    DDP_TRY(control_allgather(t->ctl, me, mt->hosts, sizeof me, &d));
-    mt->hosts_known = 1;
-    return DDP_OK;
-}
-
-static const char *host_(const metrics_t *mt, int r)
-{
-    return mt->hosts + (size_t)r * METRICS_HOST_BYTES;
 }
 
 static int cmp_double_(const void *a, const void *b)
@@ -210,7 +190,7 @@ static void stragglers_(metrics_t *mt, const trainer_t *t, const metrics_window_
         double c = 1e3 * p->compute_s / steps, w = 1e3 * p->dwait_s / steps;
         len += (size_t)snprintf(line + len, sizeof line - len,
                                 "%srank %d (%s) compute %.1f + data wait %.1f = %.1f ms/step",
-                                i ? ", " : "", top[i], host_(mt, top[i]), c, w, c + w);
+                                i ? ", " : "", top[i], control_host(t->ctl, top[i]), c, w, c + w);
         if (med > 0 && len < sizeof line)
             len +=
                 (size_t)snprintf(line + len, sizeof line - len, " (%.1fx)", (c + w) / (1e3 * med));
@@ -238,9 +218,8 @@ ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t ste
     };
     /* one all-gather of every rank's record; the sums in rank order, so
      * every rank computes bit-identical values */
-    ddp_status_t s = t->ctl->size > 1 ? hosts_gather_(mt, t, step) : DDP_OK;
     comm_desc_t d = {"metrics", -1, step};
-    if (s == DDP_OK) s = control_allgather(t->ctl, &me, mt->gathered, sizeof me, &d);
+    ddp_status_t s = control_allgather(t->ctl, &me, mt->gathered, sizeof me, &d);
     if (s != DDP_OK) control_abort(t->ctl, s);
     const metrics_window_rec_t *g = mt->gathered;
     double loss_sum = 0, samples = 0;

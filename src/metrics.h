@@ -39,11 +39,9 @@ typedef struct metrics {
     /* per-step times of the first `cap` steps, for the medians */
     double *step_s, *wait_s, *compute_s;
     size_t nsteps, cap;
-    /* all ranks: host names (64 bytes each, gathered at the first progress
-     * line or summary), the gathered records, the progress line at which
-     * each rank was last named a straggler */
-    int nranks, hosts_known;
-    char *hosts;
+    /* all ranks: the gathered records, the progress line at which each rank
+     * was last named a straggler (host names: control_host) */
+    int nranks;
     void *gathered;
     int64_t *named_at;
     double *scratch; /* nranks values */

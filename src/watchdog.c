@@ -31,7 +31,6 @@
 #include "progress.h"
 
 #define WD_MAGIC          0x64647764u /* "ddwd" */
-#define WD_HOST           64          /* bytes of a host name */
 #define WD_ADDRS          8           /* addresses of rank 0 tried by the others */
 #define WD_CONNECT_S      3.0         /* connect timeout per address */
 #define WD_VANISH_GRACE_S 3.0 /* a connection closed without goodbye is reported after this */
@@ -69,7 +68,7 @@ typedef struct wd_peer {
 static struct {
     int rank, size;
     double timeout, beat; /* seconds: the limit, the heartbeat period */
-    char (*hosts)[WD_HOST];
+    const control_t *ctl; /* its host names (read-only: any thread) */
     pthread_t thread;
     int running;
     atomic_int stop;
@@ -88,10 +87,9 @@ static struct {
     MPI_Comm debug_comm;
 } wd_ = {.listen_fd = -1, .hub = {.fd = -1}, .debug_comm = MPI_COMM_NULL};
 
-const char *watchdog_host(int r)
+static const char *host_(int r)
 {
-    if (!wd_.hosts || r < 0 || r >= wd_.size) return "?";
-    return wd_.hosts[r];
+    return wd_.ctl ? control_host(wd_.ctl, r) : "?";
 }
 
 /* ---- reports -------------------------------------------------------------- */
@@ -146,11 +144,6 @@ static _Noreturn void end_job_(const wd_text_t *t, int code)
     _exit(code); /* not reached */
 }
 
-static void coll_text_(const progress_coll_t *c, char *buf, size_t n)
-{
-    progress_coll_format(c, buf, n);
-}
-
 /* One rank's state as the watchdog saw it. */
 typedef struct wd_view {
     int known;
@@ -169,20 +162,20 @@ static int silent_(const wd_view_t *v)
 static void add_rank_state_(wd_text_t *t, int r, const wd_view_t *v, int stale)
 {
     char last[192];
-    add_(t, "ddptrain:   rank %d (%s): %s", r, watchdog_host(r), stale ? "its last report: " : "");
+    add_(t, "ddptrain:   rank %d (%s): %s", r, host_(r), stale ? "its last report: " : "");
     if (!v->known) {
         add_(t, "state unknown (it never reached the watchdog)\n");
         return;
     }
     if (v->rec.blocked.number) {
-        coll_text_(&v->rec.blocked, last, sizeof last);
+        progress_coll_format(&v->rec.blocked, last, sizeof last);
         add_(t, "waiting in %s for %.1f s", last, v->blocked_for);
     } else {
         add_(t, "in %s", progress_phase_name(v->rec.phase));
         if (v->rec.step > 0) add_(t, " of step %lld", (long long)v->rec.step);
         add_(t, " for %.1f s", v->phase_for);
         if (v->rec.last.number) {
-            coll_text_(&v->rec.last, last, sizeof last);
+            progress_coll_format(&v->rec.last, last, sizeof last);
             add_(t, "; its last collective was %s", last);
         } else {
             add_(t, "; no collective started yet");
@@ -223,7 +216,7 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
         add_(t,
              "watchdog: nothing heard from rank %d (%s) for %.1f s (--timeout %g): its process is "
              "stopped or its node is unreachable\n",
-             silent, watchdog_host(silent), v[silent].silent_for, wd_.timeout);
+             silent, host_(silent), v[silent].silent_for, wd_.timeout);
         add_rank_state_(t, silent, &v[silent], 0);
         add_(t,
              "ddptrain:   what to do: look at rank %d's host (is the process stopped, the node "
@@ -248,7 +241,7 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
             missing[r] = 1, nmissing++;
         }
     }
-    coll_text_(S, what, sizeof what);
+    progress_coll_format(S, what, sizeof what);
     add_(t, "watchdog: %s has not completed in %.1f s (--timeout %g): ", what, v[stuck].blocked_for,
          wd_.timeout);
     if (nmissing == 0 && nsilent)
@@ -258,7 +251,7 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
              desync >= 0 ? ", but not every rank is in the same collective" : "");
     else if (nmissing == 1)
         for (int r = 0; r < W; r++) {
-            if (missing[r]) add_(t, "rank %d (%s) did not arrive\n", r, watchdog_host(r));
+            if (missing[r]) add_(t, "rank %d (%s) did not arrive\n", r, host_(r));
         }
     else {
         add_(t, "%d of %d ranks did not arrive: ", nmissing, W);
@@ -277,11 +270,11 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
         if (arrived[r] && v[r].known && silent_(&v[r])) add_rank_state_(t, r, &v[r], 0), listed++;
     if (desync >= 0) {
         char other[192];
-        coll_text_(&v[desync].rec.blocked, other, sizeof other);
+        progress_coll_format(&v[desync].rec.blocked, other, sizeof other);
         add_(t,
              "ddptrain:   desync: rank %d (%s) waits in %s, rank %d (%s) in %s: the ranks called "
              "different collectives\n",
-             stuck, watchdog_host(stuck), what, desync, watchdog_host(desync), other);
+             stuck, host_(stuck), what, desync, host_(desync), other);
         add_(t, "ddptrain:   what to do: rerun with --debug-collectives to stop at the first "
                 "collective where the ranks differ\n");
     } else if (nmissing == 0 && nsilent) {
@@ -311,7 +304,7 @@ static _Noreturn void report_vanished_(const wd_view_t *v, int r, double ago)
     add_(&t,
          "watchdog: rank %d (%s) vanished: its connection closed %.1f s ago without a goodbye (the "
          "process exited or was killed; the launcher's message, if any, says how)\n",
-         r, watchdog_host(r), ago);
+         r, host_(r), ago);
     const wd_msg_t *m = &wd_.peers[r].msg;
     wd_view_t last = {
         .known = 1, .rec = m->rec, .blocked_for = m->blocked_for, .phase_for = m->phase_for};
@@ -508,12 +501,12 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
         add_(&t,
              "watchdog: rank 0 (%s) vanished: its connection closed %.1f s ago without a goodbye "
              "(the process exited or was killed)\n",
-             watchdog_host(0), quiet_for);
+             host_(0), quiet_for);
     else
         add_(&t,
              "watchdog: nothing heard from rank 0 (%s) for %.1f s (--timeout %g): its process is "
              "stopped or its node is unreachable\n",
-             watchdog_host(0), quiet_for, wd_.timeout);
+             host_(0), quiet_for, wd_.timeout);
     wd_view_t v0 = {.known = 1,
                     .rec = hub->msg.rec,
                     .blocked_for = hub->msg.blocked_for,
@@ -536,7 +529,7 @@ static _Noreturn void report_local_(const progress_record_t *self, double blocke
 {
     static wd_text_t t;
     char what[192];
-    coll_text_(&self->blocked, what, sizeof what);
+    progress_coll_format(&self->blocked, what, sizeof what);
     add_(&t,
          "watchdog: %s has not completed in %.1f s (--timeout %g); the watchdog of rank 0 "
          "cannot be reached, so what the other ranks are doing is unknown\n",
@@ -670,7 +663,7 @@ static int connect_one_(uint32_t addr, int port)
 static int client_connect_(const wd_addr_t *a)
 {
     /* on rank 0's host the loopback first */
-    if (strcmp(watchdog_host(0), log_host()) == 0) {
+    if (strcmp(host_(0), log_host()) == 0) {
         int fd = connect_one_(a->addr[a->naddr - 1], a->port);
         if (fd >= 0) return fd;
     }
@@ -727,7 +720,7 @@ static void debug_check_(void *arg, const progress_coll_t *c)
                 group[q] = done[q] = 1, n++;
         add_(&t, "ddptrain:   rank%s ", n > 1 ? "s" : "");
         add_ranks_(&t, group, wd_.size);
-        add_(&t, " (%s) %s in %s\n", watchdog_host(r), n > 1 ? "are" : "is", d);
+        add_(&t, " (%s) %s in %s\n", host_(r), n > 1 ? "are" : "is", d);
     }
     add_(&t, "ddptrain:   what to do: the code path of the ranks differs before this point (a "
              "rank-dependent branch, a skipped step, different options or data on one rank)\n");
@@ -752,12 +745,7 @@ ddp_status_t watchdog_start(control_t *ctl, double timeout, int debug_collective
     wd_.rank = ctl->rank;
     wd_.size = ctl->size;
     wd_.timeout = timeout;
-    wd_.hosts = calloc((size_t)ctl->size, WD_HOST);
-    if (!wd_.hosts) return ddp_fail(DDP_ERR_NOMEM, "out of memory for the host names of the ranks");
-    char me[WD_HOST] = "";
-    snprintf(me, sizeof me, "%s", log_host());
-    comm_desc_t d = {"host-names", -1, -1};
-    DDP_TRY(control_allgather(ctl, me, wd_.hosts, WD_HOST, &d));
+    wd_.ctl = ctl;
     if (ctl->size == 1) return DDP_OK;
     if (debug_collectives) {
         if (MPI_Comm_dup(ctl->mpi, &wd_.debug_comm) != MPI_SUCCESS)
@@ -778,7 +766,7 @@ ddp_status_t watchdog_start(control_t *ctl, double timeout, int debug_collective
         wd_.views = calloc((size_t)ctl->size, sizeof *wd_.views);
         if (wd_.listen_fd < 0 || !wd_.peers || !wd_.conns || !wd_.views) addr.port = -1;
     }
-    d = (comm_desc_t){"watchdog-address", -1, -1};
+    comm_desc_t d = {"watchdog-address", -1, -1};
     DDP_TRY(control_bcast(ctl, &addr, sizeof addr, 0, &d));
     if (ctl->rank > 0 && addr.port > 0) {
         wd_.hub.fd = client_connect_(&addr);
@@ -830,6 +818,5 @@ void watchdog_stop(void)
     }
     hub_free_();
     if (wd_.debug_comm != MPI_COMM_NULL) MPI_Comm_free(&wd_.debug_comm);
-    free(wd_.hosts);
-    wd_.hosts = NULL;
+    wd_.ctl = NULL;
 }

@@ -38,7 +38,5 @@
 ddp_status_t watchdog_start(control_t *ctl, double timeout, int debug_collectives);
 /* The job ends normally (every rank calls it; not collective). */
 void watchdog_stop(void);
-/* Rank r's host name ("?" before watchdog_start). */
-const char *watchdog_host(int r);
 
 #endif
