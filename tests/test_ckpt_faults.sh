@@ -143,12 +143,7 @@ echo "ok: kill -9 of rank 0 during the checkpoint of step $(basename "$hit" | se
 timeout -k 5 90 sh -c 'echo $$ >"$0/pid"; shift; exec "$@"' "$T" x "$DDPTRAIN" "$T/d.h5" $big \
   --steps 100000 --log-every 1 --ckpt-dir "$T/t" >"$T/ot" 2>"$T/et" &
 job=$!
-i=0
-until grep -q "^step " "$T/ot"; do
-  i=$((i + 1))
-  [ $i -le 3000 ] || { kill "$job"; cat "$T/ot" "$T/et"; fail "SIGTERM: no progress line in 30 s"; }
-  sleep 0.01
-done
+ddp_wait_progress "$T/ot" "$T/et" "SIGTERM"
 pid=$(cat "$T/pid")
 kill -TERM "$pid"
 i=0 hit=""
@@ -181,12 +176,7 @@ fi
 timeout -k 5 90 sh -c 'echo $$ >"$0/pid2"; shift; exec "$@"' "$T" x "$DDPTRAIN" "$T/d.h5" $m \
   --steps 1000000 --log-every 1 --ckpt-dir "$T/u" >"$T/ou" 2>"$T/eu" &
 job=$!
-i=0
-until grep -q "^step " "$T/ou"; do
-  i=$((i + 1))
-  [ $i -le 3000 ] || { kill "$job"; cat "$T/ou" "$T/eu"; fail "USR1+TERM: no progress line in 30 s"; }
-  sleep 0.01
-done
+ddp_wait_progress "$T/ou" "$T/eu" "USR1+TERM"
 kill -USR1 "$(cat "$T/pid2")" && kill -TERM "$(cat "$T/pid2")"
 wait "$job"
 rc=$?

@@ -100,12 +100,8 @@ DDP_TEST_TIMEOUT=60 mpirun_np 2 sh -c \
   "$DDPTRAIN" "$T/d.h5" $m4 --steps 100000 --log-every 10 --ckpt-dir "$T/c4" --ckpt-every 0 \
   >"$T/o4" 2>"$T/e4" &
 job=$!
-i=0
-until grep -q "^step " "$T/o4" && [ -s "$T/pid.1" ]; do
-  i=$((i + 1))
-  [ $i -le 300 ] || { kill "$job"; cat "$T/o4" "$T/e4"; fail "no progress line within 30 s"; }
-  sleep 0.1
-done
+# a progress line needs rank 1, which wrote its pid before it started
+ddp_wait_progress "$T/o4" "$T/e4" "SIGUSR1 to rank 1"
 kill -USR1 "$(cat "$T/pid.1")" || fail "cannot signal rank 1"
 wait "$job"
 rc=$?

@@ -62,11 +62,7 @@ t0=$(now)
 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --steps 100000 --log-every 1 --inject 'slow:*:1:5' \
   >"$T/o" 2>"$T/e" &
 job=$!
-i=0
-until grep -q "^step 3/" "$T/o" 2>/dev/null; do
-  i=$((i + 1)); [ $i -le 300 ] || { kill $job; cat "$T/o" "$T/e"; fail "SIGSTOP: the run did not start"; }
-  sleep 0.1
-done
+ddp_wait_progress "$T/o" "$T/e" "SIGSTOP" "^step 3/"
 victim=""
 for p in $(pgrep -f "$T/d.h5"); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
