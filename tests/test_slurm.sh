@@ -210,13 +210,22 @@ log="$T/bad-$jid.out"
 
 # ---- preemption: USR1 to the batch shell mid-training, checkpoint, requeue,
 # resume, the weights of an uninterrupted run.  The signal is sent when the
-# first checkpoint (step 200) appears and takes up to seconds to reach the
-# ranks on a loaded machine: steps heavy in arithmetic (about 3 ms on an idle
-# core, less slowed down by load than the steps of a tiny model) leave the
-# job running for 5 s or more after that ----
-pargs="--model linear:512,bn,relu,linear:512,relu,linear:auto --batch 64 --steps 2000 --log-every 100"
+# first checkpoint (step 200) appears and takes from under one to several
+# seconds to reach the ranks (measured on a loaded 2-core machine: 1 to 1200
+# steps of 3 ms later).  So that no machine, however fast or loaded, finishes
+# the 2000 steps first, the first run steps slowly (slowfirst: --inject
+# slow:*:1:10, 10 ms at the start of every step, at least 18 s after step
+# 200); the restart and the reference run train at full speed (--inject only
+# sleeps, and may differ on --resume) ----
+pargs="--model linear:128,bn,relu,linear:128,relu,linear:auto --batch 64 --steps 2000 --log-every 100"
 pargs="$pargs --eval-every 0 --ckpt-every 200 --keep 0"
-jid=$(INPUT="$T/d.h5" CKPT_DIR="$T/ck-pre" ARGS="$pargs" submit pre "$DDPTRAIN")
+cat >"$T/slowfirst" <<EOF
+#!/bin/sh
+if [ "\${SLURM_RESTART_COUNT:-0}" = 0 ]; then exec "$DDPTRAIN" "\$@" --inject 'slow:*:1:10'; fi
+exec "$DDPTRAIN" "\$@"
+EOF
+chmod +x "$T/slowfirst"
+jid=$(INPUT="$T/d.h5" CKPT_DIR="$T/ck-pre" ARGS="$pargs" submit pre "$T/slowfirst")
 [ -n "$jid" ] || { cat "$T/sb"; logs; fail "sbatch of the preemption job"; }
 log="$T/pre-$jid.out"
 wait_file "$jid" "$log" "$T/ck-pre/ckpt_00000200.h5" 90
@@ -277,7 +286,7 @@ grep -q "^ddptrain: job $jid: SIGUSR1 came while the ranks were not training (ex
 [ -s "$T/ck-slow/ckpt_00000045.h5" ] || failjob "$jid" "$log" "SIGUSR1 before training: no final checkpoint"
 
 # ---- plain scancel: SIGTERM to every process; checkpoint, no requeue ----
-jid=$(INPUT="$T/d.h5" CKPT_DIR="$T/ck-can" ARGS="$pargs" submit can "$DDPTRAIN")
+jid=$(INPUT="$T/d.h5" CKPT_DIR="$T/ck-can" ARGS="$pargs" submit can "$T/slowfirst")
 [ -n "$jid" ] || { cat "$T/sb"; logs; fail "sbatch of the job to cancel"; }
 log="$T/can-$jid.out"
 wait_file "$jid" "$log" "$T/ck-can/ckpt_00000200.h5" 90
