@@ -198,9 +198,11 @@ static void stragglers_(metrics_t *mt, const trainer_t *t, const metrics_window_
     }
     if (len < sizeof line && ndue > ntop)
         snprintf(line + len, sizeof line - len, " and %d more", ndue - ntop);
-    log_warn("straggler: %s vs the median %.1f ms/step over steps %lld-%lld (--straggler-factor "
+    /* a median under 1 ms (a tiny model) with three decimals, not as 0.0 */
+    log_warn("straggler: %s vs the median %.*f ms/step over steps %lld-%lld (--straggler-factor "
              "%g); the other ranks wait for %s in their collectives",
-             line, 1e3 * med, (long long)first, (long long)last, factor, ndue > 1 ? "them" : "it");
+             line, 1e3 * med < 1 ? 3 : 1, 1e3 * med, (long long)first, (long long)last, factor,
+             ndue > 1 ? "them" : "it");
 }
 
 ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t step,
