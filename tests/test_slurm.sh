@@ -216,9 +216,7 @@ log="$T/bad-$jid.out"
 # the 2000 steps first, the first run steps slowly (slowfirst: --inject
 # slow:*:1:10, 10 ms at the start of every step, at least 18 s after step
 # 200); the restart and the reference run train at full speed (--inject only
-# sleeps, and may differ on --resume).  The model is large enough (a 2 MB
-# checkpoint) that srun, had the script passed a SIGTERM on, would kill the
-# ranks before their checkpoint is out ----
+# sleeps, and may differ on --resume) ----
 pargs="--model linear:512,bn,relu,linear:512,relu,linear:auto --batch 64 --steps 2000 --log-every 100"
 pargs="$pargs --eval-every 0 --ckpt-every 200 --keep 0"
 cat >"$T/slowfirst" <<EOF
