@@ -46,6 +46,12 @@ ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p)
     return comm_mem_alloc_host(bytes, p);
 }
 
+ddp_status_t comm_mem_plan(comm_t *c, size_t bytes, int nbuffers)
+{
+    if (c->ops && c->ops->mem_plan) return c->ops->mem_plan(c, bytes, nbuffers);
+    return DDP_OK;
+}
+
 ddp_status_t comm_mem_alloc_host(size_t bytes, void **p)
 {
     *p = NULL;

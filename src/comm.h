@@ -111,6 +111,12 @@ typedef struct comm_ops {
      * it with mem_free (collective too) before comm_free.  NULL in a backend
      * without special memory; use comm_mem_alloc / comm_mem_free. */
     ddp_status_t (*mem_alloc)(comm_t *c, size_t bytes, void **p);
+    /* Before the first mem_alloc: the run will take `bytes` per rank in
+     * `nbuffers` allocations.  A backend whose special memory is limited
+     * (node-shared memory) checks now and, where it will not fit, says so
+     * and hands out plain memory instead, alike on every rank.  Collective.
+     * NULL: nothing to check. */
+    ddp_status_t (*mem_plan)(comm_t *c, size_t bytes, int nbuffers);
     void (*mem_free)(comm_t *c, void *p);
     void (*free)(comm_t *c);
 } comm_ops_t;
@@ -166,6 +172,8 @@ void comm_free(comm_t *c);
  * compute backend instead.) */
 ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p);
 void comm_mem_free(comm_t *c, void *p);
+/* See comm_ops_t.mem_plan.  Collective. */
+ddp_status_t comm_mem_plan(comm_t *c, size_t bytes, int nbuffers);
 /* The plain memory above (freed with free()), for backends to fall back on. */
 ddp_status_t comm_mem_alloc_host(size_t bytes, void **p);
 

@@ -18,9 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "comm.h"
+#include "log.h"
 #include "progress.h"
 #include "sum_kernels.h"
 
@@ -699,14 +701,83 @@ static ddp_status_t mpi_barrier_(comm_t *c)
     return DDP_OK;
 }
 
-/* Shared memory on one node (when the ranks share it), plain memory
- * otherwise; see comm.h. */
+/* ---- node-shared memory: room for it ------------------------------------ */
+
+/* Where Open MPI keeps the backing files of shared windows (osc/sm). */
+static const char *shm_dir_(void)
+{
+    const char *d = getenv("OMPI_MCA_osc_sm_backing_directory");
+    return d && d[0] ? d : "/dev/shm";
+}
+
+/* Bytes the node needs in shm_dir_() for windows of `bytes` per rank in
+ * `nwin` allocations: every rank's part rounded up to pages, a page of
+ * window state each, and some slack. */
+static uint64_t shm_need_(const comm_t *c, uint64_t bytes, int nwin)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t per = (bytes + (uint64_t)nwin * (64 + 2 * page) + page - 1) / page * page;
+    return (uint64_t)c->local_size * per + ((uint64_t)256 << 10);
+}
+
+/* The smallest free space in shm_dir_() over the ranks (UINT64_MAX where it
+ * cannot be measured).  Collective on c->mpi, so that the decision below is
+ * the same on every rank: a rank whose MPI_Win_allocate_shared fails returns
+ * while the others wait inside it forever. */
+static uint64_t shm_free_(comm_t *c)
+{
+    struct statvfs v;
+    uint64_t mine = statvfs(shm_dir_(), &v) == 0 ? (uint64_t)v.f_bavail * v.f_frsize : UINT64_MAX,
+             least = 0;
+    comm_desc_t d = {"shared-memory-check", -1, -1};
+    progress_block(comm_note_start(c, &d, "all-reduce", sizeof mine), NULL);
+    MPI_Allreduce(&mine, &least, 1, MPI_UINT64_T, MPI_MIN, c->mpi);
+    progress_unblock();
+    return least;
+}
+
+/* Is there room for `need` bytes (shm_need_)?  If not, every rank stops
+ * using node-shared memory from here on -- buffers come from plain memory,
+ * all-reduces take the ring: the same arithmetic on every rank, slower --
+ * and rank 0 says so once, with what to do. */
+static int shm_room_(comm_t *c, uint64_t need, const char *what)
+{
+    mpi_impl_t *m = c->impl;
+    uint64_t fr = shm_free_(c);
+    if (fr >= need) return 1;
+    m->shm_ok = 0;
+    double mib = 1024.0 * 1024.0;
+    if (c->rank == 0)
+        log_warn("node-shared memory: %s take about %.1f MiB in %s (%d ranks on this node), which "
+             "has %.1f MiB free; using private buffers and the ring all-reduce instead (same "
+             "results, slower all-reduce).  To keep the shared-memory path give %s more room "
+             "(Docker: --shm-size=%llug) or point Open MPI at a larger local directory "
+             "(export OMPI_MCA_osc_sm_backing_directory=/tmp)",
+             what, (double)need / mib, shm_dir_(), c->local_size, (double)fr / mib, shm_dir_(),
+             (unsigned long long)((need + ((uint64_t)64 << 20)) / ((uint64_t)1 << 30) + 1));
+    return 0;
+}
+
+static ddp_status_t mpi_mem_plan_(comm_t *c, size_t bytes, int nbuffers)
+{
+    mpi_impl_t *m = c->impl;
+    if (m->shm_ok)
+        shm_room_(c, shm_need_(c, bytes, nbuffers),
+                  "the parameters, gradients and optimizer state");
+    return DDP_OK;
+}
+
+/* Shared memory on one node (when the ranks share it and there is room),
+ * plain memory otherwise; see comm.h. */
 static ddp_status_t mpi_mem_alloc_(comm_t *c, size_t bytes, void **p)
 {
     mpi_impl_t *m = c->impl;
     *p = NULL;
+    if (m->shm_ok) {
+        DDP_TRY(mpi_progress_(c));
+        shm_room_(c, shm_need_(c, bytes, 1), "the gradient and optimizer buffers");
+    }
     if (!m->shm_ok) return comm_mem_alloc_host(bytes, p);
-    DDP_TRY(mpi_progress_(c));
     shm_region_t *reg = calloc(1, sizeof *reg);
     char **base = calloc((size_t)c->size, sizeof *base);
     if (!reg || !base) {
@@ -813,6 +884,7 @@ static const comm_ops_t comm_mpi_ops = {
     .bcast = mpi_bcast_,
     .allgather = mpi_allgather_,
     .barrier = mpi_barrier_,
+    .mem_plan = mpi_mem_plan_,
     .mem_alloc = mpi_mem_alloc_,
     .mem_free = mpi_mem_free_,
     .free = mpi_free_,
@@ -897,7 +969,9 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
 
     /* shared-memory all-reduces: every rank on one node */
     m->ctl_win = MPI_WIN_NULL;
-    if (c->nnodes == 1 && c->size > 1) {
+    m->shm_ok = 1; /* for shm_room_ */
+    if (c->nnodes == 1 && c->size > 1 &&
+        shm_room_(c, shm_need_(c, sizeof(shm_ctl_t), 1), "the all-reduce control blocks")) {
         MPI_Info info;
         MPI_Info_create(&info);
         MPI_Info_set(info, "alloc_shared_noncontig", "true");
@@ -914,6 +988,7 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
             m->ctl = NULL;
             if (rc == MPI_SUCCESS) MPI_Win_free(&m->ctl_win);
             m->ctl_win = MPI_WIN_NULL;
+            m->shm_ok = 0;
             return DDP_OK;
         }
         memset(mine, 0, sizeof *mine);
@@ -925,7 +1000,8 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
             m->ctl[r] = b;
         }
         MPI_Barrier(c->mpi); /* every control block is zeroed before anyone uses it */
-        m->shm_ok = 1;
+        return DDP_OK;
     }
+    m->shm_ok = 0;
     return DDP_OK;
 }

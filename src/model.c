@@ -340,10 +340,12 @@ static void *dev_alloc_(model_t *m, size_t bytes, ddp_status_t *s, const char *w
     return p;
 }
 
+static size_t max_act_(const model_t *m);
+static size_t conv_ws_(const model_t *m);
+
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
 {
     ddp_status_t s = DDP_OK;
-    const compute_ops_t *compute = m->compute;
     if (mem && mem->alloc) {
         void *p = NULL, *g = NULL;
         size_t bytes = m->nparams * sizeof(float) + sizeof(float);
@@ -357,43 +359,65 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
         m->grads = dev_alloc_(m, m->nparams * sizeof(float), &s, "gradients");
     }
     m->bufs = dev_alloc_(m, m->nbufs * sizeof(float), &s, "BatchNorm buffers");
-    size_t max_act = act_numel(m->input), ws = 0;
-    m->act_bytes = 0;
+    size_t max_act = max_act_(m), ws = conv_ws_(m);
     for (int i = 0; i < m->nlayers && s == DDP_OK; i++) {
         layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
-        if (act_numel(L->in) > max_act) max_act = act_numel(L->in);
-        if (outn > max_act) max_act = outn;
-        if (L->kind != LAYER_FLATTEN) {
+        if (L->kind != LAYER_FLATTEN)
             L->y = dev_alloc_(m, (size_t)m->batch * outn * sizeof(float), &s, L->token);
-            m->act_bytes += (size_t)m->batch * outn * sizeof(float);
-        }
-        if (L->kind == LAYER_MAXPOOL) {
+        if (L->kind == LAYER_MAXPOOL)
             L->argmax = dev_alloc_(m, (size_t)m->batch * outn * sizeof(int32_t), &s, L->token);
-            m->act_bytes += (size_t)m->batch * outn * sizeof(int32_t);
-        }
         if (L->kind == LAYER_BN) {
             L->mean = dev_alloc_(m, (size_t)L->in.c * sizeof(float), &s, L->token);
             L->invstd = dev_alloc_(m, (size_t)L->in.c * sizeof(float), &s, L->token);
             L->stats = dev_alloc_(m, (size_t)2 * L->in.c * sizeof(double), &s, L->token);
         }
-        if (L->kind == LAYER_CONV) {
-            conv_dims_t d = {m->batch, L->in.c,   L->in.h, L->in.w,  L->out.c,
-                             L->k,     L->stride, L->pad,  L->out.h, L->out.w};
-            size_t need = compute->conv_ws_bytes(&d);
-            if (need > ws) ws = need;
-        }
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 2; k++)
         m->dact[k] =
             dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
-        m->act_bytes += (size_t)m->batch * max_act * sizeof(float);
-    }
-    if (ws) {
-        m->conv_ws = dev_alloc_(m, ws, &s, "convolution workspace");
-        m->act_bytes += ws;
-    }
+    if (ws) m->conv_ws = dev_alloc_(m, ws, &s, "convolution workspace");
+    m->act_bytes = model_act_bytes(m);
     return s;
+}
+
+/* The largest activation of any layer (elements per sample). */
+static size_t max_act_(const model_t *m)
+{
+    size_t max_act = act_numel(m->input);
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer_t *L = &m->layers[i];
+        if (act_numel(L->in) > max_act) max_act = act_numel(L->in);
+        if (act_numel(L->out) > max_act) max_act = act_numel(L->out);
+    }
+    return max_act;
+}
+
+/* The convolution workspace: the largest any conv layer needs. */
+static size_t conv_ws_(const model_t *m)
+{
+    size_t ws = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer_t *L = &m->layers[i];
+        if (L->kind != LAYER_CONV) continue;
+        conv_dims_t d = {m->batch, L->in.c,   L->in.h, L->in.w,  L->out.c,
+                         L->k,     L->stride, L->pad,  L->out.h, L->out.w};
+        size_t need = m->compute->conv_ws_bytes(&d);
+        if (need > ws) ws = need;
+    }
+    return ws;
+}
+
+size_t model_act_bytes(const model_t *m)
+{
+    size_t bytes = 0, B = (size_t)m->batch;
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer_t *L = &m->layers[i];
+        size_t outn = act_numel(L->out);
+        if (L->kind != LAYER_FLATTEN) bytes += B * outn * sizeof(float);
+        if (L->kind == LAYER_MAXPOOL) bytes += B * outn * sizeof(int32_t);
+    }
+    return bytes + 2 * B * max_act_(m) * sizeof(float) + conv_ws_(m);
 }
 
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute)

@@ -124,6 +124,10 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
 /* Allocate parameters, buffers, activations (device memory of the backend);
  * the parameter and gradient buffers from `mem` when given. */
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem);
+/* The activation memory model_alloc takes (layer outputs, pooling indices,
+ * the two activation-gradient buffers, the convolution workspace): known
+ * from the layout alone, before model_alloc. */
+size_t model_act_bytes(const model_t *m);
 /* model_layout + model_alloc(NULL). */
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute);
 void model_free(model_t *m);

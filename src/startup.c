@@ -9,6 +9,7 @@
 
 #include "hash.h"
 #include "log.h"
+#include "memlimit.h"
 #include "trainer.h"
 #include "version.h"
 #include "weights.h"
@@ -82,6 +83,66 @@ static ddp_status_t comm_mem_alloc_cb_(void *comm, size_t bytes, void **p)
 static void comm_mem_free_cb_(void *comm, void *p)
 {
     comm_mem_free(comm, p);
+}
+
+/* The batch buffers: the loader's queue, the device copy, evaluation's. */
+static size_t data_bytes_(const trainer_t *t)
+{
+    size_t numel = t->train.sample_numel, B = (size_t)t->cfg->batch;
+    size_t k = t->train.targets > 0 ? (size_t)t->train.targets : 1;
+    size_t per_batch =
+        B * (numel * sizeof(float) + sizeof(int32_t) + k * sizeof(float) + sizeof(int64_t));
+    return per_batch * (size_t)(t->cfg->prefetch + 2);
+}
+
+/* ---- memory: the estimate against the limits ------------------------------ */
+
+/* What the rest of the start-up will allocate, per rank. */
+typedef struct mem_plan {
+    size_t comm;     /* parameters, gradients, optimizer state, 16-bit scratch */
+    int ncomm;       /* ... in this many comm_mem_alloc calls */
+    size_t resident; /* all buffers, comm included */
+    size_t address;  /* address space beyond the buffers */
+} mem_plan_t;
+
+static mem_plan_t mem_plan_(const trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const model_t *m = &t->model;
+    const char *names[2];
+    size_t nstate = (size_t)optim_state_names(cfg->optimizer, cfg->momentum, names);
+    size_t params = m->nparams * sizeof(float) + sizeof(float);
+    size_t state = m->ntrainable * sizeof(float) + sizeof(float);
+    mem_plan_t p = {.comm = 2 * params + nstate * state, .ncomm = 2 + (int)nstate};
+    if (cfg->grad_compress) {
+        p.comm += m->ntrainable * sizeof(uint16_t) + 2;
+        p.ncomm++;
+    }
+    /* rank 0's start-up broadcast copy; checkpoints keep a snapshot */
+    size_t copy = params + m->nbufs * sizeof(float) + nstate * state;
+    p.resident = p.comm + m->nbufs * sizeof(float) + model_act_bytes(m) + data_bytes_(t) + copy;
+    /* the first BLAS call maps its work buffer; the loader thread and the
+     * checkpoint writer each add a stack and a malloc arena; slack */
+    p.address = MEMLIMIT_BLAS_BUFFER + (cfg->ckpt_dir[0] ? 2 : 1) * MEMLIMIT_THREAD +
+                ((size_t)16 << 20);
+    return p;
+}
+
+/* Refuse a run whose buffers will not fit under the address-space or
+ * cgroup limit, before allocating them (memlimit.h); then let the comm
+ * backend check its own memory (node-shared memory). */
+static ddp_status_t memory_check_(trainer_t *t)
+{
+    mem_plan_t p = mem_plan_(t);
+    memlimit_t l;
+    memlimit_probe(&l, NULL, NULL);
+    mem_need_t need = {p.resident, p.address};
+    char warn[512];
+    ddp_status_t s = memlimit_check(&l, &need, t->comm.local_size, warn, sizeof warn);
+    if (s == DDP_OK && warn[0]) log_warn("%s", warn);
+    t->mem_need_address = l.as_used + p.resident + p.address;
+    t->mem_limit_address = l.as_limit;
+    return s;
 }
 
 /* Parameters and gradients from the comm backend, collectively: every rank
@@ -350,9 +411,7 @@ static ddp_status_t alloc_batches_(trainer_t *t)
     if (!d->x || !d->labels || !d->targets || !d->sample_idx || !t->loss_sums || !h->x ||
         !h->labels || !h->targets)
         return ddp_fail(DDP_ERR_NOMEM, "out of memory for batch buffers");
-    size_t per_batch =
-        B * (numel * sizeof(float) + sizeof(int32_t) + k * sizeof(float) + sizeof(int64_t));
-    t->data_bytes = per_batch * (size_t)(t->cfg->prefetch + 2); /* queue + device copy + eval */
+    t->data_bytes = data_bytes_(t);
     return DDP_OK;
 }
 
@@ -464,6 +523,10 @@ static void print_table_(trainer_t *t)
              "%.1f MiB, data %.1f MiB = %.1f MiB",
              mib_(pbytes), mib_(gbytes), mib_(obytes), mib_(m->act_bytes), mib_(t->data_bytes),
              mib_(pbytes + gbytes + obytes + m->act_bytes + t->data_bytes));
+    if (t->mem_limit_address != MEMLIMIT_NONE)
+        log_info("  address      about %.0f MiB per rank (with BLAS buffers and threads) of the "
+                 "%.0f MiB limit (ulimit -v)",
+                 mib_(t->mem_need_address), mib_(t->mem_limit_address));
     /* options that are not at their defaults, with where they came from */
     static const char *src_name[] = {"default", "input", "config file", "command line"};
     char line[1024];
@@ -501,6 +564,9 @@ ddp_status_t startup_run(trainer_t *t)
     /* before any collective whose size depends on the options or the model */
     DDP_TRY(control_agree(ctl, consistency_check_(t)));
     DDP_TRY(checkpoint_resume_open(t));
+    DDP_TRY(control_agree(ctl, memory_check_(t)));
+    mem_plan_t plan = mem_plan_(t);
+    DDP_TRY(control_agree(ctl, comm_mem_plan(&t->comm, plan.comm, plan.ncomm)));
     DDP_TRY(control_agree(ctl, alloc_model_(t)));
     DDP_TRY(broadcast_model_(t));
     /* the start-up broadcast reached every rank: the first replica check */

@@ -88,6 +88,9 @@ typedef struct trainer {
     double *loss_sums; /* device [2]: the loss sum and argmax hits since last read */
     host_batch_t eval_host;
     size_t data_bytes; /* input memory per rank (for the start-up table) */
+    /* the start-up memory check: address space a rank will take, its limit
+     * (MEMLIMIT_NONE: unlimited) */
+    uint64_t mem_need_address, mem_limit_address;
     metrics_t metrics;
 } trainer_t;
 
