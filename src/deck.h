@@ -177,7 +177,7 @@ void deck_describe(const deck_t *d, char *buf, size_t n);
  * of y; and the file size.  The sample: DECK_FP_BLOCKS (8) blocks of rows
  * at the same positions on every rank (the first, the last and 6 evenly
  * spaced between), a block being one chunk's rows cut to at most
- * DECK_FP_BLOCK_BYTES (1 MiB).  Data outside the sample is not looked at:
+ * DECK_FP_BLOCK_BYTES (1 MiB; at least one row).  Data outside the sample is not looked at:
  * a difference there goes unseen.  fp has d->nshards entries.  Errors: a
  * sampled chunk that cannot be read (DDP_ERR_INPUT naming the file and
  * dataset), out of memory. */
