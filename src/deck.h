@@ -169,4 +169,30 @@ ddp_status_t deck_check_size(const deck_t *d, int world, int batch, int drop_las
  * 10 classes, 1 file". */
 void deck_describe(const deck_t *d, char *buf, size_t n);
 
+/* Content fingerprint (deck_fingerprint.c), for the start-up check that
+ * every rank reads the same data under the same path (a stale node-local
+ * copy).  Per shard of d, four hashes, so a mismatch can say what differs:
+ * the dims, type, layout, chunk dims and filters of x and y; every
+ * attribute of x and y; the raw bytes of a fixed sample of rows of x and
+ * of y; and the file size.  The sample: DECK_FP_BLOCKS (8) blocks of rows
+ * at the same positions on every rank (the first, the last and 6 evenly
+ * spaced between), a block being one chunk's rows cut to at most
+ * DECK_FP_BLOCK_BYTES (1 MiB; at least one row).  Data outside the sample is not looked at:
+ * a difference there goes unseen.  fp has d->nshards entries.  Errors: a
+ * sampled chunk that cannot be read (DDP_ERR_INPUT naming the file and
+ * dataset), out of memory. */
+typedef enum deck_fp_part {
+    DECK_FP_LAYOUT,
+    DECK_FP_ATTRS,
+    DECK_FP_DATA,
+    DECK_FP_SIZE, /* last: the least telling when others differ too */
+    DECK_FP_PARTS
+} deck_fp_part_t;
+typedef struct deck_fp {
+    uint64_t part[DECK_FP_PARTS];
+} deck_fp_t;
+ddp_status_t deck_fingerprint(const deck_t *d, deck_fp_t *fp);
+/* What a part covers, for messages ("file size", ...). */
+const char *deck_fp_part_name(int part);
+
 #endif

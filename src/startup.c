@@ -238,7 +238,86 @@ static void item_text_(const trainer_t *t, const check_items_t *c, int i, char *
     }
 }
 
-static void collect_items_(const trainer_t *t, check_items_t *c)
+/* ---- content of the input files ----------------------------------------- */
+
+/* Per input file, the fingerprint parts of its /train, then of its /val
+ * (zeros where the file has no /val). */
+#define FP_PER_FILE (2 * DECK_FP_PARTS)
+
+static void fp_place_(const trainer_t *t, const deck_t *d, const deck_fp_t *fp, int split,
+                      uint64_t *out)
+{
+    int k = 0;
+    for (int i = 0; i < d->nshards; i++) {
+        /* the shards are the input files in order, less those without the split */
+        while (k < t->cfg->ninputs && strcmp(t->cfg->inputs[k], d->shards[i].path) != 0) k++;
+        if (k == t->cfg->ninputs) return;
+        memcpy(out + (size_t)k * FP_PER_FILE + (size_t)split * DECK_FP_PARTS, fp[i].part,
+               sizeof fp[i].part);
+        k++;
+    }
+}
+
+/* Fingerprint every input file (deck_fingerprint) into out [ninputs *
+ * FP_PER_FILE]; on one rank there is nobody to disagree with (zeros). */
+static ddp_status_t fingerprint_inputs_(const trainer_t *t, uint64_t *out)
+{
+    if (t->ctl->size == 1) return DDP_OK;
+    int n = t->train.nshards > t->val.nshards ? t->train.nshards : t->val.nshards;
+    deck_fp_t *fp = ddp_calloc((size_t)n, sizeof *fp, "the input fingerprints");
+    if (!fp) return DDP_ERR_NOMEM;
+    ddp_status_t s = deck_fingerprint(&t->train, fp);
+    if (s == DDP_OK) fp_place_(t, &t->train, fp, 0, out);
+    if (s == DDP_OK && t->have_val) {
+        s = deck_fingerprint(&t->val, fp);
+        if (s == DDP_OK) fp_place_(t, &t->val, fp, 1, out);
+    }
+    free(fp);
+    return s;
+}
+
+/* The content item differs: name the first input file, split and part
+ * where rank bad_rank's fingerprint differs from rank 0's (collective). */
+static ddp_status_t content_mismatch_(const trainer_t *t, const uint64_t *fp, int bad_rank,
+                                      int nbad)
+{
+    size_t n = (size_t)t->cfg->ninputs * FP_PER_FILE;
+    comm_desc_t d = {"startup-check", -1, -1};
+    uint64_t *r0 = malloc(n * sizeof *r0), *rb = malloc(n * sizeof *rb);
+    ddp_status_t s = control_agree(
+        t->ctl, r0 && rb ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory in the start-up check"));
+    if (s != DDP_OK) {
+        free(r0);
+        free(rb);
+        return s;
+    }
+    memcpy(r0, fp, n * sizeof *r0);
+    memcpy(rb, fp, n * sizeof *rb);
+    if (control_bcast(t->ctl, r0, n * sizeof *r0, 0, &d) != DDP_OK ||
+        control_bcast(t->ctl, rb, n * sizeof *rb, bad_rank, &d) != DDP_OK)
+        control_abort(t->ctl, ddp_fail(DDP_ERR_COMM, "%s", ddp_error_message()));
+    size_t at = 0;
+    while (at < n && r0[at] == rb[at]) at++;
+    free(r0);
+    free(rb);
+    if (at == n) at = 0; /* not reached: the combined hashes differ */
+    int file = (int)(at / FP_PER_FILE), split = (int)(at % FP_PER_FILE) / DECK_FP_PARTS;
+    int part = (int)(at % DECK_FP_PARTS);
+    const char *sp = split ? "val" : "train";
+    char what[160];
+    if (part == DECK_FP_SIZE)
+        snprintf(what, sizeof what, "the file sizes");
+    else
+        snprintf(what, sizeof what, "the %s of /%s/x or /%s/y", deck_fp_part_name(part), sp, sp);
+    return ddp_fail(DDP_ERR_MISMATCH,
+                    "ranks disagree on the content of input file %s: rank 0 and rank %d read "
+                    "different data under the same path (%s differ%s; a stale node-local "
+                    "copy?); give every rank the same file",
+                    t->cfg->inputs[file], bad_rank, what,
+                    nbad > 1 ? "; other ranks differ too" : "");
+}
+
+static void collect_items_(const trainer_t *t, const uint64_t *fp, check_items_t *c)
 {
     const ddp_config_t *cfg = t->cfg;
     const model_t *m = &t->model;
@@ -261,6 +340,8 @@ static void collect_items_(const trainer_t *t, check_items_t *c)
                         t->have_val ? (int64_t)t->val.sample_numel : 0,
                         t->have_val ? t->val.dtype : 0};
     item_(c, "validation data", vdata, sizeof vdata);
+    /* same paths and shapes, yet other bytes: a stale copy on some node */
+    item_(c, "input content", fp, (size_t)cfg->ninputs * FP_PER_FILE * sizeof *fp);
     h = HASH_SEED;
     for (int k = 0; k < m->ntensors; k++) {
         const tensor_t *T = &m->tensors[k];
@@ -285,14 +366,17 @@ static ddp_status_t consistency_check_(trainer_t *t)
     int W = t->ctl->size;
     check_items_t *c = calloc(1, sizeof *c);
     uint64_t *all = malloc((size_t)W * CHECK_ITEMS_MAX * sizeof *all);
+    uint64_t *fp = calloc((size_t)t->cfg->ninputs * FP_PER_FILE, sizeof *fp);
     ddp_status_t s = control_agree(
-        t->ctl, c && all ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory in the start-up check"));
+        t->ctl, c && all && fp ? fingerprint_inputs_(t, fp)
+                               : ddp_fail(DDP_ERR_NOMEM, "out of memory in the start-up check"));
     if (s != DDP_OK) {
         free(c);
         free(all);
+        free(fp);
         return s;
     }
-    collect_items_(t, c);
+    collect_items_(t, fp, c);
     comm_desc_t d = {"startup-check", -1, -1};
     s = control_allgather(t->ctl, c->hash, all, CHECK_ITEMS_MAX * sizeof *all, &d);
     if (s != DDP_OK) control_abort(t->ctl, s);
@@ -304,7 +388,9 @@ static ddp_status_t consistency_check_(trainer_t *t)
                 if (bad_item < 0) bad_item = i, bad_rank = r;
                 if (i == bad_item) nbad++;
             }
-    if (bad_item >= 0) {
+    if (bad_item >= 0 && strcmp(c->name[bad_item], "input content") == 0) {
+        s = content_mismatch_(t, fp, bad_rank, nbad);
+    } else if (bad_item >= 0) {
         /* fetch the two values for the message */
         char mine[CONFIG_STR_MAX] = "", theirs[CONFIG_STR_MAX] = "";
         item_text_(t, c, bad_item, mine, sizeof mine);
@@ -320,6 +406,7 @@ static ddp_status_t consistency_check_(trainer_t *t)
     }
     free(all);
     free(c);
+    free(fp);
     return s;
 }
 

@@ -7,7 +7,14 @@
  * short-y (y shorter than x), nan (one NaN feature), neg-label (a label -1),
  * wide (200 x 9 features: a shard that does not match `good`), corrupt
  * (gzip'd chunks of 10 samples, the chunk holding samples 100..109 overwritten
- * with garbage after writing). */
+ * with garbage after writing).
+ * Decks of `good`'s shape with other content, for the start-up content
+ * check (test_fingerprint.sh; it samples chunks 0, 2, 5, 8, 10, 13, 16 and
+ * 19 of these 20): mean-a, mean-b (attribute mean of /train/x 0.5 or 0.25,
+ * data as `good`); mid-chunk (one value of row 105, in sampled chunk 10,
+ * changed); unsampled (one value of row 35, in chunk 3, changed); chunk20
+ * (`good`'s values in chunks of 20 samples); corrupt-unsampled (as corrupt,
+ * but the chunk of samples 30..39, outside that sample: found in training). */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,16 +36,29 @@ static int write_(const char *path, const char *kind)
     }
     if (strcmp(kind, "nan") == 0) x[57 * f_ + 3] = NAN;
     if (strcmp(kind, "neg-label") == 0) y[31] = -1;
+    if (strcmp(kind, "mid-chunk") == 0) x[105 * f_ + 2] += 1.0f;
+    if (strcmp(kind, "unsampled") == 0) x[35 * f_ + 2] += 1.0f;
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
-    hsize_t dx[2] = {N, (hsize_t)f_}, cx[2] = {CHUNK, (hsize_t)f_}, dy[1] = {(hsize_t)ny};
+    hsize_t chunk = strcmp(kind, "chunk20") == 0 ? 2 * CHUNK : CHUNK;
+    hsize_t dx[2] = {N, (hsize_t)f_}, cx[2] = {chunk, (hsize_t)f_}, dy[1] = {(hsize_t)ny};
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, 2, cx);
-    if (strcmp(kind, "corrupt") == 0) H5Pset_deflate(dcpl, 4);
+    int corrupt = strncmp(kind, "corrupt", 7) == 0;
+    if (corrupt) H5Pset_deflate(dcpl, 4);
     hid_t sx = H5Screate_simple(2, dx, NULL), sy = H5Screate_simple(1, dy, NULL);
     hid_t ds = H5Dcreate2(f, "/train/x", H5T_IEEE_F32LE, sx, lcpl, dcpl, H5P_DEFAULT);
     H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
+    if (strncmp(kind, "mean-", 5) == 0) {
+        float mean = kind[5] == 'a' ? 0.5f : 0.25f;
+        hsize_t one = 1;
+        hid_t as = H5Screate_simple(1, &one, NULL);
+        hid_t a = H5Acreate2(ds, "mean", H5T_IEEE_F32LE, as, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_FLOAT, &mean);
+        H5Aclose(a);
+        H5Sclose(as);
+    }
     H5Dclose(ds);
     if (strcmp(kind, "no-y") != 0) {
         ds = H5Dcreate2(f, "/train/y", H5T_STD_I32LE, sy, lcpl, H5P_DEFAULT, H5P_DEFAULT);
@@ -51,11 +71,11 @@ static int write_(const char *path, const char *kind)
     H5Pclose(lcpl);
     free(x);
     if (H5Fclose(f) < 0) return 1;
-    if (strcmp(kind, "corrupt") != 0) return 0;
+    if (!corrupt) return 0;
 
     f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     ds = H5Dopen2(f, "/train/x", H5P_DEFAULT);
-    hsize_t coord[2] = {100, 0}, size;
+    hsize_t coord[2] = {strcmp(kind, "corrupt") == 0 ? 100 : 30, 0}, size;
     haddr_t addr;
     unsigned mask;
     herr_t rc = H5Dget_chunk_info_by_coord(ds, coord, &mask, &addr, &size);
@@ -70,7 +90,9 @@ static int write_(const char *path, const char *kind)
 
 int main(int argc, char **argv)
 {
-    static const char *kinds[] = {"good", "no-y", "short-y", "nan", "neg-label", "wide", "corrupt"};
+    static const char *kinds[] = {"good",      "no-y",    "short-y",          "nan",    "neg-label",
+                                  "wide",      "corrupt", "mean-a",           "mean-b", "mid-chunk",
+                                  "unsampled", "chunk20", "corrupt-unsampled"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;

@@ -8,7 +8,7 @@
 set -u
 ddp_tmpdir
 MK="$top_builddir/tests/make_bad_deck"
-for k in good no-y short-y nan neg-label wide corrupt; do
+for k in good no-y short-y nan neg-label wide corrupt corrupt-unsampled; do
   "$MK" $k "$T/$k.h5" || fail "make_bad_deck $k"
 done
 echo "this is not an HDF5 file" >"$T/text.h5"
@@ -51,7 +51,10 @@ expect 3 "reg.h5" "float targets" -- "$T/reg.h5" $base --loss xent
 expect 3 "nan.h5" "/train/x" "sample 57" -- "$T/nan.h5" $base --check-data
 expect 3 "wide.h5" "good.h5" -- "$T/good.h5" "$T/wide.h5" $base
 expect 3 "good.h5" "holds 200 samples" "fewer than one global batch" -- "$T/good.h5" $base --batch 128
-expect 3 "corrupt.h5" "/train/x" "samples [10" -- "$T/corrupt.h5" $base --no-shuffle
+# a corrupt chunk the start-up content check samples, and one it does not
+# (then found by the loader in training)
+expect 3 "corrupt.h5" "/train/x" "samples [100, 110)" "start-up content check" -- "$T/corrupt.h5" $base
+expect 3 "corrupt-unsampled.h5" "/train/x" "samples [3" -- "$T/corrupt-unsampled.h5" $base --no-shuffle
 # without --check-data the NaN shows up as a diverged loss: exit 8, not silent
 # training, whether the loss is logged or not (checked every step)
 expect 8 "loss is nan" -- "$T/nan.h5" $base --log-every 1 --no-shuffle
