@@ -31,21 +31,26 @@ need=$(sed -n 's/^  address      about \([0-9]*\) MiB per rank.*/\1/p' "$T/big.o
 [ -n "$need" ] || { cat "$T/big.o"; fail "the start-up table shows no address-space estimate under ulimit -v"; }
 echo "estimate: $need MiB per rank"
 
-# below it: one line, exit 5, no hang
-run $(( (need - 40) * 1024 )) "$T/low" --steps 20
+# The address space in use at start-up varies from run to run by a malloc
+# arena (64 MiB: whether a thread of MPI's took one), so the limits below
+# keep clear of the estimate by more than that; the BLAS buffer and the
+# thread reserve (216 MiB) keep the lower one above what start-up maps
+# before the check.
+# Below the estimate: one line, exit 5, no hang.
+run $(( (need - 120) * 1024 )) "$T/low" --steps 20
 rc=$?
-[ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hang under ulimit -v $((need - 40)) MiB"
+[ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hang under ulimit -v $((need - 120)) MiB"
 [ $rc -eq 5 ] || { cat "$T/low.e"; fail "exit $rc under a limit below the estimate, expected 5"; }
 n=$(grep -c "error:" "$T/low.e")
 [ "$n" -eq 1 ] || { cat "$T/low.e"; fail "$n error lines, expected 1"; }
-grep -q "error: memory: each rank needs about $need MiB of address space.*ulimit -v" "$T/low.e" \
+grep -q "error: memory: each rank needs about [0-9]* MiB of address space.*more than its limit of $((need - 120)) MiB (ulimit -v)" "$T/low.e" \
   || { cat "$T/low.e"; fail "the refusal does not say what is needed and which limit"; }
 grep "error:" "$T/low.e"
 
-# just above it: trains to the end
-run $(( (need + 16) * 1024 )) "$T/high" --steps 20
+# Above it: trains to the end (the estimate is an upper bound).
+run $(( (need + 100) * 1024 )) "$T/high" --steps 20
 rc=$?
-[ $rc -eq 0 ] || { tail -n 5 "$T/high.e"; fail "exit $rc under ulimit -v $((need + 16)) MiB (the estimate is $need)"; }
+[ $rc -eq 0 ] || { tail -n 5 "$T/high.e"; fail "exit $rc under ulimit -v $((need + 100)) MiB (the estimate is $need)"; }
 grep -q "^done: 20 steps" "$T/high.o" || fail "no done line under the limit above the estimate"
 
 # ---- node-shared memory ---------------------------------------------------
