@@ -9,6 +9,7 @@
 
 #include "hash.h"
 #include "log.h"
+#include "sysmem.h"
 #include "trainer.h"
 #include "version.h"
 #include "weights.h"
@@ -28,6 +29,9 @@ static ddp_status_t open_data_(trainer_t *t)
         t->have_val = 1;
     }
     const deck_t *d = &t->train;
+    char warning[1024];
+    if (t->ctl->rank == 0 && deck_classes_warning(d, warning, sizeof warning))
+        log_warn("%s", warning);
     t->loss.kind = cfg->loss == LOSS_AUTO ? (d->regression ? LOSS_MSE : LOSS_XENT) : cfg->loss;
     if (t->loss.kind == LOSS_XENT) DDP_TRY(deck_require_labels(d));
     if (t->have_val &&
@@ -42,6 +46,35 @@ static ddp_status_t open_data_(trainer_t *t)
         if (t->have_val) DDP_TRY(deck_check_finite(&t->val));
     }
     return DDP_OK;
+}
+
+/* Parameters, gradients and activations of every rank on this node must
+ * fit in the memory left (a `classes` attribute of 10^9 makes a last layer
+ * of 10^9 outputs): refused before anything is allocated. */
+static ddp_status_t model_memory_check_(trainer_t *t)
+{
+    const model_t *m = &t->model;
+    const deck_t *d = &t->train;
+    const char *limit;
+    size_t avail = sysmem_available(&limit);
+    double per_rank = 2.0 * (double)m->nparams * sizeof(float) +
+                      (double)m->nbufs * sizeof(float) + (double)m->act_bytes;
+    int local = t->comm.local_size > 0 ? t->comm.local_size : 1;
+    if (per_rank * local <= (double)avail) return DDP_OK;
+    char a[32], b[32], hint[512] = "";
+    if (!d->regression && m->outputs == d->classes)
+        snprintf(hint, sizeof hint,
+                 "; its %d outputs are the deck's classes (%s of /train/y in %s): check "
+                 "that number",
+                 d->classes, d->classes_inferred ? "the largest label + 1" : "attribute classes",
+                 d->shards[d->classes_inferred ? d->label_max_shard : 0].path);
+    return ddp_fail(DDP_ERR_NOMEM,
+                    "the model (%zu parameters, batch %d) needs at least %s per rank for "
+                    "parameters, gradients and activations, %d rank%s on this node, more than "
+                    "the %s left (%s); use a smaller model or --batch%s",
+                    m->nparams, m->batch, sysmem_format(per_rank, a, sizeof a), local,
+                    local == 1 ? "" : "s", sysmem_format((double)avail, b, sizeof b), limit,
+                    hint);
 }
 
 static ddp_status_t build_model_(trainer_t *t)
@@ -60,6 +93,7 @@ static ddp_status_t build_model_(trainer_t *t)
     DDP_TRY(model_layout(&t->model, &mo, t->compute));
     t->have_model = 1;
     const model_t *m = &t->model;
+    DDP_TRY(model_memory_check_(t));
     if (t->loss.kind == LOSS_XENT) {
         DDP_TRY(deck_check_classes(d, m->outputs));
         if (t->have_val) DDP_TRY(deck_check_classes(&t->val, m->outputs));
