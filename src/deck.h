@@ -15,15 +15,21 @@
  *     [N, H, W] grayscale images (c = 1); [N, C, H, W] images.
  *   - y: [N] of any HDF5 integer type = class labels; [N, k] (or [N]) float
  *     = regression targets.  Labels are scanned once at open (bounded
- *     memory): negative labels, or labels >= the `classes` attribute, are
- *     input errors.
+ *     memory; a progress line after 3 s): negative labels, or labels >= the
+ *     `classes` attribute, are input errors; `classes` must be an integer;
+ *     the scan counts distinct labels (deck_classes_warning).
+ *   - Sizes: a dataset declaring far more than its file stores (over 64 MiB
+ *     never written and under half stored) is refused at open, before any
+ *     allocation or scan by the declared size; so is a sample too large for
+ *     the memory left (DDP_ERR_NOMEM).
  *   - mean/std: 1 value, one per channel (images) or one per element of a
  *     sample.  For the val split they come from /val/x, else from /train/x
  *     (so validation data is normalised like the training data).
  *   - Shards: every file must hold /train; /val may be in any subset of the
  *     files (ddptrain-prep split puts it in the first shard only), files
  *     without it are skipped when opening "val".  Attributes come from the
- *     first file holding the split.
+ *     first file holding the split; mean, std and scale must be the same in
+ *     every shard.  A file given twice (same device and inode) is refused.
  *   - A deck_t is used by one thread at a time (it owns scratch buffers);
  *     open a second deck_t for another thread (e.g. evaluation).
  *   - Uncompressed data is read with pread at the rows' file addresses
