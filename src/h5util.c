@@ -322,8 +322,10 @@ ddp_status_t h5_attr_read_i64(hid_t obj, const char *name, int64_t *v)
     double f;
     size_t n = 1;
     DDP_TRY(attr_read_num_(obj, name, H5T_NATIVE_DOUBLE, &f, &n));
-    if (!(isfinite(f) && f == floor(f) && fabs(f) <= 9007199254740992.0))
+    if (!(isfinite(f) && f == floor(f)))
         return ddp_fail(DDP_ERR_INPUT, "attribute %s is %.17g, not an integer", name, f);
+    if (fabs(f) > 9223372036854775808.0)
+        return ddp_fail(DDP_ERR_INPUT, "attribute %s is %.17g, beyond 64-bit integers", name, f);
     if (fabs(f) < 9007199254740992.0) {
         *v = (int64_t)f;
         return DDP_OK;
