@@ -57,8 +57,17 @@ static ddp_status_t model_memory_check_(trainer_t *t)
     const deck_t *d = &t->train;
     const char *limit;
     size_t avail = sysmem_available(&limit);
+    /* model_alloc sizes the activations; here their lower bound: every
+     * layer's output and two activation-gradient buffers of the widest */
+    double acts = 0, widest = (double)act_numel(m->input);
+    for (int i = 0; i < m->nlayers; i++) {
+        double outn = (double)act_numel(m->layers[i].out);
+        acts += outn;
+        if (outn > widest) widest = outn;
+    }
+    acts = (acts + 2 * widest) * (double)m->batch * sizeof(float);
     double per_rank = 2.0 * (double)m->nparams * sizeof(float) +
-                      (double)m->nbufs * sizeof(float) + (double)m->act_bytes;
+                      (double)m->nbufs * sizeof(float) + acts;
     int local = t->comm.local_size > 0 ? t->comm.local_size : 1;
     if (per_rank * local <= (double)avail) return DDP_OK;
     char a[32], b[32], hint[512] = "";
