@@ -197,8 +197,8 @@ static double stored_fraction_(hid_t ds, const hsize_t *dims, int rank, double d
  * DECK_UNWRITTEN_MAX bytes never written, and less than half of it stored.
  * (Partly written small datasets are read as HDF5's fill value, 0.)  Checked
  * before anything is allocated or scanned by the declared size. */
-static ddp_status_t stored_check_(const char *path, hid_t ds, const char *name,
-                                  const hsize_t *dims, int rank)
+static ddp_status_t stored_check_(const char *path, hid_t ds, const char *name, const hsize_t *dims,
+                                  int rank)
 {
     h5_lock();
     hid_t t = H5Dget_type(ds);
@@ -1425,8 +1425,10 @@ void deck_describe(const deck_t *d, char *buf, size_t n)
         snprintf(shape, sizeof shape, "%d features", d->shape.c);
     char kind[96];
     if (d->regression && d->yrank == 1)
-        snprintf(kind, sizeof kind, "1 regression target (/%s/y [N] is float: regression, "
-                 "not class labels)", d->split);
+        snprintf(kind, sizeof kind,
+                 "1 regression target (/%s/y [N] is float: regression, "
+                 "not class labels)",
+                 d->split);
     else if (d->regression)
         snprintf(kind, sizeof kind, "%d regression target%s", d->targets,
                  d->targets == 1 ? "" : "s");

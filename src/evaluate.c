@@ -44,8 +44,7 @@ static eval_bad_t find_bad_(const trainer_t *t, const host_batch_t *h, int64_t f
 /* Every rank gathers every rank's finding; all return the same error,
  * naming the first rank's sample with a non-finite value (else the first
  * finding), so control_abort prints one line. */
-static ddp_status_t fail_nonfinite_(trainer_t *t, const eval_bad_t *mine, double loss,
-                                    int64_t step)
+static ddp_status_t fail_nonfinite_(trainer_t *t, const eval_bad_t *mine, double loss, int64_t step)
 {
     int world = t->ctl->size;
     eval_bad_t *all = calloc((size_t)world, sizeof *all);

@@ -66,8 +66,8 @@ static ddp_status_t model_memory_check_(trainer_t *t)
         if (outn > widest) widest = outn;
     }
     acts = (acts + 2 * widest) * (double)m->batch * sizeof(float);
-    double per_rank = 2.0 * (double)m->nparams * sizeof(float) +
-                      (double)m->nbufs * sizeof(float) + acts;
+    double per_rank =
+        2.0 * (double)m->nparams * sizeof(float) + (double)m->nbufs * sizeof(float) + acts;
     int local = t->comm.local_size > 0 ? t->comm.local_size : 1;
     if (per_rank * local <= (double)avail) return DDP_OK;
     char a[32], b[32], hint[512] = "";
@@ -82,8 +82,7 @@ static ddp_status_t model_memory_check_(trainer_t *t)
                     "parameters, gradients and activations, %d rank%s on this node, more than "
                     "the %s left (%s); use a smaller model or --batch%s",
                     m->nparams, m->batch, sysmem_format(per_rank, a, sizeof a), local,
-                    local == 1 ? "" : "s", sysmem_format((double)avail, b, sizeof b), limit,
-                    hint);
+                    local == 1 ? "" : "s", sysmem_format((double)avail, b, sizeof b), limit, hint);
 }
 
 static ddp_status_t build_model_(trainer_t *t)

@@ -153,11 +153,10 @@ static int write_(const char *path, const char *kind)
 
 int main(int argc, char **argv)
 {
-    static const char *kinds[] = {"good",         "no-y",         "short-y",     "nan",
-                                  "neg-label",    "wide",         "corrupt",     "huge-n",
-                                  "huge-f",       "classes-huge", "classes-frac", "stray-label",
-                                  "u8-scale",     "mean-a",       "mean-b",      "val-nan",
-                                  "float-y"};
+    static const char *kinds[] = {
+        "good",     "no-y",   "short-y", "nan",          "neg-label",    "wide",
+        "corrupt",  "huge-n", "huge-f",  "classes-huge", "classes-frac", "stray-label",
+        "u8-scale", "mean-a", "mean-b",  "val-nan",      "float-y"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;
