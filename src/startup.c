@@ -48,11 +48,13 @@ static ddp_status_t open_data_(trainer_t *t)
     return DDP_OK;
 }
 
-/* Parameters, gradients and activations of every rank on this node must
- * fit in the memory left (a `classes` attribute of 10^9 makes a last layer
- * of 10^9 outputs): refused before anything is allocated. */
+/* CPU backend: parameters, gradients and activations of every rank on this
+ * node must fit in the memory left (a `classes` attribute of 10^9 makes a
+ * last layer of 10^9 outputs): refused before anything is allocated. */
 static ddp_status_t model_memory_check_(trainer_t *t)
 {
+    /* host memory; a device backend reports its own allocation failures */
+    if (strcmp(t->compute->name, "cpu") != 0) return DDP_OK;
     const model_t *m = &t->model;
     const deck_t *d = &t->train;
     const char *limit;
