@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "deck.h"
@@ -672,6 +673,59 @@ START_TEST(scan_progress_and_distinct_labels)
 }
 END_TEST
 
+START_TEST(bad_sample_beyond_memory)
+{
+    /* one sample of 5*10^8 float32 values, stored (contiguous, allocated at
+     * creation, never filled: a sparse file of 2 GB on disk as a few KiB),
+     * under an address-space limit 1 GiB above what the process uses: the
+     * normalisation tables alone would need 10 GB, so the open is refused
+     * as out of memory before allocating them */
+    const char *p = tdeck_path("widesample.h5");
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    hsize_t xd[2] = {1, 500000000}, yd = 1;
+    hid_t xs = H5Screate_simple(2, xd, NULL), ys = H5Screate_simple(1, &yd, NULL);
+    hid_t x = H5Dcreate2(f, "/train/x", H5T_IEEE_F32LE, xs, lcpl, dcpl, H5P_DEFAULT);
+    hid_t y = H5Dcreate2(f, "/train/y", H5T_STD_I32LE, ys, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    int32_t label = 0;
+    ck_assert_int_ge(H5Dwrite(y, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, &label), 0);
+    H5Dclose(x);
+    H5Dclose(y);
+    H5Sclose(xs);
+    H5Sclose(ys);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    ck_assert_int_ge(H5Fclose(f), 0);
+
+    struct rlimit old, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+    size_t used = 0;
+    FILE *st = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(st);
+    char line[256];
+    while (fgets(line, sizeof line, st))
+        if (strncmp(line, "VmSize:", 7) == 0) used = (size_t)strtoull(line + 7, NULL, 10) * 1024;
+    fclose(st);
+    lim = old;
+    lim.rlim_cur = (rlim_t)(used + ((size_t)1 << 30));
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+    deck_t d;
+    ddp_status_t s = open1_(&d, p);
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &old), 0);
+    ck_assert_msg(s == DDP_ERR_NOMEM, "status %d: %s", (int)s, ddp_error_message());
+    const char *msg = ddp_error_message();
+    ck_assert_msg(strstr(msg, p) && strstr(msg, "samples of /train/x have 500000000 values") &&
+                      strstr(msg, "(ulimit -v)"),
+                  "%s", msg);
+    ddp_clear_error();
+    unlink(p);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("deck");
@@ -693,6 +747,7 @@ Suite *test_suite(void)
     tcase_add_test(b, bad_types_and_attributes);
     tcase_add_test(b, bad_truncated_and_corrupt_chunk);
     tcase_add_test(b, scan_progress_and_distinct_labels);
+    tcase_add_test(b, bad_sample_beyond_memory);
     suite_add_tcase(s, b);
     return s;
 }
