@@ -8,9 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "h5util.h"
+#include "log.h"
+#include "memlimit.h"
 
 /* Data sieve buffer of the files a deck opens.  When x is read through
  * HDF5 (compressed or otherwise not direct, see deck_io_t), uncompressed
@@ -34,10 +38,57 @@
 #ifndef DECK_DIRECT_MAX_CHUNKS
 #define DECK_DIRECT_MAX_CHUNKS 4096
 #endif
+/* The label scan counts distinct labels below this bound exactly (a bitmap
+ * of DECK_DISTINCT_MAX / 8 bytes); larger labels each count as distinct. */
+#define DECK_DISTINCT_MAX ((int64_t)1 << 24)
+/* A class count inferred from the labels (no attribute `classes`) is
+ * suspect when it exceeds this many times the distinct labels, plus slack
+ * for splits that miss a few classes. */
+#define DECK_CLASSES_SUSPECT_RATIO 4
+#define DECK_CLASSES_SUSPECT_SLACK 64
+/* A dataset may leave at most this many of its declared bytes unwritten
+ * (HDF5's fill value) unless at least half of it is stored. */
+#define DECK_UNWRITTEN_MAX (64.0 * 1024 * 1024)
+/* A scan over every sample (labels at open, deck_check_finite) that runs
+ * longer than deck_progress_after_ seconds prints progress on rank 0, then
+ * every DECK_PROGRESS_EVERY seconds. */
+#define DECK_PROGRESS_EVERY 10.0
+static double deck_progress_after_ = 3.0;
 /* Labels are scanned at open in pieces of this many values. */
 #define DECK_SCAN_PIECE ((hsize_t)1 << 16)
 /* deck_check_finite reads about this many bytes at a time. */
 #define DECK_CHECK_BYTES ((size_t)4 << 20)
+
+/* ---- progress of long scans ---------------------------------------------- */
+
+typedef struct scan_progress {
+    const char *what; /* "the labels of /train/y" */
+    int64_t total;    /* samples to scan */
+    double start, next;
+} scan_progress_t;
+
+void deck_set_progress_after(double seconds)
+{
+    deck_progress_after_ = seconds;
+}
+
+static void progress_begin_(scan_progress_t *p, const char *what, int64_t total)
+{
+    p->what = what;
+    p->total = total;
+    p->start = clock_seconds();
+    p->next = p->start + deck_progress_after_;
+}
+
+static void progress_at_(scan_progress_t *p, int64_t done)
+{
+    double now = clock_seconds();
+    if (now < p->next) return;
+    p->next = now + DECK_PROGRESS_EVERY;
+    log_info("  scanning %s: %lld of %lld samples (%.0f%%), %.0f s so far", p->what,
+             (long long)done, (long long)p->total,
+             p->total > 0 ? 100.0 * (double)done / (double)p->total : 100.0, now - p->start);
+}
 
 /* ---- opening ------------------------------------------------------------ */
 
@@ -112,6 +163,60 @@ static hid_t dataset_open_(hid_t file, const char *name)
     ds = H5Dopen2(file, name, dapl);
     H5Pclose(dapl);
     return ds;
+}
+
+/* What fraction of a dataset's storage was ever written: allocated chunks
+ * over all its chunks (chunked layout), allocated bytes over declared
+ * bytes (contiguous), 1 for compact data.  HDF5 returns the fill value for
+ * the rest, so a header can declare 10^12 samples in a file of a few KiB.
+ * (Caller holds the HDF5 lock.)  -1 when HDF5 cannot tell. */
+static double stored_fraction_(hid_t ds, const hsize_t *dims, int rank, double declared)
+{
+    hid_t dcpl = H5Dget_create_plist(ds);
+    if (dcpl < 0) return -1;
+    H5D_layout_t lay = H5Pget_layout(dcpl);
+    double frac = 1;
+    if (lay == H5D_CHUNKED) {
+        hsize_t cd[H5S_MAX_RANK];
+        int cr = H5Pget_chunk(dcpl, H5S_MAX_RANK, cd);
+        double total = 1;
+        for (int i = 0; i < cr && i < rank; i++)
+            total *= cd[i] ? ceil((double)dims[i] / (double)cd[i]) : 1;
+        hid_t sp = H5Dget_space(ds);
+        hsize_t stored = 0;
+        frac = sp >= 0 && H5Dget_num_chunks(ds, sp, &stored) >= 0 ? (double)stored / total : -1;
+        if (sp >= 0) H5Sclose(sp);
+    } else if (lay == H5D_CONTIGUOUS) {
+        frac = declared > 0 ? (double)H5Dget_storage_size(ds) / declared : 1;
+    }
+    H5Pclose(dcpl);
+    return frac;
+}
+
+/* Refuse a dataset whose declared size the file cannot hold: more than
+ * DECK_UNWRITTEN_MAX bytes never written, and less than half of it stored.
+ * (Partly written small datasets are read as HDF5's fill value, 0.)  Checked
+ * before anything is allocated or scanned by the declared size. */
+static ddp_status_t stored_check_(const char *path, hid_t ds, const char *name, const hsize_t *dims,
+                                  int rank)
+{
+    h5_lock();
+    hid_t t = H5Dget_type(ds);
+    double declared = t >= 0 ? (double)H5Tget_size(t) : 1;
+    if (t >= 0) H5Tclose(t);
+    for (int i = 0; i < rank; i++) declared *= (double)dims[i];
+    double frac = stored_fraction_(ds, dims, rank, declared);
+    h5_unlock();
+    if (frac < 0 || frac >= 0.5 || declared * (1 - frac) <= DECK_UNWRITTEN_MAX) return DDP_OK;
+    char shape[128];
+    shape_str_(dims, rank, "", shape, sizeof shape);
+    shape[strlen(shape) - 1] = 0; /* the trailing space of an empty type */
+    double gib = declared / (1024.0 * 1024.0 * 1024.0);
+    return ddp_fail(DDP_ERR_INPUT,
+                    "%s: dataset %s declares %s (%.4g GiB) but only %.2g%% of it is stored in "
+                    "the file (the rest was never written); the header is wrong or the file "
+                    "was not finished: re-create it (ddptrain-prep)",
+                    path, name, shape, gib, 100.0 * frac);
 }
 
 /* Direct reads of one dataset (see deck_io_t). */
@@ -348,6 +453,21 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
                         path, yname);
     }
 
+    /* sizes the rest of the code holds in an int, and storage the file can
+     * back, before anything is allocated or scanned by these sizes */
+    double per_sample = 1;
+    for (int i = 1; i < xr; i++) per_sample *= (double)xd[i];
+    if (per_sample > INT32_MAX)
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: samples of %s have %.0f values; at most %d are supported (is the "
+                        "header right?)",
+                        path, xname, per_sample, INT32_MAX);
+    if (regression && yr == 2 && yd[1] > INT32_MAX)
+        return ddp_fail(DDP_ERR_INPUT, "%s: %s has %llu target columns; at most %d are supported",
+                        path, yname, (unsigned long long)yd[1], INT32_MAX);
+    DDP_TRY(stored_check_(path, sh->x, xname, xd, xr));
+    DDP_TRY(stored_check_(path, sh->y, yname, yd, yr));
+
     act_shape_t shape;
     if (xr == 2)
         shape = (act_shape_t){(int)xd[1], 1, 1, 0};
@@ -406,6 +526,49 @@ static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)
     return DDP_OK;
 }
 
+/* Does attribute `name` of shard k's x agree with shard 0's (both absent,
+ * or the same values)?  The deck normalises every shard with the first
+ * shard's mean, std and scale, so shards that disagree are refused. */
+static ddp_status_t attr_agree_(const deck_t *d, int k, const char *name, const char *xname)
+{
+    const deck_shard_t *s0 = &d->shards[0], *sk = &d->shards[k];
+    int h0 = h5_attr_exists(s0->x, name), hk = h5_attr_exists(sk->x, name);
+    if (!h0 && !hk) return DDP_OK;
+    if (h0 != hk)
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s: %s has attribute %s but %s has none; every shard is normalised "
+                        "with the first shard's mean, std and scale: give the shards the same "
+                        "attributes (ddptrain-prep split copies them)",
+                        h0 ? s0->path : sk->path, xname, name, h0 ? sk->path : s0->path);
+    size_t cap = d->sample_numel, n0 = cap, nk = cap;
+    float *v0 = ddp_malloc(cap * sizeof *v0, "normalisation"),
+          *vk = ddp_malloc(cap * sizeof *vk, "normalisation");
+    ddp_status_t s = v0 && vk ? DDP_OK : DDP_ERR_NOMEM;
+    if (s == DDP_OK && h5_attr_read_f32v(sk->x, name, vk, &nk) != DDP_OK)
+        s = ddp_fail_override(DDP_ERR_INPUT,
+                              "%s: attribute %s of %s is not a vector of at most %zu numbers",
+                              sk->path, name, xname, cap);
+    if (s == DDP_OK && h5_attr_read_f32v(s0->x, name, v0, &n0) != DDP_OK)
+        s = DDP_ERR_INTERNAL; /* read once already by stats_ */
+    if (s == DDP_OK && n0 != nk)
+        s = ddp_fail(DDP_ERR_INPUT,
+                     "%s: attribute %s of %s has %zu values but %s's has %zu; every shard "
+                     "is normalised with the first shard's mean, std and scale: give the "
+                     "shards the same attributes (ddptrain-prep split copies them)",
+                     sk->path, name, xname, nk, s0->path, n0);
+    for (size_t i = 0; s == DDP_OK && i < n0; i++)
+        if (memcmp(&v0[i], &vk[i], sizeof v0[i]) != 0)
+            s = ddp_fail(DDP_ERR_INPUT,
+                         "%s: attribute %s of %s differs from %s's (value %zu: %g, not %g); "
+                         "every shard is normalised with the first shard's mean, std and "
+                         "scale: give the shards the same attributes (ddptrain-prep split "
+                         "copies them)",
+                         sk->path, name, xname, s0->path, i, (double)vk[i], (double)v0[i]);
+    free(v0);
+    free(vk);
+    return s;
+}
+
 /* mean / std / scale from the first shard's x (or its /train/x for val). */
 static ddp_status_t stats_(deck_t *d)
 {
@@ -450,14 +613,17 @@ static ddp_status_t stats_(deck_t *d)
                                   sh->path, xname);
     }
     int hm = h5_attr_exists(obj, "mean"), hs = h5_attr_exists(obj, "std");
-    if (s == DDP_OK && hm) s = h5_attr_read_f32v(obj, "mean", mean, &nmean);
-    if (s == DDP_OK && hs) s = h5_attr_read_f32v(obj, "std", sd, &nstd);
-    if (s != DDP_OK) {
-        s = ddp_fail_override(DDP_ERR_INPUT,
-                              "%s: attribute mean or std of %s is not a vector "
-                              "of at most %zu numbers",
-                              sh->path, xname, numel);
-    } else {
+    for (int k = 0; s == DDP_OK && k < 2; k++) {
+        const char *which = k ? "std" : "mean";
+        if (!(k ? hs : hm)) continue;
+        s = h5_attr_read_f32v(obj, which, k ? sd : mean, k ? &nstd : &nmean);
+        if (s != DDP_OK)
+            s = ddp_fail_override(DDP_ERR_INPUT,
+                                  "%s: attribute %s of %s is not a vector "
+                                  "of at most %zu numbers",
+                                  sh->path, which, xname, numel);
+    }
+    if (s == DDP_OK) {
         if (!hm) {
             nmean = 1;
             mean[0] = 0;
@@ -529,6 +695,12 @@ static ddp_status_t stats_(deck_t *d)
     }
     free(mean);
     free(sd);
+    snprintf(xname, sizeof xname, "/%s/x", d->split);
+    for (int k = 1; s == DDP_OK && k < d->nshards; k++) {
+        s = attr_agree_(d, k, "mean", xname);
+        if (s == DDP_OK) s = attr_agree_(d, k, "std", xname);
+        if (s == DDP_OK && d->dtype == DECK_U8) s = attr_agree_(d, k, "scale", xname);
+    }
 out:
     if (own >= 0) {
         h5_lock();
@@ -550,18 +722,37 @@ static ddp_status_t scan_labels_(deck_t *d)
     int attr_shard = -1;
     hsize_t piece = DECK_SCAN_PIECE;
     int64_t *buf = ddp_malloc((size_t)piece * sizeof *buf, "the label scan");
-    if (!buf) return DDP_ERR_NOMEM;
+    /* distinct labels below DECK_DISTINCT_MAX, one bit each (pages that
+     * stay zero are never touched); labels above it count as distinct */
+    unsigned char *seen = calloc(DECK_DISTINCT_MAX / 8, 1);
+    int64_t distinct = 0, above = 0;
+    if (!buf || !seen) {
+        free(buf);
+        free(seen);
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory for the label scan");
+    }
     ddp_status_t s = DDP_OK;
+    char what[64];
+    snprintf(what, sizeof what, "the labels of %s", yname);
+    scan_progress_t prog;
+    progress_begin_(&prog, what, d->n);
     for (int k = 0; k < d->nshards && s == DDP_OK; k++) {
         deck_shard_t *sh = &d->shards[k];
         if (h5_attr_exists(sh->y, "classes")) {
             int64_t c;
+            double f = NAN;
             s = h5_attr_read_i64(sh->y, "classes", &c);
+            if (s != DDP_OK) h5_attr_read_f64(sh->y, "classes", &f); /* for the message */
             if (s != DDP_OK || c < 1 || c > INT32_MAX) {
+                char val[48] = "";
+                if (s == DDP_OK)
+                    snprintf(val, sizeof val, " is %lld;", (long long)c);
+                else if (!isnan(f))
+                    snprintf(val, sizeof val, " is %.17g;", f);
                 s = ddp_fail_override(DDP_ERR_INPUT,
-                                      "%s: attribute classes of %s must be a "
-                                      "positive integer",
-                                      sh->path, yname);
+                                      "%s: attribute classes of %s%s it must be a "
+                                      "positive integer (the number of classes, at most %d)",
+                                      sh->path, yname, val, INT32_MAX);
                 break;
             }
             if (c > attr_classes) {
@@ -571,6 +762,7 @@ static ddp_status_t scan_labels_(deck_t *d)
         }
         for (hsize_t off = 0; off < (hsize_t)sh->n && s == DDP_OK; off += piece) {
             hsize_t cnt = (hsize_t)sh->n - off < piece ? (hsize_t)sh->n - off : piece;
+            progress_at_(&prog, sh->first + (int64_t)off);
             h5_lock();
             herr_t rc = read_range_(sh->y, H5T_NATIVE_INT64, off, cnt, buf);
             h5_unlock();
@@ -594,12 +786,22 @@ static ddp_status_t scan_labels_(deck_t *d)
                 if (v > d->label_max) {
                     d->label_max = v;
                     d->label_max_shard = k;
+                    d->label_max_row = (int64_t)(off + i);
                 }
                 if (v < d->label_min) d->label_min = v;
+                if (v >= DECK_DISTINCT_MAX) {
+                    above++;
+                } else if (!(seen[v >> 3] & (1u << (v & 7)))) {
+                    seen[v >> 3] |= (unsigned char)(1u << (v & 7));
+                    distinct++;
+                }
             }
         }
     }
     free(buf);
+    free(seen);
+    d->label_distinct = distinct + above;
+    d->classes_inferred = attr_classes == 0;
     if (s != DDP_OK) return s;
     if (d->label_max >= INT32_MAX)
         return ddp_fail(DDP_ERR_INPUT,
@@ -616,6 +818,28 @@ static ddp_status_t scan_labels_(deck_t *d)
     return DDP_OK;
 }
 
+/* The normalisation tables (stats_) and a batch of a few samples must fit
+ * in the memory left: a header of 10^9 features would otherwise be
+ * allocated (and touched) before any other check. */
+static ddp_status_t memory_check_(const deck_t *d)
+{
+    const char *limit;
+    memlimit_t l;
+    memlimit_probe(&l, NULL, NULL);
+    uint64_t avail = memlimit_available(&l, &limit);
+    double need = (double)d->sample_numel * (6 * sizeof(float) + 8 * sizeof(float));
+    if (need <= (double)avail) return DDP_OK;
+    char a[32], b[32], c[32];
+    return ddp_fail(DDP_ERR_NOMEM,
+                    "%s: samples of /%s/x have %zu values (%s as float32 each); "
+                    "normalising and reading them needs about %s, more than the %s this "
+                    "process can still allocate (%s); is the header right?",
+                    d->shards[0].path, d->split, d->sample_numel,
+                    memlimit_format((double)d->sample_numel * sizeof(float), a, sizeof a),
+                    memlimit_format(need, b, sizeof b), memlimit_format((double)avail, c, sizeof c),
+                    limit);
+}
+
 ddp_status_t deck_open(deck_t *d, char *const *paths, int npaths, const char *split)
 {
     memset(d, 0, sizeof *d);
@@ -624,6 +848,20 @@ ddp_status_t deck_open(deck_t *d, char *const *paths, int npaths, const char *sp
     d->shards = ddp_calloc((size_t)npaths, sizeof *d->shards, "the input shards");
     if (!d->shards) return DDP_ERR_NOMEM;
     ddp_status_t s = DDP_OK;
+    /* the same file twice (a repeated name, a link) would double its data */
+    struct stat *seen = ddp_calloc((size_t)npaths, sizeof *seen, "the input shards");
+    if (!seen) s = DDP_ERR_NOMEM;
+    for (int i = 0; i < npaths && s == DDP_OK; i++) {
+        if (stat(paths[i], &seen[i]) != 0) continue; /* shard_open_ says why */
+        for (int j = 0; j < i && s == DDP_OK; j++)
+            if (seen[j].st_ino == seen[i].st_ino && seen[j].st_dev == seen[i].st_dev &&
+                seen[j].st_nlink > 0)
+                s = ddp_fail(DDP_ERR_INPUT,
+                             "%s: input file %d is the same file as input file %d (%s); "
+                             "each shard may be given once (its samples would count twice)",
+                             paths[i], i + 1, j + 1, paths[j]);
+    }
+    free(seen);
     for (int i = 0; i < npaths && s == DDP_OK; i++) {
         int skip;
         s = shard_open_(d, paths[i], &skip);
@@ -631,6 +869,7 @@ ddp_status_t deck_open(deck_t *d, char *const *paths, int npaths, const char *sp
     if (s == DDP_OK && d->nshards == 0)
         s = ddp_fail(DDP_ERR_INPUT, "%s: no dataset /%s/x in %s", paths[0], split,
                      npaths > 1 ? "any of the input files" : "the file");
+    if (s == DDP_OK) s = memory_check_(d);
     if (s == DDP_OK) s = stats_(d);
     if (s == DDP_OK && !d->regression) s = scan_labels_(d);
     if (s != DDP_OK) deck_close(d);
@@ -1075,7 +1314,8 @@ void deck_eval_range(const deck_t *d, int world, int rank, int64_t *first, int64
 
 /* Scan one float dataset of a shard for NaN/Inf in pieces. */
 static ddp_status_t check_finite_ds_(const deck_t *d, const deck_shard_t *sh, hid_t ds,
-                                     const char *what, size_t per_row, float *buf, size_t cap)
+                                     const char *what, size_t per_row, float *buf, size_t cap,
+                                     scan_progress_t *prog)
 {
     char name[32];
     snprintf(name, sizeof name, "/%s/%s", d->split, what);
@@ -1083,6 +1323,7 @@ static ddp_status_t check_finite_ds_(const deck_t *d, const deck_shard_t *sh, hi
     if (rows == 0) rows = 1;
     for (int64_t off = 0; off < sh->n; off += (int64_t)rows) {
         int64_t cnt = sh->n - off < (int64_t)rows ? sh->n - off : (int64_t)rows;
+        progress_at_(prog, sh->first + off);
         h5_lock();
         herr_t rc = read_range_(ds, H5T_NATIVE_FLOAT, (hsize_t)off, (hsize_t)cnt, buf);
         h5_unlock();
@@ -1112,12 +1353,16 @@ ddp_status_t deck_check_finite(deck_t *d)
     float *buf = ddp_malloc(cap * sizeof *buf, "the finite check");
     if (!buf) return DDP_ERR_NOMEM;
     ddp_status_t s = DDP_OK;
+    char what[64];
+    snprintf(what, sizeof what, "/%s for non-finite values (--check-data)", d->split);
+    scan_progress_t prog;
+    progress_begin_(&prog, what, d->n);
     for (int k = 0; k < d->nshards && s == DDP_OK; k++) {
         const deck_shard_t *sh = &d->shards[k];
         if (d->dtype == DECK_F32)
-            s = check_finite_ds_(d, sh, sh->x, "x", d->sample_numel, buf, cap);
+            s = check_finite_ds_(d, sh, sh->x, "x", d->sample_numel, buf, cap, &prog);
         if (s == DDP_OK && d->regression)
-            s = check_finite_ds_(d, sh, sh->y, "y", (size_t)d->targets, buf, cap);
+            s = check_finite_ds_(d, sh, sh->y, "y", (size_t)d->targets, buf, cap, &prog);
     }
     free(buf);
     return s;
@@ -1126,10 +1371,12 @@ ddp_status_t deck_check_finite(deck_t *d)
 ddp_status_t deck_require_labels(const deck_t *d)
 {
     if (!d->regression) return DDP_OK;
+    char dims[32];
+    snprintf(dims, sizeof dims, "[N, %d]", d->targets);
     return ddp_fail(DDP_ERR_INPUT,
-                    "%s: /%s/y holds float targets [N, %d] but the loss needs "
+                    "%s: /%s/y holds float targets %s but the loss needs "
                     "integer class labels [N]; use --loss mse for regression, or store labels",
-                    d->shards[0].path, d->split, d->targets);
+                    d->shards[0].path, d->split, d->yrank == 1 ? "[N]" : dims);
 }
 
 ddp_status_t deck_check_classes(const deck_t *d, int outputs)
@@ -1178,14 +1425,35 @@ void deck_describe(const deck_t *d, char *buf, size_t n)
         snprintf(shape, sizeof shape, "%dx%dx%d images", d->shape.c, d->shape.h, d->shape.w);
     else
         snprintf(shape, sizeof shape, "%d features", d->shape.c);
-    char kind[48];
-    if (d->regression)
+    char kind[96];
+    if (d->regression && d->yrank == 1)
+        snprintf(kind, sizeof kind,
+                 "1 regression target (/%s/y [N] is float: regression, "
+                 "not class labels)",
+                 d->split);
+    else if (d->regression)
         snprintf(kind, sizeof kind, "%d regression target%s", d->targets,
                  d->targets == 1 ? "" : "s");
     else
         snprintf(kind, sizeof kind, "%d classes", d->classes);
     snprintf(buf, n, "%lld samples of %s (%s), %s, %d file%s", (long long)d->n, shape,
              dtype_name_(d->dtype), kind, d->nshards, d->nshards == 1 ? "" : "s");
+}
+
+int deck_classes_warning(const deck_t *d, char *buf, size_t n)
+{
+    if (d->regression || !d->classes_inferred || d->classes <= 1) return 0;
+    if ((int64_t)d->classes <=
+        DECK_CLASSES_SUSPECT_RATIO * d->label_distinct + DECK_CLASSES_SUSPECT_SLACK)
+        return 0;
+    snprintf(buf, n,
+             "%s: /%s/y has no attribute classes, so the model gets the largest label + 1 = "
+             "%d classes (label %lld at sample %lld), but only %lld distinct labels occur; "
+             "if that label is a mistake fix it, else set the number of classes with the "
+             "attribute classes on /%s/y (h5py: f['%s/y'].attrs['classes'] = K)",
+             d->shards[d->label_max_shard].path, d->split, d->classes, (long long)d->label_max,
+             (long long)d->label_max_row, (long long)d->label_distinct, d->split, d->split);
+    return 1;
 }
 
 int deck_has_split(const char *path, const char *split)

@@ -15,15 +15,21 @@
  *     [N, H, W] grayscale images (c = 1); [N, C, H, W] images.
  *   - y: [N] of any HDF5 integer type = class labels; [N, k] (or [N]) float
  *     = regression targets.  Labels are scanned once at open (bounded
- *     memory): negative labels, or labels >= the `classes` attribute, are
- *     input errors.
+ *     memory; a progress line after 3 s): negative labels, or labels >= the
+ *     `classes` attribute, are input errors; `classes` must be an integer;
+ *     the scan counts distinct labels (deck_classes_warning).
+ *   - Sizes: a dataset declaring far more than its file stores (over 64 MiB
+ *     never written and under half stored) is refused at open, before any
+ *     allocation or scan by the declared size; so is a sample too large for
+ *     the memory left (DDP_ERR_NOMEM).
  *   - mean/std: 1 value, one per channel (images) or one per element of a
  *     sample.  For the val split they come from /val/x, else from /train/x
  *     (so validation data is normalised like the training data).
  *   - Shards: every file must hold /train; /val may be in any subset of the
  *     files (ddptrain-prep split puts it in the first shard only), files
  *     without it are skipped when opening "val".  Attributes come from the
- *     first file holding the split.
+ *     first file holding the split; mean, std and scale must be the same in
+ *     every shard.  A file given twice (same device and inode) is refused.
  *   - A deck_t is used by one thread at a time (it owns scratch buffers);
  *     open a second deck_t for another thread (e.g. evaluation).
  *   - Uncompressed data is read with pread at the rows' file addresses
@@ -96,6 +102,9 @@ typedef struct deck {
     /* private (deck.c) */
     int64_t label_min, label_max; /* over all shards (labels only) */
     int label_max_shard;          /* the shard holding label_max */
+    int64_t label_max_row;        /* its row in that shard */
+    int64_t label_distinct;       /* distinct labels seen (exact below 2^24) */
+    int classes_inferred;         /* 1: no attribute `classes`, max label + 1 */
     int xrank;                    /* rank of the x datasets (2, 3 or 4) */
     int yrank;                    /* rank of the y datasets (1 or 2) */
     size_t sample_bytes;          /* raw bytes of one sample of x */
@@ -155,6 +164,11 @@ void deck_eval_range(const deck_t *d, int world, int rank, int64_t *first, int64
  * ddptrain-prep info).  Bounded memory. */
 ddp_status_t deck_check_finite(deck_t *d);
 
+/* Scans over every sample (the label scan of deck_open, deck_check_finite)
+ * that run longer than `seconds` (default 3) print a progress line on rank
+ * 0 (log_info), then one every 10 s.  For tests: 0 prints at once. */
+void deck_set_progress_after(double seconds);
+
 /* Start-up checks for the trainer (DDP_ERR_INPUT with file and dataset named):
  * the loss needs integer class labels (not float targets); */
 ddp_status_t deck_require_labels(const deck_t *d);
@@ -164,6 +178,12 @@ ddp_status_t deck_check_classes(const deck_t *d, int outputs);
 ddp_status_t deck_require_targets(const deck_t *d, int outputs);
 /* at least world * batch samples (one full global batch). */
 ddp_status_t deck_check_size(const deck_t *d, int world, int batch, int drop_last);
+
+/* A class count inferred from the labels (no attribute `classes`) far
+ * above the number of distinct labels (a stray large label builds a huge
+ * last layer): writes the warning into buf and returns 1; else 0.  The
+ * caller prints it (once, from rank 0). */
+int deck_classes_warning(const deck_t *d, char *buf, size_t n);
 
 /* One line describing the deck: "20000 samples of 64 features (float32),
  * 10 classes, 1 file". */

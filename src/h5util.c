@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,7 +316,20 @@ static ddp_status_t attr_read_num_(hid_t obj, const char *name, hid_t mt, void *
 
 ddp_status_t h5_attr_read_i64(hid_t obj, const char *name, int64_t *v)
 {
+    /* read as double, so that a float attribute (4.5, or 1e30) is refused
+     * rather than truncated or clamped by HDF5's conversion; integers
+     * beyond 2^53 are read exactly as int64 */
+    double f;
     size_t n = 1;
+    DDP_TRY(attr_read_num_(obj, name, H5T_NATIVE_DOUBLE, &f, &n));
+    if (!(isfinite(f) && f == floor(f)))
+        return ddp_fail(DDP_ERR_INPUT, "attribute %s is %.17g, not an integer", name, f);
+    if (fabs(f) > 9223372036854775808.0)
+        return ddp_fail(DDP_ERR_INPUT, "attribute %s is %.17g, beyond 64-bit integers", name, f);
+    if (fabs(f) < 9007199254740992.0) {
+        *v = (int64_t)f;
+        return DDP_OK;
+    }
     return attr_read_num_(obj, name, H5T_NATIVE_INT64, v, &n);
 }
 

@@ -83,6 +83,7 @@ ddp_status_t h5_attr_write_f32v(hid_t obj, const char *name, const float *v, siz
 /* Read an attribute; DDP_ERR_INPUT if absent or of the wrong kind.  Strings
  * are fixed- or variable-length; buf is always terminated. */
 ddp_status_t h5_attr_read_str(hid_t obj, const char *name, char *buf, size_t n);
+/* An integer, or a float holding an integral value (4.0; 4.5 is an error). */
 ddp_status_t h5_attr_read_i64(hid_t obj, const char *name, int64_t *v);
 ddp_status_t h5_attr_read_f64(hid_t obj, const char *name, double *v);
 /* Float vector attribute: *n in = capacity, out = length. */

@@ -136,6 +136,7 @@ void memlimit_probe(memlimit_t *l, const char *proc, const char *cgroup)
     if (read_key_(path, "VmSize:", &kib)) l->as_used = kib << 10;
     snprintf(path, sizeof path, "%s/meminfo", proc);
     if (read_key_(path, "MemAvailable:", &kib)) l->available = kib << 10;
+    if (read_key_(path, "SwapFree:", &kib)) l->swap_free = kib << 10;
     cgroups_(l, proc, cgroup);
 }
 
@@ -144,11 +145,40 @@ static double mib_(uint64_t b)
     return (double)b / (1024.0 * 1024.0);
 }
 
+uint64_t memlimit_available(const memlimit_t *l, const char **what)
+{
+    uint64_t best = l->available;
+    const char *name = "MemAvailable";
+    if (l->cg_limit != MEMLIMIT_NONE) {
+        uint64_t room = l->cg_limit > l->cg_used ? l->cg_limit - l->cg_used : 0;
+        if (room < best) best = room, name = "the cgroup memory limit";
+    }
+    if (l->as_limit != MEMLIMIT_NONE) {
+        uint64_t room = l->as_limit > l->as_used ? l->as_limit - l->as_used : 0;
+        if (room < best) best = room, name = "ulimit -v";
+    }
+    if (what) *what = best == MEMLIMIT_NONE ? "no known limit" : name;
+    return best;
+}
+
+const char *memlimit_format(double bytes, char *buf, size_t n)
+{
+    const double gib = 1024.0 * 1024 * 1024;
+    if (bytes >= 1024 * gib)
+        snprintf(buf, n, "%.1f TiB", bytes / (1024 * gib));
+    else if (bytes >= gib)
+        snprintf(buf, n, "%.1f GiB", bytes / gib);
+    else
+        snprintf(buf, n, "%.1f MiB", bytes / (1024.0 * 1024));
+    return buf;
+}
+
 ddp_status_t memlimit_check(const memlimit_t *l, const mem_need_t *need, int local_ranks,
                             char *warn, size_t warn_len)
 {
     if (warn_len) warn[0] = '\0';
     uint64_t n = local_ranks > 0 ? (uint64_t)local_ranks : 1;
+    char a[32], b[32], c[32], e[32], f[32];
     if (l->as_limit != MEMLIMIT_NONE) {
         uint64_t total = l->as_used + need->resident + need->address;
         if (total > l->as_limit)
@@ -161,25 +191,38 @@ ddp_status_t memlimit_check(const memlimit_t *l, const mem_need_t *need, int loc
                             mib_(total), mib_(l->as_used), mib_(need->resident),
                             mib_(need->address), mib_(l->as_limit));
     }
+    /* the node's ranks together (a double: an absurd model overflows) */
+    double node = (double)need->resident * (double)n;
+    const char *ranks = n > 1 ? "ranks on this node need" : "rank on this node needs";
     if (l->cg_limit != MEMLIMIT_NONE) {
         uint64_t room = l->cg_limit > l->cg_used ? l->cg_limit - l->cg_used : 0;
-        if (need->resident * n > room)
+        if (node > (double)room)
             return ddp_fail(DDP_ERR_NOMEM,
-                            "memory: %llu rank%s on this node need%s about %.0f MiB more (%.0f "
-                            "MiB each), but the cgroup memory limit leaves %.0f MiB (%s: %.0f "
-                            "MiB, %.0f MiB in use); ask for more memory (sbatch --mem, docker "
-                            "--memory), run fewer ranks per node, or lower --batch or the "
-                            "model size",
-                            (unsigned long long)n, n > 1 ? "s" : "", n > 1 ? "" : "s",
-                            mib_(need->resident * n), mib_(need->resident), mib_(room),
-                            l->cg_file, mib_(l->cg_limit), mib_(l->cg_used));
+                            "memory: %llu %s about %s more (%s each), but the cgroup memory "
+                            "limit leaves %s (%s: %s, %s in use); ask for more memory (sbatch "
+                            "--mem, docker --memory), run fewer ranks per node, or lower --batch "
+                            "or the model size",
+                            (unsigned long long)n, ranks, memlimit_format(node, a, sizeof a),
+                            memlimit_format((double)need->resident, b, sizeof b),
+                            memlimit_format((double)room, c, sizeof c), l->cg_file,
+                            memlimit_format((double)l->cg_limit, e, sizeof e),
+                            memlimit_format((double)l->cg_used, f, sizeof f));
     }
-    if (l->available != MEMLIMIT_NONE && need->resident * n > l->available && warn_len)
+    if (l->available == MEMLIMIT_NONE || node <= (double)l->available) return DDP_OK;
+    if (node > (double)l->available + (double)l->swap_free)
+        return ddp_fail(DDP_ERR_NOMEM,
+                        "memory: %llu %s about %s (%s each), more than the machine has "
+                        "available (%s MemAvailable + %s free swap); use a smaller model or "
+                        "--batch, or fewer ranks per node",
+                        (unsigned long long)n, ranks, memlimit_format(node, a, sizeof a),
+                        memlimit_format((double)need->resident, b, sizeof b),
+                        memlimit_format((double)l->available, c, sizeof c),
+                        memlimit_format((double)l->swap_free, e, sizeof e));
+    if (warn_len)
         snprintf(warn, warn_len,
-                 "memory: %llu rank%s on this node will take about %.0f MiB, more than the "
-                 "%.0f MiB the machine has available (MemAvailable); expect swapping or the "
-                 "out-of-memory killer, or lower --batch or the model size",
-                 (unsigned long long)n, n > 1 ? "s" : "", mib_(need->resident * n),
-                 mib_(l->available));
+                 "memory: %llu %s about %s, more than the %s the machine has available "
+                 "(MemAvailable): expect swapping, or lower --batch or the model size",
+                 (unsigned long long)n, ranks, memlimit_format(node, a, sizeof a),
+                 memlimit_format((double)l->available, c, sizeof c));
     return DDP_OK;
 }

@@ -7,6 +7,7 @@
 #ifndef DDP_MEMLIMIT_H
 #define DDP_MEMLIMIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "status.h"
@@ -27,12 +28,22 @@ typedef struct memlimit {
     uint64_t cg_used;  /* that cgroup's usage now */
     char cg_file[1100]; /* the file the limit came from ("" when none) */
     uint64_t available; /* /proc/meminfo MemAvailable (MEMLIMIT_NONE: unknown) */
+    uint64_t swap_free; /* /proc/meminfo SwapFree (0 when unknown) */
 } memlimit_t;
 
 /* Read the limits.  proc and cgroup are the mount points (NULL: "/proc"
  * and "/sys/fs/cgroup"; tests pass a directory of their own).  Anything
  * that cannot be read counts as no limit. */
 void memlimit_probe(memlimit_t *l, const char *proc, const char *cgroup);
+
+/* Bytes this process can still allocate: the least of MemAvailable, the
+ * cgroup's room and the address space left under ulimit -v (MEMLIMIT_NONE
+ * when none is known); *what (if not NULL) names the binding one
+ * ("MemAvailable", "the cgroup memory limit", "ulimit -v"). */
+uint64_t memlimit_available(const memlimit_t *l, const char **what);
+
+/* bytes as "512.0 MiB", "3.7 GiB" or "1.2 TiB" in buf; returns buf. */
+const char *memlimit_format(double bytes, char *buf, size_t n);
 
 /* What a rank is about to take: `resident` bytes it will touch (buffers),
  * `address` bytes of address space beyond that (BLAS buffers, threads). */
@@ -43,10 +54,10 @@ typedef struct mem_need {
 
 /* DDP_ERR_NOMEM with one line (what is needed, the limit, where it comes
  * from, what to do) when `need` on each of `local_ranks` ranks of this
- * node does not fit under l's hard limits (address space per rank; the
- * cgroup's remaining room shared by the node's ranks).  Beyond the
- * machine's available memory only warns (through *warn, "" if none): the
- * kernel may still find room. */
+ * node does not fit: under the address-space limit (per rank), in the
+ * cgroup's remaining room or in the machine's available memory and free
+ * swap (shared by the node's ranks).  Beyond MemAvailable but within swap
+ * only warns (through *warn, "" if none). */
 ddp_status_t memlimit_check(const memlimit_t *l, const mem_need_t *need, int local_ranks,
                             char *warn, size_t warn_len);
 

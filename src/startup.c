@@ -29,6 +29,9 @@ static ddp_status_t open_data_(trainer_t *t)
         t->have_val = 1;
     }
     const deck_t *d = &t->train;
+    char warning[1024];
+    if (t->ctl->rank == 0 && deck_classes_warning(d, warning, sizeof warning))
+        log_warn("%s", warning);
     t->loss.kind = cfg->loss == LOSS_AUTO ? (d->regression ? LOSS_MSE : LOSS_XENT) : cfg->loss;
     if (t->loss.kind == LOSS_XENT) DDP_TRY(deck_require_labels(d));
     if (t->have_val &&
@@ -44,6 +47,8 @@ static ddp_status_t open_data_(trainer_t *t)
     }
     return DDP_OK;
 }
+
+static ddp_status_t memory_check_(trainer_t *t);
 
 static ddp_status_t build_model_(trainer_t *t)
 {
@@ -61,6 +66,7 @@ static ddp_status_t build_model_(trainer_t *t)
     DDP_TRY(model_layout(&t->model, &mo, t->compute));
     t->have_model = 1;
     const model_t *m = &t->model;
+    DDP_TRY(memory_check_(t));
     if (t->loss.kind == LOSS_XENT) {
         DDP_TRY(deck_check_classes(d, m->outputs));
         if (t->have_val) DDP_TRY(deck_check_classes(&t->val, m->outputs));
@@ -128,9 +134,12 @@ static mem_plan_t mem_plan_(const trainer_t *t)
     return p;
 }
 
-/* Refuse a run whose buffers will not fit under the address-space or
- * cgroup limit, before allocating them (memlimit.h); then let the comm
- * backend check its own memory (node-shared memory). */
+/* Refuse a run whose buffers will not fit under the address-space limit,
+ * in the cgroup's room or in the machine's memory, before anything is
+ * allocated (memlimit.h): right after the layout, so that an absurd size
+ * (a `classes` attribute of 10^9 makes a last layer of 10^9 outputs) is
+ * named before any other check.  The buffers are host memory (the CPU
+ * backend). */
 static ddp_status_t memory_check_(trainer_t *t)
 {
     mem_plan_t p = mem_plan_(t);
@@ -139,7 +148,23 @@ static ddp_status_t memory_check_(trainer_t *t)
     mem_need_t need = {p.resident, p.address};
     char warn[512];
     ddp_status_t s = memlimit_check(&l, &need, t->comm.local_size, warn, sizeof warn);
-    if (s == DDP_OK && warn[0]) log_warn("%s", warn);
+    if (s == DDP_OK && warn[0] && t->ctl->rank == 0) log_warn("%s", warn);
+    const deck_t *d = &t->train;
+    const model_t *m = &t->model;
+    const layer_t *last = m->nlayers ? &m->layers[m->nlayers - 1] : NULL;
+    if (s == DDP_ERR_NOMEM && last && last->kind == LAYER_LINEAR && !d->regression &&
+        m->outputs == d->classes &&
+        2 * (double)act_numel(last->in) * (double)m->outputs > (double)m->nparams) {
+        /* most of it is the last layer, as wide as the classes: name their source */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ddp_error_message());
+        s = ddp_fail_override(DDP_ERR_NOMEM,
+                              "%s; most of it is the last layer's %d outputs, the deck's classes "
+                              "(%s of /train/y in %s): check that number",
+                              msg, d->classes,
+                              d->classes_inferred ? "the largest label + 1" : "attribute classes",
+                              d->shards[d->classes_inferred ? d->label_max_shard : 0].path);
+    }
     t->mem_need_address = l.as_used + p.resident + p.address;
     t->mem_limit_address = l.as_limit;
     return s;
@@ -651,7 +676,6 @@ ddp_status_t startup_run(trainer_t *t)
     /* before any collective whose size depends on the options or the model */
     DDP_TRY(control_agree(ctl, consistency_check_(t)));
     DDP_TRY(checkpoint_resume_open(t));
-    DDP_TRY(control_agree(ctl, memory_check_(t)));
     mem_plan_t plan = mem_plan_(t);
     DDP_TRY(control_agree(ctl, comm_mem_plan(&t->comm, plan.comm, plan.ncomm)));
     DDP_TRY(control_agree(ctl, alloc_model_(t)));

@@ -1,14 +1,18 @@
 /* check_deck.c -- input decks: coalesced reads against a naive one-sample
  * reader (shards, duplicates, uint8/float32, normalisation), evaluation
- * ranges, the val split, and every bad input giving DDP_ERR_INPUT with the
- * file and dataset named. */
+ * ranges, the val split, every bad input giving DDP_ERR_INPUT with the
+ * file and dataset named, and the progress line and distinct-label count of
+ * the label scan. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "deck.h"
 #include "h5util.h"
+#include "log.h"
 #include "rng.h"
 #include "test_decks.h"
 #include "tests.h"
@@ -610,6 +614,118 @@ START_TEST(read_unwritten_chunks_as_fill)
 }
 END_TEST
 
+START_TEST(scan_progress_and_distinct_labels)
+{
+    /* with the progress threshold at 0 the label scan reports at once, on
+     * stdout (rank 0's log_info) */
+    tdeck_t t = {.n = 100, .xrank = 2, .c = 3, .h = 1, .w = 1, .classes = 3};
+    const char *p = tdeck_path("progress.h5");
+    ck_assert_int_eq(tdeck_write(p, &t), 0);
+    const char *out = tdeck_path("progress.txt");
+    fflush(stdout);
+    int saved = dup(1), fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    dup2(fd, 1);
+    close(fd);
+    log_setup(log_rank(), LOG_INFO); /* test_main runs quiet */
+    deck_set_progress_after(0);
+    deck_t d;
+    ddp_status_t s = open1_(&d, p);
+    deck_set_progress_after(3);
+    log_setup(log_rank(), LOG_QUIET);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    ck_assert_int_eq(s, DDP_OK);
+    char text[512] = "";
+    FILE *f = fopen(out, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[got] = 0;
+    ck_assert_msg(strstr(text, "scanning the labels of /train/y: 0 of 100 samples") != NULL,
+                  "no progress line in: '%s'", text);
+    /* 3 distinct labels for 3 classes: no warning */
+    char w[1024];
+    ck_assert_int_eq(d.label_distinct, 3);
+    ck_assert_int_eq(deck_classes_warning(&d, w, sizeof w), 0);
+    deck_close(&d);
+
+    /* one stray label of 1000: 1001 classes from 4 distinct labels */
+    float x[8 * 3] = {0};
+    int y[8] = {0, 1, 2, 0, 1000, 2, 0, 1};
+    p = tdeck_path("stray.h5");
+    write_xy_(p, 8, x, 8, y, 0);
+    ck_assert_int_eq(open1_(&d, p), DDP_OK);
+    ck_assert_int_eq(d.classes, 1001);
+    ck_assert_int_eq(d.label_distinct, 4);
+    ck_assert_int_eq(deck_classes_warning(&d, w, sizeof w), 1);
+    ck_assert_msg(strstr(w, "1001 classes (label 1000 at sample 4), but only 4 distinct") != NULL,
+                  "%s", w);
+    ck_assert_msg(strstr(w, "attribute classes on /train/y") != NULL, "%s", w);
+    deck_close(&d);
+    /* the same labels with an explicit classes attribute: the user said so */
+    write_xy_(p, 8, x, 8, y, 2000);
+    ck_assert_int_eq(open1_(&d, p), DDP_OK);
+    ck_assert_int_eq(d.classes, 2000);
+    ck_assert_int_eq(deck_classes_warning(&d, w, sizeof w), 0);
+    deck_close(&d);
+}
+END_TEST
+
+START_TEST(bad_sample_beyond_memory)
+{
+    /* one sample of 5*10^8 float32 values, stored (contiguous, allocated at
+     * creation, never filled: a sparse file of 2 GB on disk as a few KiB),
+     * under an address-space limit 1 GiB above what the process uses: the
+     * normalisation tables alone would need 10 GB, so the open is refused
+     * as out of memory before allocating them */
+    const char *p = tdeck_path("widesample.h5");
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    hsize_t xd[2] = {1, 500000000}, yd = 1;
+    hid_t xs = H5Screate_simple(2, xd, NULL), ys = H5Screate_simple(1, &yd, NULL);
+    hid_t x = H5Dcreate2(f, "/train/x", H5T_IEEE_F32LE, xs, lcpl, dcpl, H5P_DEFAULT);
+    hid_t y = H5Dcreate2(f, "/train/y", H5T_STD_I32LE, ys, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    int32_t label = 0;
+    ck_assert_int_ge(H5Dwrite(y, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, &label), 0);
+    H5Dclose(x);
+    H5Dclose(y);
+    H5Sclose(xs);
+    H5Sclose(ys);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    ck_assert_int_ge(H5Fclose(f), 0);
+
+    struct rlimit old, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+    size_t used = 0;
+    FILE *st = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(st);
+    char line[256];
+    while (fgets(line, sizeof line, st))
+        if (strncmp(line, "VmSize:", 7) == 0) used = (size_t)strtoull(line + 7, NULL, 10) * 1024;
+    fclose(st);
+    lim = old;
+    lim.rlim_cur = (rlim_t)(used + ((size_t)1 << 30));
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+    deck_t d;
+    ddp_status_t s = open1_(&d, p);
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &old), 0);
+    ck_assert_msg(s == DDP_ERR_NOMEM, "status %d: %s", (int)s, ddp_error_message());
+    const char *msg = ddp_error_message();
+    ck_assert_msg(strstr(msg, p) && strstr(msg, "samples of /train/x have 500000000 values") &&
+                      strstr(msg, "(ulimit -v)"),
+                  "%s", msg);
+    ddp_clear_error();
+    unlink(p);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("deck");
@@ -630,6 +746,8 @@ Suite *test_suite(void)
     tcase_add_test(b, bad_shards_disagree);
     tcase_add_test(b, bad_types_and_attributes);
     tcase_add_test(b, bad_truncated_and_corrupt_chunk);
+    tcase_add_test(b, scan_progress_and_distinct_labels);
+    tcase_add_test(b, bad_sample_beyond_memory);
     suite_add_tcase(s, b);
     return s;
 }

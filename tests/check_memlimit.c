@@ -128,15 +128,40 @@ START_TEST(check_verdicts)
     ck_assert_int_eq(memlimit_check(&l, &need, 4, warn, sizeof warn), DDP_OK); /* 800 of 900 */
     ck_assert_int_eq(memlimit_check(&l, &need, 5, warn, sizeof warn), DDP_ERR_NOMEM);
     msg = ddp_error_message();
-    ck_assert_msg(strstr(msg, "5 ranks on this node") && strstr(msg, "1000 MiB more") &&
-                      strstr(msg, "leaves 900 MiB") && strstr(msg, "job/memory.max"),
+    ck_assert_msg(strstr(msg, "5 ranks on this node") && strstr(msg, "1000.0 MiB more") &&
+                      strstr(msg, "leaves 900.0 MiB") && strstr(msg, "job/memory.max"),
                   "%s", msg);
 
-    /* beyond MemAvailable: a warning, not a refusal */
+    /* beyond MemAvailable but within swap: a warning, not a refusal */
     l.cg_limit = MEMLIMIT_NONE;
     l.available = 500 * MIB;
+    l.swap_free = 400 * MIB;
     ck_assert_int_eq(memlimit_check(&l, &need, 4, warn, sizeof warn), DDP_OK);
-    ck_assert_msg(strstr(warn, "800 MiB") && strstr(warn, "MemAvailable"), "%s", warn);
+    ck_assert_msg(strstr(warn, "800.0 MiB") && strstr(warn, "MemAvailable"), "%s", warn);
+    /* beyond MemAvailable and swap: refused (an absurd model overflows no
+     * counter on the way) */
+    l.swap_free = 200 * MIB;
+    ddp_clear_error();
+    ck_assert_int_eq(memlimit_check(&l, &need, 4, warn, sizeof warn), DDP_ERR_NOMEM);
+    msg = ddp_error_message();
+    ck_assert_msg(strstr(msg, "4 ranks on this node need about 800.0 MiB") &&
+                      strstr(msg, "500.0 MiB MemAvailable + 200.0 MiB free swap"),
+                  "%s", msg);
+    ddp_clear_error();
+    need.resident = (uint64_t)1 << 62;
+    ck_assert_int_eq(memlimit_check(&l, &need, 4, warn, sizeof warn), DDP_ERR_NOMEM);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "TiB"));
+
+    /* the least of the limits, and its name */
+    const char *what;
+    memlimit_t m = {.as_limit = 1000 * MIB, .as_used = 700 * MIB, .cg_limit = MEMLIMIT_NONE,
+                    .available = 2000 * MIB};
+    ck_assert_uint_eq(memlimit_available(&m, &what), 300 * MIB);
+    ck_assert_str_eq(what, "ulimit -v");
+    m.cg_limit = 1000 * MIB;
+    m.cg_used = 900 * MIB;
+    ck_assert_uint_eq(memlimit_available(&m, &what), 100 * MIB);
+    ck_assert_str_eq(what, "the cgroup memory limit");
 }
 END_TEST
 

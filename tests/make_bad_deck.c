@@ -7,11 +7,17 @@
  * short-y (y shorter than x), nan (one NaN feature), neg-label (a label -1),
  * wide (200 x 9 features: a shard that does not match `good`), corrupt
  * (gzip'd chunks of 10 samples, the chunk holding samples 100..109 overwritten
- * with garbage after writing).
+ * with garbage after writing), huge-n (a header of 10^12 samples, chunked, no
+ * chunk written), huge-f (2 samples of 10^9 features, no chunk written),
+ * classes-huge (attribute classes = 10^9), classes-frac (classes = 4.5),
+ * stray-label (label 1000000 at sample 37, no classes attribute), u8-scale
+ * (uint8 x with scale = -1), mean-a / mean-b (`good`'s data with attributes
+ * mean 0.5 or 1.5 and std 2: shards normalised differently, and files that
+ * differ in an attribute only), val-nan (a /val split of 40 samples, sample 13
+ * holding a NaN), float-y (float32 labels [N]: regression).
  * Decks of `good`'s shape with other content, for the start-up content
  * check (test_fingerprint.sh; it samples chunks 0, 2, 5, 8, 10, 13, 16 and
- * 19 of these 20): mean-a, mean-b (attribute mean of /train/x 0.5 or 0.25,
- * data as `good`); mid-chunk (one value of row 105, in sampled chunk 10,
+ * 19 of these 20): mid-chunk (one value of row 105, in sampled chunk 10,
  * changed); unsampled (one value of row 35, in chunk 3, changed); chunk20
  * (`good`'s values in chunks of 20 samples); corrupt-unsampled (as corrupt,
  * but the chunk of samples 30..39, outside that sample: found in training). */
@@ -23,8 +29,47 @@
 
 enum { N = 200, CHUNK = 10 };
 
+/* A header that declares dims (rank 2 x, rank 1 y) with chunked layout and
+ * no chunk written: a file of a few KiB. */
+static int write_huge_(const char *path, hsize_t n, hsize_t f_)
+{
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hsize_t dx[2] = {n, f_}, cx[2] = {1, f_ < 1000000 ? f_ : 1000000}, dy = n;
+    hsize_t cy = n < 4096 ? n : 4096;
+    if (f_ < 100) cx[0] = 1024;
+    hid_t px = H5Pcreate(H5P_DATASET_CREATE), py = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(px, 2, cx);
+    H5Pset_chunk(py, 1, &cy);
+    hid_t sx = H5Screate_simple(2, dx, NULL), sy = H5Screate_simple(1, &dy, NULL);
+    hid_t x = H5Dcreate2(f, "/train/x", H5T_IEEE_F32LE, sx, lcpl, px, H5P_DEFAULT);
+    hid_t y = H5Dcreate2(f, "/train/y", H5T_STD_I32LE, sy, lcpl, py, H5P_DEFAULT);
+    int bad = x < 0 || y < 0;
+    H5Dclose(x);
+    H5Dclose(y);
+    H5Sclose(sx);
+    H5Sclose(sy);
+    H5Pclose(px);
+    H5Pclose(py);
+    H5Pclose(lcpl);
+    return H5Fclose(f) < 0 || bad;
+}
+
+static int attr_f64_(hid_t obj, const char *name, const double *v, hsize_t n)
+{
+    hid_t sp = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, NULL);
+    hid_t a = H5Acreate2(obj, name, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = a < 0 || H5Awrite(a, H5T_NATIVE_DOUBLE, v) < 0;
+    H5Aclose(a);
+    H5Sclose(sp);
+    return bad;
+}
+
 static int write_(const char *path, const char *kind)
 {
+    if (strcmp(kind, "huge-n") == 0) return write_huge_(path, (hsize_t)1000000000000ULL, 8);
+    if (strcmp(kind, "huge-f") == 0) return write_huge_(path, 2, 1000000000);
     int f_ = strcmp(kind, "wide") == 0 ? 9 : 8;
     int ny = strcmp(kind, "short-y") == 0 ? N - 10 : N;
     float *x = malloc(sizeof(float) * N * (size_t)f_);
@@ -38,6 +83,10 @@ static int write_(const char *path, const char *kind)
     if (strcmp(kind, "neg-label") == 0) y[31] = -1;
     if (strcmp(kind, "mid-chunk") == 0) x[105 * f_ + 2] += 1.0f;
     if (strcmp(kind, "unsampled") == 0) x[35 * f_ + 2] += 1.0f;
+    if (strcmp(kind, "stray-label") == 0) y[37] = 1000000;
+    int u8 = strcmp(kind, "u8-scale") == 0;
+    unsigned char *xu = malloc((size_t)N * (size_t)f_);
+    for (int i = 0; i < N * f_; i++) xu[i] = (unsigned char)(x[i] * 50);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
@@ -48,28 +97,53 @@ static int write_(const char *path, const char *kind)
     int corrupt = strncmp(kind, "corrupt", 7) == 0;
     if (corrupt) H5Pset_deflate(dcpl, 4);
     hid_t sx = H5Screate_simple(2, dx, NULL), sy = H5Screate_simple(1, dy, NULL);
-    hid_t ds = H5Dcreate2(f, "/train/x", H5T_IEEE_F32LE, sx, lcpl, dcpl, H5P_DEFAULT);
-    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
-    if (strncmp(kind, "mean-", 5) == 0) {
-        float mean = kind[5] == 'a' ? 0.5f : 0.25f;
-        hsize_t one = 1;
-        hid_t as = H5Screate_simple(1, &one, NULL);
-        hid_t a = H5Acreate2(ds, "mean", H5T_IEEE_F32LE, as, H5P_DEFAULT, H5P_DEFAULT);
-        H5Awrite(a, H5T_NATIVE_FLOAT, &mean);
-        H5Aclose(a);
-        H5Sclose(as);
+    hid_t ds = u8 ? H5Dcreate2(f, "/train/x", H5T_STD_U8LE, sx, lcpl, dcpl, H5P_DEFAULT)
+                  : H5Dcreate2(f, "/train/x", H5T_IEEE_F32LE, sx, lcpl, dcpl, H5P_DEFAULT);
+    if (u8)
+        H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, xu);
+    else
+        H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
+    double minus1 = -1, mean[2] = {0.5, 1.5}, sd[2] = {2.0, 2.0};
+    if (u8) attr_f64_(ds, "scale", &minus1, 1);
+    if (strcmp(kind, "mean-a") == 0 || strcmp(kind, "mean-b") == 0) {
+        attr_f64_(ds, "mean", &mean[kind[5] == 'b'], 1);
+        attr_f64_(ds, "std", &sd[0], 1);
     }
     H5Dclose(ds);
-    if (strcmp(kind, "no-y") != 0) {
+    if (strcmp(kind, "float-y") == 0) {
+        float yf[N];
+        for (int i = 0; i < N; i++) yf[i] = (float)y[i] * 0.5f;
+        ds = H5Dcreate2(f, "/train/y", H5T_IEEE_F32LE, sy, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, yf);
+        H5Dclose(ds);
+    } else if (strcmp(kind, "no-y") != 0) {
         ds = H5Dcreate2(f, "/train/y", H5T_STD_I32LE, sy, lcpl, H5P_DEFAULT, H5P_DEFAULT);
         H5Dwrite(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
+        double huge = 1e9, frac = 4.5;
+        if (strcmp(kind, "classes-huge") == 0) attr_f64_(ds, "classes", &huge, 1);
+        if (strcmp(kind, "classes-frac") == 0) attr_f64_(ds, "classes", &frac, 1);
         H5Dclose(ds);
+    }
+    if (strcmp(kind, "val-nan") == 0) {
+        /* /val: the first 40 training samples, sample 13 with a NaN */
+        hsize_t dv[2] = {40, (hsize_t)f_}, dvy = 40;
+        x[13 * f_ + 5] = NAN;
+        hid_t sv = H5Screate_simple(2, dv, NULL), svy = H5Screate_simple(1, &dvy, NULL);
+        ds = H5Dcreate2(f, "/val/x", H5T_IEEE_F32LE, sv, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
+        H5Dclose(ds);
+        ds = H5Dcreate2(f, "/val/y", H5T_STD_I32LE, svy, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
+        H5Dclose(ds);
+        H5Sclose(sv);
+        H5Sclose(svy);
     }
     H5Sclose(sx);
     H5Sclose(sy);
     H5Pclose(dcpl);
     H5Pclose(lcpl);
     free(x);
+    free(xu);
     if (H5Fclose(f) < 0) return 1;
     if (!corrupt) return 0;
 
@@ -90,9 +164,12 @@ static int write_(const char *path, const char *kind)
 
 int main(int argc, char **argv)
 {
-    static const char *kinds[] = {"good",      "no-y",    "short-y",          "nan",    "neg-label",
-                                  "wide",      "corrupt", "mean-a",           "mean-b", "mid-chunk",
-                                  "unsampled", "chunk20", "corrupt-unsampled"};
+    static const char *kinds[] = {
+        "good",     "no-y",      "short-y",      "nan",          "neg-label",
+        "wide",     "corrupt",   "huge-n",       "huge-f",       "classes-huge",
+        "classes-frac", "stray-label", "u8-scale", "mean-a",     "mean-b",
+        "val-nan",  "float-y",   "mid-chunk",    "unsampled",    "chunk20",
+        "corrupt-unsampled"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;

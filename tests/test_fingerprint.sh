@@ -92,9 +92,9 @@ differs 2 "sampled middle chunk" "rank 0 and rank 1 $msg" \
 place data.h5 good.h5 chunk20.h5
 differs 2 "other chunking" "rank 0 and rank 1 $msg" \
   "shapes, types or chunking of /train/x" -- data.h5
-# rank 2 of 3 is the odd one out; the second of two shards differs, and
-# /val (in the first shard only) is not confused with it
-place a.h5 seed1.h5 seed1.h5 seed1.h5
+# rank 2 of 3 is the odd one out; the second of two shards differs (the
+# shards carry the same attributes -- none -- as a deck's shards must)
+place a.h5 chunk20.h5 chunk20.h5 chunk20.h5
 place b.h5 good.h5 good.h5 mid-chunk.h5
 differs 3 "second shard on rank 2" "content of input file b.h5: rank 0 and rank 2 $msg" \
   "sampled chunks of /train/x" \
