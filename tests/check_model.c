@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "h5util.h"
 #include "model.h"
 #include "tests.h"
@@ -253,8 +254,8 @@ START_TEST(weights_round_trip_and_errors)
     size_t n_old = 0, n_now = 0;
     char *old = slurp_(path, &n_old);
     ck_assert(old && n_old > 0);
-    char tmp[sizeof path + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    char tmp[sizeof path + 300];
+    atomicfile_tmp_name(path, tmp, sizeof tmp);
     ck_assert_int_eq(mkdir(tmp, 0700), 0);
     ddp_status_t s = weights_save(path, &a, NULL);
     rmdir(tmp);

@@ -1,0 +1,122 @@
+#!/bin/sh
+# test_files.sh -- hostile files and options, on 2 ranks: each case ends
+# within a timeout with exactly one `ddptrain: error:` line and its exit code,
+# no core dump, and the files involved left as they were.
+#   --save: over the input deck (also through a symlink) or the --init file
+#     (2, the file unchanged); over a FIFO or a device node (2, still a FIFO
+#     and a device); through a symlink to its target (the link stays);
+#   a checkpoint over a FIFO in --ckpt-dir (4, still a FIFO);
+#   temporary files: a stale one of this host's dead process is removed by
+#     the next run (--save and --ckpt-dir), one of another host, a live
+#     process or another target, or another name, is kept;
+. ./testenv.sh || exit 99
+set -u
+ddp_tmpdir
+MK="$top_builddir/tests/make_bad_deck"
+"$MK" good "$T/d.h5" || fail "make_bad_deck good"
+cp "$T/d.h5" "$T/d0.h5" || exit 99
+mkfifo "$T/fifo" || fail "mkfifo"
+m="--model linear:16,relu,linear:auto --batch 8 --steps 2 --log-every 0 --eval-every 0"
+export DDP_TEST_TIMEOUT=${DDP_TEST_TIMEOUT:-60}
+
+# expect CODE NEEDLE... -- ARGS: ddptrain ARGS on 2 ranks exits CODE within
+# the timeout, with one error line holding every NEEDLE (fixed strings)
+expect() {
+  code=$1; shift
+  needles=""
+  while [ "$1" != "--" ]; do needles="$needles|$1"; shift; done
+  shift
+  mpirun_np 2 "$DDPTRAIN" "$@" >"$T/o" 2>"$T/e"
+  rc=$?
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hang (timeout): $*"
+  [ $rc -eq "$code" ] || { cat "$T/o" "$T/e"; fail "exit $rc, expected $code: $*"; }
+  n=$(grep -c "ddptrain: \(rank [0-9]* ([^)]*): \)\?error:" "$T/e")
+  [ "$n" -eq 1 ] || { cat "$T/e"; fail "$n error lines, expected 1: $*"; }
+  grep -q "core dumped\|Segmentation fault\|HDF5-DIAG" "$T/e" && { cat "$T/e"; fail "crash: $*"; }
+  IFS='|'
+  for s in $needles; do
+    [ -z "$s" ] && continue
+    grep -qF -- "$s" "$T/e" || { unset IFS; cat "$T/e"; fail "message lacks '$s': $*"; }
+  done
+  unset IFS
+  echo "ok ($code): $(grep 'error:' "$T/e")"
+}
+# unchanged FILE: FILE is still d.h5 as it was made
+unchanged() { cmp -s "$1" "$T/d0.h5" || fail "$1 was changed or replaced"; }
+
+# 2. --save over an input: the deck, the deck through a symlink, --init
+ln -s d.h5 "$T/link.h5" || exit 99
+expect 2 "--save $T/d.h5 is the input deck $T/d.h5" "choose another --save name" \
+  -- "$T/d.h5" $m --save "$T/d.h5"
+unchanged "$T/d.h5"
+expect 2 "--save $T/link.h5 is the input deck $T/d.h5" -- "$T/d.h5" $m --save "$T/link.h5"
+unchanged "$T/d.h5"
+[ -L "$T/link.h5" ] || fail "the symlink to the deck was replaced"
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$T/w.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "training run"; }
+cp "$T/w.h5" "$T/w0.h5" || exit 99
+expect 2 "--save $T/w.h5 is --init $T/w.h5" -- "$T/d.h5" $m --init "$T/w.h5" --save "$T/w.h5"
+cmp -s "$T/w.h5" "$T/w0.h5" || fail "the --init file was changed"
+
+# 3. --save over a FIFO or a device node (made here, never a real one): refused, left as they were
+expect 2 "--save $T/fifo is a FIFO" "not a regular file" -- "$T/d.h5" $m --save "$T/fifo"
+[ -p "$T/fifo" ] || fail "the FIFO was replaced"
+if mknod "$T/dev" c 1 3 2>/dev/null; then
+  expect 2 "--save $T/dev is a character device" -- "$T/d.h5" $m --save "$T/dev"
+  [ -c "$T/dev" ] || fail "the device node was replaced"
+  rm -f "$T/dev"
+else
+  echo "note: mknod not permitted (not root): the device-node case was not run"
+fi
+# a checkpoint whose name a FIFO holds: the same rules for --ckpt-dir files
+mkdir "$T/ck" && mkfifo "$T/ck/ckpt_00000002.h5" || exit 99
+expect 4 "checkpoint at step 2" "$T/ck/ckpt_00000002.h5 is a FIFO" -- "$T/d.h5" $m --ckpt-dir "$T/ck"
+[ -p "$T/ck/ckpt_00000002.h5" ] || fail "the FIFO in --ckpt-dir was replaced"
+ls "$T"/ck/*.tmp.* >/dev/null 2>&1 && fail "a temporary file was left in --ckpt-dir"
+
+# 4. --save through a symlink: the weights go to the link's target (new or
+# existing), in the target's directory; the link stays a link
+mkdir "$T/sub" && ln -s sub/new.h5 "$T/to-new.h5" || exit 99
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$T/to-new.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "--save through a dangling symlink"; }
+[ -L "$T/to-new.h5" ] && [ -f "$T/sub/new.h5" ] || { ls -la "$T" "$T/sub"; fail "--save through a symlink: not written to its target"; }
+"$WEIGHTS_CMP" "$T/sub/new.h5" "$T/w0.h5" 0 >/dev/null || fail "--save through a symlink: other weights"
+cp "$T/d.h5" "$T/sub/old.h5" && ln -s sub/old.h5 "$T/to-old.h5" || exit 99
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$T/to-old.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "--save through a symlink to a file"; }
+[ -L "$T/to-old.h5" ] || fail "--save replaced the symlink itself"
+"$WEIGHTS_CMP" "$T/sub/old.h5" "$T/w0.h5" 0 >/dev/null || fail "--save through a symlink: the target was not replaced"
+ls "$T"/*.tmp.* "$T"/sub/*.tmp.* >/dev/null 2>&1 && fail "a temporary file was left"
+echo "ok: --save through symlinks writes their targets"
+
+# 5. temporary files: NAME.tmp.HOST.PID.  A dead process's of this host is
+# removed (with a line); another host's, a live process's (this shell), another
+# target's and another pattern's are kept (a warning for those of our target)
+host=$(uname -n | tr -c 'A-Za-z0-9.\n-' '_')
+dead=$(sh -c 'echo $$')
+kill -0 "$dead" 2>/dev/null && fail "pid $dead is still alive"
+mkdir "$T/tmp" || exit 99
+for f in w.h5.tmp.$host.$dead w.h5.tmp.elsewhere.example.$dead w.h5.tmp.$host.$$ x.h5.tmp.$host.$dead \
+  w.h5.tmp.junk w.h5.tmp.$host.${dead}x; do
+  echo partial >"$T/tmp/$f"
+done
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$T/tmp/w.h5" >"$T/o" 2>"$T/e" || { cat "$T/o" "$T/e"; fail "--save with temporary files"; }
+grep -qF -- "--save $T/tmp/w.h5: removed 1 stale temporary file an interrupted save left" "$T/o" \
+  || { cat "$T/o"; fail "the stale temporary file was not reported removed"; }
+grep -qF -- "--save $T/tmp/w.h5: 2 temporary files of another run" "$T/e" \
+  || { cat "$T/e"; fail "no warning about the kept temporary files"; }
+[ -e "$T/tmp/w.h5.tmp.$host.$dead" ] && fail "the stale temporary file is still there"
+for f in w.h5.tmp.elsewhere.example.$dead w.h5.tmp.$host.$$ x.h5.tmp.$host.$dead w.h5.tmp.junk \
+  w.h5.tmp.$host.${dead}x; do
+  [ "$(cat "$T/tmp/$f" 2>/dev/null)" = partial ] || fail "$f was removed or changed"
+done
+mkdir "$T/ck2" || exit 99
+for f in ckpt_00000004.h5.tmp.$host.$dead ckpt_00000004.h5.tmp.elsewhere.$dead ckpt_00000004.h5.tmp.$host.$$; do
+  echo partial >"$T/ck2/$f"
+done
+mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --ckpt-dir "$T/ck2" >"$T/o" 2>"$T/e" || { cat "$T/o" "$T/e"; fail "--ckpt-dir with temporary files"; }
+grep -qF -- "--ckpt-dir $T/ck2: removed 1 temporary file an interrupted checkpoint write left" "$T/o" \
+  || { cat "$T/o"; fail "--ckpt-dir: the stale temporary file was not reported removed"; }
+grep -qF -- "--ckpt-dir $T/ck2: 2 temporary files of another run" "$T/e" || { cat "$T/e"; fail "--ckpt-dir: no warning"; }
+[ "$(ls "$T/ck2" | wc -l)" -eq 3 ] && [ -f "$T/ck2/ckpt_00000002.h5" ] && [ -f "$T/ck2/ckpt_00000004.h5.tmp.$host.$$" ] \
+  && [ -f "$T/ck2/ckpt_00000004.h5.tmp.elsewhere.$dead" ] \
+  || { ls "$T/ck2"; fail "--ckpt-dir: expected the checkpoint and the two kept temporary files"; }
+echo "ok: stale temporary files removed, those of other hosts, live processes and other names kept"
+echo ok
