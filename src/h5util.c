@@ -15,6 +15,31 @@
 
 static pthread_mutex_t h5_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
+/* A failed H5Fclose (a full disk while flushing) leaves, in HDF5 1.10, an
+ * id whose file is already freed: HDF5's own exit handler would close it
+ * again and crash.  h5_quiet() takes over that handler (H5dont_atexit), and
+ * ours closes the library only when no file close failed; otherwise the
+ * process ends without it (what the failed file held is abandoned anyway). */
+static int h5_close_failed;
+static int h5_own_atexit;
+
+static void h5_atexit_(void)
+{
+    if (!h5_close_failed) H5close();
+}
+
+herr_t h5_close_file(hid_t file)
+{
+    if (file < 0) return 0;
+    h5_lock();
+    /* flush first: a flush that fails leaves the file open and intact */
+    herr_t rc = H5Fflush(file, H5F_SCOPE_LOCAL);
+    if (rc >= 0) rc = H5Fclose(file);
+    if (rc < 0) h5_close_failed = 1; /* the id is never touched again */
+    h5_unlock();
+    return rc;
+}
+
 /* Thread-safe HDF5 builds keep the error-printing setting per thread: once
  * h5_quiet() was called, every thread turns it off the first time it takes
  * the lock (the loader thread, for one). */
@@ -38,6 +63,8 @@ void h5_unlock(void)
 void h5_quiet(void)
 {
     pthread_mutex_lock(&h5_mutex);
+    /* only before the library's first use (else HDF5's handler stays) */
+    if (!h5_own_atexit && H5dont_atexit() >= 0 && atexit(h5_atexit_) == 0) h5_own_atexit = 1;
     h5_quiet_all = 1;
     pthread_mutex_unlock(&h5_mutex);
     h5_lock();
@@ -55,7 +82,9 @@ ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file)
     if (stat(path, &st) != 0)
         return ddp_fail(DDP_ERR_INPUT, "%s: cannot open: %s; check the path", path,
                         strerror(errno));
-    if (!S_ISREG(st.st_mode)) return ddp_fail(DDP_ERR_INPUT, "%s: not a regular file", path);
+    if (!S_ISREG(st.st_mode))
+        return ddp_fail(DDP_ERR_INPUT, "%s is %s, not a regular file; name an HDF5 file", path,
+                        atomicfile_kind(st.st_mode));
     h5_lock();
     htri_t is = H5Fis_hdf5(path);
     hid_t f = is > 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : H5I_INVALID_HID;
@@ -73,29 +102,38 @@ ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file)
 
 ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path)
 {
+    a->file = H5I_INVALID_HID;
+    a->tmp[0] = '\0';
     if (strlen(path) >= sizeof a->path)
         return ddp_fail(DDP_ERR_USAGE, "output path too long: %s", path);
-    strcpy(a->path, path);
-    atomicfile_tmp_name(path, a->tmp, sizeof a->tmp);
+    /* through a symlink to its target; never over a FIFO or device */
+    DDP_TRY(atomicfile_target("", path, a->path, sizeof a->path));
+    atomicfile_remove_stale(a->path, NULL);
+    atomicfile_tmp_name(a->path, a->tmp, sizeof a->tmp);
     h5_lock();
-    a->file = H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    /* closing the file closes every object still open in it */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0 && H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+        H5Pclose(fapl);
+        fapl = H5I_INVALID_HID;
+    }
+    a->file = fapl < 0 ? H5I_INVALID_HID : H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    int e = errno;
+    if (fapl >= 0) H5Pclose(fapl);
     h5_unlock();
-    if (a->file < 0)
+    if (a->file < 0) {
+        unlink(a->tmp); /* a create that failed part-way (disk full) leaves an empty file */
         return ddp_fail(DDP_ERR_IO,
                         "cannot create %s: %s; check that the directory exists and "
                         "is writable",
-                        a->tmp, strerror(errno));
+                        a->tmp, strerror(e));
+    }
     return DDP_OK;
 }
 
 ddp_status_t h5_atomic_commit(h5_atomic_t *a)
 {
-    herr_t rc = 0;
-    if (a->file >= 0) { /* the writer may have closed it to validate it */
-        h5_lock();
-        rc = H5Fclose(a->file);
-        h5_unlock();
-    }
+    herr_t rc = h5_close_file(a->file); /* the writer may have closed it to validate it */
     a->file = H5I_INVALID_HID;
     if (rc < 0) {
         unlink(a->tmp);
@@ -108,13 +146,9 @@ ddp_status_t h5_atomic_commit(h5_atomic_t *a)
 
 void h5_atomic_abandon(h5_atomic_t *a)
 {
-    if (a->file >= 0) {
-        h5_lock();
-        H5Fclose(a->file);
-        h5_unlock();
-        a->file = H5I_INVALID_HID;
-    }
-    unlink(a->tmp);
+    h5_close_file(a->file);
+    a->file = H5I_INVALID_HID;
+    if (a->tmp[0]) unlink(a->tmp);
 }
 
 int h5_exists(hid_t loc, const char *name)
@@ -409,8 +443,8 @@ ddp_status_t h5_mem_finish(hid_t file, h5_mem_image_t *img)
 {
     h5_lock();
     ssize_t n = H5Fflush(file, H5F_SCOPE_LOCAL) < 0 ? -1 : H5Fget_file_image(file, NULL, 0);
-    herr_t rc = H5Fclose(file);
     h5_unlock();
+    herr_t rc = h5_close_file(file);
     if (n <= 0 || rc < 0 || !img->data || (size_t)n > img->cap)
         return ddp_fail(DDP_ERR_NOMEM,
                         "cannot finish an in-memory HDF5 file (%zd bytes; out of memory?)", n);
@@ -420,10 +454,7 @@ ddp_status_t h5_mem_finish(hid_t file, h5_mem_image_t *img)
 
 void h5_mem_abandon(hid_t file)
 {
-    if (file < 0) return;
-    h5_lock();
-    H5Fclose(file);
-    h5_unlock();
+    h5_close_file(file);
 }
 
 void h5_mem_image_free(h5_mem_image_t *img)

@@ -219,7 +219,8 @@ ddp_status_t weights_load(const char *path, model_t *m)
 ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
 {
     hid_t f;
-    DDP_TRY(h5_open_read(path, &f));
+    if (h5_open_read(path, &f) != DDP_OK)
+        return ddp_fail_override(DDP_ERR_INPUT, "--init %s", ddp_error_message());
     weights_host_t h;
     ddp_status_t s = weights_host_alloc(&h, m);
     if (s == DDP_OK) {

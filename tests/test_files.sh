@@ -9,6 +9,11 @@
 #   temporary files: a stale one of this host's dead process is removed by
 #     the next run (--save and --ckpt-dir), one of another host, a live
 #     process or another target, or another name, is kept;
+#   --init naming a FIFO, --resume naming a directory (3);
+#   ddptrain-prep: the disk fills up while the file is closed (ulimit -f:
+#     exit 4 and one line, no crash in HDF5's exit handler, no temporary
+#     file); with a full tmpfs (root, unshare -m; skipped otherwise):
+#     ddptrain-prep and --save leave no temporary file;
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -119,4 +124,38 @@ grep -qF -- "--ckpt-dir $T/ck2: 2 temporary files of another run" "$T/e" || { ca
   && [ -f "$T/ck2/ckpt_00000004.h5.tmp.elsewhere.$dead" ] \
   || { ls "$T/ck2"; fail "--ckpt-dir: expected the checkpoint and the two kept temporary files"; }
 echo "ok: stale temporary files removed, those of other hosts, live processes and other names kept"
+
+# 6. --init and --resume that are not regular files
+expect 3 "--init $T/fifo is a FIFO" -- "$T/d.h5" $m --init "$T/fifo"
+expect 3 "--resume $T/sub: $T/sub is a directory" -- "$T/d.h5" $m --resume "$T/sub"
+
+# 8. ddptrain-prep: the file outgrows the file-size limit (EFBIG, as a full
+# disk) while HDF5 flushes it at close: one line, exit 4, no crash at exit
+prep="synthetic --classes 4 --features 12 --samples 600 --seed 3"
+sh -c 'trap "" XFSZ; ulimit -f 32; exec "$@"' x "$DDPPREP" $prep -o "$T/big.h5" >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 4 ] || { cat "$T/e"; fail "ddptrain-prep over the file-size limit: exit $rc, expected 4"; }
+[ "$(wc -l <"$T/e")" -eq 1 ] && grep -qF "writing $T/big.h5 failed (disk full or quota?)" "$T/e" \
+  || { cat "$T/e"; fail "ddptrain-prep over the file-size limit: expected one error line"; }
+ls "$T"/big.h5* >/dev/null 2>&1 && fail "ddptrain-prep over the file-size limit left a file"
+echo "ok: ddptrain-prep, a write that fails at close: exit 4, one line, nothing left"
+
+# 9. a full tmpfs (root, private mount namespace): the create fails at once
+mnt=$T/mnt
+mkdir "$mnt" || exit 99
+if [ "$(id -u)" != 0 ] || ! unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs "$0"' "$mnt" 2>/dev/null; then
+  ddp_skip DDP_REQUIRE_MOUNT "the full-disk cases need root and unshare -m / mount"
+fi
+T=$T m=$m prep=$prep mnt=$mnt DDPTRAIN=$DDPTRAIN DDPPREP=$DDPPREP unshare -m sh -c '. ./testenv.sh
+  mount -t tmpfs -o size=64k tmpfs "$mnt" || exit 99
+  dd if=/dev/zero of="$mnt/fill" bs=4k 2>/dev/null  # until the disk is full
+  "$DDPPREP" $prep -o "$mnt/x.h5" >"$T/o1" 2>"$T/e1"; echo $? >"$T/rc1"
+  mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$mnt/w.h5" >"$T/o2" 2>"$T/e2"; echo $? >"$T/rc2"
+  ls "$mnt" >"$T/left"' || fail "the full-disk namespace (exit $?)"
+[ "$(cat "$T/rc1")" -eq 4 ] && [ "$(wc -l <"$T/e1")" -eq 1 ] && grep -qF "No space left on device" "$T/e1" \
+  || { cat "$T/e1"; fail "ddptrain-prep on a full disk: expected exit 4 and one line"; }
+[ "$(cat "$T/rc2")" -eq 4 ] && [ "$(grep -c "error:" "$T/e2")" -eq 1 ] && grep -qF "No space left on device" "$T/e2" \
+  || { cat "$T/e2"; fail "--save on a full disk: expected exit 4 and one line"; }
+[ "$(cat "$T/left")" = fill ] || { cat "$T/left"; fail "a full disk: a file was left behind"; }
+echo "ok: a full disk: ddptrain-prep and --save exit 4 with one line and leave no file"
 echo ok
