@@ -2,6 +2,7 @@
 # test_files.sh -- hostile files and options, on 2 ranks: each case ends
 # within a timeout with exactly one `ddptrain: error:` line and its exit code,
 # no core dump, and the files involved left as they were.
+#   --config: /dev/zero, a directory, a FIFO, a huge file, a binary file (2);
 #   --save: over the input deck (also through a symlink) or the --init file
 #     (2, the file unchanged); over a FIFO or a device node (2, still a FIFO
 #     and a device); through a symlink to its target (the link stays);
@@ -48,6 +49,15 @@ expect() {
 }
 # unchanged FILE: FILE is still d.h5 as it was made
 unchanged() { cmp -s "$1" "$T/d0.h5" || fail "$1 was changed or replaced"; }
+
+# 1. --config that is not a small regular text file
+expect 2 "--config /dev/zero is a character device" -- "$T/d.h5" $m --config /dev/zero
+expect 2 "--config $T is a directory" -- "$T/d.h5" $m --config "$T"
+expect 2 "--config $T/fifo is a FIFO" -- "$T/d.h5" $m --config "$T/fifo"
+truncate -s 2M "$T/huge.cfg" || exit 99
+expect 2 "--config $T/huge.cfg has 2097152 bytes" -- "$T/d.h5" $m --config "$T/huge.cfg"
+printf 'batch = 8\nlr = 0.1\0\n' >"$T/nul.cfg"
+expect 2 "config file $T/nul.cfg line 2: a NUL byte" -- "$T/d.h5" $m --config "$T/nul.cfg"
 
 # 2. --save over an input: the deck, the deck through a symlink, --init
 ln -s d.h5 "$T/link.h5" || exit 99
