@@ -499,6 +499,15 @@ ddp_status_t config_validate(const ddp_config_t *c)
     if ((c->ckpt_every > 0 || c->ckpt_every_epochs > 0) && !c->ckpt_dir[0])
         return ddp_fail(DDP_ERR_USAGE, "--ckpt-every and --ckpt-every-epochs need --ckpt-dir DIR "
                                        "(where the checkpoints go)");
+    if (c->freeze[0]) { /* "," or "a,,b": an empty name is a slip, not "freeze nothing" */
+        size_t n = strlen(c->freeze);
+        if (c->freeze[0] == ',' || c->freeze[n - 1] == ',' || strstr(c->freeze, ",,"))
+            return ddp_fail(DDP_ERR_USAGE,
+                            "--freeze '%s' has an empty name (a comma at the start, at the end "
+                            "or twice); separate names by single commas, e.g. --freeze "
+                            "layers.0,layers.2.bias",
+                            c->freeze);
+    }
     if (c->first_bucket_mb > c->bucket_cap_mb)
         return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
                         c->first_bucket_mb, c->bucket_cap_mb);

@@ -7,7 +7,9 @@
  * short-y (y shorter than x), nan (one NaN feature), neg-label (a label -1),
  * wide (200 x 9 features: a shard that does not match `good`), corrupt
  * (gzip'd chunks of 10 samples, the chunk holding samples 100..109 overwritten
- * with garbage after writing). */
+ * with garbage after writing); nan-weights (not a deck: a weights file for
+ * --model linear:16,relu,linear:auto on `good`, as h5py would write it,
+ * without checksums, with a NaN at element 5 of /model/layers.2.weight). */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,8 +18,37 @@
 
 enum { N = 200, CHUNK = 10 };
 
+/* /model/layers.{0,2}.{weight,bias} of linear:16,relu,linear:4 over 8 features */
+static int write_weights_(const char *path)
+{
+    static const struct {
+        const char *name;
+        int ndim;
+        hsize_t dims[2];
+    } t[] = {{"/model/layers.0.weight", 2, {16, 8}},
+             {"/model/layers.0.bias", 1, {16, 0}},
+             {"/model/layers.2.weight", 2, {4, 16}},
+             {"/model/layers.2.bias", 1, {4, 0}}};
+    float v[128];
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)((i * 13 + k) % 17 - 8);
+        if (k == 2) v[5] = NAN;
+        hid_t sp = H5Screate_simple(t[k].ndim, t[k].dims, NULL);
+        hid_t ds = H5Dcreate2(f, t[k].name, H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+        H5Dclose(ds);
+        H5Sclose(sp);
+    }
+    H5Pclose(lcpl);
+    return H5Fclose(f) < 0;
+}
+
 static int write_(const char *path, const char *kind)
 {
+    if (strcmp(kind, "nan-weights") == 0) return write_weights_(path);
     int f_ = strcmp(kind, "wide") == 0 ? 9 : 8;
     int ny = strcmp(kind, "short-y") == 0 ? N - 10 : N;
     float *x = malloc(sizeof(float) * N * (size_t)f_);
@@ -70,7 +101,8 @@ static int write_(const char *path, const char *kind)
 
 int main(int argc, char **argv)
 {
-    static const char *kinds[] = {"good", "no-y", "short-y", "nan", "neg-label", "wide", "corrupt"};
+    static const char *kinds[] = {"good", "no-y", "short-y", "nan", "neg-label", "wide", "corrupt",
+                                  "nan-weights"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;

@@ -15,11 +15,15 @@
 #     exit 4 and one line, no crash in HDF5's exit handler, no temporary
 #     file); with a full tmpfs (root, unshare -m; skipped otherwise):
 #     ddptrain-prep and --save leave no temporary file;
+#   --init: NaN in a tensor (3, the dataset and element named);
+#   --freeze with an empty name, --freeze of every parameter, --model with no
+#     parameters (2).
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
 MK="$top_builddir/tests/make_bad_deck"
 "$MK" good "$T/d.h5" || fail "make_bad_deck good"
+"$MK" nan-weights "$T/nan-w.h5" || fail "make_bad_deck nan-weights"
 cp "$T/d.h5" "$T/d0.h5" || exit 99
 mkfifo "$T/fifo" || fail "mkfifo"
 m="--model linear:16,relu,linear:auto --batch 8 --steps 2 --log-every 0 --eval-every 0"
@@ -138,6 +142,16 @@ echo "ok: stale temporary files removed, those of other hosts, live processes an
 # 6. --init and --resume that are not regular files
 expect 3 "--init $T/fifo is a FIFO" -- "$T/d.h5" $m --init "$T/fifo"
 expect 3 "--resume $T/sub: $T/sub is a directory" -- "$T/d.h5" $m --resume "$T/sub"
+
+# 7. NaN in an --init tensor; --freeze and --model that leave nothing to
+# train, or name nothing
+expect 3 "--init $T/nan-w.h5: dataset /model/layers.2.weight holds NaN at element 5 of 64" \
+  -- "$T/d.h5" $m --init "$T/nan-w.h5"
+expect 2 "--freeze ',' has an empty name" -- "$T/d.h5" $m --freeze ,
+expect 2 "--freeze 'layers.0,,layers.2' has an empty name" -- "$T/d.h5" $m --freeze layers.0,,layers.2
+expect 2 "--freeze layers.0,layers.2 freezes every parameter" -- "$T/d.h5" $m --freeze layers.0,layers.2
+expect 2 "--model relu has no parameters to train" -- "$T/d.h5" $m --model relu
+unchanged "$T/d.h5"
 
 # 8. ddptrain-prep: the file outgrows the file-size limit (EFBIG, as a full
 # disk) while HDF5 flushes it at close: one line, exit 4, no crash at exit
