@@ -67,8 +67,9 @@ ddp_status_t atomicfile_target(const char *what, const char *path, char *out, si
             return ddp_fail(DDP_ERR_USAGE, "%s is %s%s, not a regular file", path,
                             atomicfile_kind(st.st_mode), via);
         if (S_ISDIR(st.st_mode))
-            return ddp_fail(DDP_ERR_USAGE, "%s %s is a directory%s; name a file, e.g. %s/weights.h5",
-                            what, path, via, cur);
+            return ddp_fail(DDP_ERR_USAGE,
+                            "%s %s is a directory%s; name a file, e.g. %s/weights.h5", what, path,
+                            via, cur);
         return ddp_fail(DDP_ERR_USAGE,
                         "%s %s is %s%s, not a regular file; name a regular file (an existing "
                         "one is replaced once the new one is complete)",
@@ -111,8 +112,8 @@ atomicfile_tmp_kind_t atomicfile_tmp_classify(const char *name, const char *targ
     const char *inf;
     if (target) {
         size_t tl = strlen(target);
-        if (strncmp(name, target, tl) != 0 || strncmp(name + tl, ATOMICFILE_TMP_INFIX,
-                                                      strlen(ATOMICFILE_TMP_INFIX)) != 0)
+        if (strncmp(name, target, tl) != 0 ||
+            strncmp(name + tl, ATOMICFILE_TMP_INFIX, strlen(ATOMICFILE_TMP_INFIX)) != 0)
             return ATOMICFILE_NOT_TMP;
         inf = name + tl;
     } else {

@@ -37,9 +37,9 @@ ddp_status_t atomicfile_target(const char *what, const char *path, char *out, si
 void atomicfile_tmp_name(const char *path, char *buf, size_t n);
 
 typedef enum atomicfile_tmp_kind {
-    ATOMICFILE_NOT_TMP = 0, /* not a temporary file name of ours */
-    ATOMICFILE_TMP_STALE,   /* ours, this host, its process is gone: safe to remove */
-    ATOMICFILE_TMP_LIVE,    /* ours, this host, its process (or one with its pid) lives */
+    ATOMICFILE_NOT_TMP = 0,  /* not a temporary file name of ours */
+    ATOMICFILE_TMP_STALE,    /* ours, this host, its process is gone: safe to remove */
+    ATOMICFILE_TMP_LIVE,     /* ours, this host, its process (or one with its pid) lives */
     ATOMICFILE_TMP_ELSEWHERE /* ours, made on another host: cannot tell, kept */
 } atomicfile_tmp_kind_t;
 /* Is the file name `name` (no directory) a temporary file of ours?  With

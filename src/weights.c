@@ -311,8 +311,10 @@ ddp_status_t weights_read_group(hid_t f, const char *group, const model_t *m, we
                         "%s %s: dataset %s/%s holds %s at element %zu of %zu (a diverged run's "
                         "weights?); fix or re-export the file, or start without %s",
                         option, path, group, T->name,
-                        isnan(bad_value) ? "NaN" : bad_value > 0 ? "+Inf" : "-Inf", bad_index,
-                        T->numel, option);
+                        isnan(bad_value) ? "NaN"
+                        : bad_value > 0  ? "+Inf"
+                                         : "-Inf",
+                        bad_index, T->numel, option);
     }
     if (pr.n == 0) return DDP_OK;
     char more[48] = "";

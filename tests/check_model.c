@@ -158,9 +158,9 @@ START_TEST(freeze_excludes_from_buckets)
     ck_assert_ptr_nonnull(strstr(ddp_error_message(), "'layers.7'"));
     ddp_clear_error();
     /* nothing left to train: every parameter frozen, or none at all */
-    ck_assert_int_eq(build_(&m, "linear:8,relu,linear:4", vec, 4, 1 << 20, 1 << 20,
-                            "layers.0,layers.2"),
-                     DDP_ERR_USAGE);
+    ck_assert_int_eq(
+        build_(&m, "linear:8,relu,linear:4", vec, 4, 1 << 20, 1 << 20, "layers.0,layers.2"),
+        DDP_ERR_USAGE);
     ck_assert_ptr_nonnull(strstr(ddp_error_message(), "freezes every parameter"));
     ddp_clear_error();
     ck_assert_int_eq(build_(&m, "relu,dropout:0.5", vec, 4, 1 << 20, 1 << 20, ""), DDP_ERR_USAGE);

@@ -101,8 +101,8 @@ static int write_(const char *path, const char *kind)
 
 int main(int argc, char **argv)
 {
-    static const char *kinds[] = {"good", "no-y", "short-y", "nan", "neg-label", "wide", "corrupt",
-                                  "nan-weights"};
+    static const char *kinds[] = {"good",      "no-y", "short-y", "nan",
+                                  "neg-label", "wide", "corrupt", "nan-weights"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;
