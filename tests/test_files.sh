@@ -51,6 +51,8 @@ expect() {
   unset IFS
   echo "ok ($code): $(grep 'error:' "$T/e")"
 }
+# run1 ARGS: ddptrain on 1 rank, started directly (the runs that succeed)
+run1() { timeout -k 10 "$DDP_TEST_TIMEOUT" "$DDPTRAIN" "$@"; }
 # unchanged FILE: FILE is still d.h5 as it was made
 unchanged() { cmp -s "$1" "$T/d0.h5" || fail "$1 was changed or replaced"; }
 
@@ -71,7 +73,7 @@ unchanged "$T/d.h5"
 expect 2 "--save $T/link.h5 is the input deck $T/d.h5" -- "$T/d.h5" $m --save "$T/link.h5"
 unchanged "$T/d.h5"
 [ -L "$T/link.h5" ] || fail "the symlink to the deck was replaced"
-mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$T/w.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "training run"; }
+run1 "$T/d.h5" $m --save "$T/w.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "training run"; }
 cp "$T/w.h5" "$T/w0.h5" || exit 99
 expect 2 "--save $T/w.h5 is --init $T/w.h5" -- "$T/d.h5" $m --init "$T/w.h5" --save "$T/w.h5"
 cmp -s "$T/w.h5" "$T/w0.h5" || fail "the --init file was changed"
@@ -95,11 +97,11 @@ ls "$T"/ck/*.tmp.* >/dev/null 2>&1 && fail "a temporary file was left in --ckpt-
 # 4. --save through a symlink: the weights go to the link's target (new or
 # existing), in the target's directory; the link stays a link
 mkdir "$T/sub" && ln -s sub/new.h5 "$T/to-new.h5" || exit 99
-mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$T/to-new.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "--save through a dangling symlink"; }
+run1 "$T/d.h5" $m --save "$T/to-new.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "--save through a dangling symlink"; }
 [ -L "$T/to-new.h5" ] && [ -f "$T/sub/new.h5" ] || { ls -la "$T" "$T/sub"; fail "--save through a symlink: not written to its target"; }
 "$WEIGHTS_CMP" "$T/sub/new.h5" "$T/w0.h5" 0 >/dev/null || fail "--save through a symlink: other weights"
 cp "$T/d.h5" "$T/sub/old.h5" && ln -s sub/old.h5 "$T/to-old.h5" || exit 99
-mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$T/to-old.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "--save through a symlink to a file"; }
+run1 "$T/d.h5" $m --save "$T/to-old.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "--save through a symlink to a file"; }
 [ -L "$T/to-old.h5" ] || fail "--save replaced the symlink itself"
 "$WEIGHTS_CMP" "$T/sub/old.h5" "$T/w0.h5" 0 >/dev/null || fail "--save through a symlink: the target was not replaced"
 ls "$T"/*.tmp.* "$T"/sub/*.tmp.* >/dev/null 2>&1 && fail "a temporary file was left"
@@ -116,7 +118,7 @@ for f in w.h5.tmp.$host.$dead w.h5.tmp.elsewhere.example.$dead w.h5.tmp.$host.$$
   w.h5.tmp.junk w.h5.tmp.$host.${dead}x; do
   echo partial >"$T/tmp/$f"
 done
-mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --save "$T/tmp/w.h5" >"$T/o" 2>"$T/e" || { cat "$T/o" "$T/e"; fail "--save with temporary files"; }
+run1 "$T/d.h5" $m --save "$T/tmp/w.h5" >"$T/o" 2>"$T/e" || { cat "$T/o" "$T/e"; fail "--save with temporary files"; }
 grep -qF -- "--save $T/tmp/w.h5: removed 1 stale temporary file an interrupted save left" "$T/o" \
   || { cat "$T/o"; fail "the stale temporary file was not reported removed"; }
 grep -qF -- "--save $T/tmp/w.h5: 2 temporary files of another run" "$T/e" \
@@ -130,7 +132,7 @@ mkdir "$T/ck2" || exit 99
 for f in ckpt_00000004.h5.tmp.$host.$dead ckpt_00000004.h5.tmp.elsewhere.$dead ckpt_00000004.h5.tmp.$host.$$; do
   echo partial >"$T/ck2/$f"
 done
-mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --ckpt-dir "$T/ck2" >"$T/o" 2>"$T/e" || { cat "$T/o" "$T/e"; fail "--ckpt-dir with temporary files"; }
+run1 "$T/d.h5" $m --ckpt-dir "$T/ck2" >"$T/o" 2>"$T/e" || { cat "$T/o" "$T/e"; fail "--ckpt-dir with temporary files"; }
 grep -qF -- "--ckpt-dir $T/ck2: removed 1 temporary file an interrupted checkpoint write left" "$T/o" \
   || { cat "$T/o"; fail "--ckpt-dir: the stale temporary file was not reported removed"; }
 grep -qF -- "--ckpt-dir $T/ck2: 2 temporary files of another run" "$T/e" || { cat "$T/e"; fail "--ckpt-dir: no warning"; }
