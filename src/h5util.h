@@ -50,7 +50,7 @@ ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file);
 typedef struct h5_atomic {
     hid_t file;
     char path[4096];
-    char tmp[4200];
+    char tmp[4400]; /* path + .tmp.<host>.<pid> */
 } h5_atomic_t;
 ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path);
 ddp_status_t h5_atomic_commit(h5_atomic_t *a);
