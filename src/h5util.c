@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +19,19 @@ static pthread_mutex_t h5_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 /* A failed H5Fclose (a full disk while flushing) leaves, in HDF5 1.10, an
  * id whose file is already freed: HDF5's own exit handler would close it
  * again and crash.  h5_quiet() takes over that handler (H5dont_atexit), and
- * ours closes the library only when no file close failed; otherwise the
- * process ends without it (what the failed file held is abandoned anyway). */
+ * ours closes the library only when no file close and no write failed;
+ * otherwise the process ends without it (what the failed file held is
+ * abandoned anyway). */
 static int h5_close_failed;
 static int h5_own_atexit;
 
+static unsigned long h5_write_errors_now_(void);
+
 static void h5_atexit_(void)
 {
-    if (!h5_close_failed) H5close();
+    /* after a write error HDF5 may hold half-closed objects: its shutdown
+     * would crash or report "infinite loop closing library" */
+    if (!h5_close_failed && h5_write_errors_now_() == 0) H5close();
 }
 
 herr_t h5_close_file(hid_t file)
@@ -40,9 +46,43 @@ herr_t h5_close_file(hid_t file)
     return rc;
 }
 
+/* Write errors (a full disk) that a caller did not see: HDF5 reports a
+ * failed chunk write when the dataset is closed (or its cache evicted), and
+ * a writer that ignores H5Dclose's result would end with holes of zeros in
+ * a file that closes without error.  Instead of printing the error stack,
+ * HDF5's automatic error function counts the failed calls whose stack holds
+ * a write error; h5_atomic_commit refuses a file that saw one. */
+static atomic_ulong h5_write_errors_;
+
+static herr_t find_write_error_(unsigned n, const H5E_error2_t *e, void *found)
+{
+    (void)n;
+    if (e->min_num == H5E_WRITEERROR) *(int *)found = 1;
+    return 0;
+}
+
+static herr_t note_error_(hid_t stack, void *arg)
+{
+    (void)arg;
+    int found = 0;
+    H5Ewalk2(stack, H5E_WALK_DOWNWARD, find_write_error_, &found);
+    if (found) atomic_fetch_add(&h5_write_errors_, 1);
+    return 0;
+}
+
+static unsigned long h5_write_errors_now_(void)
+{
+    return atomic_load(&h5_write_errors_);
+}
+
+unsigned long h5_write_errors(void)
+{
+    return h5_write_errors_now_();
+}
+
 /* Thread-safe HDF5 builds keep the error-printing setting per thread: once
- * h5_quiet() was called, every thread turns it off the first time it takes
- * the lock (the loader thread, for one). */
+ * h5_quiet() was called, every thread replaces it (by note_error_) the
+ * first time it takes the lock (the loader thread, for one). */
 static int h5_quiet_all;
 static _Thread_local int h5_quiet_here;
 
@@ -50,7 +90,7 @@ void h5_lock(void)
 {
     pthread_mutex_lock(&h5_mutex);
     if (h5_quiet_all && !h5_quiet_here) {
-        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        H5Eset_auto2(H5E_DEFAULT, note_error_, NULL);
         h5_quiet_here = 1;
     }
 }
@@ -104,6 +144,7 @@ ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path)
 {
     a->file = H5I_INVALID_HID;
     a->tmp[0] = '\0';
+    a->write_errors = h5_write_errors();
     if (strlen(path) >= sizeof a->path)
         return ddp_fail(DDP_ERR_USAGE, "output path too long: %s", path);
     /* through a symlink to its target; never over a FIFO or device */
@@ -131,11 +172,16 @@ ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path)
     return DDP_OK;
 }
 
+int h5_atomic_write_failed(const h5_atomic_t *a)
+{
+    return h5_write_errors() != a->write_errors;
+}
+
 ddp_status_t h5_atomic_commit(h5_atomic_t *a)
 {
     herr_t rc = h5_close_file(a->file); /* the writer may have closed it to validate it */
     a->file = H5I_INVALID_HID;
-    if (rc < 0) {
+    if (rc < 0 || h5_atomic_write_failed(a)) {
         unlink(a->tmp);
         return ddp_fail(DDP_ERR_IO,
                         "writing %s failed (disk full or quota?); %s was left unchanged", a->tmp,

@@ -32,6 +32,11 @@ void h5_quiet(void);
 /* Close a file (H5I_INVALID_HID: nothing to do): flush, then H5Fclose.  On
  * failure (disk full) the id must not be used again; returns < 0. */
 herr_t h5_close_file(hid_t file);
+/* How many failed HDF5 calls so far had a write error on their error stack
+ * (after h5_quiet(): its error function counts them), including those whose
+ * result the caller ignored, such as an H5Dclose that could not write the
+ * dataset's last chunk. */
+unsigned long h5_write_errors(void);
 
 /* Open an existing file read-only.  Errors: missing file, not HDF5. */
 ddp_status_t h5_open_read(const char *path, hid_t *file);
@@ -46,14 +51,19 @@ ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file);
  * before the rename, and no temporary file is left.  Closing the file
  * closes every object still open in it (H5F_CLOSE_STRONG).  A writer may
  * close a->file itself with h5_close_file (setting it to H5I_INVALID_HID)
- * to check the temporary file before h5_atomic_commit renames it. */
+ * to check the temporary file before h5_atomic_commit renames it.  A
+ * write error anywhere since h5_atomic_create (h5_write_errors) fails the
+ * commit: no file with silently lost data is renamed into place. */
 typedef struct h5_atomic {
     hid_t file;
+    unsigned long write_errors; /* h5_write_errors() at the create */
     char path[4096];
     char tmp[4400]; /* path + .tmp.<host>.<pid> */
 } h5_atomic_t;
 ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path);
 ddp_status_t h5_atomic_commit(h5_atomic_t *a);
+/* Did a write fail (even one the writer ignored) since the create? */
+int h5_atomic_write_failed(const h5_atomic_t *a);
 void h5_atomic_abandon(h5_atomic_t *a);
 
 /* In-memory files: build a whole HDF5 file in memory (the core driver, no
