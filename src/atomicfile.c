@@ -196,11 +196,22 @@ ddp_status_t atomicfile_probe(const char *what, const char *path, int *removed, 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
-        return ddp_fail(DDP_ERR_IO, "%s%s%s: cannot create %s: %s%s", what, what[0] ? " " : "",
-                        path, tmp, strerror(e), advice_(e));
+        if (!what[0])
+            return ddp_fail(DDP_ERR_IO, "cannot create %s: %s%s", tmp, strerror(e), advice_(e));
+        return ddp_fail(DDP_ERR_IO, "%s %s: cannot create %s: %s%s", what, path, tmp, strerror(e),
+                        advice_(e));
     }
+    /* one block: a disk that is already full fails now, not after training */
+    static const char block[4096];
+    ssize_t w = write(fd, block, sizeof block);
+    int e = w < 0 ? errno : ENOSPC;
     close(fd);
     unlink(tmp);
+    if (w != (ssize_t)sizeof block && !what[0])
+        return ddp_fail(DDP_ERR_IO, "cannot write %s: %s%s", tmp, strerror(e), advice_(e));
+    if (w != (ssize_t)sizeof block)
+        return ddp_fail(DDP_ERR_IO, "%s %s: cannot write %s: %s%s", what, path, tmp, strerror(e),
+                        advice_(e));
     return DDP_OK;
 }
 

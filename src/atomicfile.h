@@ -54,8 +54,9 @@ int atomicfile_remove_stale(const char *path, int *kept);
 
 /* At start-up: can path be written?  Resolves it (atomicfile_target),
  * removes its stale temporary files (*removed, *kept as in
- * atomicfile_remove_stale; either may be NULL), and creates and removes
- * this process's temporary file next to the target.  On failure nothing is
+ * atomicfile_remove_stale; either may be NULL), and creates, writes one
+ * 4 KiB block to (a full disk fails here) and removes this process's
+ * temporary file next to the target.  On failure nothing is
  * left behind; DDP_ERR_USAGE for a target that is not a regular file,
  * DDP_ERR_IO for a directory that is missing or not writable. */
 ddp_status_t atomicfile_probe(const char *what, const char *path, int *removed, int *kept);

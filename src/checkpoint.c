@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -183,16 +182,11 @@ static ddp_status_t prepare_dir_(const char *dir)
         log_warn("--ckpt-dir %s: %d temporary file%s of another run (on another host, or still "
                  "running) left in place; do two jobs write checkpoints here?",
                  dir, kept, kept > 1 ? "s" : "");
-    char path[4200], probe[4300];
+    char path[4200];
     ckpt_path_(dir, 0, path, sizeof path);
-    atomicfile_tmp_name(path, probe, sizeof probe);
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ddp_fail(DDP_ERR_IO,
-                        "cannot write in --ckpt-dir %s: %s; choose a writable directory", dir,
-                        strerror(errno));
-    close(fd);
-    unlink(probe);
+    if (atomicfile_probe("", path, NULL, NULL) != DDP_OK)
+        return ddp_fail_override(DDP_ERR_IO, "cannot write in --ckpt-dir %s: %s", dir,
+                                 ddp_error_message());
     return DDP_OK;
 }
 

@@ -14,7 +14,7 @@
 #   ddptrain-prep: the disk fills up while the file is closed (ulimit -f:
 #     exit 4 and one line, no crash in HDF5's exit handler, no temporary
 #     file); with a full tmpfs (root, unshare -m; skipped otherwise):
-#     ddptrain-prep and --save leave no temporary file; a tmpfs too small
+#     ddptrain-prep and --save (at start-up) leave no temporary file; a tmpfs too small
 #     for the deck's chunk (lost at its dataset's close): exit 4, no file;
 #   --init: NaN in a tensor (3, the dataset and element named);
 #   --freeze with an empty name, --freeze of every parameter, --model with no
@@ -186,6 +186,7 @@ T=$T m=$m prep=$prep mnt=$mnt DDPTRAIN=$DDPTRAIN DDPPREP=$DDPPREP unshare -m sh 
   || { cat "$T/e1"; fail "ddptrain-prep on a full disk: expected exit 4 and one line"; }
 [ "$(cat "$T/rc2")" -eq 4 ] && [ "$(grep -c "error:" "$T/e2")" -eq 1 ] && grep -qF "No space left on device" "$T/e2" \
   || { cat "$T/e2"; fail "--save on a full disk: expected exit 4 and one line"; }
+grep -q "^step \|^done:" "$T/o2" && { cat "$T/o2"; fail "--save on a full disk: trained before failing"; }
 [ "$(cat "$T/left")" = fill ] || { cat "$T/left"; fail "a full disk: a file was left behind"; }
 echo "ok: a full disk: ddptrain-prep and --save exit 4 with one line and leave no file"
 # 16 KiB for a 40 KiB deck: the 28 KiB chunk of /train/x fails to write when
