@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,21 +47,17 @@ static int64_t ckpt_step_of_(const char *name)
     return v;
 }
 
-/* A temporary file of one of our checkpoint writes: ckpt_<digits>.h5.tmp.<pid>. */
-static int is_our_tmp_(const char *name)
+/* A temporary file of one of our checkpoint writes, ckpt_<digits>.h5.tmp.<host>.<pid>:
+ * what kind (atomicfile.h), or ATOMICFILE_NOT_TMP. */
+static atomicfile_tmp_kind_t our_tmp_(const char *name)
 {
-    const char *t = strstr(name, CKPT_SUFFIX ATOMICFILE_TMP_INFIX);
-    if (!t) return 0;
+    size_t tl = 0;
+    atomicfile_tmp_kind_t k = atomicfile_tmp_classify(name, NULL, &tl);
     char head[256];
-    size_t hl = (size_t)(t - name) + strlen(CKPT_SUFFIX);
-    if (hl >= sizeof head) return 0;
-    memcpy(head, name, hl);
-    head[hl] = '\0';
-    const char *pid = t + strlen(CKPT_SUFFIX ATOMICFILE_TMP_INFIX);
-    if (ckpt_step_of_(head) < 0 || !*pid) return 0;
-    for (; *pid; pid++)
-        if (*pid < '0' || *pid > '9') return 0;
-    return 1;
+    if (k == ATOMICFILE_NOT_TMP || tl >= sizeof head) return ATOMICFILE_NOT_TMP;
+    memcpy(head, name, tl);
+    head[tl] = '\0';
+    return ckpt_step_of_(head) < 0 ? ATOMICFILE_NOT_TMP : k;
 }
 
 static int cmp_desc_(const void *a, const void *b)
@@ -102,18 +97,50 @@ static ddp_status_t list_(const char *dir, int64_t **steps, int *n)
 
 /* ---- start-up ------------------------------------------------------------ */
 
+/* The input of this run that path (followed through links) is, or NULL:
+ * the decks, --init, --resume and --config files, compared by device and
+ * inode (another name or a link of the same file counts). */
+static const char *input_at_(const ddp_config_t *cfg, const char *path, const char **option)
+{
+    struct stat st, in;
+    if (stat(path, &st) != 0) return NULL;
+    for (int i = 0; i < cfg->ninputs; i++) {
+        *option = "the input deck";
+        if (stat(cfg->inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
+            return cfg->inputs[i];
+    }
+    const char *opt[3] = {"--init", "--resume", "--config"};
+    const char *file[3] = {cfg->init, strcmp(cfg->resume, "auto") ? cfg->resume : "", cfg->config};
+    for (int i = 0; i < 3; i++) {
+        *option = opt[i];
+        if (file[i][0] && stat(file[i], &in) == 0 && in.st_dev == st.st_dev &&
+            in.st_ino == st.st_ino)
+            return file[i];
+    }
+    return NULL;
+}
+
+/* --save: a regular file (or a new one) that is none of the inputs, in a
+ * writable directory; stale temporary files of earlier saves removed. */
 static ddp_status_t probe_save_(const trainer_t *t)
 {
-    const char *path = t->cfg->save;
+    const char *path = t->cfg->save, *option = "";
     if (!path[0]) return DDP_OK;
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return ddp_fail(DDP_ERR_USAGE, "--save %s is a directory; name a file, e.g. %s/weights.h5",
-                        path, path);
-    h5_atomic_t a;
-    ddp_status_t s = h5_atomic_create(&a, path);
-    if (s != DDP_OK) return ddp_fail_override(s, "--save %s: %s", path, ddp_error_message());
-    h5_atomic_abandon(&a);
+    const char *input = input_at_(t->cfg, path, &option);
+    if (input)
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--save %s is %s %s (the same file); the weights would replace it: "
+                        "choose another --save name",
+                        path, option, input);
+    int removed = 0, kept = 0;
+    DDP_TRY(atomicfile_probe("--save", path, &removed, &kept));
+    if (removed)
+        log_info("--save %s: removed %d stale temporary file%s an interrupted save left", path,
+                 removed, removed > 1 ? "s" : "");
+    if (kept)
+        log_warn("--save %s: %d temporary file%s of another run (on another host, or still "
+                 "running) left in place; two runs saving to one file replace each other's",
+                 path, kept, kept > 1 ? "s" : "");
     return DDP_OK;
 }
 
@@ -134,28 +161,32 @@ static ddp_status_t prepare_dir_(const char *dir)
     }
     DIR *d = opendir(dir);
     if (!d) return ddp_fail(DDP_ERR_IO, "cannot read --ckpt-dir %s: %s", dir, strerror(errno));
-    int removed = 0;
+    int removed = 0, kept = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (!is_our_tmp_(e->d_name)) continue;
+        atomicfile_tmp_kind_t k = our_tmp_(e->d_name);
+        if (k == ATOMICFILE_NOT_TMP) continue;
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (unlink(p) == 0) removed++;
+        /* only a dead process's of this host: a live writer's file stays */
+        if (k == ATOMICFILE_TMP_STALE && unlink(p) == 0)
+            removed++;
+        else
+            kept++;
     }
     closedir(d);
     if (removed)
         log_info("--ckpt-dir %s: removed %d temporary file%s an interrupted checkpoint write left",
                  dir, removed, removed > 1 ? "s" : "");
-    char path[4200], probe[4300];
+    if (kept)
+        log_warn("--ckpt-dir %s: %d temporary file%s of another run (on another host, or still "
+                 "running) left in place; do two jobs write checkpoints here?",
+                 dir, kept, kept > 1 ? "s" : "");
+    char path[4200];
     ckpt_path_(dir, 0, path, sizeof path);
-    atomicfile_tmp_name(path, probe, sizeof probe);
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ddp_fail(DDP_ERR_IO,
-                        "cannot write in --ckpt-dir %s: %s; choose a writable directory", dir,
-                        strerror(errno));
-    close(fd);
-    unlink(probe);
+    if (atomicfile_probe("", path, NULL, NULL) != DDP_OK)
+        return ddp_fail_override(DDP_ERR_IO, "cannot write in --ckpt-dir %s: %s", dir,
+                                 ddp_error_message());
     return DDP_OK;
 }
 

@@ -1,12 +1,17 @@
 /* config.c -- the option table and everything driven by it. */
+#define _GNU_SOURCE
 #include "config.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "atomicfile.h"
 #include "inject.h"
 
 #define OFF(f) offsetof(ddp_config_t, f)
@@ -305,16 +310,63 @@ static char *trim_(char *s)
 
 ddp_status_t config_load_file(ddp_config_t *c, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    /* not blocking on a FIFO: what it is decides first */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return ddp_fail(DDP_ERR_USAGE, "cannot open config file %s: %s; check --config", path,
                         strerror(errno));
+    /* a directory, FIFO or device (/dev/zero) would read nothing or never end */
+    struct stat st = {0};
+    FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        int e = errno;
+        close(fd);
+        if (S_ISREG(st.st_mode))
+            return ddp_fail(DDP_ERR_USAGE, "cannot read config file %s: %s; check --config", path,
+                            strerror(e));
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--config %s is %s, not a regular file; name a text file of 'key = "
+                        "value' lines",
+                        path, atomicfile_kind(st.st_mode));
+    }
+    if (st.st_size > CONFIG_FILE_MAX) {
+        fclose(f);
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--config %s has %lld bytes, more than a config file may (%d); name a "
+                        "text file of 'key = value' lines",
+                        path, (long long)st.st_size, CONFIG_FILE_MAX);
+    }
     char line[2 * CONFIG_STR_MAX], where[CONFIG_STR_MAX + 64];
     int lineno = 0;
+    long at = 0; /* bytes read so far: a file that grows is bounded too */
     ddp_status_t s = DDP_OK;
     while (s == DDP_OK && fgets(line, sizeof line, f)) {
         lineno++;
+        long now = ftell(f);
+        size_t len = strlen(line), got = now > at ? (size_t)(now - at) : len;
+        at = now;
         snprintf(where, sizeof where, "config file %s line %d", path, lineno);
+        if (at > CONFIG_FILE_MAX) {
+            s = ddp_fail(DDP_ERR_USAGE,
+                         "--config %s is longer than %d bytes, more than a config file may; "
+                         "name a text file of 'key = value' lines",
+                         path, CONFIG_FILE_MAX);
+            break;
+        }
+        if (got != len) {
+            s = ddp_fail(DDP_ERR_USAGE,
+                         "%s: a NUL byte (a binary file, not a config file?); a config file holds "
+                         "'key = value' lines",
+                         where);
+            break;
+        }
+        if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(f)) {
+            s = ddp_fail(DDP_ERR_USAGE,
+                         "%s: line longer than %zu characters (not a config file?); a config "
+                         "file holds 'key = value' lines",
+                         where, sizeof line - 2);
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char *l = trim_(line);
@@ -333,6 +385,9 @@ ddp_status_t config_load_file(ddp_config_t *c, const char *path)
         }
         s = config_set(c, key, val, SRC_FILE, where);
     }
+    if (s == DDP_OK && ferror(f))
+        s = ddp_fail(DDP_ERR_USAGE, "cannot read config file %s: %s; check --config", path,
+                     strerror(errno));
     fclose(f);
     return s;
 }
@@ -444,6 +499,15 @@ ddp_status_t config_validate(const ddp_config_t *c)
     if ((c->ckpt_every > 0 || c->ckpt_every_epochs > 0) && !c->ckpt_dir[0])
         return ddp_fail(DDP_ERR_USAGE, "--ckpt-every and --ckpt-every-epochs need --ckpt-dir DIR "
                                        "(where the checkpoints go)");
+    if (c->freeze[0]) { /* "," or "a,,b": an empty name is a slip, not "freeze nothing" */
+        size_t n = strlen(c->freeze);
+        if (c->freeze[0] == ',' || c->freeze[n - 1] == ',' || strstr(c->freeze, ",,"))
+            return ddp_fail(DDP_ERR_USAGE,
+                            "--freeze '%s' has an empty name (a comma at the start, at the end "
+                            "or twice); separate names by single commas, e.g. --freeze "
+                            "layers.0,layers.2.bias",
+                            c->freeze);
+    }
     if (c->first_bucket_mb > c->bucket_cap_mb)
         return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
                         c->first_bucket_mb, c->bucket_cap_mb);

@@ -127,7 +127,11 @@ ddp_status_t config_set(ddp_config_t *c, const char *key, const char *value, opt
  * --help and --version set *action and skip the rest. */
 ddp_status_t config_parse_args(ddp_config_t *c, int argc, char **argv, config_input_hook_t hook,
                                config_action_t *action);
-/* Read key = value lines (# comments) into c. */
+/* Read key = value lines (# comments) into c.  The file must be a regular
+ * file (not a directory, FIFO or device such as /dev/zero) of at most
+ * CONFIG_FILE_MAX bytes, with lines of fewer than 2 * CONFIG_STR_MAX
+ * characters; otherwise DDP_ERR_USAGE, naming the file and the limit. */
+#define CONFIG_FILE_MAX (1024 * 1024)
 ddp_status_t config_load_file(ddp_config_t *c, const char *path);
 /* Cross-option checks (that do not need the data or the world size). */
 ddp_status_t config_validate(const ddp_config_t *c);

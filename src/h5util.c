@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,73 @@
 
 static pthread_mutex_t h5_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
+/* A failed H5Fclose (a full disk while flushing) leaves, in HDF5 1.10, an
+ * id whose file is already freed: HDF5's own exit handler would close it
+ * again and crash.  h5_quiet() takes over that handler (H5dont_atexit), and
+ * ours closes the library only when no file close and no write failed;
+ * otherwise the process ends without it (what the failed file held is
+ * abandoned anyway). */
+static int h5_close_failed;
+static int h5_own_atexit;
+
+static unsigned long h5_write_errors_now_(void);
+
+static void h5_atexit_(void)
+{
+    /* after a write error HDF5 may hold half-closed objects: its shutdown
+     * would crash or report "infinite loop closing library" */
+    if (!h5_close_failed && h5_write_errors_now_() == 0) H5close();
+}
+
+herr_t h5_close_file(hid_t file)
+{
+    if (file < 0) return 0;
+    h5_lock();
+    /* flush first: a flush that fails leaves the file open and intact */
+    herr_t rc = H5Fflush(file, H5F_SCOPE_LOCAL);
+    if (rc >= 0) rc = H5Fclose(file);
+    if (rc < 0) h5_close_failed = 1; /* the id is never touched again */
+    h5_unlock();
+    return rc;
+}
+
+/* Write errors (a full disk) that a caller did not see: HDF5 reports a
+ * failed chunk write when the dataset is closed (or its cache evicted), and
+ * a writer that ignores H5Dclose's result would end with holes of zeros in
+ * a file that closes without error.  Instead of printing the error stack,
+ * HDF5's automatic error function counts the failed calls whose stack holds
+ * a write error; h5_atomic_commit refuses a file that saw one. */
+static atomic_ulong h5_write_errors_;
+
+static herr_t find_write_error_(unsigned n, const H5E_error2_t *e, void *found)
+{
+    (void)n;
+    if (e->min_num == H5E_WRITEERROR) *(int *)found = 1;
+    return 0;
+}
+
+static herr_t note_error_(hid_t stack, void *arg)
+{
+    (void)arg;
+    int found = 0;
+    H5Ewalk2(stack, H5E_WALK_DOWNWARD, find_write_error_, &found);
+    if (found) atomic_fetch_add(&h5_write_errors_, 1);
+    return 0;
+}
+
+static unsigned long h5_write_errors_now_(void)
+{
+    return atomic_load(&h5_write_errors_);
+}
+
+unsigned long h5_write_errors(void)
+{
+    return h5_write_errors_now_();
+}
+
 /* Thread-safe HDF5 builds keep the error-printing setting per thread: once
- * h5_quiet() was called, every thread turns it off the first time it takes
- * the lock (the loader thread, for one). */
+ * h5_quiet() was called, every thread replaces it (by note_error_) the
+ * first time it takes the lock (the loader thread, for one). */
 static int h5_quiet_all;
 static _Thread_local int h5_quiet_here;
 
@@ -26,7 +91,7 @@ void h5_lock(void)
 {
     pthread_mutex_lock(&h5_mutex);
     if (h5_quiet_all && !h5_quiet_here) {
-        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        H5Eset_auto2(H5E_DEFAULT, note_error_, NULL);
         h5_quiet_here = 1;
     }
 }
@@ -39,6 +104,8 @@ void h5_unlock(void)
 void h5_quiet(void)
 {
     pthread_mutex_lock(&h5_mutex);
+    /* only before the library's first use (else HDF5's handler stays) */
+    if (!h5_own_atexit && H5dont_atexit() >= 0 && atexit(h5_atexit_) == 0) h5_own_atexit = 1;
     h5_quiet_all = 1;
     pthread_mutex_unlock(&h5_mutex);
     h5_lock();
@@ -56,7 +123,9 @@ ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file)
     if (stat(path, &st) != 0)
         return ddp_fail(DDP_ERR_INPUT, "%s: cannot open: %s; check the path", path,
                         strerror(errno));
-    if (!S_ISREG(st.st_mode)) return ddp_fail(DDP_ERR_INPUT, "%s: not a regular file", path);
+    if (!S_ISREG(st.st_mode))
+        return ddp_fail(DDP_ERR_INPUT, "%s is %s, not a regular file; name an HDF5 file", path,
+                        atomicfile_kind(st.st_mode));
     h5_lock();
     htri_t is = H5Fis_hdf5(path);
     hid_t f = is > 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : H5I_INVALID_HID;
@@ -74,31 +143,46 @@ ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file)
 
 ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path)
 {
+    a->file = H5I_INVALID_HID;
+    a->tmp[0] = '\0';
+    a->write_errors = h5_write_errors();
     if (strlen(path) >= sizeof a->path)
         return ddp_fail(DDP_ERR_USAGE, "output path too long: %s", path);
-    strcpy(a->path, path);
-    atomicfile_tmp_name(path, a->tmp, sizeof a->tmp);
+    /* through a symlink to its target; never over a FIFO or device */
+    DDP_TRY(atomicfile_target("", path, a->path, sizeof a->path));
+    atomicfile_remove_stale(a->path, NULL);
+    atomicfile_tmp_name(a->path, a->tmp, sizeof a->tmp);
     h5_lock();
-    a->file = H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    /* closing the file closes every object still open in it */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0 && H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+        H5Pclose(fapl);
+        fapl = H5I_INVALID_HID;
+    }
+    a->file = fapl < 0 ? H5I_INVALID_HID : H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    int e = errno;
+    if (fapl >= 0) H5Pclose(fapl);
     h5_unlock();
-    if (a->file < 0)
+    if (a->file < 0) {
+        unlink(a->tmp); /* a create that failed part-way (disk full) leaves an empty file */
         return ddp_fail(DDP_ERR_IO,
                         "cannot create %s: %s; check that the directory exists and "
                         "is writable",
-                        a->tmp, strerror(errno));
+                        a->tmp, strerror(e));
+    }
     return DDP_OK;
+}
+
+int h5_atomic_write_failed(const h5_atomic_t *a)
+{
+    return h5_write_errors() != a->write_errors;
 }
 
 ddp_status_t h5_atomic_commit(h5_atomic_t *a)
 {
-    herr_t rc = 0;
-    if (a->file >= 0) { /* the writer may have closed it to validate it */
-        h5_lock();
-        rc = H5Fclose(a->file);
-        h5_unlock();
-    }
+    herr_t rc = h5_close_file(a->file); /* the writer may have closed it to validate it */
     a->file = H5I_INVALID_HID;
-    if (rc < 0) {
+    if (rc < 0 || h5_atomic_write_failed(a)) {
         unlink(a->tmp);
         return ddp_fail(DDP_ERR_IO,
                         "writing %s failed (disk full or quota?); %s was left unchanged", a->tmp,
@@ -109,13 +193,9 @@ ddp_status_t h5_atomic_commit(h5_atomic_t *a)
 
 void h5_atomic_abandon(h5_atomic_t *a)
 {
-    if (a->file >= 0) {
-        h5_lock();
-        H5Fclose(a->file);
-        h5_unlock();
-        a->file = H5I_INVALID_HID;
-    }
-    unlink(a->tmp);
+    h5_close_file(a->file);
+    a->file = H5I_INVALID_HID;
+    if (a->tmp[0]) unlink(a->tmp);
 }
 
 int h5_exists(hid_t loc, const char *name)
@@ -423,8 +503,8 @@ ddp_status_t h5_mem_finish(hid_t file, h5_mem_image_t *img)
 {
     h5_lock();
     ssize_t n = H5Fflush(file, H5F_SCOPE_LOCAL) < 0 ? -1 : H5Fget_file_image(file, NULL, 0);
-    herr_t rc = H5Fclose(file);
     h5_unlock();
+    herr_t rc = h5_close_file(file);
     if (n <= 0 || rc < 0 || !img->data || (size_t)n > img->cap)
         return ddp_fail(DDP_ERR_NOMEM,
                         "cannot finish an in-memory HDF5 file (%zd bytes; out of memory?)", n);
@@ -434,10 +514,7 @@ ddp_status_t h5_mem_finish(hid_t file, h5_mem_image_t *img)
 
 void h5_mem_abandon(hid_t file)
 {
-    if (file < 0) return;
-    h5_lock();
-    H5Fclose(file);
-    h5_unlock();
+    h5_close_file(file);
 }
 
 void h5_mem_image_free(h5_mem_image_t *img)

@@ -24,26 +24,46 @@ typedef H5L_info_t h5_link_info_t;
 void h5_lock(void);
 void h5_unlock(void);
 /* Turn off HDF5's automatic error-stack printing (we report our own), in
- * this thread and in every thread when it first takes the lock. */
+ * this thread and in every thread when it first takes the lock.  Call it
+ * before any other HDF5 call: it also replaces HDF5's exit handler by one
+ * that skips closing the library after a failed h5_close_file (whose id
+ * HDF5 1.10 would close again at exit, and crash). */
 void h5_quiet(void);
+/* Close a file (H5I_INVALID_HID: nothing to do): flush, then H5Fclose.  On
+ * failure (disk full) the id must not be used again; returns < 0. */
+herr_t h5_close_file(hid_t file);
+/* How many failed HDF5 calls so far had a write error on their error stack
+ * (after h5_quiet(): its error function counts them), including those whose
+ * result the caller ignored, such as an H5Dclose that could not write the
+ * dataset's last chunk. */
+unsigned long h5_write_errors(void);
 
 /* Open an existing file read-only.  Errors: missing file, not HDF5. */
 ddp_status_t h5_open_read(const char *path, hid_t *file);
 /* The same with a file access property list (H5P_DEFAULT allowed). */
 ddp_status_t h5_open_read_fapl(const char *path, hid_t fapl, hid_t *file);
 
-/* Atomic writes: create PATH.tmp.<pid>, write, then h5_commit (close, fsync,
- * rename over PATH, fsync the directory) or h5_abandon (close, unlink).  The
- * old PATH survives any failure before the rename.  A writer may close
- * a->file itself (setting it to H5I_INVALID_HID) to check the temporary
- * file before h5_atomic_commit renames it. */
+/* Atomic writes (atomicfile.h): create PATH.tmp.<host>.<pid> (removing
+ * stale ones of PATH first; through a symlink to its target; a target that
+ * is not a regular file is refused, DDP_ERR_USAGE), write, then
+ * h5_atomic_commit (close, fsync, rename over PATH, fsync the directory) or
+ * h5_atomic_abandon (close, unlink).  The old PATH survives any failure
+ * before the rename, and no temporary file is left.  Closing the file
+ * closes every object still open in it (H5F_CLOSE_STRONG).  A writer may
+ * close a->file itself with h5_close_file (setting it to H5I_INVALID_HID)
+ * to check the temporary file before h5_atomic_commit renames it.  A
+ * write error anywhere since h5_atomic_create (h5_write_errors) fails the
+ * commit: no file with silently lost data is renamed into place. */
 typedef struct h5_atomic {
     hid_t file;
+    unsigned long write_errors; /* h5_write_errors() at the create */
     char path[4096];
-    char tmp[4200];
+    char tmp[4400]; /* path + .tmp.<host>.<pid> */
 } h5_atomic_t;
 ddp_status_t h5_atomic_create(h5_atomic_t *a, const char *path);
 ddp_status_t h5_atomic_commit(h5_atomic_t *a);
+/* Did a write fail (even one the writer ignored) since the create? */
+int h5_atomic_write_failed(const h5_atomic_t *a);
 void h5_atomic_abandon(h5_atomic_t *a);
 
 /* In-memory files: build a whole HDF5 file in memory (the core driver, no

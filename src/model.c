@@ -299,6 +299,18 @@ static ddp_status_t layout_(model_t *m, const model_opts_t *o)
     if (nb >= 0) m->buckets[nb].count = off - m->buckets[nb].offset;
     m->nbuckets = nb + 1;
     m->ntrainable = off;
+    if (off == 0) { /* nothing to train: the optimizer and the all-reduce would idle */
+        free(order);
+        if (nparam == 0)
+            return ddp_fail(DDP_ERR_USAGE,
+                            "--model %s has no parameters to train (only parameter-free "
+                            "layers); add a layer with weights, e.g. linear:auto at the end",
+                            o->spec);
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--freeze %s freezes every parameter of the model: nothing would train; "
+                        "freeze fewer (names like layers.0.weight or layers.0)",
+                        o->freeze);
+    }
     /* tensor lists per bucket, in arrival order */
     for (int b = 0, k = 0; b < m->nbuckets; b++) {
         m->buckets[b].tensors = malloc((size_t)m->buckets[b].ntensors * sizeof(int));

@@ -1,6 +1,7 @@
 /* weights.c -- write and read weights files (see weights.h). */
 #include "weights.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,7 +220,8 @@ ddp_status_t weights_load(const char *path, model_t *m)
 ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
 {
     hid_t f;
-    DDP_TRY(h5_open_read(path, &f));
+    if (h5_open_read(path, &f) != DDP_OK)
+        return ddp_fail_override(DDP_ERR_INPUT, "--init %s", ddp_error_message());
     weights_host_t h;
     ddp_status_t s = weights_host_alloc(&h, m);
     if (s == DDP_OK) {
@@ -239,6 +241,9 @@ ddp_status_t weights_read_group(hid_t f, const char *group, const model_t *m, we
                                 const char *option, const char *path, int *damaged)
 {
     problems_t pr = {.used = 0, .n = 0};
+    int bad_tensor = -1; /* the first tensor holding a non-finite value */
+    size_t bad_index = 0;
+    float bad_value = 0;
     *damaged = 0;
     h5_lock();
     if (!h5_exists(f, group)) {
@@ -280,6 +285,15 @@ ddp_status_t weights_read_group(hid_t f, const char *group, const model_t *m, we
         } else if (r == WEIGHTS_READ_DAMAGED) {
             problem_(&pr, "%s cannot be read or fails its checksum (corrupt file)%s", T->name, "");
             *damaged = 1;
+        } else if (T->kind != TENSOR_COUNTER && bad_tensor < 0) {
+            /* a NaN or Inf would surface later as a diverged loss, far from its cause */
+            const float *v = out;
+            for (size_t i = 0; i < T->numel && bad_tensor < 0; i++)
+                if (!isfinite(v[i])) {
+                    bad_tensor = t;
+                    bad_index = i;
+                    bad_value = v[i];
+                }
         }
     }
     if (g >= 0) {
@@ -291,6 +305,17 @@ ddp_status_t weights_read_group(hid_t f, const char *group, const model_t *m, we
         *damaged = 1;
     }
     h5_unlock();
+    if (pr.n == 0 && bad_tensor >= 0) {
+        const tensor_t *T = &m->tensors[bad_tensor];
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s %s: dataset %s/%s holds %s at element %zu of %zu (a diverged run's "
+                        "weights?); fix or re-export the file, or start without %s",
+                        option, path, group, T->name,
+                        isnan(bad_value) ? "NaN"
+                        : bad_value > 0  ? "+Inf"
+                                         : "-Inf",
+                        bad_index, T->numel, option);
+    }
     if (pr.n == 0) return DDP_OK;
     char more[48] = "";
     if (pr.shown < pr.n) snprintf(more, sizeof more, "; and %d more", pr.n - pr.shown);

@@ -56,7 +56,9 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
 /* Read group's tensors of m's layout from an open file into h (which holds
  * m's current values where nothing is read).  `option` and `path` name the
  * file in errors ("--init weights.h5 does not match the model: ...");
- * *damaged is set when a dataset is unreadable or fails its checksum. */
+ * *damaged is set when a dataset is unreadable or fails its checksum.  A
+ * float tensor holding NaN or Inf is refused (DDP_ERR_INPUT, naming the
+ * dataset and the element), not *damaged: the file is what was written. */
 ddp_status_t weights_read_group(hid_t file, const char *group, const model_t *m, weights_host_t *h,
                                 const char *option, const char *path, int *damaged);
 

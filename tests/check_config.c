@@ -103,6 +103,17 @@ START_TEST(errors_name_the_option)
     ck_assert_int_eq(parse_(&c, NULL, &act), DDP_ERR_USAGE);
     ck_assert_ptr_nonnull(strstr(ddp_error_message(), "no input file"));
     ddp_clear_error();
+
+    /* an empty name in --freeze is a slip, not "freeze nothing" */
+    static const char *empty[] = {",", "layers.0,", ",layers.0", "layers.0,,layers.2"};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
+        args_("--freeze", empty[i], "in.h5", NULL);
+        ck_assert_msg(parse_(&c, NULL, &act) == DDP_ERR_USAGE, "--freeze '%s' accepted", empty[i]);
+        ck_assert_ptr_nonnull(strstr(ddp_error_message(), "has an empty name"));
+        ddp_clear_error();
+    }
+    args_("--freeze", "layers.0,layers.2.bias", "in.h5", NULL);
+    ck_assert_int_eq(parse_(&c, NULL, &act), DDP_OK);
 }
 END_TEST
 

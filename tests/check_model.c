@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "h5util.h"
 #include "model.h"
 #include "tests.h"
@@ -156,6 +157,15 @@ START_TEST(freeze_excludes_from_buckets)
                      DDP_ERR_USAGE);
     ck_assert_ptr_nonnull(strstr(ddp_error_message(), "'layers.7'"));
     ddp_clear_error();
+    /* nothing left to train: every parameter frozen, or none at all */
+    ck_assert_int_eq(
+        build_(&m, "linear:8,relu,linear:4", vec, 4, 1 << 20, 1 << 20, "layers.0,layers.2"),
+        DDP_ERR_USAGE);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "freezes every parameter"));
+    ddp_clear_error();
+    ck_assert_int_eq(build_(&m, "relu,dropout:0.5", vec, 4, 1 << 20, 1 << 20, ""), DDP_ERR_USAGE);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "has no parameters to train"));
+    ddp_clear_error();
 }
 END_TEST
 
@@ -253,8 +263,8 @@ START_TEST(weights_round_trip_and_errors)
     size_t n_old = 0, n_now = 0;
     char *old = slurp_(path, &n_old);
     ck_assert(old && n_old > 0);
-    char tmp[sizeof path + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    char tmp[sizeof path + 300];
+    atomicfile_tmp_name(path, tmp, sizeof tmp);
     ck_assert_int_eq(mkdir(tmp, 0700), 0);
     ddp_status_t s = weights_save(path, &a, NULL);
     rmdir(tmp);

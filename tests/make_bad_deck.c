@@ -20,7 +20,10 @@
  * 19 of these 20): mid-chunk (one value of row 105, in sampled chunk 10,
  * changed); unsampled (one value of row 35, in chunk 3, changed); chunk20
  * (`good`'s values in chunks of 20 samples); corrupt-unsampled (as corrupt,
- * but the chunk of samples 30..39, outside that sample: found in training). */
+ * but the chunk of samples 30..39, outside that sample: found in training).
+ * nan-weights (not a deck: a weights file for --model linear:16,relu,linear:auto
+ * on `good`, as h5py would write it, without checksums, with a NaN at element 5
+ * of /model/layers.2.weight). */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -66,10 +69,39 @@ static int attr_f64_(hid_t obj, const char *name, const double *v, hsize_t n)
     return bad;
 }
 
+/* /model/layers.{0,2}.{weight,bias} of linear:16,relu,linear:4 over 8 features */
+static int write_weights_(const char *path)
+{
+    static const struct {
+        const char *name;
+        int ndim;
+        hsize_t dims[2];
+    } t[] = {{"/model/layers.0.weight", 2, {16, 8}},
+             {"/model/layers.0.bias", 1, {16, 0}},
+             {"/model/layers.2.weight", 2, {4, 16}},
+             {"/model/layers.2.bias", 1, {4, 0}}};
+    float v[128];
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < 128; i++) v[i] = 0.01f * (float)((i * 13 + k) % 17 - 8);
+        if (k == 2) v[5] = NAN;
+        hid_t sp = H5Screate_simple(t[k].ndim, t[k].dims, NULL);
+        hid_t ds = H5Dcreate2(f, t[k].name, H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+        H5Dclose(ds);
+        H5Sclose(sp);
+    }
+    H5Pclose(lcpl);
+    return H5Fclose(f) < 0;
+}
+
 static int write_(const char *path, const char *kind)
 {
     if (strcmp(kind, "huge-n") == 0) return write_huge_(path, (hsize_t)1000000000000ULL, 8);
     if (strcmp(kind, "huge-f") == 0) return write_huge_(path, 2, 1000000000);
+    if (strcmp(kind, "nan-weights") == 0) return write_weights_(path);
     int f_ = strcmp(kind, "wide") == 0 ? 9 : 8;
     int ny = strcmp(kind, "short-y") == 0 ? N - 10 : N;
     float *x = malloc(sizeof(float) * N * (size_t)f_);
@@ -169,7 +201,7 @@ int main(int argc, char **argv)
         "wide",     "corrupt",   "huge-n",       "huge-f",       "classes-huge",
         "classes-frac", "stray-label", "u8-scale", "mean-a",     "mean-b",
         "val-nan",  "float-y",   "mid-chunk",    "unsampled",    "chunk20",
-        "corrupt-unsampled"};
+        "corrupt-unsampled", "nan-weights"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;

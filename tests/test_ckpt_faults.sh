@@ -111,7 +111,7 @@ while [ -z "$hit" ]; do
   [ -f "$T/k/ckpt_00000001.h5" ] || { sleep 0.01; continue; }
   for f in "$T"/k/ckpt_*.h5.tmp.*; do
     [ -f "$f" ] || continue
-    pid=${f##*.tmp.}
+    pid=${f##*.}  # ckpt_<step>.h5.tmp.<host>.<pid>
     kill -STOP "$pid" 2>/dev/null || continue
     if [ -f "$f" ]; then kill -9 "$pid"; hit=$f; break; fi
     kill -CONT "$pid"

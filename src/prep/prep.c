@@ -255,11 +255,9 @@ void prep_stats_free(prep_stats_t *st)
 
 ddp_status_t prep_finish(h5_atomic_t *a)
 {
-    h5_lock();
-    herr_t rc = H5Fclose(a->file);
-    h5_unlock();
+    herr_t rc = h5_close_file(a->file);
     a->file = H5I_INVALID_HID;
-    if (rc < 0) {
+    if (rc < 0 || h5_atomic_write_failed(a)) { /* also a chunk lost at a dataset's close */
         h5_atomic_abandon(a);
         return ddp_fail(DDP_ERR_IO, "writing %s failed (disk full or quota?)", a->path);
     }
