@@ -61,6 +61,19 @@ gzip -c "$t/img.idx" >"$t/img.idx.gz" && gzip -c "$t/lab.idx" >"$t/lab.idx.gz"
 "$P" info "$t/idx.h5" >"$t/info" || fail "info rejects the idx output: $(cat "$t/info")"
 grep -q "valid input deck: train: 3 samples of 1x2x4 images (uint8), 3 classes" "$t/info" \
   || fail "info: $(cat "$t/info")"
+# --limit / --val-limit keep the first N samples (statistics of those only);
+# a limit above the count keeps all
+"$P" idx "$t/img.idx" "$t/lab.idx" --limit 2 --val "$t/img.idx" "$t/lab.idx" --val-limit 1 \
+  -o "$t/lim.h5" || fail "idx --limit conversion failed"
+[ "$(dump /train/x "$t/lim.h5")" = "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15" ] \
+  || fail "idx --limit 2 pixels: $(dump /train/x "$t/lim.h5")"
+[ "$(dump /train/y "$t/lim.h5")" = "2,0" ] || fail "idx --limit 2 labels: $(dump /train/y "$t/lim.h5")"
+[ "$(dump /val/y "$t/lim.h5")" = "2" ] || fail "idx --val-limit 1 labels: $(dump /val/y "$t/lim.h5")"
+case "$(attr /train/x mean "$t/lim.h5")" in 0.0294*) ;; *) fail "idx --limit mean (expected 120/16/255)";; esac
+"$P" idx "$t/img.idx" "$t/lab.idx" --limit=9 -o "$t/lim9.h5" || fail "idx --limit=9 failed"
+[ "$(dump /train/y "$t/lim9.h5")" = "2,0,1" ] || fail "idx --limit 9 of 3 labels"
+expect_error 2 "--limit: '0' is not an integer" "$P" idx "$t/img.idx" "$t/lab.idx" --limit 0 -o "$t/bad.h5"
+expect_error 2 "--val-limit without --val" "$P" idx "$t/img.idx" "$t/lab.idx" --val-limit 1 -o "$t/bad.h5"
 # bad IDX input: mismatched counts, truncated data, not IDX; nothing left behind
 printf '\000\000\010\001\000\000\000\002\002\000' >"$t/lab2.idx"
 expect_error 3 "lab2.idx holds 2 labels\|holds 3 images" "$P" idx "$t/img.idx" "$t/lab2.idx" -o "$t/bad.h5"

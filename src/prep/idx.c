@@ -1,7 +1,8 @@
 /* idx.c -- `ddptrain-prep idx`: IDX files (MNIST, Fashion-MNIST; gzip'd or
  * plain) -> uint8 images [N, H, W] (or [N, F], [N, C, H, W] by the IDX rank)
  * and int32 labels with a `classes` attribute.  Streams the pixels in
- * blocks, so memory does not grow with N.
+ * blocks, so memory does not grow with N.  --limit N / --val-limit N keep
+ * only the first N samples of a file (a quick subset for tests and trials).
  *
  * IDX: two zero bytes, a type byte (0x08 = unsigned byte), the number of
  * dimensions, then each dimension as a big-endian uint32, then the data.
@@ -117,10 +118,12 @@ static ddp_status_t idx_open_(idx_file_t *f, const char *path, int min_dim, int 
     return DDP_OK;
 }
 
-/* Convert one images/labels pair into /<split>/x and /<split>/y.  Train
+/* Convert one images/labels pair into /<split>/x and /<split>/y: the first
+ * `limit` samples (0: all; a limit above the file's count keeps all).  Train
  * statistics go to st (NULL for val); *max_label is updated. */
 static ddp_status_t idx_pair_(hid_t file, const char *split, const char *images, const char *labels,
-                              prep_stats_t *st, int *nch, int *max_label, hid_t *xds, hid_t *yds)
+                              int64_t limit, prep_stats_t *st, int *nch, int *max_label, hid_t *xds,
+                              hid_t *yds)
 {
     idx_file_t fi, fl;
     DDP_TRY(idx_open_(&fi, images, 2, 4));
@@ -137,6 +140,7 @@ static ddp_status_t idx_pair_(hid_t file, const char *split, const char *images,
                      images, (unsigned long long)n, labels, fl.dims[0]);
         goto out;
     }
+    if (limit > 0 && (hsize_t)limit < n) n = (hsize_t)limit;
     hsize_t xd[4] = {n, 0, 0, 0};
     size_t row = 1;
     for (int i = 1; i < fi.ndim; i++) {
@@ -208,11 +212,16 @@ ddp_status_t prep_idx(int argc, char **argv)
 {
     const char *pos[2] = {NULL, NULL}, *val[2] = {NULL, NULL}, *out = NULL, *v;
     int npos = 0;
+    int64_t limit = 0, val_limit = 0;
     ddp_status_t s = DDP_OK;
     for (int i = 1; i < argc && s == DDP_OK; i++) {
         if ((v = prep_opt(argc, argv, &i, "-o", &s)) ||
             (s == DDP_OK && (v = prep_opt(argc, argv, &i, "--output", &s)))) {
             out = v;
+        } else if (s == DDP_OK && (v = prep_opt(argc, argv, &i, "--limit", &s))) {
+            s = prep_int("--limit", v, 1, UINT32_MAX, &limit);
+        } else if (s == DDP_OK && (v = prep_opt(argc, argv, &i, "--val-limit", &s))) {
+            s = prep_int("--val-limit", v, 1, UINT32_MAX, &val_limit);
         } else if (s == DDP_OK && !strcmp(argv[i], "--val")) {
             if (i + 2 >= argc)
                 return ddp_fail(DDP_ERR_USAGE, "idx: --val needs two files: IMAGES LABELS");
@@ -234,6 +243,8 @@ ddp_status_t prep_idx(int argc, char **argv)
     if (npos != 2)
         return ddp_fail(DDP_ERR_USAGE, "idx: give IMAGES LABELS -o OUT.h5 (two IDX files)");
     if (!out) return ddp_fail(DDP_ERR_USAGE, "idx: no output file (-o OUT.h5)");
+    if (val_limit && !val[0])
+        return ddp_fail(DDP_ERR_USAGE, "idx: --val-limit without --val IMAGES LABELS");
 
     h5_atomic_t a;
     DDP_TRY(h5_atomic_create(&a, out));
@@ -241,9 +252,9 @@ ddp_status_t prep_idx(int argc, char **argv)
     memset(&st, 0, sizeof st);
     hid_t tx = H5I_INVALID_HID, ty = H5I_INVALID_HID, vx = H5I_INVALID_HID, vy = H5I_INVALID_HID;
     int nch = 1, vnch = 1, max_label = -1;
-    s = idx_pair_(a.file, "train", pos[0], pos[1], &st, &nch, &max_label, &tx, &ty);
+    s = idx_pair_(a.file, "train", pos[0], pos[1], limit, &st, &nch, &max_label, &tx, &ty);
     if (s == DDP_OK && val[0]) {
-        s = idx_pair_(a.file, "val", val[0], val[1], NULL, &vnch, &max_label, &vx, &vy);
+        s = idx_pair_(a.file, "val", val[0], val[1], val_limit, NULL, &vnch, &max_label, &vx, &vy);
         if (s == DDP_OK) {
             /* the val samples must have the training samples' shape */
             hsize_t d1[4], d2[4];
