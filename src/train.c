@@ -61,6 +61,7 @@ static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
      * by bucket as each bucket's gradients become final, inside the reducer
      * (reducer.h) */
     int per_bucket = optim_can_apply_per_bucket(&t->opt);
+    t->metrics.grad_norm = NAN;
     inject_step_begin(global_step + 1);
     progress_step(global_step + 1);
     diagnostics_step_begin(g, t);
@@ -118,7 +119,10 @@ static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
         return DDP_OK;
     }
     double grad_norm;
-    return optim_step(&t->opt, m, &grad_norm);
+    ddp_status_t s = optim_step(&t->opt, m, &grad_norm);
+    /* computed only with clipping (the norm costs a pass over the gradients) */
+    t->metrics.grad_norm = grad_norm >= 0 ? grad_norm : NAN;
+    return s;
 }
 
 /* This epoch's micro-batches left after the last whole step (an incomplete
