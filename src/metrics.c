@@ -1,5 +1,6 @@
-/* metrics.c -- timers, the progress line, the straggler warning, the
- * summary, the --metrics JSON lines, memory probes (see metrics.h). */
+/* metrics.c -- timers, the progress line and the status line, the
+ * straggler warning, the summary, the --metrics JSON lines, memory probes
+ * (see metrics.h). */
 #define _GNU_SOURCE
 #include "metrics.h"
 
@@ -242,6 +243,7 @@ ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t)
     memset(mt, 0, sizeof *mt);
     mt->jsonl = jsonl;
     mt->grad_norm = NAN;
+    mt->status_loss = mt->status_sps = NAN;
     size_t cap =
         (size_t)t->total_steps < METRICS_MAX_STEPS ? (size_t)t->total_steps : METRICS_MAX_STEPS;
     size_t n = (size_t)t->ctl->size;
@@ -290,18 +292,46 @@ void metrics_step_begin(metrics_t *mt, const trainer_t *t)
     mt->step_rwait = reducer_wait_(t);
 }
 
-void metrics_step_end(metrics_t *mt, const trainer_t *t)
+void metrics_status_format(char *buf, size_t n, int64_t epoch, int64_t epochs, int64_t step,
+                           int64_t total, double loss, double samples_per_s, double eta_s)
+{
+    char l[32] = "-", sps[32] = "-", eta[32] = "-";
+    if (isfinite(loss)) snprintf(l, sizeof l, "%.5f", loss);
+    if (isfinite(samples_per_s)) snprintf(sps, sizeof sps, "%.0f", samples_per_s);
+    if (isfinite(eta_s) && eta_s >= 0 && eta_s < 1e9) {
+        long long s = (long long)(eta_s + 0.5);
+        snprintf(eta, sizeof eta, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+    }
+    snprintf(buf, n, "epoch %lld/%lld  step %lld/%lld  loss %s  %s samples/s  ETA %s",
+             (long long)epoch + 1, (long long)epochs, (long long)step, (long long)total, l, sps,
+             eta);
+}
+
+/* Rank 0, a status line in use: redraw it (ETA from the steps of this run). */
+static void draw_status_(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t step, double now)
+{
+    int64_t done = step - t->first_step;
+    double eta =
+        done > 0 ? (now - mt->t_start) / (double)done * (double)(t->total_steps - step) : NAN;
+    char line[256];
+    metrics_status_format(line, sizeof line, epoch, t->end_epoch, step, t->total_steps,
+                          mt->status_loss, mt->status_sps, eta);
+    log_status(line);
+    mt->status_drawn = now;
+}
+
+void metrics_step_end(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t step)
 {
     /* the phases first, then the step's end: the phases' window lies
      * inside the step's (metrics_step_begin reads them in the other order),
      * so the parts never sum to more than the step */
     double ph[PHASE_COUNT];
     progress_phase_seconds(ph);
-    double step = clock_seconds() - mt->step_start;
+    double seconds = clock_seconds() - mt->step_start;
     double wait = loader_wait_seconds(t->loader) - mt->step_wait;
     /* every wait in a collective, SyncBatchNorm's included: with SyncBN the
      * others wait for a slow rank inside the forward pass */
-    double compute = step - wait - (progress_wait_seconds() - mt->step_comm);
+    double compute = seconds - wait - (progress_wait_seconds() - mt->step_comm);
     if (compute < 0) compute = 0;
     mt->check_steps++;
     mt->check_compute += compute;
@@ -313,14 +343,18 @@ void metrics_step_end(metrics_t *mt, const trainer_t *t)
     if (rwait > opt) rwait = opt;
     if (rwait < 0) rwait = 0;
     mt->win_steps++;
-    mt->win_step_s += step;
+    mt->win_step_s += seconds;
     mt->win_data_s += ph[PHASE_DATA_WAIT] - mt->step_phase[PHASE_DATA_WAIT];
     mt->win_forward_s += ph[PHASE_FORWARD] - mt->step_phase[PHASE_FORWARD];
     mt->win_backward_s += ph[PHASE_BACKWARD] - mt->step_phase[PHASE_BACKWARD];
     mt->win_comm_s += rwait;
     mt->win_optim_s += opt - rwait;
+    if (log_status_active()) {
+        double now = clock_seconds();
+        if (now - mt->status_drawn >= 0.2) draw_status_(mt, t, epoch, step, now);
+    }
     if (mt->nsteps >= mt->cap) return;
-    mt->step_s[mt->nsteps] = step;
+    mt->step_s[mt->nsteps] = seconds;
     mt->compute_s[mt->nsteps] = compute;
     mt->wait_s[mt->nsteps++] = wait;
 }
@@ -481,11 +515,15 @@ ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t ste
     double wait = loader_wait_seconds(t->loader), comm = reducer_wait_(t);
     uint64_t bytes = reducer_bytes_(t);
     if (mt->jsonl) step_record_(mt, t, g, epoch, step, loss, samples, dt, bytes - mt->window_bytes);
-    log_info("step %lld/%lld epoch %lld loss %.5f lr %.4g  %.0f samples/s  data-wait "
-             "%.1f%%  comm-wait %.1f%%",
-             (long long)step, (long long)t->total_steps, (long long)epoch + 1, loss,
-             optim_lr(&t->opt, step - 1), samples / dt, 100.0 * (wait - mt->window_wait) / dt,
-             100.0 * (comm - mt->window_comm) / dt);
+    if (log_progress_plain())
+        log_info("step %lld/%lld epoch %lld loss %.5f lr %.4g  %.0f samples/s  data-wait "
+                 "%.1f%%  comm-wait %.1f%%",
+                 (long long)step, (long long)t->total_steps, (long long)epoch + 1, loss,
+                 optim_lr(&t->opt, step - 1), samples / dt, 100.0 * (wait - mt->window_wait) / dt,
+                 100.0 * (comm - mt->window_comm) / dt);
+    mt->status_loss = loss;
+    mt->status_sps = samples / dt;
+    if (log_status_active()) draw_status_(mt, t, epoch, step, now);
     /* the same decision on every rank: their step counts are equal */
     if (mt->check_steps >= METRICS_CHECK_STEPS) {
         if (t->ctl->rank == 0 && t->ctl->size > 1) stragglers_(mt, t, g, mt->check_first, step);
@@ -541,6 +579,7 @@ void metrics_summary(metrics_t *mt, trainer_t *t, int64_t steps, double elapsed)
     for (int r = 0; r < t->ctl->size; r++) total_samples += g[r].samples;
     reducer_stats_t rs;
     reducer_get_stats(t->reducer, &rs);
+    log_status_end();
     log_info("done: %lld steps, %.0f samples in %.2f s = %.0f samples/s; comm-wait %.1f%%",
              (long long)steps, total_samples, elapsed, total_samples / elapsed,
              100.0 * rs.wait_seconds / elapsed);

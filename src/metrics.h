@@ -18,7 +18,12 @@
  * rank's mean over the window, and the minimum and maximum over ranks of
  * the step time; they travel in the progress line's all-gather), an "eval"
  * record per evaluation and a "summary" record at the end.  The keys are
- * listed in the README ("Metrics file"). */
+ * listed in the README ("Metrics file").
+ *
+ * When rank 0's stderr is a terminal the progress shows there as one line
+ * redrawn in place (log_status): the global loss and samples/s of the last
+ * progress line, the step and an ETA from rank 0's clock; the plain lines
+ * then go to stdout only if stdout is not that terminal too. */
 #ifndef DDP_METRICS_H
 #define DDP_METRICS_H
 
@@ -65,6 +70,9 @@ typedef struct metrics {
     double step_phase[PHASE_COUNT]; /* progress_phase_seconds() at the step's start */
     double step_rwait;              /* reducer wait at the step's start */
     double grad_norm;               /* of the last step (NaN: not computed) */
+    /* the status line (log_status): the last global loss and samples/s,
+     * when it was last drawn */
+    double status_loss, status_sps, status_drawn;
     /* --metrics: rank 0's file (NULL: none, or not rank 0) */
     FILE *jsonl;
     int jsonl_failed; /* a write failed: warned once, no more records */
@@ -80,7 +88,9 @@ ddp_status_t metrics_open(metrics_t *mt, const struct trainer *t);
 ddp_status_t metrics_init(metrics_t *mt, const struct trainer *t);
 void metrics_free(metrics_t *mt);
 void metrics_step_begin(metrics_t *mt, const struct trainer *t);
-void metrics_step_end(metrics_t *mt, const struct trainer *t);
+/* After the step `step` (1-based) of epoch `epoch` (0-based); on rank 0
+ * with a status line (log.h) it is redrawn, at most 5 times a second. */
+void metrics_step_end(metrics_t *mt, const struct trainer *t, int64_t epoch, int64_t step);
 /* The progress line at `step` (collective): the global mean loss since the
  * last line (res->last_loss), lr, samples/s, data and comm wait; then a
  * warning naming the ranks whose busy time per step, over the last 10 or
@@ -99,6 +109,12 @@ void metrics_summary(metrics_t *mt, struct trainer *t, int64_t steps, double ela
  * NaN for regression). */
 void metrics_eval(metrics_t *mt, const struct trainer *t, int64_t epoch, int64_t step,
                   double val_loss, double val_acc, int64_t samples);
+
+/* The status line's text: "epoch E/N  step S/T  loss L  X samples/s  ETA
+ * H:MM:SS" (epoch 1-based; loss and samples_per_s NaN: none yet, shown as
+ * "-"; eta_s not finite or negative: "ETA -"). */
+void metrics_status_format(char *buf, size_t n, int64_t epoch, int64_t epochs, int64_t step,
+                           int64_t total, double loss, double samples_per_s, double eta_s);
 
 /* Memory probes (MiB): peak resident set; proportional set size now (-1
  * where the system does not say). */

@@ -208,7 +208,7 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
             /* the non-finite guard, every step: a NaN or Inf loss stays in
              * this rank's running loss sum (one read of the step's sums) */
             DDP_TRY(diagnostics_step_end(g, t, step + 1, skipped));
-            metrics_step_end(&t->metrics, t);
+            metrics_step_end(&t->metrics, t, epoch, step + 1);
             progress_phase(PHASE_STEP_END);
             used_micro = (s + 1) * cfg->accum;
             step++;

@@ -12,7 +12,11 @@
 # step it resumed from, and step numbers go on from there.  An --metrics in a
 # missing directory stops the job before training (exit 4, one error line),
 # a directory or an input deck as --metrics is refused (exit 2, the deck
-# unchanged).
+# unchanged).  Where stderr is not a terminal the output has no status line;
+# on a terminal (script -qec) it has one, redrawn in place with the metrics
+# file's loss, no plain progress lines, and eval and done lines that start
+# lines of their own; with stdout redirected the plain lines go there; none
+# with --quiet.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -120,6 +124,49 @@ mpirun_np 2 "$DDPTRAIN" "$T/d.h5" --model linear:16,bn,relu,linear:auto --batch 
 grep -q "resume .*ckpt_00000010.h5: step 10," "$T/o" || { cat "$T/o"; fail "the second run did not resume at step 10"; }
 $PY "$T/check.py" "$T/b.jsonl" "$T/o" noclip 10 "$T/options" || { cat "$T/o" "$T/b.jsonl"; fail "resumed run's metrics"; }
 echo "resumed at step 10: $(grep -c '"type":"step"' "$T/b.jsonl") step records in all"
+
+# no status line where stderr is not a terminal: the output as before
+grep -q "$(printf '\r')" "$T/o" && fail "a carriage return in the output of a run without a terminal"
+grep -q "ETA" "$T/o" && fail "a status line in the output of a run without a terminal"
+
+# on a terminal (script(1) gives the run a pseudo-terminal): one status line
+# redrawn with \r and cleared to its end, no plain progress lines, every
+# other line (eval, done) on a line of its own; its last loss is the metrics
+# file's; with stdout redirected the plain lines go there
+if command -v script >/dev/null 2>&1; then
+  script -qec "$DDPTRAIN $T/d.h5 --model linear:16,bn,relu,linear:auto --batch 32 --epochs 2 \
+    --log-every 4 --metrics $T/c.jsonl" "$T/tty" >/dev/null 2>&1 || { cat "$T/tty"; fail "run on a terminal"; }
+  cat >"$T/tty.py" <<'PY'
+import json, re, sys
+raw = open(sys.argv[1], "rb").read().decode()
+recs = [json.loads(l) for l in open(sys.argv[2])]
+bad = []
+if "\x1b[K" not in raw or not re.search(r"\repoch 2/2  step 36/36  loss [0-9.]+  [0-9]+ samples/s  ETA ", raw):
+    bad.append("no status line redrawn with \\r and clear-to-end reaching step 36/36")
+if re.search(r"(^|[\r\n])step \d+/\d+ epoch", raw):
+    bad.append("plain progress lines on the terminal")
+for key in ("eval epoch=", "done: "):
+    for m in re.finditer(re.escape(key), raw):
+        if m.start() > 0 and raw[m.start() - 1] != "\n":
+            bad.append("%r does not start a line: ...%r" % (key, raw[max(0, m.start() - 40):m.start() + 12]))
+last = re.findall(r"step 36/36  loss ([0-9.]+)", raw)[-1]
+want = "%.5f" % [r for r in recs if r["type"] == "step"][-1]["loss"]
+if last != want: bad.append("status loss %s, metrics file %s" % (last, want))
+for b in bad: print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+  $PY "$T/tty.py" "$T/tty" "$T/c.jsonl" || { cat -A "$T/tty" | head -20; fail "the status line on a terminal"; }
+  script -qec "$DDPTRAIN $T/d.h5 --steps 8 --log-every 4 --eval-every 0 >$T/plain" "$T/tty2" >/dev/null 2>&1 \
+    || { cat "$T/tty2"; fail "run on a terminal, stdout redirected"; }
+  [ "$(grep -c '^step [48]/8 epoch' "$T/plain")" -eq 2 ] || { cat "$T/plain"; fail "stdout redirected: no plain lines there"; }
+  grep -q "ETA" "$T/tty2" || { cat -A "$T/tty2"; fail "stdout redirected: no status line on the terminal"; }
+  script -qec "$DDPTRAIN $T/d.h5 --steps 8 --log-every 4 --quiet" "$T/tty3" >/dev/null 2>&1 \
+    || { cat "$T/tty3"; fail "run on a terminal with --quiet"; }
+  grep -q "ETA" "$T/tty3" && { cat -A "$T/tty3"; fail "--quiet: a status line"; }
+  echo "terminal: status line $(grep -o 'ETA' "$T/tty" | wc -l) times redrawn"
+else
+  echo "no script(1): the status line on a terminal is not tested here (check_metrics tests its text)"
+fi
 
 # an --metrics that cannot be opened: exit 4 before training, one line
 "$DDPTRAIN" "$T/d.h5" --steps 5 --log-every 1 --metrics "$T/no/such/dir/m.jsonl" >"$T/o" 2>"$T/e"
