@@ -90,6 +90,9 @@ const ddp_option_t ddp_options[] = {
 
     {"save", OPT_STRING, OFF(save), "", NULL, "FILE.h5", 0, 0,
      "write the final weights here (HDF5, /model/<name> as PyTorch state_dict)", "Output", 1},
+    {"metrics", OPT_STRING, OFF(metrics), "", NULL, "FILE", 0, 0,
+     "append JSON lines to FILE (rank 0): the run's configuration, a record per progress line "
+     "and per evaluation, the summary; README, \"Metrics file\"", NULL, 1},
     {"config", OPT_STRING, OFF(config), "", NULL, "FILE", 0, 0,
      "read options from FILE (key = value lines; keys are the long option names)", NULL, 1},
     {"log-every", OPT_INT, OFF(log_every), "50", NULL, "N", 0, BIG,

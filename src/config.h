@@ -65,6 +65,7 @@ typedef struct ddp_config {
     /* files and output */
     char init[CONFIG_STR_MAX];
     char save[CONFIG_STR_MAX];
+    char metrics[CONFIG_STR_MAX]; /* JSON lines appended here (rank 0) */
     /* checkpoints */
     char ckpt_dir[CONFIG_STR_MAX];
     int64_t ckpt_every;          /* steps (0: off) */

@@ -147,6 +147,7 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
         log_result("eval epoch=%lld step=%lld val_loss=%.6f samples=%lld", (long long)epoch,
                    (long long)step, loss, (long long)samples);
     }
+    metrics_eval(&t->metrics, t, epoch, step, loss, res->val_acc, (int64_t)samples);
     return DDP_OK;
 }
 

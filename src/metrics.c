@@ -1,18 +1,25 @@
-/* metrics.c -- timers, the progress line, the straggler warning, the
- * summary, memory probes (see metrics.h). */
+/* metrics.c -- timers, the progress line and the status line, the
+ * straggler warning, the summary, the --metrics JSON lines, memory probes
+ * (see metrics.h). */
+#define _GNU_SOURCE
 #include "metrics.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "clock.h"
+#include "jsonl.h"
 #include "log.h"
 #include "progress.h"
 #include "trainer.h"
+#include "version.h"
 
 #define METRICS_MAX_STEPS ((size_t)1 << 20) /* steps whose times are kept for medians */
 
@@ -54,6 +61,9 @@ typedef struct metrics_window_rec {
     double compute_s; /* compute seconds (step - data wait - comm wait) */
     double dwait_s;   /* data-wait seconds inside the steps */
     double steps;     /* steps timed */
+    /* the progress window's steps and their time split (seconds, sums) */
+    double win_steps, win_step_s, win_data_s, win_forward_s, win_backward_s, win_comm_s,
+        win_optim_s;
 } metrics_window_rec_t;
 
 /* Seconds per step that a rank worked on its own (did not wait for the
@@ -73,9 +83,167 @@ typedef struct metrics_summary_rec {
 #define METRICS_MIN_EXCESS  1e-3 /* seconds per step above the median to count */
 #define METRICS_CHECK_STEPS 10   /* steps judged together, at least */
 
+static uint64_t reducer_bytes_(const trainer_t *t)
+{
+    reducer_stats_t rs;
+    reducer_get_stats(t->reducer, &rs);
+    return rs.bytes_sent;
+}
+
+/* ---- --metrics ----------------------------------------------------------- */
+
+/* The input of the run that path is (same device and inode), or NULL. */
+static const char *input_at_(const ddp_config_t *cfg, const char *path)
+{
+    struct stat st, in;
+    if (stat(path, &st) != 0) return NULL;
+    for (int i = 0; i < cfg->ninputs; i++)
+        if (stat(cfg->inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
+            return cfg->inputs[i];
+    const char *file[3] = {cfg->init, strcmp(cfg->resume, "auto") ? cfg->resume : "", cfg->config};
+    for (int i = 0; i < 3; i++)
+        if (file[i][0] && stat(file[i], &in) == 0 && in.st_dev == st.st_dev &&
+            in.st_ino == st.st_ino)
+            return file[i];
+    return NULL;
+}
+
+ddp_status_t metrics_open(metrics_t *mt, const trainer_t *t)
+{
+    const char *path = t->cfg->metrics;
+    mt->jsonl = NULL;
+    if (!path[0] || t->ctl->rank != 0) return DDP_OK;
+    const char *input = input_at_(t->cfg, path);
+    if (input)
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--metrics %s is the input %s (the same file); JSON lines would be "
+                        "appended to it: choose another --metrics name",
+                        path, input);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--metrics %s is %s, not a regular file: name a file to append JSON "
+                        "lines to",
+                        path,
+                        S_ISDIR(st.st_mode)    ? "a directory"
+                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                               : "a device or socket");
+    FILE *f = fopen(path, "ae");
+    if (!f)
+        return ddp_fail(DDP_ERR_IO,
+                        "--metrics %s: cannot open it for appending: %s; its directory must "
+                        "exist and be writable",
+                        path, strerror(errno));
+    mt->jsonl = f;
+    return DDP_OK;
+}
+
+/* Rank 0: one record to the file; a failed write is warned about once and
+ * ends the file's records (training goes on). */
+static void write_(metrics_t *mt, const trainer_t *t, jsonl_rec_t *r)
+{
+    if (!mt->jsonl || mt->jsonl_failed) {
+        jsonl_free(r);
+        return;
+    }
+    if (jsonl_write(r, mt->jsonl) == 0) return;
+    mt->jsonl_failed = 1;
+    log_warn("--metrics %s: writing a record failed: %s; no more records are written to it "
+             "(training goes on)",
+             t->cfg->metrics, strerror(errno));
+}
+
+/* An option's value in its JSON type. */
+static void option_(jsonl_rec_t *r, const ddp_config_t *cfg, const ddp_option_t *o)
+{
+    const char *at = (const char *)cfg + o->offset;
+    char text[CONFIG_STR_MAX];
+    switch (o->type) {
+    case OPT_INT: jsonl_int(r, o->name, *(const int64_t *)at); return;
+    case OPT_FLOAT: jsonl_num(r, o->name, *(const double *)at); return;
+    case OPT_BOOL:
+        if (*(const int *)at == 0 || *(const int *)at == 1) {
+            jsonl_bool(r, o->name, *(const int *)at);
+            return;
+        }
+        break; /* "auto" */
+    default: break;
+    }
+    config_format(cfg, o, text, sizeof text);
+    jsonl_str(r, o->name, text);
+}
+
+static void time_text_(char *buf, size_t n)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* The run's configuration and machine, and where it resumed. */
+static void start_records_(metrics_t *mt, const trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    char when[32];
+    time_text_(when, sizeof when);
+    jsonl_rec_t r;
+    jsonl_begin(&r, "config");
+    jsonl_str(&r, "program", "ddptrain");
+    jsonl_str(&r, "version", ddp_version());
+    jsonl_str(&r, "time", when);
+    jsonl_int(&r, "world_size", t->ctl->size);
+    jsonl_int(&r, "ranks_per_node", t->comm.local_size);
+    jsonl_str(&r, "host", control_host(t->ctl, 0));
+    jsonl_array(&r, "hosts");
+    for (int k = 0; k < t->ctl->size; k++) jsonl_str(&r, NULL, control_host(t->ctl, k));
+    jsonl_close(&r, ']');
+    jsonl_str(&r, "device", t->device);
+    jsonl_array(&r, "inputs");
+    for (int k = 0; k < cfg->ninputs; k++) jsonl_str(&r, NULL, cfg->inputs[k]);
+    jsonl_close(&r, ']');
+    jsonl_int(&r, "train_samples", t->train.n);
+    jsonl_int(&r, "parameters", (int64_t)t->model.nparams);
+    jsonl_int(&r, "global_batch", cfg->batch * cfg->accum * t->ctl->size);
+    jsonl_int(&r, "steps_per_epoch", t->steps_per_epoch);
+    jsonl_int(&r, "total_steps", t->total_steps);
+    jsonl_int(&r, "first_step", t->first_step);
+    jsonl_object(&r, "options");
+    for (int k = 0; k < ddp_noptions; k++) option_(&r, cfg, &ddp_options[k]);
+    jsonl_close(&r, '}');
+    write_(mt, t, &r);
+    if (!t->ckpt.resume.active) return;
+    jsonl_begin(&r, "resume");
+    jsonl_int(&r, "step", t->ckpt.resume.pos.step);
+    jsonl_int(&r, "epoch", t->ckpt.resume.pos.epoch + 1);
+    jsonl_int(&r, "sample_in_epoch", t->ckpt.resume.pos.sample_in_epoch);
+    jsonl_str(&r, "checkpoint", t->ckpt.resume.path);
+    jsonl_int(&r, "world_size_at_save", t->ckpt.resume.world_size);
+    jsonl_str(&r, "time", when);
+    write_(mt, t, &r);
+}
+
+void metrics_eval(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t step, double val_loss,
+                  double val_acc, int64_t samples)
+{
+    if (!mt->jsonl) return;
+    jsonl_rec_t r;
+    jsonl_begin(&r, "eval");
+    jsonl_int(&r, "epoch", epoch);
+    jsonl_int(&r, "step", step);
+    jsonl_num(&r, "val_loss", val_loss);
+    jsonl_num(&r, "val_acc", val_acc);
+    jsonl_int(&r, "samples", samples);
+    write_(mt, t, &r);
+}
+
 ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t)
 {
+    FILE *jsonl = mt->jsonl; /* opened at start-up (metrics_open) */
     memset(mt, 0, sizeof *mt);
+    mt->jsonl = jsonl;
+    mt->grad_norm = NAN;
+    mt->status_loss = mt->status_sps = NAN;
     size_t cap =
         (size_t)t->total_steps < METRICS_MAX_STEPS ? (size_t)t->total_steps : METRICS_MAX_STEPS;
     size_t n = (size_t)t->ctl->size;
@@ -98,6 +266,8 @@ ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t)
     mt->window_wait = loader_wait_seconds(t->loader);
     mt->window_comm = reducer_wait_(t);
     mt->check_first = t->first_step + 1;
+    mt->window_bytes = reducer_bytes_(t);
+    start_records_(mt, t);
     return DDP_OK;
 }
 
@@ -109,6 +279,7 @@ void metrics_free(metrics_t *mt)
     free(mt->gathered);
     free(mt->named_at);
     free(mt->scratch);
+    if (mt->jsonl) fclose(mt->jsonl);
     memset(mt, 0, sizeof *mt);
 }
 
@@ -117,21 +288,73 @@ void metrics_step_begin(metrics_t *mt, const trainer_t *t)
     mt->step_start = clock_seconds();
     mt->step_wait = loader_wait_seconds(t->loader);
     mt->step_comm = progress_wait_seconds();
+    progress_phase_seconds(mt->step_phase); /* after step_start (metrics_step_end) */
+    mt->step_rwait = reducer_wait_(t);
 }
 
-void metrics_step_end(metrics_t *mt, const trainer_t *t)
+void metrics_status_format(char *buf, size_t n, int64_t epoch, int64_t epochs, int64_t step,
+                           int64_t total, double loss, double samples_per_s, double eta_s)
 {
-    double step = clock_seconds() - mt->step_start;
+    char l[32] = "-", sps[32] = "-", eta[32] = "-";
+    if (isfinite(loss)) snprintf(l, sizeof l, "%.5f", loss);
+    if (isfinite(samples_per_s)) snprintf(sps, sizeof sps, "%.0f", samples_per_s);
+    if (isfinite(eta_s) && eta_s >= 0 && eta_s < 1e9) {
+        long long s = (long long)(eta_s + 0.5);
+        snprintf(eta, sizeof eta, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+    }
+    snprintf(buf, n, "epoch %lld/%lld  step %lld/%lld  loss %s  %s samples/s  ETA %s",
+             (long long)epoch + 1, (long long)epochs, (long long)step, (long long)total, l, sps,
+             eta);
+}
+
+/* Rank 0, a status line in use: redraw it (ETA from the steps of this run). */
+static void draw_status_(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t step, double now)
+{
+    int64_t done = step - t->first_step;
+    double eta =
+        done > 0 ? (now - mt->t_start) / (double)done * (double)(t->total_steps - step) : NAN;
+    char line[256];
+    metrics_status_format(line, sizeof line, epoch, t->end_epoch, step, t->total_steps,
+                          mt->status_loss, mt->status_sps, eta);
+    log_status(line);
+    mt->status_drawn = now;
+}
+
+void metrics_step_end(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t step)
+{
+    /* the phases first, then the step's end: the phases' window lies
+     * inside the step's (metrics_step_begin reads them in the other order),
+     * so the parts never sum to more than the step */
+    double ph[PHASE_COUNT];
+    progress_phase_seconds(ph);
+    double seconds = clock_seconds() - mt->step_start;
     double wait = loader_wait_seconds(t->loader) - mt->step_wait;
     /* every wait in a collective, SyncBatchNorm's included: with SyncBN the
      * others wait for a slow rank inside the forward pass */
-    double compute = step - wait - (progress_wait_seconds() - mt->step_comm);
+    double compute = seconds - wait - (progress_wait_seconds() - mt->step_comm);
     if (compute < 0) compute = 0;
     mt->check_steps++;
     mt->check_compute += compute;
     mt->check_dwait += wait;
+    /* the split: phases of this step; the reducer's wait happens in the
+     * optimizer phase (reducer_finish), so it is taken out of it */
+    double opt = ph[PHASE_OPTIMIZER] - mt->step_phase[PHASE_OPTIMIZER];
+    double rwait = reducer_wait_(t) - mt->step_rwait;
+    if (rwait > opt) rwait = opt;
+    if (rwait < 0) rwait = 0;
+    mt->win_steps++;
+    mt->win_step_s += seconds;
+    mt->win_data_s += ph[PHASE_DATA_WAIT] - mt->step_phase[PHASE_DATA_WAIT];
+    mt->win_forward_s += ph[PHASE_FORWARD] - mt->step_phase[PHASE_FORWARD];
+    mt->win_backward_s += ph[PHASE_BACKWARD] - mt->step_phase[PHASE_BACKWARD];
+    mt->win_comm_s += rwait;
+    mt->win_optim_s += opt - rwait;
+    if (log_status_active()) {
+        double now = clock_seconds();
+        if (now - mt->status_drawn >= 0.2) draw_status_(mt, t, epoch, step, now);
+    }
     if (mt->nsteps >= mt->cap) return;
-    mt->step_s[mt->nsteps] = step;
+    mt->step_s[mt->nsteps] = seconds;
     mt->compute_s[mt->nsteps] = compute;
     mt->wait_s[mt->nsteps++] = wait;
 }
@@ -205,6 +428,48 @@ static void stragglers_(metrics_t *mt, const trainer_t *t, const metrics_window_
              ndue > 1 ? "them" : "it");
 }
 
+/* Rank 0: the "step" record of a progress line.  The step-time split: the
+ * mean over ranks of each rank's mean per step over the window. */
+static void step_record_(metrics_t *mt, const trainer_t *t, const metrics_window_rec_t *g,
+                         int64_t epoch, int64_t step, double loss, double samples, double dt,
+                         uint64_t bytes)
+{
+    int n = t->ctl->size, min_rank = 0, max_rank = 0;
+    double mean[6] = {0, 0, 0, 0, 0, 0}, min = 0, max = 0;
+    for (int r = 0; r < n; r++) {
+        double k = g[r].win_steps > 0 ? g[r].win_steps : 1;
+        double v[6] = {g[r].win_step_s,     g[r].win_data_s, g[r].win_forward_s,
+                       g[r].win_backward_s, g[r].win_comm_s, g[r].win_optim_s};
+        for (int i = 0; i < 6; i++) mean[i] += 1e3 * v[i] / k / n;
+        double st = 1e3 * v[0] / k;
+        if (r == 0 || st < min) min = st, min_rank = r;
+        if (r == 0 || st > max) max = st, max_rank = r;
+    }
+    jsonl_rec_t r;
+    jsonl_begin(&r, "step");
+    jsonl_int(&r, "step", step);
+    jsonl_int(&r, "epoch", epoch + 1);
+    jsonl_num(&r, "loss", loss);
+    jsonl_num(&r, "lr", optim_lr(&t->opt, step - 1));
+    jsonl_num(&r, "grad_norm", mt->grad_norm);
+    jsonl_num(&r, "samples_per_s", samples / dt);
+    jsonl_int(&r, "samples", (int64_t)samples);
+    jsonl_int(&r, "steps", (int64_t)g[0].win_steps);
+    jsonl_num(&r, "step_ms", mean[0]);
+    jsonl_num(&r, "data_wait_ms", mean[1]);
+    jsonl_num(&r, "forward_ms", mean[2]);
+    jsonl_num(&r, "backward_ms", mean[3]);
+    jsonl_num(&r, "comm_exposed_ms", mean[4]);
+    jsonl_num(&r, "optimizer_ms", mean[5]);
+    jsonl_num(&r, "step_ms_min", min);
+    jsonl_int(&r, "step_ms_min_rank", min_rank);
+    jsonl_num(&r, "step_ms_max", max);
+    jsonl_int(&r, "step_ms_max_rank", max_rank);
+    jsonl_int(&r, "bytes_reduced", (int64_t)bytes);
+    jsonl_num(&r, "time_s", clock_seconds() - mt->t_start);
+    write_(mt, t, &r);
+}
+
 ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t step,
                          train_result_t *res)
 {
@@ -217,6 +482,13 @@ ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t ste
         .compute_s = mt->check_compute,
         .dwait_s = mt->check_dwait,
         .steps = (double)mt->check_steps,
+        .win_steps = (double)mt->win_steps,
+        .win_step_s = mt->win_step_s,
+        .win_data_s = mt->win_data_s,
+        .win_forward_s = mt->win_forward_s,
+        .win_backward_s = mt->win_backward_s,
+        .win_comm_s = mt->win_comm_s,
+        .win_optim_s = mt->win_optim_s,
     };
     /* one all-gather of every rank's record; the sums in rank order, so
      * every rank computes bit-identical values */
@@ -241,11 +513,17 @@ ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t ste
                         (long long)step);
     double now = clock_seconds(), dt = now - mt->window_start;
     double wait = loader_wait_seconds(t->loader), comm = reducer_wait_(t);
-    log_info("step %lld/%lld epoch %lld loss %.5f lr %.4g  %.0f samples/s  data-wait "
-             "%.1f%%  comm-wait %.1f%%",
-             (long long)step, (long long)t->total_steps, (long long)epoch + 1, loss,
-             optim_lr(&t->opt, step - 1), samples / dt, 100.0 * (wait - mt->window_wait) / dt,
-             100.0 * (comm - mt->window_comm) / dt);
+    uint64_t bytes = reducer_bytes_(t);
+    if (mt->jsonl) step_record_(mt, t, g, epoch, step, loss, samples, dt, bytes - mt->window_bytes);
+    if (log_progress_plain())
+        log_info("step %lld/%lld epoch %lld loss %.5f lr %.4g  %.0f samples/s  data-wait "
+                 "%.1f%%  comm-wait %.1f%%",
+                 (long long)step, (long long)t->total_steps, (long long)epoch + 1, loss,
+                 optim_lr(&t->opt, step - 1), samples / dt, 100.0 * (wait - mt->window_wait) / dt,
+                 100.0 * (comm - mt->window_comm) / dt);
+    mt->status_loss = loss;
+    mt->status_sps = samples / dt;
+    if (log_status_active()) draw_status_(mt, t, epoch, step, now);
     /* the same decision on every rank: their step counts are equal */
     if (mt->check_steps >= METRICS_CHECK_STEPS) {
         if (t->ctl->rank == 0 && t->ctl->size > 1) stragglers_(mt, t, g, mt->check_first, step);
@@ -258,6 +536,10 @@ ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t ste
     mt->window_wait = wait;
     mt->window_comm = comm;
     mt->window_samples = mt->samples;
+    mt->window_bytes = bytes;
+    mt->win_steps = 0;
+    mt->win_step_s = mt->win_data_s = mt->win_forward_s = mt->win_backward_s = 0;
+    mt->win_comm_s = mt->win_optim_s = 0;
     return DDP_OK;
 }
 
@@ -297,6 +579,7 @@ void metrics_summary(metrics_t *mt, trainer_t *t, int64_t steps, double elapsed)
     for (int r = 0; r < t->ctl->size; r++) total_samples += g[r].samples;
     reducer_stats_t rs;
     reducer_get_stats(t->reducer, &rs);
+    log_status_end();
     log_info("done: %lld steps, %.0f samples in %.2f s = %.0f samples/s; comm-wait %.1f%%",
              (long long)steps, total_samples, elapsed, total_samples / elapsed,
              100.0 * rs.wait_seconds / elapsed);
@@ -313,4 +596,27 @@ void metrics_summary(metrics_t *mt, trainer_t *t, int64_t steps, double elapsed)
              1e3 * st.min, st.min_rank, 1e3 * st.median, 1e3 * st.max, st.max_rank, 1e3 * co.min,
              co.min_rank, 1e3 * co.median, 1e3 * co.max, co.max_rank, 1e3 * wa.min, wa.min_rank,
              1e3 * wa.median, 1e3 * wa.max, wa.max_rank);
+    if (!mt->jsonl) return;
+    jsonl_rec_t r;
+    jsonl_begin(&r, "summary");
+    jsonl_int(&r, "steps", steps);
+    jsonl_int(&r, "last_step", t->first_step + steps);
+    jsonl_int(&r, "samples", (int64_t)total_samples);
+    jsonl_num(&r, "elapsed_s", elapsed);
+    jsonl_num(&r, "samples_per_s", total_samples / elapsed);
+    jsonl_num(&r, "comm_wait_fraction", rs.wait_seconds / elapsed);
+    jsonl_num(&r, "step_ms_p50", 1e3 * me.step_p50);
+    jsonl_num(&r, "data_wait_ms_p50", 1e3 * me.wait_p50);
+    jsonl_num(&r, "compute_ms_p50", 1e3 * me.compute_p50);
+    jsonl_num(&r, "step_ms_p50_min", 1e3 * st.min);
+    jsonl_int(&r, "step_ms_p50_min_rank", st.min_rank);
+    jsonl_num(&r, "step_ms_p50_median", 1e3 * st.median);
+    jsonl_num(&r, "step_ms_p50_max", 1e3 * st.max);
+    jsonl_int(&r, "step_ms_p50_max_rank", st.max_rank);
+    jsonl_int(&r, "grad_bytes", (int64_t)rs.bytes_sent);
+    jsonl_int(&r, "grad_allreduces", (int64_t)rs.calls);
+    jsonl_num(&r, "peak_rss_mib", metrics_peak_rss_mib());
+    double pss = metrics_pss_mib();
+    jsonl_num(&r, "pss_mib", pss < 0 ? NAN : pss);
+    write_(mt, t, &r);
 }

@@ -8,13 +8,30 @@
  * rank sums the gathered records in rank order, so all get bit-identical
  * global values, and rank 0 compares the ranks' busy time per step (compute
  * + data wait: the step less the time it waited for the other ranks in the
- * gradient all-reduce) with the median over ranks to name stragglers. */
+ * gradient all-reduce) with the median over ranks to name stragglers.
+ *
+ * --metrics FILE: rank 0 appends JSON lines (jsonl.h) with global numbers:
+ * a "config" record when the loop starts ("resume" after it when the run
+ * resumed from a checkpoint), a "step" record per progress line (the step
+ * time split into data wait, forward, backward, exposed communication and
+ * optimizer, from the phases of progress.h: means over the ranks of each
+ * rank's mean over the window, and the minimum and maximum over ranks of
+ * the step time; they travel in the progress line's all-gather), an "eval"
+ * record per evaluation and a "summary" record at the end.  The keys are
+ * listed in the README ("Metrics file").
+ *
+ * When rank 0's stderr is a terminal the progress shows there as one line
+ * redrawn in place (log_status): the global loss and samples/s of the last
+ * progress line, the step and an ETA from rank 0's clock; the plain lines
+ * then go to stdout only if stdout is not that terminal too. */
 #ifndef DDP_METRICS_H
 #define DDP_METRICS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "progress.h"
 #include "status.h"
 #include "train.h"
 
@@ -46,13 +63,34 @@ typedef struct metrics {
     int64_t *named_at;
     double *scratch; /* nranks values */
     int64_t nlines;  /* progress lines so far */
+    /* the progress window's step-time split, this rank's sums */
+    int64_t win_steps;
+    double win_step_s, win_data_s, win_forward_s, win_backward_s, win_comm_s, win_optim_s;
+    uint64_t window_bytes;          /* reducer bytes at the window's start */
+    double step_phase[PHASE_COUNT]; /* progress_phase_seconds() at the step's start */
+    double step_rwait;              /* reducer wait at the step's start */
+    double grad_norm;               /* of the last step (NaN: not computed) */
+    /* the status line (log_status): the last global loss and samples/s,
+     * when it was last drawn */
+    double status_loss, status_sps, status_drawn;
+    /* --metrics: rank 0's file (NULL: none, or not rank 0) */
+    FILE *jsonl;
+    int jsonl_failed; /* a write failed: warned once, no more records */
 } metrics_t;
 
-/* Local (agree on the result). */
+/* Start-up, before any data is read (local; agree on the result): rank 0
+ * opens --metrics for appending.  A path that cannot be opened is
+ * DDP_ERR_IO; one that is an input of the run, or not a regular file, is
+ * DDP_ERR_USAGE.  metrics_init keeps the file. */
+ddp_status_t metrics_open(metrics_t *mt, const struct trainer *t);
+/* Local (agree on the result); rank 0 writes the "config" (and "resume")
+ * records. */
 ddp_status_t metrics_init(metrics_t *mt, const struct trainer *t);
 void metrics_free(metrics_t *mt);
 void metrics_step_begin(metrics_t *mt, const struct trainer *t);
-void metrics_step_end(metrics_t *mt, const struct trainer *t);
+/* After the step `step` (1-based) of epoch `epoch` (0-based); on rank 0
+ * with a status line (log.h) it is redrawn, at most 5 times a second. */
+void metrics_step_end(metrics_t *mt, const struct trainer *t, int64_t epoch, int64_t step);
 /* The progress line at `step` (collective): the global mean loss since the
  * last line (res->last_loss), lr, samples/s, data and comm wait; then a
  * warning naming the ranks whose busy time per step, over the last 10 or
@@ -67,6 +105,16 @@ ddp_status_t metrics_log(metrics_t *mt, struct trainer *t, int64_t epoch, int64_
  * of each rank's median step, compute and data-wait time, naming the ranks
  * of the minimum and the maximum. */
 void metrics_summary(metrics_t *mt, struct trainer *t, int64_t steps, double elapsed);
+/* An evaluation's global result (rank 0 writes the "eval" record; val_acc
+ * NaN for regression). */
+void metrics_eval(metrics_t *mt, const struct trainer *t, int64_t epoch, int64_t step,
+                  double val_loss, double val_acc, int64_t samples);
+
+/* The status line's text: "epoch E/N  step S/T  loss L  X samples/s  ETA
+ * H:MM:SS" (epoch 1-based; loss and samples_per_s NaN: none yet, shown as
+ * "-"; eta_s not finite or negative: "ETA -"). */
+void metrics_status_format(char *buf, size_t n, int64_t epoch, int64_t epochs, int64_t step,
+                           int64_t total, double loss, double samples_per_s, double eta_s);
 
 /* Memory probes (MiB): peak resident set; proportional set size now (-1
  * where the system does not say). */

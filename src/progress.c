@@ -11,8 +11,9 @@
 
 static progress_record_t rec_ = {.phase = PHASE_STARTUP};
 static _Atomic uint64_t version_;
-static uint64_t numbered_; /* collectives started (main thread only) */
-static double waited_;     /* seconds blocked so far (main thread only) */
+static uint64_t numbered_;            /* collectives started (main thread only) */
+static double waited_;                /* seconds blocked so far (main thread only) */
+static double in_phase_[PHASE_COUNT]; /* seconds spent in each phase, up to the last change */
 static progress_hook_t hook_;
 static void *hook_arg_;
 
@@ -49,10 +50,20 @@ void progress_begin(void)
 void progress_phase(progress_phase_t p)
 {
     if (rec_.phase == (int32_t)p) return;
+    double now = clock_seconds();
+    if (rec_.phase >= 0 && rec_.phase < PHASE_COUNT)
+        in_phase_[rec_.phase] += now - rec_.phase_since;
     write_begin_();
     rec_.phase = (int32_t)p;
-    rec_.phase_since = clock_seconds();
+    rec_.phase_since = now;
     write_end_();
+}
+
+void progress_phase_seconds(double out[PHASE_COUNT])
+{
+    memcpy(out, in_phase_, sizeof in_phase_);
+    if (rec_.phase >= 0 && rec_.phase < PHASE_COUNT)
+        out[rec_.phase] += clock_seconds() - rec_.phase_since;
 }
 
 void progress_step(int64_t step)

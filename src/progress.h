@@ -75,6 +75,10 @@ void progress_unblock(void);
  * (gradient buckets, SyncBatchNorm, control), the waits above summed: what
  * a step lost to other ranks (metrics.h: compute = step - waits). */
 double progress_wait_seconds(void);
+/* Seconds the main thread has spent in each phase since the process
+ * started, the current phase up to now included (metrics.h splits the step
+ * time with differences of these).  Main thread only. */
+void progress_phase_seconds(double out[PHASE_COUNT]);
 /* The collective started most recently (to block on it). */
 progress_coll_t progress_last(void);
 

@@ -671,6 +671,7 @@ ddp_status_t startup_run(trainer_t *t)
     DDP_TRY(control_agree(ctl, t->compute->init(t->comm.local_rank, t->comm.local_size, t->device,
                                                 sizeof t->device)));
     DDP_TRY(control_agree(ctl, checkpoint_startup(t)));
+    DDP_TRY(control_agree(ctl, metrics_open(&t->metrics, t)));
     DDP_TRY(control_agree(ctl, open_data_(t)));
     DDP_TRY(control_agree(ctl, build_model_(t)));
     /* before any collective whose size depends on the options or the model */

@@ -61,6 +61,7 @@ static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
      * by bucket as each bucket's gradients become final, inside the reducer
      * (reducer.h) */
     int per_bucket = optim_can_apply_per_bucket(&t->opt);
+    t->metrics.grad_norm = NAN;
     inject_step_begin(global_step + 1);
     progress_step(global_step + 1);
     diagnostics_step_begin(g, t);
@@ -118,7 +119,10 @@ static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
         return DDP_OK;
     }
     double grad_norm;
-    return optim_step(&t->opt, m, &grad_norm);
+    ddp_status_t s = optim_step(&t->opt, m, &grad_norm);
+    /* computed only with clipping (the norm costs a pass over the gradients) */
+    t->metrics.grad_norm = grad_norm >= 0 ? grad_norm : NAN;
+    return s;
 }
 
 /* This epoch's micro-batches left after the last whole step (an incomplete
@@ -204,7 +208,7 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
             /* the non-finite guard, every step: a NaN or Inf loss stays in
              * this rank's running loss sum (one read of the step's sums) */
             DDP_TRY(diagnostics_step_end(g, t, step + 1, skipped));
-            metrics_step_end(&t->metrics, t);
+            metrics_step_end(&t->metrics, t, epoch, step + 1);
             progress_phase(PHASE_STEP_END);
             used_micro = (s + 1) * cfg->accum;
             step++;

@@ -6,7 +6,9 @@
  *                  model, the start-up table; and the teardown
  *   train.c        the training loop and its step (ddp_train)
  *   evaluate.c     evaluation on the /val split
- *   metrics.c      timers, the progress line, the summary, memory probes
+ *   metrics.c      timers, the progress line (and the status line on a
+ *                  terminal), the --metrics records, the summary, memory
+ *                  probes
  *   checkpoint.c   what is written to disk (--save, checkpoints) and resumed
  *   diagnostics.c  the replica check (--check-replicas), the non-finite
  *                  guard (--on-nonfinite) and the faults injected into the
