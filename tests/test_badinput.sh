@@ -27,18 +27,8 @@ expect() {
   shift
   DDP_TEST_TIMEOUT=120 mpirun_np 2 "$DDPTRAIN" "$@" --save "$T/out.h5" >"$T/o" 2>"$T/e"
   rc=$?
-  [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hang (timeout): $*"
-  [ $rc -eq "$code" ] || { cat "$T/e"; fail "exit $rc, expected $code: $*"; }
-  n=$(grep -c "ddptrain: \(rank [0-9]* ([^)]*): \)\?error:" "$T/e")
-  [ "$n" -eq 1 ] || { cat "$T/e"; fail "$n error lines, expected 1: $*"; }
-  grep -q "core dumped" "$T/e" && fail "core dump: $*"
+  ddp_expect_error "$T/e" $rc "$code" "$*" "$needles"
   [ -e "$T/out.h5" ] && fail "an output file was written: $*"
-  IFS='|'
-  for s in $needles; do
-    [ -z "$s" ] && continue
-    grep -qF -- "$s" "$T/e" || { unset IFS; cat "$T/e"; fail "message lacks '$s': $*"; }
-  done
-  unset IFS
   echo "ok ($code): $(grep 'error:' "$T/e")"
 }
 

@@ -39,17 +39,8 @@ expect() {
   shift
   mpirun_np 2 "$DDPTRAIN" "$@" >"$T/o" 2>"$T/e"
   rc=$?
-  [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hang (timeout): $*"
-  [ $rc -eq "$code" ] || { cat "$T/o" "$T/e"; fail "exit $rc, expected $code: $*"; }
-  n=$(grep -c "ddptrain: \(rank [0-9]* ([^)]*): \)\?error:" "$T/e")
-  [ "$n" -eq 1 ] || { cat "$T/e"; fail "$n error lines, expected 1: $*"; }
-  grep -q "core dumped\|Segmentation fault\|HDF5-DIAG" "$T/e" && { cat "$T/e"; fail "crash: $*"; }
-  IFS='|'
-  for s in $needles; do
-    [ -z "$s" ] && continue
-    grep -qF -- "$s" "$T/e" || { unset IFS; cat "$T/e"; fail "message lacks '$s': $*"; }
-  done
-  unset IFS
+  [ $rc -eq "$code" ] || cat "$T/o"
+  ddp_expect_error "$T/e" $rc "$code" "$*" "$needles"
   echo "ok ($code): $(grep 'error:' "$T/e")"
 }
 # run1 ARGS: ddptrain on 1 rank, started directly (the runs that succeed)

@@ -49,17 +49,8 @@ differs() {
   while [ "$1" != "--" ]; do needles="$needles|$1"; shift; done
   shift
   run "$np" "$@"
-  [ $rc -eq 6 ] || { cat "$T/e"; fail "$what: exit $rc, expected 6: $*"; }
-  n=$(grep -c "ddptrain: \(rank [0-9]* ([^)]*): \)\?error:" "$T/e")
-  [ "$n" -eq 1 ] || { cat "$T/e"; fail "$what: $n error lines, expected 1: $*"; }
-  grep -q "core dumped" "$T/e" && fail "$what: core dump: $*"
+  ddp_expect_error "$T/e" $rc 6 "$what: $*" "$needles"
   ls "$T"/r*/out.h5 >/dev/null 2>&1 && fail "$what: an output file was written: $*"
-  IFS='|'
-  for s in $needles; do
-    [ -z "$s" ] && continue
-    grep -qF -- "$s" "$T/e" || { unset IFS; cat "$T/e"; fail "$what: message lacks '$s': $*"; }
-  done
-  unset IFS
   echo "ok (6, $what): $(grep 'error:' "$T/e")"
 }
 # same NP CASE ARGS: trains (exit 0, weights saved)
