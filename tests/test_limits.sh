@@ -19,10 +19,14 @@ export DDP_TEST_TIMEOUT=${DDP_TEST_TIMEOUT:-120}
   || fail "ddptrain-prep synthetic"
 m="--model linear:1024,relu,linear:1024,relu,linear:auto --momentum 0.9 --batch 16 --log-every 0 --eval-every 0"
 
-# run LIMIT_KIB OUT ARGS...: 2 ranks under ulimit -v LIMIT_KIB
+# run LIMIT_KIB OUT ARGS...: 2 ranks under ulimit -v LIMIT_KIB.  One malloc
+# arena: otherwise the address space in use at start-up varies from run to
+# run by an arena (64 MiB) per thread that happened to take one, and the
+# limits below, set from one run's estimate, would not hold for the next.
 run() {
   _lim=$1 _out=$2; shift 2
-  (ulimit -v "$_lim" && mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m "$@") >"$_out.o" 2>"$_out.e"
+  (ulimit -v "$_lim" && MALLOC_ARENA_MAX=1 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m "$@") \
+    >"$_out.o" 2>"$_out.e"
 }
 
 # the estimate, under a generous limit
@@ -31,12 +35,9 @@ need=$(sed -n 's/^  address      about \([0-9]*\) MiB per rank.*/\1/p' "$T/big.o
 [ -n "$need" ] || { cat "$T/big.o"; fail "the start-up table shows no address-space estimate under ulimit -v"; }
 echo "estimate: $need MiB per rank"
 
-# The address space in use at start-up varies from run to run by a malloc
-# arena (64 MiB: whether a thread of MPI's took one), so the limits below
-# keep clear of the estimate by more than that; the BLAS buffer and the
-# thread reserve (216 MiB) keep the lower one above what start-up maps
-# before the check.
-# Below the estimate: one line, exit 5, no hang.
+# The limits keep clear of the estimate (the lower one by less than the
+# BLAS buffer and the thread reserve, 216 MiB, so that start-up reaches the
+# check).  Below the estimate: one line, exit 5, no hang.
 run $(( (need - 120) * 1024 )) "$T/low" --steps 20
 rc=$?
 [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "hang under ulimit -v $((need - 120)) MiB"
