@@ -41,6 +41,13 @@ static void sample_text_(const deck_t *d, int64_t idx, char *buf, size_t cap, si
         *u += (size_t)snprintf(buf + *u, cap - *u, "%lld", (long long)idx);
 }
 
+void diagnostics_sample_name(const deck_t *d, int64_t idx, char *buf, size_t cap)
+{
+    size_t u = 0;
+    if (cap) buf[0] = '\0';
+    sample_text_(d, idx, buf, cap, &u);
+}
+
 /* The samples idx[0..n) as "7, 12, 40 (3 samples: rows 7, 12, 40 of d.h5)",
  * at most DIAG_LIST_MAX of them; rows per sample when they span shards. */
 static void samples_text_(const deck_t *d, const int64_t *idx, int n, char *buf, size_t cap)
@@ -168,7 +175,7 @@ int diagnostics_grads_finite(trainer_t *t)
     return t->compute->all_finite(t->model.ntrainable, t->model.grads);
 }
 
-static const char *nonfinite_name_(double x)
+const char *diagnostics_nonfinite_name(double x)
 {
     return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
 }
@@ -215,7 +222,7 @@ static int nonfinite_text_(diagnostics_t *g, trainer_t *t, int64_t step, int j, 
     size_t u = (size_t)snprintf(buf, cap,
                                 "the training loss is %s at step %lld on this rank%s; "
                                 "its samples there: %s",
-                                nonfinite_name_(loss), (long long)step, micro, list);
+                                diagnostics_nonfinite_name(loss), (long long)step, micro, list);
     if (u >= cap) return found;
     if (found == 1) {
         u += (size_t)snprintf(buf + u, cap - u, "; sample ");
@@ -225,7 +232,7 @@ static int nonfinite_text_(diagnostics_t *g, trainer_t *t, int64_t step, int j, 
                      " holds a non-finite input value (%s at value %zu of %zu): the input is "
                      "bad; --check-data finds such samples in the files at start-up (fix or "
                      "drop them)",
-                     nonfinite_name_(v), elem, t->train.sample_numel);
+                     diagnostics_nonfinite_name(v), elem, t->train.sample_numel);
     } else {
         snprintf(buf + u, cap - u, "%s: " DDP_DIVERGED_ADVICE,
                  found == 0 ? "; their inputs are finite" : "");
@@ -288,7 +295,7 @@ ddp_status_t diagnostics_step_end(diagnostics_t *g, trainer_t *t, int64_t step, 
             log_warn("the training loss is %s at step %lld on this rank, but the all-reduced "
                      "gradient is finite: the step was applied; its loss is left out of the "
                      "logged loss",
-                     nonfinite_name_(g->loss_host[bad]), (long long)step);
+                     diagnostics_nonfinite_name(g->loss_host[bad]), (long long)step);
     }
     if (skipped || bad >= 0) {
         /* the step's loss and samples stay out of the logged loss */

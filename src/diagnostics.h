@@ -24,11 +24,13 @@
 #ifndef DDP_DIAGNOSTICS_H
 #define DDP_DIAGNOSTICS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "status.h"
 
 struct trainer;
+struct deck;
 
 #define DIAG_LIST_MAX 8 /* samples or steps a message lists */
 
@@ -94,6 +96,10 @@ void diagnostics_summary(const diagnostics_t *g, struct trainer *t);
  * start-up broadcast.  One all-gather of 8 bytes per rank; a second one of
  * the per-tensor hashes only when they differ. */
 ddp_status_t diagnostics_check_replicas(struct trainer *t, int64_t step);
+/* For messages about a non-finite value: "nan", "inf" or "-inf"; and global
+ * sample idx of d as "412 (row 412 of d.h5)". */
+const char *diagnostics_nonfinite_name(double x);
+void diagnostics_sample_name(const struct deck *d, int64_t idx, char *buf, size_t cap);
 /* --inject bitflip due after `step` (1-based) on this rank: flip the lowest
  * bit of the first element of its tensor. */
 void diagnostics_inject_bitflip(struct trainer *t, int64_t step);

@@ -18,11 +18,6 @@ typedef struct eval_bad {
     float value;
 } eval_bad_t;
 
-static const char *nonfinite_name_(double x)
-{
-    return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
-}
-
 /* The batch of n samples from global index first made the loss sum
  * non-finite: the first sample with a non-finite input value (or target). */
 static eval_bad_t find_bad_(const trainer_t *t, const host_batch_t *h, int64_t first, int n,
@@ -66,24 +61,20 @@ static ddp_status_t fail_nonfinite_(trainer_t *t, const eval_bad_t *mine, double
     eval_bad_t b = all[pick];
     free(all);
     const deck_t *v = &t->val;
-    const deck_shard_t *sh = &v->shards[0];
-    for (int k = 0; k < v->nshards; k++)
-        if (b.idx >= v->shards[k].first && b.idx < v->shards[k].first + v->shards[k].n)
-            sh = &v->shards[k];
-    char where[4200];
-    snprintf(where, sizeof where, "/val sample %lld (row %lld of %s)", (long long)b.idx,
-             (long long)(b.idx - sh->first), sh->path);
+    char sample[4200], where[4300];
+    diagnostics_sample_name(v, b.idx, sample, sizeof sample);
+    snprintf(where, sizeof where, "/val sample %s", sample);
     if (b.what == 3)
         return ddp_fail(DDP_ERR_NUMERIC,
                         "the validation loss is %s at step %lld, first in the batch from %s; "
                         "its inputs are finite: " DDP_DIVERGED_ADVICE,
-                        nonfinite_name_(loss), (long long)step, where);
+                        diagnostics_nonfinite_name(loss), (long long)step, where);
     return ddp_fail(DDP_ERR_NUMERIC,
                     "the validation loss is %s at step %lld: %s holds a non-finite %s "
                     "(%s at value %lld of %zu): the input is bad; --check-data finds such "
                     "samples in the files at start-up (fix or drop them)",
-                    nonfinite_name_(loss), (long long)step, where,
-                    b.what == 1 ? "input value" : "target", nonfinite_name_(b.value),
+                    diagnostics_nonfinite_name(loss), (long long)step, where,
+                    b.what == 1 ? "input value" : "target", diagnostics_nonfinite_name(b.value),
                     (long long)b.elem, b.what == 1 ? v->sample_numel : (size_t)v->targets);
 }
 
