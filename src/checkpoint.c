@@ -97,36 +97,13 @@ static ddp_status_t list_(const char *dir, int64_t **steps, int *n)
 
 /* ---- start-up ------------------------------------------------------------ */
 
-/* The input of this run that path (followed through links) is, or NULL:
- * the decks, --init, --resume and --config files, compared by device and
- * inode (another name or a link of the same file counts). */
-static const char *input_at_(const ddp_config_t *cfg, const char *path, const char **option)
-{
-    struct stat st, in;
-    if (stat(path, &st) != 0) return NULL;
-    for (int i = 0; i < cfg->ninputs; i++) {
-        *option = "the input deck";
-        if (stat(cfg->inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
-            return cfg->inputs[i];
-    }
-    const char *opt[3] = {"--init", "--resume", "--config"};
-    const char *file[3] = {cfg->init, strcmp(cfg->resume, "auto") ? cfg->resume : "", cfg->config};
-    for (int i = 0; i < 3; i++) {
-        *option = opt[i];
-        if (file[i][0] && stat(file[i], &in) == 0 && in.st_dev == st.st_dev &&
-            in.st_ino == st.st_ino)
-            return file[i];
-    }
-    return NULL;
-}
-
 /* --save: a regular file (or a new one) that is none of the inputs, in a
  * writable directory; stale temporary files of earlier saves removed. */
 static ddp_status_t probe_save_(const trainer_t *t)
 {
     const char *path = t->cfg->save, *option = "";
     if (!path[0]) return DDP_OK;
-    const char *input = input_at_(t->cfg, path, &option);
+    const char *input = config_input_at(t->cfg, path, &option);
     if (input)
         return ddp_fail(DDP_ERR_USAGE,
                         "--save %s is %s %s (the same file); the weights would replace it: "

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "atomicfile.h"
 #include "clock.h"
 #include "jsonl.h"
 #include "log.h"
@@ -92,28 +93,13 @@ static uint64_t reducer_bytes_(const trainer_t *t)
 
 /* ---- --metrics ----------------------------------------------------------- */
 
-/* The input of the run that path is (same device and inode), or NULL. */
-static const char *input_at_(const ddp_config_t *cfg, const char *path)
-{
-    struct stat st, in;
-    if (stat(path, &st) != 0) return NULL;
-    for (int i = 0; i < cfg->ninputs; i++)
-        if (stat(cfg->inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
-            return cfg->inputs[i];
-    const char *file[3] = {cfg->init, strcmp(cfg->resume, "auto") ? cfg->resume : "", cfg->config};
-    for (int i = 0; i < 3; i++)
-        if (file[i][0] && stat(file[i], &in) == 0 && in.st_dev == st.st_dev &&
-            in.st_ino == st.st_ino)
-            return file[i];
-    return NULL;
-}
-
 ddp_status_t metrics_open(metrics_t *mt, const trainer_t *t)
 {
     const char *path = t->cfg->metrics;
     mt->jsonl = NULL;
     if (!path[0] || t->ctl->rank != 0) return DDP_OK;
-    const char *input = input_at_(t->cfg, path);
+    const char *option = "";
+    const char *input = config_input_at(t->cfg, path, &option);
     if (input)
         return ddp_fail(DDP_ERR_USAGE,
                         "--metrics %s is the input %s (the same file); JSON lines would be "
@@ -124,10 +110,7 @@ ddp_status_t metrics_open(metrics_t *mt, const trainer_t *t)
         return ddp_fail(DDP_ERR_USAGE,
                         "--metrics %s is %s, not a regular file: name a file to append JSON "
                         "lines to",
-                        path,
-                        S_ISDIR(st.st_mode)    ? "a directory"
-                        : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                               : "a device or socket");
+                        path, atomicfile_kind(st.st_mode));
     FILE *f = fopen(path, "ae");
     if (!f)
         return ddp_fail(DDP_ERR_IO,
