@@ -14,6 +14,7 @@
 # From a configured build directory (it needs ./ddptrain and ./ddptrain-prep,
 # or DDPTRAIN and DDPPREP in the environment):
 #   sh /path/to/ddptrain/bench/bench_ckpt.sh [--quick] [--dir DIR] [ROUNDS]
+# With BENCH_CSV=FILE the numbers are also appended to FILE (bench/lib.sh).
 # --dir DIR (or CKPT_BENCH_DIR): where the checkpoints and dd files go, so the
 # disk under test can be chosen (default: a temporary directory under
 # ${TMPDIR:-/tmp}); the script writes only into a new subdirectory of DIR and
@@ -58,7 +59,7 @@ trap 'exit 130' INT TERM
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
 broken() { echo "bench_ckpt.sh: $*" >&2; exit 1; }
-med() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 now() { date +%s.%N; }
 
 # size name, then the model: 256 input features, 10 classes; AdamW
@@ -131,6 +132,9 @@ for s in $sizes; do
   awk -v n="$(awk -v b="$b" 'BEGIN { printf "%.0f MiB", b / 1048576 }')" -v b="$b" -v c="$c" -v w="$w" -v d="$d" -v sh="$sh" \
     'BEGIN { printf "%-8s %12d %12.0f %12.0f %12.0f %7.0f%% %11.0f%%\n", n, b, c, w, d, 100 * c / d, 100 * sh }'
   awk -v c="$c" -v d="$d" 'BEGIN { print 100 * c / d }' >>"$tmp/ratios"
+  awk '{ print $1 / ($2 + $3) / 1048576 }' "$tmp/$s.ckpt" >"$tmp/x"
+  csv_rows "checkpoint-$(awk -v b="$b" 'BEGIN { printf "%.0fMiB", b / 1048576 }')" ddptrain 1 write_mib_per_s "$tmp/x" MiB/s
+  csv_rows "checkpoint-$(awk -v b="$b" 'BEGIN { printf "%.0fMiB", b / 1048576 }')" dd-fsync 1 write_mib_per_s "$tmp/$s.dd" MiB/s
 done
 awk '{ if (NR == 1 || $1 < m) m = $1 } END {
   printf "checkpoint / dd+fsync, worst size: %.0f%% (target >= 75%%): %s\n", m, (m >= 75 ? "met" : "missed") }' "$tmp/ratios"

@@ -10,7 +10,10 @@
 # Prints one table per (data set, batch, order) -- see bench_loader.c for the
 # modes -- then the RSS lines; exits non-zero if the peak RSS grows by more
 # than 10% when N grows 10x.
+# With BENCH_CSV=FILE the samples/s of each mode are also appended to FILE
+# (bench/lib.sh; "best of REPS", so min = median = max).
 set -eu
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 BENCH=${BENCH:-./bench/bench_loader}
 BATCHES=${BATCHES:-64 256}
 REPS=${REPS:-5}
@@ -29,8 +32,11 @@ echo "# host: $(uname -srm), $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
 for f in fm-200k c32-50k; do
   for b in $BATCHES; do
     for order in seq random; do
-      "$BENCH" run "$dir/$f.h5" "$b" "$order" "$REPS"
+      "$BENCH" run "$dir/$f.h5" "$b" "$order" "$REPS" | tee "$dir/out"
       echo
+      awk '!/^#/ && NF >= 3 { print $1, $2 }' "$dir/out" | while read -r mode sps; do
+        csv_value "loader-$f-b$b-$order" "$mode" 1 samples_per_s "$sps" samples/s
+      done
     done
   done
 done

@@ -8,10 +8,12 @@
 #
 # From a configured build directory:
 #   make -C bench bench && sh /path/to/ddptrain/bench/bench_train.sh [ROUNDS] [STEPS]
+# With BENCH_CSV=FILE the numbers are also appended to FILE (bench/lib.sh).
 set -eu
 rounds=${1:-3}
 steps=${2:-400}
 src=$(cd "$(dirname "$0")/.." && pwd)
+. "$src/bench/lib.sh"
 [ -x ./ddptrain ] && [ -x ./bench/bench_kernels ] || {
   echo "run from a build directory after 'make && make -C bench bench'" >&2; exit 2; }
 tmp=$(mktemp -d)
@@ -23,7 +25,6 @@ model="--model linear:1024,bn,relu,linear:1024,bn,relu,linear:10 --batch 64 --lo
 # gradients of layers 2 and 3 (the first layer's input needs none)
 flop=$(awk 'BEGIN { b = 64; w = 784*1024 + 1024*1024 + 1024*10; printf "%.0f", 2*b*(2*w) + 2*b*(1024*1024 + 1024*10) }')
 
-med() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 : >"$tmp/ddp"; : >"$tmp/torch"; : >"$tmp/kstep"; : >"$tmp/gemm"
 for r in $(seq "$rounds"); do
   ./ddptrain "$tmp/mlp.h5" $model --steps "$steps" >"$tmp/o" 2>&1
@@ -45,3 +46,8 @@ row "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), 1 
 awk -v d="$d" -v t="$t" -v g="$g" 'BEGIN {
   printf "ddptrain / PyTorch samples/s: %.2fx (target >= 1.3x)\n", t / d;
   printf "ddptrain GFLOP/s / sgemm GFLOP/s: %.0f%%\n", 100 * g / d }'
+for k in ddp:ddptrain kstep:cpu-ops-alone gemm:cblas-sgemm-alone torch:pytorch; do
+  scale_each "$tmp/${k%%:*}" "$flop / v / 1e6" >"$tmp/gf"
+  csv_rows mlp-1-rank "${k#*:}" 1 gflops "$tmp/gf" GFLOP/s
+  csv_rows mlp-1-rank "${k#*:}" 1 step_ms "$tmp/${k%%:*}" ms
+done

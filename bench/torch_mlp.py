@@ -1,10 +1,13 @@
 #!/usr/bin/python3
-"""torch_mlp.py -- the PyTorch reference for bench_kernels: the same MLP
-784-1024-1024-10 with BatchNorm1d, batch 64, cross-entropy, SGD (lr 0.01,
-momentum 0.9, weight decay 5e-4), one thread, same step structure (zero
-grads, forward, loss, backward, step) on one fixed batch.
+"""torch_mlp.py -- the PyTorch reference for bench_kernels and bench_ddp.sh:
+the same model (--model mlp: 784-1024-1024-10 with BatchNorm1d; --model cnn:
+Conv2d 32 3x3 pad 1, BatchNorm2d, ReLU, MaxPool2d 2, Conv2d 64 3x3 pad 1,
+BatchNorm2d, ReLU, MaxPool2d 2, Linear 3136-128, ReLU, Linear 10 on 1x28x28
+inputs), batch 64, cross-entropy, SGD (lr 0.01, momentum 0.9, weight decay
+5e-4), one thread, same step structure (zero grads, forward, loss, backward,
+step) on one fixed batch.
 
-    /usr/bin/python3 bench/torch_mlp.py [-b BATCH] [-n STEPS] [-w WARMUP]
+    /usr/bin/python3 bench/torch_mlp.py [--model mlp|cnn] [-b BATCH] [-n STEPS] [-w WARMUP]
 
 Prints the median step time and samples/s in the format of bench_kernels.
 
@@ -31,12 +34,22 @@ def main():
     ap.add_argument("-n", "--steps", type=int, default=200)
     ap.add_argument("-w", "--warmup", type=int, default=10)
     ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo")
+    ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(784, 1024), nn.BatchNorm1d(1024), nn.ReLU(),
-                          nn.Linear(1024, 1024), nn.BatchNorm1d(1024), nn.ReLU(),
-                          nn.Linear(1024, 10))
+    if a.model == "mlp":
+        model = nn.Sequential(nn.Linear(784, 1024), nn.BatchNorm1d(1024), nn.ReLU(),
+                              nn.Linear(1024, 1024), nn.BatchNorm1d(1024), nn.ReLU(),
+                              nn.Linear(1024, 10))
+        shape = (a.batch, 784)
+    else:
+        model = nn.Sequential(nn.Conv2d(1, 32, 3, 1, 1), nn.BatchNorm2d(32), nn.ReLU(),
+                              nn.MaxPool2d(2),
+                              nn.Conv2d(32, 64, 3, 1, 1), nn.BatchNorm2d(64), nn.ReLU(),
+                              nn.MaxPool2d(2), nn.Flatten(),
+                              nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+        shape = (a.batch, 1, 28, 28)
     world, rank = 1, 0
     if a.ddp:
         import torch.distributed as dist
@@ -45,7 +58,7 @@ def main():
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss()
-    x = torch.rand(a.batch, 784) * 2 - 1
+    x = torch.rand(*shape) * 2 - 1
     y = torch.randint(0, 10, (a.batch,))
     times = []
     for i in range(a.warmup + a.steps):

@@ -1,0 +1,47 @@
+#!/bin/sh
+# test_bench.sh -- the benchmark suite behind `make bench` (bench/suite.sh)
+# runs and writes what bench/README.md says: `--quick --only accum` (2 ranks,
+# --accum 1 and 4 over the same samples) writes results.md (the header with
+# machine and versions, the case's section with its command and table, the
+# summary) and results.csv (the header, min <= median <= max in every row);
+# and the numbers are those of gradient accumulation: each rank all-reduces
+# the float32 gradient once per optimizer step, so the bytes per sample
+# match 4 x parameters / (64 x accum) within 0.5% and --accum 4 sends a
+# quarter of --accum 1's.  Bad arguments are refused with one line, exit 2,
+# and nothing written.
+. ./testenv.sh || exit 99
+set -u
+ddp_tmpdir
+cd "$top_builddir" || fail "no build directory $top_builddir"
+sh "$top_srcdir/bench/suite.sh" --quick --only accum --out "$T" >"$T/log" 2>&1 ||
+  { cat "$T/log"; fail "suite.sh --quick --only accum failed"; }
+md=$T/results.md csv=$T/results.csv
+[ -s "$md" ] && [ -s "$csv" ] || fail "suite.sh wrote no results.md or results.csv"
+[ "$(head -n 1 "$csv")" = "case,implementation,ranks,metric,min,median,max,unit" ] ||
+  fail "results.csv header: $(head -n 1 "$csv")"
+awk -F, 'NR > 1 && (NF != 8 || $5 + 0 > $6 + 0 || $6 + 0 > $7 + 0) { print "bad row " NR ": " $0; bad = 1 } END { exit bad }' "$csv" ||
+  fail "results.csv has malformed rows"
+for k in 1 4; do
+  got=$(awk -F, -v c="accum-$k" '$1 == c && $2 == "ddptrain" && $4 == "grad_bytes_per_sample" { print $6 }' "$csv")
+  want=$(awk -F, -v c="accum-$k" '$1 == c && $2 == "expected" && $4 == "grad_bytes_per_sample" { print $6 }' "$csv")
+  [ -n "$got" ] && [ -n "$want" ] || { cat "$csv"; fail "no grad_bytes_per_sample rows for accum $k"; }
+  awk -v g="$got" -v w="$want" 'BEGIN { exit !(g > 0.995 * w && g < 1.005 * w) }' ||
+    fail "--accum $k: $got gradient bytes per sample, expected $want"
+  eval "b$k=\$got"
+done
+awk -v a="$b1" -v b="$b4" 'BEGIN { exit !(a / b > 3.98 && a / b < 4.02) }' ||
+  fail "bytes per sample accum 1 / accum 4 = $b1 / $b4, expected 4"
+for s in "# bench/results.md" "- machine: " "- ddptrain: ddptrain " "- MPI: " "- PyTorch: " \
+  "## Summary" "## Gradient accumulation 4 against 1" "sh ../bench/bench_accum.sh" "--accum 4 "; do
+  grep -qF -- "$s" "$md" || { cat "$md"; fail "results.md lacks '$s'"; }
+done
+# bad arguments: one line, exit 2, nothing written
+mkdir "$T/bad"
+for args in "--only nosuchcase --out $T/bad" "--out $T/missing" "--frobnicate --out $T/bad" "--rounds"; do
+  rc=0
+  sh "$top_srcdir/bench/suite.sh" $args >"$T/o" 2>"$T/e" || rc=$?
+  [ "$rc" -eq 2 ] || { cat "$T/e"; fail "suite.sh $args: exit $rc, expected 2"; }
+  [ "$(wc -l <"$T/e")" -eq 1 ] && grep -q "suite.sh: " "$T/e" || { cat "$T/e"; fail "suite.sh $args: not one error line"; }
+done
+[ -z "$(ls "$T/bad")" ] || fail "a refused suite.sh run wrote $(ls "$T/bad")"
+echo "ok: bench suite (accum 1: $b1, accum 4: $b4 gradient bytes per sample)"
