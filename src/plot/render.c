@@ -519,6 +519,7 @@ static ddp_status_t scaling_body_(render_dir_t *d, FILE *gp, const void *arg)
 {
     const scaling_arg_t *a = arg;
     int64_t max_ranks = 1;
+    double max_eff = 1.0;
     for (size_t i = 0; i < a->sc->n; i++) {
         const plot_scaling_line_t *l = &a->sc->lines[i];
         char name[64], full[RENDER_PATH_MAX_ + 100];
@@ -534,13 +535,15 @@ static ddp_status_t scaling_body_(render_dir_t *d, FILE *gp, const void *arg)
             gp_num_(f, l->pts[j].efficiency);
             fputc('\n', f);
             if (l->pts[j].ranks > max_ranks) max_ranks = l->pts[j].ranks;
+            if (l->pts[j].efficiency > max_eff) max_eff = l->pts[j].efficiency;
         }
         DDP_TRY(file_close_(f, full));
     }
     gp_panel_(gp, a->opts->title ? a->opts->title : "weak-scaling efficiency", "ranks",
               "efficiency (samples/s at N ranks / (N x at 1 rank))");
-    fprintf(gp, "set logscale x 2\nset xrange [0.8:%g]\nset yrange [0:*]\nset key bottom left\n",
-            (double)max_ranks * 1.25);
+    /* the ideal (1.0) inside the frame, not on its border */
+    fprintf(gp, "set logscale x 2\nset xrange [0.8:%g]\nset yrange [0:%g]\nset key bottom left\n",
+            (double)max_ranks * 1.25, max_eff * 1.1);
     fputs("plot 1 with lines dt 2 lc 'gray' title 'ideal'", gp);
     for (size_t i = 0; i < a->sc->n; i++) {
         char name[64];
