@@ -231,8 +231,14 @@ static int value_(json_cursor_t *c, int depth, plot_json_field_t *keep)
     case '{': keep->kind = PLOT_JSON_OBJECT; return container_(c, depth, NULL);
     case '[': keep->kind = PLOT_JSON_ARRAY; return container_(c, depth, NULL);
     case '"': keep->kind = PLOT_JSON_STR; return string_(c, keep->str, sizeof keep->str);
-    case 't': keep->kind = PLOT_JSON_BOOL; keep->num = 1; return literal_(c, "true");
-    case 'f': keep->kind = PLOT_JSON_BOOL; keep->num = 0; return literal_(c, "false");
+    case 't':
+        keep->kind = PLOT_JSON_BOOL;
+        keep->num = 1;
+        return literal_(c, "true");
+    case 'f':
+        keep->kind = PLOT_JSON_BOOL;
+        keep->num = 0;
+        return literal_(c, "false");
     case 'n': keep->kind = PLOT_JSON_NULL; return literal_(c, "null");
     default:
         if (*c->s == '-' || (*c->s >= '0' && *c->s <= '9')) {
@@ -250,10 +256,12 @@ int plot_json_parse(const char *text, size_t len, plot_json_obj_t *obj, char *er
     blanks_(&c);
     char b[16];
     if (c.s >= c.end) return fail_(&c, "an empty line");
-    if (*c.s != '{') return fail_(&c, "it does not start with '{' (found %s)", char_name_(&c, b, sizeof b));
+    if (*c.s != '{')
+        return fail_(&c, "it does not start with '{' (found %s)", char_name_(&c, b, sizeof b));
     if (container_(&c, 0, obj) != 0) return -1;
     blanks_(&c);
-    if (c.s < c.end) return fail_(&c, "text after the object's closing '}' (%s)", char_name_(&c, b, sizeof b));
+    if (c.s < c.end)
+        return fail_(&c, "text after the object's closing '}' (%s)", char_name_(&c, b, sizeof b));
     return 0;
 }
 

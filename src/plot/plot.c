@@ -128,8 +128,9 @@ static ddp_status_t parse_(int argc, char **argv, plot_args_t *a)
     }
     if (!a->opts.out) return ddp_fail(DDP_ERR_USAGE, "no output: -o OUT.png is required");
     if (a->scaling && a->nfiles)
-        return ddp_fail(DDP_ERR_USAGE, "--scaling takes one results.csv, not metrics files too "
-                                       "('%s'): make two plots",
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--scaling takes one results.csv, not metrics files too "
+                        "('%s'): make two plots",
                         a->files[0]);
     if (!a->scaling && !a->nfiles)
         return ddp_fail(DDP_ERR_USAGE,

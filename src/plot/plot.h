@@ -113,7 +113,7 @@ typedef struct plot_scaling_point {
 } plot_scaling_point_t;
 
 typedef struct plot_scaling_line {
-    char label[256]; /* "CASE IMPLEMENTATION" */
+    char label[256];           /* "CASE IMPLEMENTATION" */
     plot_scaling_point_t *pts; /* by ranks, increasing */
     size_t n;
 } plot_scaling_line_t;

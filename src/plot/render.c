@@ -30,8 +30,8 @@ typedef struct render_dir {
     int nmade;
 } render_dir_t;
 
-static const char *const phase_titles_[PLOT_NPHASES + 1] = {
-    "data wait", "forward", "backward", "exposed comm", "optimizer", "other"};
+static const char *const phase_titles_[PLOT_NPHASES + 1] = {"data wait",    "forward",   "backward",
+                                                            "exposed comm", "optimizer", "other"};
 
 int plot_find_gnuplot(char *buf, size_t n)
 {
@@ -73,8 +73,9 @@ static ddp_status_t dir_open_(render_dir_t *d, const char *keep)
     if (snprintf(d->path, sizeof d->path, "%s/ddptrain-plot.XXXXXX", tmp) >= (int)sizeof d->path)
         return ddp_fail(DDP_ERR_IO, "TMPDIR %s: path too long", tmp);
     if (!mkdtemp(d->path))
-        return ddp_fail(DDP_ERR_IO, "cannot make a temporary directory in %s: %s (set TMPDIR "
-                                    "to a writable directory)",
+        return ddp_fail(DDP_ERR_IO,
+                        "cannot make a temporary directory in %s: %s (set TMPDIR "
+                        "to a writable directory)",
                         tmp, strerror(errno));
     return DDP_OK;
 }
@@ -346,8 +347,8 @@ static ddp_status_t write_run_data_(render_dir_t *d, const plot_run_t *r, size_t
     snprintf(name, sizeof name, "run%zu.dat", i + 1);
     FILE *f = dir_file_(d, name, full, sizeof full);
     if (!f) return DDP_ERR_IO;
-    fprintf(f, "# run %zu: %s: %zu step records (%d config, %d resume", i + 1, r->path,
-            r->nsteps, r->configs, r->resumes);
+    fprintf(f, "# run %zu: %s: %zu step records (%d config, %d resume", i + 1, r->path, r->nsteps,
+            r->configs, r->resumes);
     if (r->superseded) fprintf(f, "; %zu records past a resume point replaced", r->superseded);
     fprintf(f, ")\n# step loss samples_per_s step_ms");
     for (int k = 0; k < PLOT_NPHASES; k++) fprintf(f, " %s", plot_phase_keys[k]);
@@ -456,8 +457,10 @@ static ddp_status_t runs_body_(render_dir_t *d, FILE *gp, const void *arg)
     int64_t last = 1;
     for (size_t i = 0; i < a->nruns; i++) {
         const plot_run_t *r = &a->runs[i];
-        for (size_t j = 0; j < r->nsteps; j++) last = r->steps[j].step > last ? r->steps[j].step : last;
-        for (size_t j = 0; j < r->nevals; j++) last = r->evals[j].step > last ? r->evals[j].step : last;
+        for (size_t j = 0; j < r->nsteps; j++)
+            last = r->steps[j].step > last ? r->steps[j].step : last;
+        for (size_t j = 0; j < r->nevals; j++)
+            last = r->evals[j].step > last ? r->evals[j].step : last;
     }
     char xrange[64];
     snprintf(xrange, sizeof xrange, "set xrange [0:%lld]\n", (long long)last);
@@ -526,8 +529,9 @@ static ddp_status_t scaling_body_(render_dir_t *d, FILE *gp, const void *arg)
         snprintf(name, sizeof name, "scaling%zu.dat", i + 1);
         FILE *f = dir_file_(d, name, full, sizeof full);
         if (!f) return DDP_ERR_IO;
-        fprintf(f, "# %s: weak-scaling efficiency = median samples/s at N ranks / (N x median at "
-                   "1 rank)\n# ranks median_samples_per_s efficiency\n",
+        fprintf(f,
+                "# %s: weak-scaling efficiency = median samples/s at N ranks / (N x median at "
+                "1 rank)\n# ranks median_samples_per_s efficiency\n",
                 l->label);
         for (size_t j = 0; j < l->n; j++) {
             fprintf(f, "%lld", (long long)l->pts[j].ranks);

@@ -36,8 +36,7 @@ static int step_of_(const plot_json_obj_t *o, const char *type, int64_t *step, c
                     size_t line)
 {
     const plot_json_field_t *f = plot_json_get(o, "step");
-    if (!f || f->kind != PLOT_JSON_NUM || f->num < 0 || f->num > 9e15 ||
-        f->num != floor(f->num)) {
+    if (!f || f->kind != PLOT_JSON_NUM || f->num < 0 || f->num > 9e15 || f->num != floor(f->num)) {
         if (!f)
             ddp_fail(DDP_ERR_INPUT, "%s:%zu: a \"%s\" record without \"step\" (an integer)", path,
                      line, type);
@@ -45,8 +44,9 @@ static int step_of_(const plot_json_obj_t *o, const char *type, int64_t *step, c
             ddp_fail(DDP_ERR_INPUT, "%s:%zu: a \"%s\" record whose \"step\" is %s, not an integer",
                      path, line, type, plot_json_kind_name(f->kind));
         else
-            ddp_fail(DDP_ERR_INPUT, "%s:%zu: a \"%s\" record whose \"step\" is %g, not an integer >= 0",
-                     path, line, type, f->num);
+            ddp_fail(DDP_ERR_INPUT,
+                     "%s:%zu: a \"%s\" record whose \"step\" is %g, not an integer >= 0", path,
+                     line, type, f->num);
         return -1;
     }
     *step = (int64_t)f->num;
@@ -139,8 +139,7 @@ ddp_status_t plot_run_read(const char *path, plot_run_t *run)
     run->path = path;
     name_(run, path);
     FILE *f = fopen(path, "r");
-    if (!f)
-        return ddp_fail(DDP_ERR_IO, "%s: cannot open it: %s", path, strerror(errno));
+    if (!f) return ddp_fail(DDP_ERR_IO, "%s: cannot open it: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
         fclose(f);

@@ -137,15 +137,16 @@ static ddp_status_t make_lines_(const char *path, scaling_row_t *rows, size_t nr
                 return ddp_fail(DDP_ERR_INPUT,
                                 "%s:%zu: a second samples_per_s row for %s at %lld ranks "
                                 "(the first is line %zu)",
-                                path, rows[k].line > rows[k - 1].line ? rows[k].line : rows[k - 1].line,
+                                path,
+                                rows[k].line > rows[k - 1].line ? rows[k].line : rows[k - 1].line,
                                 rows[i].key, (long long)rows[k].ranks,
                                 rows[k].line > rows[k - 1].line ? rows[k - 1].line : rows[k].line);
         if (rows[i].ranks != 1) {
             plot_warn("%s: %s has no 1-rank samples_per_s row: no efficiency without it; skipped",
                       path, rows[i].key);
         } else if (!(rows[i].median > 0)) {
-            plot_warn("%s:%zu: %s has a 1-rank median of 0 samples/s: skipped", path,
-                      rows[i].line, rows[i].key);
+            plot_warn("%s:%zu: %s has a 1-rank median of 0 samples/s: skipped", path, rows[i].line,
+                      rows[i].key);
         } else {
             plot_scaling_line_t *l = &sc->lines[sc->n];
             l->pts = calloc(j - i, sizeof *l->pts);
