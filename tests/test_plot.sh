@@ -138,6 +138,12 @@ plot "$T/a.jsonl" "$T/b.jsonl" -o "$T/ab.png" --keep-data "$T/kab"
 $PY "$T/png.py" "$T/ab.png" 1200 900 || fail "ab.png is not a 1200x900 PNG"
 $PY "$T/data.py" "$T/kab" "$T/a.jsonl" "$T/b.jsonl" || fail "the data of the overlay"
 for n in a.jsonl b.jsonl; do grep -q "title '$n'" "$T/kab/plot.gp" || fail "overlay: no legend $n"; done
+# a name with a quote and a blank, in a directory with one, is a legend
+mkdir "$T/a \"dir\""
+cp "$T/b.jsonl" "$T/a \"dir\"/it's b.jsonl"
+plot "$T/a.jsonl" "$T/a \"dir\"/it's b.jsonl" -o "$T/a \"dir\"/q.png" --keep-data "$T/kq"
+$PY "$T/png.py" "$T/a \"dir\"/q.png" 1200 900 || fail "q.png"
+grep -q "title 'it''s b.jsonl'" "$T/kq/plot.gp" || fail "the legend of it's b.jsonl"
 # without --keep-data nothing is left behind in TMPDIR
 mkdir "$T/tmp"
 TMPDIR="$T/tmp" plot "$T/a.jsonl" "$T/b.jsonl" -o "$T/ab2.png"
@@ -265,6 +271,8 @@ rc=$?
 grep -q "^ddptrain-plot: error: -o $T/nodir/x.png: cannot create a file in $T/nodir: No such file or directory" "$T/pe" \
   && [ "$(wc -l <"$T/pe")" -eq 1 ] || { cat "$T/pe"; fail "-o in a missing directory: message"; }
 [ ! -e "$T/nodir" ] || fail "-o in a missing directory: something was written"
+"$DDPPLOT" "$T/a.jsonl" -o "$T/out" 2>"$T/pe"; rc=$?
+[ $rc -eq 2 ] && grep -q "error: -o $T/out is a directory" "$T/pe" || { cat "$T/pe"; fail "-o a directory: exit $rc"; }
 "$DDPPLOT" "$T/a.jsonl" 2>"$T/pe"; rc=$?
 [ $rc -eq 2 ] && grep -q "error: no output: -o" "$T/pe" || { cat "$T/pe"; fail "no -o: exit $rc"; }
 "$DDPPLOT" --help | grep -q "one training history" || fail "--help"

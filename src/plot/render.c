@@ -3,6 +3,7 @@
  * data files are plain columns ("?" for a value that was null, which gnuplot
  * skips: `set datafile missing`); with --keep-data they stay for a look. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -25,9 +26,7 @@ extern char **environ;
 /* Where the files go: --keep-data's directory or a private temporary one. */
 typedef struct render_dir {
     char path[RENDER_PATH_MAX_];
-    int keep;
-    char made[64][80]; /* the files written there, removed unless kept */
-    int nmade;
+    int keep; /* --keep-data; else a private directory, removed with all in it */
 } render_dir_t;
 
 static const char *const phase_titles_[PLOT_NPHASES + 1] = {"data wait",    "forward",   "backward",
@@ -83,20 +82,25 @@ static ddp_status_t dir_open_(render_dir_t *d, const char *keep)
 static void dir_close_(render_dir_t *d)
 {
     if (d->keep || !d->path[0]) return;
-    char f[RENDER_PATH_MAX_ + 100];
-    for (int i = 0; i < d->nmade; i++) {
-        snprintf(f, sizeof f, "%s/%s", d->path, d->made[i]);
-        unlink(f);
+    DIR *dir = opendir(d->path);
+    if (dir) {
+        struct dirent *e;
+        char f[RENDER_PATH_MAX_ + 300];
+        while ((e = readdir(dir)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(f, sizeof f, "%s/%s", d->path, e->d_name);
+            unlink(f);
+        }
+        closedir(dir);
     }
-    rmdir(d->path);
+    if (rmdir(d->path) != 0)
+        plot_warn("cannot remove the temporary directory %s: %s", d->path, strerror(errno));
 }
 
 /* Open NAME in the directory for writing; its full path into full. */
 static FILE *dir_file_(render_dir_t *d, const char *name, char *full, size_t n)
 {
     snprintf(full, n, "%s/%s", d->path, name);
-    if (d->nmade < (int)(sizeof d->made / sizeof d->made[0]))
-        snprintf(d->made[d->nmade++], sizeof d->made[0], "%s", name);
     FILE *f = fopen(full, "w");
     if (!f)
         ddp_fail(DDP_ERR_IO, "cannot write %s: %s%s", full, strerror(errno),
@@ -244,7 +248,12 @@ static ddp_status_t run_gnuplot_(const char *gnuplot, const char *script, const 
  * read-only directory is found before gnuplot runs. */
 static ddp_status_t out_begin_(const char *out, char *target, size_t tn, char *tmp, size_t n)
 {
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        return ddp_fail(DDP_ERR_USAGE, "-o %s is a directory; name a file, e.g. %s/plot.png", out,
+                        out);
     DDP_TRY(atomicfile_target("-o", out, target, tn));
+    atomicfile_remove_stale(target, NULL); /* of an earlier plot that was killed */
     atomicfile_tmp_name(target, tmp, n);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -319,8 +328,6 @@ static ddp_status_t render_(const plot_opts_t *o, const char *gnuplot, render_wr
     }
     if (s == DDP_OK) {
         snprintf(log, sizeof log, "%s/gnuplot.log", d->path);
-        if (d->nmade < (int)(sizeof d->made / sizeof d->made[0]))
-            snprintf(d->made[d->nmade++], sizeof d->made[0], "gnuplot.log");
         s = run_gnuplot_(gnuplot, script, log, d);
     }
     if (s == DDP_OK)
