@@ -41,11 +41,8 @@ ddp_status_t trainer_average_bn_buffers(trainer_t *t)
     return DDP_OK;
 }
 
-/* One optimizer step: K micro-batches, the last one all-reduced.
- * *skipped: --on-nonfinite skip dropped its update (diagnostics.h). */
-static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
-                                int64_t step_in_epoch, int64_t global_step, int64_t *samples,
-                                int *skipped)
+ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t step_in_epoch,
+                          int64_t global_step, int64_t *samples, int *skipped)
 {
     const ddp_config_t *cfg = t->cfg;
     model_t *m = &t->model;
@@ -95,7 +92,7 @@ static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
             .grads_ready = reducer_layer_ready,
             .grads_ready_arg = t->reducer,
         };
-        reducer_begin(t->reducer, last, cfg->sync, global_step, ctx.grad_beta);
+        reducer_begin(t->reducer, last, t->sync, global_step, ctx.grad_beta);
         if (last && per_bucket) optim_begin(&t->opt);
         const float *out;
         DDP_TRY(model_forward(m, t->batch.x, &ctx, &out));
@@ -125,9 +122,7 @@ static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
     return s;
 }
 
-/* This epoch's micro-batches left after the last whole step (an incomplete
- * accumulation) are read and dropped, so the loader stays in step. */
-static void drop_rest_of_epoch_(trainer_t *t, int64_t used_micro)
+void trainer_drop_rest_of_epoch(trainer_t *t, int64_t used_micro)
 {
     for (int64_t j = used_micro; j < t->micro_per_epoch; j++) {
         loader_batch_t *b;
@@ -147,10 +142,7 @@ static ckpt_position_t position_(const trainer_t *t, int64_t step, int64_t epoch
     return (ckpt_position_t){step, epoch, steps_in_epoch * global};
 }
 
-/* What every rank learns at a step boundary, with one small all-reduce:
- * a stop request (signals.h) that one or more ranks received (*sig: the
- * signal, or 0), and a failed background checkpoint write (rank 0's). */
-static ddp_status_t step_boundary_(trainer_t *t, int64_t step, int *sig)
+ddp_status_t trainer_step_boundary(trainer_t *t, int64_t step, int *sig)
 {
     static const int order[] = {SIGUSR1, SIGTERM, SIGINT};
     int64_t seen[4] = {0, 0, 0, 0};
@@ -201,7 +193,7 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
         for (; s < t->steps_per_epoch && step < t->total_steps; s++) {
             metrics_step_begin(&t->metrics, t);
             int skipped = 0;
-            ddp_status_t st = train_step_(t, g, epoch, s, step, &t->metrics.samples, &skipped);
+            ddp_status_t st = trainer_step(t, g, epoch, s, step, &t->metrics.samples, &skipped);
             /* a non-finite global gradient norm: every rank sees it and stops */
             if (st == DDP_ERR_NUMERIC) return st;
             if (st != DDP_OK) control_abort(t->ctl, st);
@@ -222,11 +214,11 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
                 DDP_TRY(checkpoint_write(t, &here));
             int sig;
             progress_phase(PHASE_STEP_END);
-            DDP_TRY(step_boundary_(t, step, &sig));
+            DDP_TRY(trainer_step_boundary(t, step, &sig));
             /* at the last step there is nothing to stop: finish as usual */
             if (sig && step < t->total_steps) return stop_(t, sig, &here);
         }
-        if (step < t->total_steps) drop_rest_of_epoch_(t, used_micro);
+        if (step < t->total_steps) trainer_drop_rest_of_epoch(t, used_micro);
         int64_t done_epochs = epoch + 1;
         if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps)
             evaluate_run(t, done_epochs, step, res);
