@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "diagnose.h"
 #include "inject.h"
 #include "log.h"
 #include "progress.h"
@@ -260,12 +261,19 @@ ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *
     if (!t) return control_agree(ctl, ddp_fail(DDP_ERR_NOMEM, "out of memory"));
     memset(res, 0, sizeof *res);
     res->val_loss = res->val_acc = NAN;
+    /* --diagnose: the same start-up, then the measured modes instead of
+     * the loop; nothing written or resumed (diagnose.h) */
+    ddp_config_t diag;
+    if (cfg->diagnose) {
+        diagnose_config(cfg, &diag, ctl->rank);
+        cfg = &diag;
+    }
     t->cfg = cfg;
     t->ctl = ctl;
     signals_install();
     ddp_status_t s = startup_run(t);
-    if (s == DDP_OK) s = loop_(t, res);
-    if (s == DDP_OK) s = checkpoint_save_final(t, res);
+    if (s == DDP_OK) s = cfg->diagnose ? diagnose_run(t) : loop_(t, res);
+    if (s == DDP_OK && !cfg->diagnose) s = checkpoint_save_final(t, res);
     startup_teardown(t);
     free(t);
     return s;

@@ -3,10 +3,15 @@
  * writer, so the values are the same known functions of the sample index).
  *
  *   make_deck images OUT.h5 N
+ *   make_deck slowio OUT.h5 N
  *
  * images: N float32 samples [N, 1, 8, 8] with labels index % 4 (4 classes,
  * the `classes` attribute written) and a /val split of 64 samples: a deck
- * for --augment and convolutional models. */
+ * for --augment and convolutional models.
+ * slowio: N float32 samples of 2048 features, labels index % 4, in gzip'd
+ * chunks of 32 samples (256 KiB): every sample of a shuffled batch costs
+ * the decompression of a whole chunk, a deck that is slow to read on
+ * purpose (--diagnose's input-bound verdict). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +28,9 @@ const char *test_tmpdir(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4 || strcmp(argv[1], "images") != 0) {
-        fprintf(stderr, "usage: make_deck images OUT.h5 N\n");
+    int slow = argc == 4 && strcmp(argv[1], "slowio") == 0;
+    if (argc != 4 || (strcmp(argv[1], "images") != 0 && !slow)) {
+        fprintf(stderr, "usage: make_deck images|slowio OUT.h5 N\n");
         return 2;
     }
     long n = strtol(argv[3], NULL, 10);
@@ -41,6 +47,9 @@ int main(int argc, char **argv)
                  .classes_attr = 1,
                  .chunk_rows = 16,
                  .nval = 64};
+    if (slow)
+        t = (tdeck_t){.n = n, .xrank = 2, .c = 2048, .h = 1, .w = 1, .classes = 4,
+                      .classes_attr = 1, .chunk_rows = 32, .deflate = 1};
     if (tdeck_write(argv[2], &t) != 0) {
         fprintf(stderr, "make_deck: cannot write %s\n", argv[2]);
         return 1;
