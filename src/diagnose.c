@@ -139,11 +139,21 @@ enum { MODE_NORMAL, MODE_NOCOMM, MODE_MEMORY, NMODES };
 static const char *const mode_names_[NMODES] = {"normal", "no-comm", "in-memory"};
 
 /* The columns of the table: metrics_split_t's fields in order. */
-enum { PART_STEP, PART_DATA, PART_FORWARD, PART_BACKWARD, PART_COMM, PART_OPTIM, PART_COMPUTE, NPARTS };
+enum {
+    PART_STEP,
+    PART_DATA,
+    PART_FORWARD,
+    PART_BACKWARD,
+    PART_COMM,
+    PART_OPTIM,
+    PART_COMPUTE,
+    NPARTS
+};
 
 static double part_(const metrics_split_t *s, int k)
 {
-    const double v[NPARTS] = {s->step, s->data, s->forward, s->backward, s->comm, s->optim, s->compute};
+    const double v[NPARTS] = {s->step, s->data,  s->forward, s->backward,
+                              s->comm, s->optim, s->compute};
     return v[k];
 }
 
@@ -326,8 +336,8 @@ static void print_(const trainer_t *t, const rank_rec_t *all, const report_t *rp
 
 static void record_(trainer_t *t, const rank_rec_t *all, const report_t *rp)
 {
-    static const char *keys[NPARTS] = {"step_ms",         "data_wait_ms", "forward_ms",
-                                       "backward_ms",     "comm_exposed_ms", "optimizer_ms",
+    static const char *keys[NPARTS] = {"step_ms",     "data_wait_ms",    "forward_ms",
+                                       "backward_ms", "comm_exposed_ms", "optimizer_ms",
                                        "compute_ms"};
     const diagnose_verdict_t *v = &rp->verdict;
     jsonl_rec_t r;
@@ -424,13 +434,16 @@ static ddp_status_t run_(trainer_t *t, diagnostics_t *g)
     double *scratch = malloc(2 * (size_t)n * sizeof *scratch);
     rank_rec_t *all = malloc((size_t)n * sizeof *all);
     ddp_status_t s = control_agree(
-        ctl, sp && scratch && all ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory for --diagnose"));
+        ctl,
+        sp && scratch && all ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory for --diagnose"));
     rank_rec_t me;
     memset(&me, 0, sizeof me);
-    log_info("diagnose: %d modes, %lld measured steps each in %d rounds (each mode in turn, %d "
-             "warm-up steps first)%s",
-             nmodes + (n > 1), (long long)nmeasured, rounds, DIAGNOSE_WARMUP_STEPS,
-             n > 1 ? "; then communication alone" : "; one rank: no-comm and communication alone are n/a");
+    log_info(
+        "diagnose: %d training modes, %lld measured steps each in %d rounds (each mode in turn, %d "
+        "warm-up steps first)%s",
+        nmodes, (long long)nmeasured, rounds, DIAGNOSE_WARMUP_STEPS,
+        n > 1 ? "; then communication alone"
+              : "; one rank: no-comm and communication alone are n/a");
     /* the modes take turns, so that a load that comes and goes on the node
      * (another job) falls on every mode alike */
     cursor_t c = {0, 0, 0};

@@ -48,8 +48,15 @@ int main(int argc, char **argv)
                  .chunk_rows = 16,
                  .nval = 64};
     if (slow)
-        t = (tdeck_t){.n = n, .xrank = 2, .c = 2048, .h = 1, .w = 1, .classes = 4,
-                      .classes_attr = 1, .chunk_rows = 32, .deflate = 1};
+        t = (tdeck_t){.n = n,
+                      .xrank = 2,
+                      .c = 2048,
+                      .h = 1,
+                      .w = 1,
+                      .classes = 4,
+                      .classes_attr = 1,
+                      .chunk_rows = 32,
+                      .deflate = 1};
     if (tdeck_write(argv[2], &t) != 0) {
         fprintf(stderr, "make_deck: cannot write %s\n", argv[2]);
         return 1;
