@@ -46,7 +46,9 @@ void diagnose_judge(const diagnose_numbers_t *n, double *scratch, diagnose_verdi
     v->median_compute_ms = med;
     for (int r = 0; r < n->nranks && n->nranks > 1; r++) {
         double c = n->compute_ms[r];
-        if (!(c > n->straggler_factor * med && c - med > DIAGNOSE_STRAGGLER_MIN_MS)) continue;
+        if (!(c > n->straggler_factor * med && c - med > DIAGNOSE_STRAGGLER_MIN_MS &&
+              c - med > DIAGNOSE_STRAGGLER_MIN_FRACTION * n->step_ms))
+            continue;
         if (v->straggler < 0 || c > n->compute_ms[v->straggler]) v->straggler = r;
     }
     if (v->straggler >= 0) {

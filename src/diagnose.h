@@ -31,7 +31,9 @@
  * wait), in this priority order:
  *   straggler            some rank's compute per step (normal mode) exceeds
  *                        --straggler-factor x the lower median over ranks,
- *                        and the median by DIAGNOSE_STRAGGLER_MIN_MS
+ *                        and the median by DIAGNOSE_STRAGGLER_MIN_MS and by
+ *                        DIAGNOSE_STRAGGLER_MIN_FRACTION of the step (a few
+ *                        ms more in a step of 300 ms do not limit the job)
  *   input-bound          data wait > DIAGNOSE_INPUT_FRACTION of the step in
  *                        normal mode, and the normal step > DIAGNOSE_INPUT_GAIN
  *                        x the in-memory step; or, whatever the data wait,
@@ -55,15 +57,16 @@
 
 struct trainer;
 
-#define DIAGNOSE_ROUNDS           3    /* turns of each mode (fewer with fewer measured steps) */
-#define DIAGNOSE_WARMUP_STEPS     3    /* unmeasured steps at the start of every turn */
-#define DIAGNOSE_REPLAY_BATCHES   3    /* batches the in-memory mode reads once, then cycles */
-#define DIAGNOSE_STRAGGLER_MIN_MS 1.0  /* a straggler's excess over the median, at least */
-#define DIAGNOSE_INPUT_FRACTION   0.10 /* data wait / step (normal mode), more than ... */
-#define DIAGNOSE_INPUT_GAIN       1.10 /* ... and normal step / in-memory step, more than */
-#define DIAGNOSE_INPUT_GAIN_ALONE 1.5  /* normal step / in-memory step, more than (alone) */
-#define DIAGNOSE_COMM_FRACTION    0.10 /* exposed communication / step (normal mode), or */
-#define DIAGNOSE_COMM_RATIO       1.15 /* normal step / no-comm step, more than */
+#define DIAGNOSE_ROUNDS                 3 /* turns of each mode (fewer with fewer measured steps) */
+#define DIAGNOSE_WARMUP_STEPS           3 /* unmeasured steps at the start of every turn */
+#define DIAGNOSE_REPLAY_BATCHES         3 /* batches the in-memory mode reads once, then cycles */
+#define DIAGNOSE_STRAGGLER_MIN_MS       1.0  /* a straggler's excess over the median, at least, */
+#define DIAGNOSE_STRAGGLER_MIN_FRACTION 0.10 /* ... and this fraction of the step */
+#define DIAGNOSE_INPUT_FRACTION         0.10 /* data wait / step (normal mode), more than ... */
+#define DIAGNOSE_INPUT_GAIN             1.10 /* ... and normal step / in-memory step, more than */
+#define DIAGNOSE_INPUT_GAIN_ALONE       1.5  /* normal step / in-memory step, more than (alone) */
+#define DIAGNOSE_COMM_FRACTION          0.10 /* exposed communication / step (normal mode), or */
+#define DIAGNOSE_COMM_RATIO             1.15 /* normal step / no-comm step, more than */
 
 typedef enum diagnose_kind {
     DIAGNOSE_COMPUTE_BOUND,

@@ -70,6 +70,21 @@ START_TEST(straggler)
     ck_assert_int_eq(judge_(&n, &v), DIAGNOSE_COMPUTE_BOUND);
     compute_[1] = 0.1 + DIAGNOSE_STRAGGLER_MIN_MS + 0.01;
     ck_assert_int_eq(judge_(&n, &v), DIAGNOSE_STRAGGLER);
+    /* ... and over DIAGNOSE_STRAGGLER_MIN_FRACTION of the step: 1.33x the
+     * median, 2.2 ms more, in a step of 300 ms of communication is not what
+     * limits the job */
+    compute_[0] = 6.6;
+    compute_[1] = 8.8;
+    n.step_ms = 300;
+    n.nocomm_step_ms = 7;
+    n.memory_step_ms = 300;
+    n.comm_exposed_ms = 290;
+    ck_assert_int_eq(judge_(&n, &v), DIAGNOSE_COMM_BOUND);
+    n.step_ms = 20;
+    n.nocomm_step_ms = n.memory_step_ms = 20;
+    n.comm_exposed_ms = 0.5;
+    ck_assert_int_eq(judge_(&n, &v), DIAGNOSE_STRAGGLER);
+    n = healthy_();
     /* --straggler-factor decides: 2x the median, named with 1.5, not with 3 */
     compute_[0] = 9.0;
     compute_[1] = 18.0;
