@@ -185,7 +185,7 @@ START_TEST(priority)
      * for data makes the others wait in the all-reduce) */
     compute_[1] = 9.0;
     ck_assert_int_eq(judge_(&n, &v), DIAGNOSE_INPUT_BOUND); /* 2x from memory */
-    n.memory_step_ms = 8.0; /* 1.25x from memory, 30% data wait */
+    n.memory_step_ms = 8.0;                                 /* 1.25x from memory, 30% data wait */
     ck_assert_int_eq(judge_(&n, &v), DIAGNOSE_INPUT_BOUND);
     n.data_wait_ms = 0;
     ck_assert_int_eq(judge_(&n, &v), DIAGNOSE_COMM_BOUND);
