@@ -135,6 +135,13 @@ const ddp_option_t ddp_options[] = {
     {"inject", OPT_STRING, OFF(inject), "", NULL, "KIND:RANK:STEP[:ARG]", 0, 0,
      "fault injection for testing the diagnostics (repeatable): hang, exit, kill, slow, bitflip, "
      "nan, skipgrad, desync; README, \"Diagnostics\"", NULL, OPT_RESUMABLE | OPT_REPEATABLE},
+    {"diagnose", OPT_BOOL, OFF(diagnose), "false", NULL, NULL, 0, 0,
+     "instead of training, measure a few steps in four modes (normal, no communication, input "
+     "from memory, communication alone) and print a per-rank table and a verdict: input-bound, "
+     "straggler, communication-bound or compute-bound; writes no checkpoint or --save; README, "
+     "\"Diagnose mode\"", NULL, 1},
+    {"diagnose-steps", OPT_INT, OFF(diagnose_steps), "30", NULL, "N", 1, 100000,
+     "--diagnose: measured steps per mode (in 3 rounds, each after 3 warm-up steps)", NULL, 1},
 };
 /* clang-format on */
 const int ddp_noptions = (int)(sizeof ddp_options / sizeof ddp_options[0]);

@@ -80,6 +80,8 @@ typedef struct ddp_config {
     int on_nonfinite;            /* nonfinite_kind_t */
     int64_t max_skips;           /* --on-nonfinite skip: abort after this many in a row */
     char inject[CONFIG_STR_MAX]; /* fault injection (inject.h), comma-separated */
+    int diagnose;                /* --diagnose: measure and judge instead of training */
+    int64_t diagnose_steps;      /* measured steps per mode */
     char config[CONFIG_STR_MAX];
     int64_t log_every;
     int quiet;

@@ -38,6 +38,8 @@ struct loader {
 
     int nslots;
     loader_batch_t *slots;
+    loader_batch_t *kept; /* opts.replay batches read once (input from memory) */
+    int nkept;
     int *free_list, nfree;
     loader_batch_t **ready; /* ring of nslots, in order */
     int rhead, rcount;
@@ -72,6 +74,36 @@ static void post_(loader_t *l)
     pthread_cond_signal(&l->cv_ready);
 }
 
+/* Input from memory: batch b's values from a kept batch (loader.h,
+ * loader_opts_t.replay); the count and indices are the sampler's already. */
+static void replay_(loader_t *l, loader_batch_t *b, int64_t step)
+{
+    const loader_batch_t *k = &l->kept[step % l->nkept];
+    const deck_t *d = l->d;
+    size_t numel = d->sample_numel;
+    for (int i = 0; i < b->n && k->n > 0; i++) {
+        int from = i % k->n;
+        memcpy(b->x + (size_t)i * numel, k->x + (size_t)from * numel, numel * sizeof *b->x);
+        if (b->labels) b->labels[i] = k->labels[from];
+        if (b->targets)
+            memcpy(b->targets + (size_t)i * (size_t)d->targets,
+                   k->targets + (size_t)from * (size_t)d->targets,
+                   (size_t)d->targets * sizeof *b->targets);
+    }
+}
+
+/* Keep a copy of batch b for replay_. */
+static void keep_(loader_t *l, const loader_batch_t *b)
+{
+    loader_batch_t *k = &l->kept[l->nkept++];
+    const deck_t *d = l->d;
+    k->n = b->n;
+    memcpy(k->x, b->x, (size_t)b->n * d->sample_numel * sizeof *k->x);
+    if (b->labels) memcpy(k->labels, b->labels, (size_t)b->n * sizeof *k->labels);
+    if (b->targets)
+        memcpy(k->targets, b->targets, (size_t)b->n * (size_t)d->targets * sizeof *k->targets);
+}
+
 /* Fill one batch; HDF5 is called (under the lock) by deck_read. */
 static ddp_status_t fill_(loader_t *l, loader_batch_t *b, int64_t epoch, int64_t step)
 {
@@ -80,6 +112,10 @@ static ddp_status_t fill_(loader_t *l, loader_batch_t *b, int64_t epoch, int64_t
     b->step = step;
     b->n = sampler_batch(&l->s, step, b->idx);
     b->global_n = sampler_global_count(&l->s, step);
+    if (l->o.replay > 0 && l->nkept == l->o.replay) {
+        replay_(l, b, step);
+        return DDP_OK;
+    }
     int aug = augment_active(&l->aug);
     DDP_TRY(aug ? deck_read_raw(d, b->idx, b->n, b->x, b->labels, b->targets)
                 : deck_read(d, b->idx, b->n, b->x, b->labels, b->targets));
@@ -89,6 +125,7 @@ static ddp_status_t fill_(loader_t *l, loader_batch_t *b, int64_t epoch, int64_t
                            b->x + (size_t)i * d->sample_numel, l->aug_tmp);
         deck_normalize(d, b->x, b->n);
     }
+    if (l->o.replay > 0) keep_(l, b);
     return DDP_OK;
 }
 
@@ -135,16 +172,42 @@ static void *thread_main_(void *arg)
     return NULL;
 }
 
+static void free_batches_(loader_batch_t *b, int n)
+{
+    if (b)
+        for (int i = 0; i < n; i++) {
+            free(b[i].idx);
+            free(b[i].x);
+            free(b[i].labels);
+            free(b[i].targets);
+        }
+    free(b);
+}
+
+/* n batch buffers of B samples; NULL when out of memory. */
+static loader_batch_t *alloc_batches_(const deck_t *d, int n, int B)
+{
+    loader_batch_t *bs = ddp_calloc((size_t)n, sizeof *bs, "the batch queue");
+    int ok = bs != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        loader_batch_t *b = &bs[i];
+        b->idx = ddp_malloc((size_t)B * sizeof *b->idx, "a batch");
+        b->x = ddp_malloc((size_t)B * d->sample_numel * sizeof *b->x, "a batch");
+        if (d->regression)
+            b->targets = ddp_malloc((size_t)B * (size_t)d->targets * sizeof *b->targets, "a batch");
+        else
+            b->labels = ddp_malloc((size_t)B * sizeof *b->labels, "a batch");
+        ok = b->idx && b->x && (b->targets || b->labels);
+    }
+    if (ok) return bs;
+    free_batches_(bs, n);
+    return NULL;
+}
+
 static void free_(loader_t *l)
 {
-    if (l->slots)
-        for (int i = 0; i < l->nslots; i++) {
-            free(l->slots[i].idx);
-            free(l->slots[i].x);
-            free(l->slots[i].labels);
-            free(l->slots[i].targets);
-        }
-    free(l->slots);
+    free_batches_(l->slots, l->nslots);
+    free_batches_(l->kept, l->o.replay);
     free(l->free_list);
     free(l->ready);
     free(l->aug_tmp);
@@ -175,22 +238,13 @@ ddp_status_t loader_start(loader_t **out, deck_t *d, const sampler_t *s, const l
     int B = s->batch;
     size_t numel = d->sample_numel;
     l->nslots = o->prefetch + 1;
-    l->slots = ddp_calloc((size_t)l->nslots, sizeof *l->slots, "the batch queue");
+    l->slots = alloc_batches_(d, l->nslots, B);
+    if (o->replay > 0) l->kept = alloc_batches_(d, o->replay, B);
     l->free_list = ddp_calloc((size_t)l->nslots, sizeof *l->free_list, "the batch queue");
     l->ready = ddp_calloc((size_t)l->nslots, sizeof *l->ready, "the batch queue");
     l->aug_tmp = ddp_malloc(numel * sizeof *l->aug_tmp, "augmentation");
-    int ok = l->slots && l->free_list && l->ready && l->aug_tmp;
-    for (int i = 0; ok && i < l->nslots; i++) {
-        loader_batch_t *b = &l->slots[i];
-        b->idx = ddp_malloc((size_t)B * sizeof *b->idx, "a batch");
-        b->x = ddp_malloc((size_t)B * numel * sizeof *b->x, "a batch");
-        if (d->regression)
-            b->targets = ddp_malloc((size_t)B * (size_t)d->targets * sizeof *b->targets, "a batch");
-        else
-            b->labels = ddp_malloc((size_t)B * sizeof *b->labels, "a batch");
-        ok = b->idx && b->x && (b->targets || b->labels);
-        l->free_list[l->nfree++] = i;
-    }
+    int ok = l->slots && (o->replay <= 0 || l->kept) && l->free_list && l->ready && l->aug_tmp;
+    for (int i = 0; ok && i < l->nslots; i++) l->free_list[l->nfree++] = i;
     if (!ok) {
         free_(l);
         return DDP_ERR_NOMEM;

@@ -41,6 +41,13 @@ typedef struct loader_opts {
     const char *augment;             /* "hflip,crop:4" or "" */
     int64_t first_epoch, first_step; /* start cursor */
     int64_t epochs;                  /* run through epoch first_epoch + epochs - 1 */
+    /* > 0: input from memory (--diagnose): the first `replay` batches are
+     * read from the deck once and kept (replay more batch buffers); every
+     * later batch takes its samples' count and indices from the sampler as
+     * usual and its values from the kept batches in turn (row i of kept
+     * batch step % replay, cycling its rows when it is shorter), so no
+     * more I/O is done */
+    int replay;
 } loader_opts_t;
 
 typedef struct loader loader_t;

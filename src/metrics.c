@@ -136,6 +136,11 @@ static void write_(metrics_t *mt, const trainer_t *t, jsonl_rec_t *r)
              t->cfg->metrics, strerror(errno));
 }
 
+void metrics_write(metrics_t *mt, const trainer_t *t, jsonl_rec_t *r)
+{
+    write_(mt, t, r);
+}
+
 /* An option's value in its JSON type. */
 static void option_(jsonl_rec_t *r, const ddp_config_t *cfg, const ddp_option_t *o)
 {
@@ -325,13 +330,21 @@ void metrics_step_end(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t 
     double rwait = reducer_wait_(t) - mt->step_rwait;
     if (rwait > opt) rwait = opt;
     if (rwait < 0) rwait = 0;
+    metrics_split_t *l = &mt->last;
+    l->step = seconds;
+    l->data = ph[PHASE_DATA_WAIT] - mt->step_phase[PHASE_DATA_WAIT];
+    l->forward = ph[PHASE_FORWARD] - mt->step_phase[PHASE_FORWARD];
+    l->backward = ph[PHASE_BACKWARD] - mt->step_phase[PHASE_BACKWARD];
+    l->comm = rwait;
+    l->optim = opt - rwait;
+    l->compute = compute;
     mt->win_steps++;
     mt->win_step_s += seconds;
-    mt->win_data_s += ph[PHASE_DATA_WAIT] - mt->step_phase[PHASE_DATA_WAIT];
-    mt->win_forward_s += ph[PHASE_FORWARD] - mt->step_phase[PHASE_FORWARD];
-    mt->win_backward_s += ph[PHASE_BACKWARD] - mt->step_phase[PHASE_BACKWARD];
-    mt->win_comm_s += rwait;
-    mt->win_optim_s += opt - rwait;
+    mt->win_data_s += l->data;
+    mt->win_forward_s += l->forward;
+    mt->win_backward_s += l->backward;
+    mt->win_comm_s += l->comm;
+    mt->win_optim_s += l->optim;
     if (log_status_active()) {
         double now = clock_seconds();
         if (now - mt->status_drawn >= 0.2) draw_status_(mt, t, epoch, step, now);

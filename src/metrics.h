@@ -37,6 +37,14 @@
 
 struct trainer;
 
+/* One step's time split (seconds), as metrics_step_end measured it: the
+ * parts data .. optim sum to at most step; compute is the step less its
+ * data wait and every wait in a collective (what the straggler check
+ * compares). */
+typedef struct metrics_split {
+    double step, data, forward, backward, comm, optim, compute;
+} metrics_split_t;
+
 typedef struct metrics {
     double t_start;  /* start of the loop */
     int64_t samples; /* local samples trained on so far */
@@ -70,6 +78,7 @@ typedef struct metrics {
     double step_phase[PHASE_COUNT]; /* progress_phase_seconds() at the step's start */
     double step_rwait;              /* reducer wait at the step's start */
     double grad_norm;               /* of the last step (NaN: not computed) */
+    metrics_split_t last;           /* the last step timed (metrics_step_end) */
     /* the status line (log_status): the last global loss and samples/s,
      * when it was last drawn */
     double status_loss, status_sps, status_drawn;
@@ -105,6 +114,10 @@ ddp_status_t metrics_log(metrics_t *mt, struct trainer *t, int64_t epoch, int64_
  * of each rank's median step, compute and data-wait time, naming the ranks
  * of the minimum and the maximum. */
 void metrics_summary(metrics_t *mt, struct trainer *t, int64_t steps, double elapsed);
+/* Rank 0 with --metrics: one more record (diagnose.c's) to the file, as
+ * the others (a failed write is warned about once); frees r. */
+struct jsonl_rec;
+void metrics_write(metrics_t *mt, const struct trainer *t, struct jsonl_rec *r);
 /* An evaluation's global result (rank 0 writes the "eval" record; val_acc
  * NaN for regression). */
 void metrics_eval(metrics_t *mt, const struct trainer *t, int64_t epoch, int64_t step,

@@ -244,3 +244,22 @@ ddp_status_t reducer_finish(reducer_t *r)
     r->stats.wait_seconds += clock_seconds() - t0;
     return DDP_OK;
 }
+
+ddp_status_t reducer_allreduce_buckets(reducer_t *r, uint64_t *bytes)
+{
+    const model_t *m = r->m;
+    *bytes = 0;
+    if (r->comm->size == 1) return DDP_OK;
+    for (int b = 0; b < m->nbuckets; b++) {
+        const bucket_t *B = &m->buckets[b];
+        comm_desc_t d = {"allreduce-alone", b, -1};
+        void *buf = compressed_(r) ? (void *)(r->half + B->offset) : (void *)(m->grads + B->offset);
+        DDP_TRY(r->comm->ops->iallreduce(r->comm, buf, B->count, r->wire, &d, &r->req[b]));
+        *bytes += B->count * comm_dtype_size(r->wire);
+    }
+    for (int b = 0; b < m->nbuckets; b++) {
+        DDP_TRY(r->comm->ops->wait(r->comm, r->req[b]));
+        r->req[b] = NULL;
+    }
+    return DDP_OK;
+}

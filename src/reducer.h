@@ -84,4 +84,13 @@ ddp_status_t reducer_finish(reducer_t *r);
 
 void reducer_get_stats(const reducer_t *r, reducer_stats_t *s);
 
+/* Communication alone (--diagnose): every bucket all-reduced once, the way
+ * a step sends it (the same slices of the gradient buffer, or of its 16-bit
+ * copy with --grad-compress, on the same comm path, launched in order, then
+ * waited for), without compute, compression or update: the gradient buffer
+ * holds sums afterwards (the next step overwrites it).  *bytes: the payload
+ * bytes of one call.  Not counted in the stats.  Collective on the gradient
+ * plane; with one rank nothing is sent (*bytes 0). */
+ddp_status_t reducer_allreduce_buckets(reducer_t *r, uint64_t *bytes);
+
 #endif

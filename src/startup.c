@@ -686,6 +686,7 @@ ddp_status_t startup_run(trainer_t *t)
     DDP_TRY(control_agree(ctl, count_steps_(t)));
     DDP_TRY(control_agree(ctl, alloc_batches_(t)));
     DDP_TRY(control_agree(ctl, optimizer_and_reducer_(t)));
+    t->sync = cfg->sync;
     DDP_TRY(checkpoint_resume_state(t));
     print_table_(t);
 

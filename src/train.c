@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "diagnose.h"
 #include "inject.h"
 #include "log.h"
 #include "progress.h"
@@ -41,11 +42,8 @@ ddp_status_t trainer_average_bn_buffers(trainer_t *t)
     return DDP_OK;
 }
 
-/* One optimizer step: K micro-batches, the last one all-reduced.
- * *skipped: --on-nonfinite skip dropped its update (diagnostics.h). */
-static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
-                                int64_t step_in_epoch, int64_t global_step, int64_t *samples,
-                                int *skipped)
+ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t step_in_epoch,
+                          int64_t global_step, int64_t *samples, int *skipped)
 {
     const ddp_config_t *cfg = t->cfg;
     model_t *m = &t->model;
@@ -95,7 +93,7 @@ static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
             .grads_ready = reducer_layer_ready,
             .grads_ready_arg = t->reducer,
         };
-        reducer_begin(t->reducer, last, cfg->sync, global_step, ctx.grad_beta);
+        reducer_begin(t->reducer, last, t->sync, global_step, ctx.grad_beta);
         if (last && per_bucket) optim_begin(&t->opt);
         const float *out;
         DDP_TRY(model_forward(m, t->batch.x, &ctx, &out));
@@ -125,9 +123,7 @@ static ddp_status_t train_step_(trainer_t *t, diagnostics_t *g, int64_t epoch,
     return s;
 }
 
-/* This epoch's micro-batches left after the last whole step (an incomplete
- * accumulation) are read and dropped, so the loader stays in step. */
-static void drop_rest_of_epoch_(trainer_t *t, int64_t used_micro)
+void trainer_drop_rest_of_epoch(trainer_t *t, int64_t used_micro)
 {
     for (int64_t j = used_micro; j < t->micro_per_epoch; j++) {
         loader_batch_t *b;
@@ -147,10 +143,7 @@ static ckpt_position_t position_(const trainer_t *t, int64_t step, int64_t epoch
     return (ckpt_position_t){step, epoch, steps_in_epoch * global};
 }
 
-/* What every rank learns at a step boundary, with one small all-reduce:
- * a stop request (signals.h) that one or more ranks received (*sig: the
- * signal, or 0), and a failed background checkpoint write (rank 0's). */
-static ddp_status_t step_boundary_(trainer_t *t, int64_t step, int *sig)
+ddp_status_t trainer_step_boundary(trainer_t *t, int64_t step, int *sig)
 {
     static const int order[] = {SIGUSR1, SIGTERM, SIGINT};
     int64_t seen[4] = {0, 0, 0, 0};
@@ -201,7 +194,7 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
         for (; s < t->steps_per_epoch && step < t->total_steps; s++) {
             metrics_step_begin(&t->metrics, t);
             int skipped = 0;
-            ddp_status_t st = train_step_(t, g, epoch, s, step, &t->metrics.samples, &skipped);
+            ddp_status_t st = trainer_step(t, g, epoch, s, step, &t->metrics.samples, &skipped);
             /* a non-finite global gradient norm: every rank sees it and stops */
             if (st == DDP_ERR_NUMERIC) return st;
             if (st != DDP_OK) control_abort(t->ctl, st);
@@ -222,11 +215,11 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
                 DDP_TRY(checkpoint_write(t, &here));
             int sig;
             progress_phase(PHASE_STEP_END);
-            DDP_TRY(step_boundary_(t, step, &sig));
+            DDP_TRY(trainer_step_boundary(t, step, &sig));
             /* at the last step there is nothing to stop: finish as usual */
             if (sig && step < t->total_steps) return stop_(t, sig, &here);
         }
-        if (step < t->total_steps) drop_rest_of_epoch_(t, used_micro);
+        if (step < t->total_steps) trainer_drop_rest_of_epoch(t, used_micro);
         int64_t done_epochs = epoch + 1;
         if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps)
             evaluate_run(t, done_epochs, step, res);
@@ -268,12 +261,19 @@ ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *
     if (!t) return control_agree(ctl, ddp_fail(DDP_ERR_NOMEM, "out of memory"));
     memset(res, 0, sizeof *res);
     res->val_loss = res->val_acc = NAN;
+    /* --diagnose: the same start-up, then the measured modes instead of
+     * the loop; nothing written or resumed (diagnose.h) */
+    ddp_config_t diag;
+    if (cfg->diagnose) {
+        diagnose_config(cfg, &diag, ctl->rank);
+        cfg = &diag;
+    }
     t->cfg = cfg;
     t->ctl = ctl;
     signals_install();
     ddp_status_t s = startup_run(t);
-    if (s == DDP_OK) s = loop_(t, res);
-    if (s == DDP_OK) s = checkpoint_save_final(t, res);
+    if (s == DDP_OK) s = cfg->diagnose ? diagnose_run(t) : loop_(t, res);
+    if (s == DDP_OK && !cfg->diagnose) s = checkpoint_save_final(t, res);
     startup_teardown(t);
     free(t);
     return s;

@@ -10,6 +10,7 @@
  *                  terminal), the --metrics records, the summary, memory
  *                  probes
  *   checkpoint.c   what is written to disk (--save, checkpoints) and resumed
+ *   diagnose.c     --diagnose: steps measured in four modes, a verdict
  *   diagnostics.c  the replica check (--check-replicas), the non-finite
  *                  guard (--on-nonfinite) and the faults injected into the
  *                  model (--inject bitflip, nan)
@@ -80,6 +81,7 @@ typedef struct trainer {
     int have_model;
     optim_t opt;
     reducer_t *reducer;
+    int sync; /* steps all-reduce their gradients: --sync (--diagnose turns it off for a mode) */
     sampler_t sampler;
     loader_t *loader;
     int64_t micro_per_epoch, steps_per_epoch, total_steps;
@@ -96,6 +98,21 @@ typedef struct trainer {
     metrics_t metrics;
 } trainer_t;
 
+/* train.c: one optimizer step (0-based global_step; step_in_epoch of
+ * epoch): K micro-batches from the loader, the last one all-reduced when
+ * t->sync.  *samples grows by this rank's samples; *skipped: --on-nonfinite
+ * skip dropped its update (diagnostics.h).  The training loop and
+ * --diagnose (diagnose.c) run their steps with it. */
+ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t step_in_epoch,
+                          int64_t global_step, int64_t *samples, int *skipped);
+/* This epoch's micro-batches left after the last whole step (an incomplete
+ * accumulation) are read and dropped, so the loader stays in step. */
+void trainer_drop_rest_of_epoch(trainer_t *t, int64_t used_micro);
+/* What every rank learns at a step boundary (1-based step), with one small
+ * all-reduce: a stop request (signals.h) that one or more ranks received
+ * (*sig: the signal, or 0), and a failed background checkpoint write
+ * (rank 0's). */
+ddp_status_t trainer_step_boundary(trainer_t *t, int64_t step, int *sig);
 /* train.c: n samples of a host batch to the device batch. */
 void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
                     const float *targets, const int64_t *sample_idx);
