@@ -1,10 +1,52 @@
-/* comm.c -- backend-independent parts of the communicator. */
+/* comm.c -- backend-independent parts of the communicator, and the
+ * registry of comm backends built into this binary. */
 #include "comm.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddp_build.h"
 #include "progress.h"
+
+/* One line per backend, under the configure condition that builds it. */
+static const comm_backend_t backends_[] = {
+    {"mpi", comm_init_mpi},
+};
+
+int comm_backend_count(void)
+{
+    return (int)(sizeof backends_ / sizeof backends_[0]);
+}
+
+const comm_backend_t *comm_backend(int i)
+{
+    return i >= 0 && i < comm_backend_count() ? &backends_[i] : NULL;
+}
+
+const comm_backend_t *comm_find(const char *name)
+{
+    for (int i = 0; i < comm_backend_count(); i++)
+        if (strcmp(backends_[i].name, name) == 0) return &backends_[i];
+    return NULL;
+}
+
+unsigned comm_caps(const comm_t *c)
+{
+    return c->ops && c->ops->caps ? c->ops->caps(c) : 0u;
+}
+
+ddp_status_t comm_register(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind)
+{
+    if (c->ops && c->ops->mem_register) return c->ops->mem_register(c, p, bytes, kind);
+    if (kind == DDP_MEM_HOST) return DDP_OK;
+    return ddp_fail(DDP_ERR_USAGE, "the %s comm backend moves host memory only, not %s memory",
+                    c->ops ? c->ops->name : "?", ddp_mem_kind_name(kind));
+}
+
+void comm_deregister(comm_t *c, void *p)
+{
+    if (p && c->ops && c->ops->mem_deregister) c->ops->mem_deregister(c, p);
+}
 
 size_t comm_dtype_size(comm_dtype_t t)
 {

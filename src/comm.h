@@ -8,13 +8,22 @@
  * order (as in MPI).  The MPI backend works on host memory; the NCCL backend
  * (GPU builds) on device memory and is bootstrapped over MPI.
  *
+ * Memory: the comm backend works on buffers it is given and never hands
+ * out the memory a trainer computes on, except as an explicit capability
+ * (comm_caps).  Every buffer the gradient plane moves (the gradient buffer,
+ * its 16-bit copy, BatchNorm statistics) is registered first with its kind
+ * (comm_register): a backend refuses a kind it cannot move, at start-up,
+ * with a message, instead of failing in the first step.
+ *
  * What a trainer does with the MPI backend (CPU ranks):
  *   - MPI_Init_thread with at least COMM_MPI_THREAD_LEVEL, and every comm
  *     call from that thread (comm_init_mpi fails if MPI provides less);
- *   - allocate the gradient buffer with comm_mem_alloc (collective) and
- *     all-reduce buckets as slices of it, at the same offset on every rank:
- *     on one node they are then summed in place through shared memory,
- *     about twice as fast as message passing; elsewhere the ring is used;
+ *   - with COMM_CAP_NODE_SHARED_MEMORY (all ranks on one node, room in
+ *     /dev/shm) allocate the gradient buffer with comm_mem_alloc
+ *     (collective) and all-reduce buckets as slices of it, at the same
+ *     offset on every rank: they are then summed in place through shared
+ *     memory, about twice as fast as message passing; otherwise take the
+ *     buffer from the compute backend and register it: the ring is used;
  *   - start a bucket's iallreduce as soon as its gradients are written,
  *     call ops->progress between layers during backward, wait for every
  *     bucket before the optimizer.  Nothing runs in the background: an
@@ -40,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memkind.h"
 #include "status.h"
 
 typedef enum comm_dtype {
@@ -74,8 +84,21 @@ typedef struct comm_apply {
     float *extra[COMM_APPLY_MAX]; /* element e of the collective is extra[i][e] */
 } comm_apply_t;
 
+/* Capabilities of a communicator (comm_caps), a bit each.
+ * NODE_SHARED_MEMORY: mem_alloc hands out node-shared host memory, which
+ * iallreduce sums in place and iallreduce_apply updates once per node. */
+#define COMM_CAP_NODE_SHARED_MEMORY 1u
+
 typedef struct comm_ops {
     const char *name;
+    /* COMM_CAP_* bits that hold for this communicator now (the same on every
+     * rank).  NULL: none. */
+    unsigned (*caps)(const comm_t *c);
+    /* The gradient plane will move `bytes` at p, memory of `kind`: refuse
+     * (DDP_ERR_USAGE, saying why) a kind this backend cannot move.  Not
+     * collective.  NULL: host memory only. */
+    ddp_status_t (*mem_register)(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind);
+    void (*mem_deregister)(comm_t *c, void *p); /* NULL: nothing to undo */
     /* In-place sum all-reduce of count elements of buf. */
     ddp_status_t (*iallreduce)(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                                const comm_desc_t *d, comm_req_t **req);
@@ -105,11 +128,13 @@ typedef struct comm_ops {
     ddp_status_t (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes,
                               const comm_desc_t *d);
     ddp_status_t (*barrier)(comm_t *c);
-    /* Memory for a buffer that is all-reduced in place: the gradient buffer
-     * (each bucket a slice of it).  Collective: every rank calls it in the
-     * same order with the same size.  Zero-filled, 64-byte aligned.  Release
-     * it with mem_free (collective too) before comm_free.  NULL in a backend
-     * without special memory; use comm_mem_alloc / comm_mem_free. */
+    /* COMM_CAP_NODE_SHARED_MEMORY: memory for a buffer that is all-reduced
+     * in place: the gradient buffer (each bucket a slice of it), and the
+     * parameters and optimizer state the fused update writes.  Collective:
+     * every rank calls it in the same order with the same size.
+     * Zero-filled, 64-byte aligned host memory.  Release it with mem_free
+     * (collective too) before comm_free.  NULL in a backend without the
+     * capability; use comm_mem_alloc / comm_mem_free. */
     ddp_status_t (*mem_alloc)(comm_t *c, size_t bytes, void **p);
     /* Before the first mem_alloc: the run will take `bytes` per rank in
      * `nbuffers` allocations.  A backend whose special memory is limited
@@ -139,8 +164,27 @@ struct comm {
 #define COMM_MPI_THREAD_LEVEL MPI_THREAD_FUNNELED
 
 /* MPI backend over (a duplicate of) `world`.  Computes rank, size, the local
- * rank (ranks sharing a node) and the number of nodes. */
+ * rank (ranks sharing a node) and the number of nodes.  Host memory only;
+ * COMM_CAP_NODE_SHARED_MEMORY when every rank is on one node (W > 1) and
+ * /dev/shm has room. */
 ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
+
+/* The registry (comm.c): the backends built into this binary, the first one
+ * the default.  `ddptrain --version` lists them. */
+typedef struct comm_backend {
+    const char *name;
+    ddp_status_t (*init)(comm_t *c, MPI_Comm world); /* collective over world */
+} comm_backend_t;
+int comm_backend_count(void);
+/* 0 <= i < comm_backend_count() */
+const comm_backend_t *comm_backend(int i);
+/* NULL when not built in */
+const comm_backend_t *comm_find(const char *name);
+
+/* See comm_ops_t.caps / mem_register / mem_deregister. */
+unsigned comm_caps(const comm_t *c);
+ddp_status_t comm_register(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind);
+void comm_deregister(comm_t *c, void *p);
 
 /* All-reduce algorithm of the MPI backend, set on every rank alike before
  * the first collective:
@@ -167,9 +211,10 @@ ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
 void comm_free(comm_t *c);
 
 /* Host memory for the gradient buffer (see comm_ops_t.mem_alloc): the
- * backend's when it has one, plain zero-filled 64-byte-aligned memory
- * otherwise.  Collective.  (Device-memory backends take the buffer from the
- * compute backend instead.) */
+ * backend's when it has COMM_CAP_NODE_SHARED_MEMORY, plain zero-filled
+ * 64-byte-aligned memory otherwise (for tests and benchmarks: the trainer
+ * asks only with the capability and host compute memory, and takes every
+ * other buffer from the compute backend).  Collective. */
 ddp_status_t comm_mem_alloc(comm_t *c, size_t bytes, void **p);
 void comm_mem_free(comm_t *c, void *p);
 /* See comm_ops_t.mem_plan.  Collective. */

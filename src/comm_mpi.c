@@ -874,8 +874,32 @@ static void mpi_free_(comm_t *c)
     if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
 }
 
+/* ---- capabilities and registration -------------------------------------- */
+
+static unsigned mpi_caps_(const comm_t *c)
+{
+    const mpi_impl_t *m = c->impl;
+    return m && m->shm_ok ? COMM_CAP_NODE_SHARED_MEMORY : 0u;
+}
+
+/* MPI moves host memory; device memory needs a backend that takes it. */
+static ddp_status_t mpi_mem_register_(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind)
+{
+    (void)c;
+    (void)p;
+    (void)bytes;
+    if (kind == DDP_MEM_HOST) return DDP_OK;
+    return ddp_fail(DDP_ERR_USAGE,
+                    "the mpi comm backend cannot all-reduce %s memory (%zu bytes of gradients "
+                    "or BatchNorm statistics); this build has no comm backend for %s memory: "
+                    "use the cpu compute backend",
+                    ddp_mem_kind_name(kind), bytes, ddp_mem_kind_name(kind));
+}
+
 static const comm_ops_t comm_mpi_ops = {
     .name = "mpi",
+    .caps = mpi_caps_,
+    .mem_register = mpi_mem_register_,
     .iallreduce = mpi_iallreduce_,
     .iallreduce_apply = mpi_iallreduce_apply_,
     .test = mpi_test_,

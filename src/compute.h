@@ -7,6 +7,37 @@
  * device pointers of the backend (host memory for "cpu"); all tensors are
  * dense row-major float32, images NCHW.
  *
+ * Memory: the backend allocates every buffer it computes on (parameters,
+ * gradients, activations, optimizer state, batches) and says what kind of
+ * memory that is (mem_kind, memkind.h).  The host reads and writes device
+ * memory only through upload/download.  The one exception is a capability
+ * of the comm backend: with host memory and COMM_CAP_NODE_SHARED_MEMORY
+ * (comm.h) the trainer takes parameters, gradients and optimizer state from
+ * the comm backend instead, so that the fused all-reduce + optimizer can
+ * work on them in place; they are host memory like the backend's own.
+ *
+ * Ordering.  Ops run in the order they are called, as if on one stream: an
+ * op sees everything the ops called before it wrote (the CPU backend does
+ * each op before it returns; a GPU backend queues them on one stream).
+ * Anything other than a later op -- the host, the loader, the comm backend
+ * -- sees the backend's work only through events:
+ *   - upload_async may return before it has read host_src.  Until an event
+ *     recorded after it has been waited for (event_wait), the source must
+ *     stay as it is and no op may read dst: the trainer waits before it
+ *     computes on a batch and before it hands the loader's buffer back
+ *     (trainer_upload_wait, train.c and evaluate.c).
+ *   - memory an op writes may be read other than by a later op (the
+ *     all-reduce of a gradient bucket, a host read) only after an event
+ *     recorded after the op has been waited for: the reducer records and
+ *     waits for one before it starts the all-reduce of buckets whose
+ *     gradients are complete (reducer.c).  download, sumsq and all_finite
+ *     wait for everything before them themselves.
+ *   - upload, download, copy and zero are complete when they return.
+ * On the CPU backend the events cost nothing (its ops are done when they
+ * return); the test backend in tests/compute_lazy.c delays uploads and
+ * gradient writes until the event is waited for, so a missing wait changes
+ * the results there.
+ *
  * Gradient accumulation: every *_bwd that produces parameter gradients takes
  * `beta`: grad = beta * grad + new; beta = 0 overwrites (the first
  * micro-batch), beta = 1 accumulates.  Input gradients (dx) are always
@@ -19,6 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memkind.h"
 #include "status.h"
 
 typedef struct conv_dims {
@@ -34,8 +66,11 @@ typedef struct pool_dims {
     int oh, ow;     /* output [n, c, oh, ow], floor mode */
 } pool_dims_t;
 
+typedef struct compute_event compute_event_t; /* backend-defined (see "Ordering") */
+
 typedef struct compute_ops {
     const char *name;
+    ddp_mem_kind_t mem_kind; /* what alloc hands out */
     /* Prepare the backend for this process: the CPU backend sets BLAS to one
      * thread unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS says otherwise
      * (one rank per core); a GPU backend picks the device of the local rank.
@@ -50,6 +85,17 @@ typedef struct compute_ops {
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*zero)(void *p, size_t bytes);
     void (*sync)(void); /* wait for all queued work */
+    /* The upload of a batch: may still read host_src after it returns (see
+     * "Ordering"; the CPU backend copies at once). */
+    void (*upload_async)(void *dst, const void *host_src, size_t bytes);
+
+    /* ---- ordering (see "Ordering" above) --------------------------------- */
+    compute_event_t *(*event_create)(void); /* NULL when out of memory */
+    void (*event_destroy)(compute_event_t *e);
+    /* Mark the work called so far; the event completes when it is done. */
+    void (*event_record)(compute_event_t *e);
+    /* The host waits until the work marked by the last record is done. */
+    void (*event_wait)(compute_event_t *e);
 
     /* ---- dense layers ---------------------------------------------------- */
     /* y[n,out] = x[n,in] w[out,in]^T + b[out] */
@@ -152,6 +198,10 @@ typedef struct compute_ops {
 /* Backends built into this binary. */
 extern const compute_ops_t compute_cpu_ops;
 
+/* The registry (compute.c): the backends built into this binary, the first
+ * one the default.  `ddptrain --version` lists them. */
+int compute_backend_count(void);
+const compute_ops_t *compute_backend(int i); /* 0 <= i < compute_backend_count() */
 /* Look up a backend by name ("cpu", "cuda"); NULL when not built in. */
 const compute_ops_t *compute_find(const char *name);
 

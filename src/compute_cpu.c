@@ -94,6 +94,34 @@ static void cpu_zero(void *p, size_t bytes)
 
 static void cpu_sync(void) {}
 
+/* Every op is done when it returns: an event has nothing to wait for, and
+ * one object serves as every event. */
+struct compute_event {
+    int unused;
+};
+
+static compute_event_t cpu_event_;
+
+static compute_event_t *cpu_event_create(void)
+{
+    return &cpu_event_;
+}
+
+static void cpu_event_destroy(compute_event_t *e)
+{
+    (void)e;
+}
+
+static void cpu_event_record(compute_event_t *e)
+{
+    (void)e;
+}
+
+static void cpu_event_wait(compute_event_t *e)
+{
+    (void)e;
+}
+
 /* ======================================================================== */
 /* small helpers                                                            */
 /* ======================================================================== */
@@ -1127,6 +1155,7 @@ static ddp_status_t cpu_init(int local_rank, int local_size, char *describe, siz
 
 const compute_ops_t compute_cpu_ops = {
     .name = "cpu",
+    .mem_kind = DDP_MEM_HOST,
     .init = cpu_init,
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -1135,6 +1164,11 @@ const compute_ops_t compute_cpu_ops = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .upload_async = cpu_copy,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .event_wait = cpu_event_wait,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,
     .conv_ws_bytes = cpu_conv_ws_bytes,

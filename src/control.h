@@ -2,13 +2,24 @@
  * MPI communicator of its own.
  *
  * Two planes carry a job's communication.  The gradient plane (comm.h) moves
- * gradient buckets and SyncBatchNorm statistics on the selected backend (MPI
- * or shared memory for host memory; NCCL for device memory).  The control
- * plane moves everything else, always over MPI on host memory: agreement on
- * errors, the start-up consistency check and broadcast, metrics, evaluation
- * sums, replica hashes.  Keeping them apart means a control collective never
- * waits behind, or drives, a gradient all-reduce, and a device backend never
- * has to carry host bookkeeping.
+ * what lives in compute memory and must be summed -- gradient buckets,
+ * SyncBatchNorm statistics, the --no-sync-bn average of the running
+ * statistics -- on the selected backend (MPI or shared memory for host
+ * memory; NCCL for device memory).  The control plane moves everything
+ * else, always over MPI on host memory: agreement on errors, the start-up
+ * consistency check and the broadcast of rank 0's model, metrics and the
+ * summary, evaluation sums, replica hashes, checkpoint and resume
+ * agreement, the watchdog's set-up.  Keeping them apart means a control
+ * collective never waits behind, or drives, a gradient all-reduce, and a
+ * device backend never has to carry host bookkeeping.
+ *
+ * The rule: a collective on host values the trainer computed on the host
+ * goes through control_*; one on compute memory through comm_* (after the
+ * event that says the memory is written, compute.h).  Control values that
+ * live in compute memory are downloaded first (the model broadcast, the
+ * evaluation sums).  Each descriptor name belongs to one plane (the table
+ * in progress.c); --debug-collectives stops a job that breaks the rule
+ * (tests/test_planes.sh).
  *
  * Every collective carries a descriptor (comm_desc_t) and is numbered (seq),
  * so a rank's position in the job can be named when something hangs.  All

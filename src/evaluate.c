@@ -98,6 +98,7 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
         DDP_TRY(deck_read_range(&t->val, i, n, h->x, xent ? h->labels : NULL,
                                 xent ? NULL : h->targets));
         trainer_upload(t, n, h->x, h->labels, h->targets, NULL);
+        trainer_upload_wait(t); /* before forward, and before h is read into again */
         step_ctx_t ctx = {.n = n,
                           .global_n = n,
                           .sample_idx = NULL,

@@ -389,8 +389,17 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
         m->dact[k] =
             dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
     if (ws) m->conv_ws = dev_alloc_(m, ws, &s, "convolution workspace");
+    if (s == DDP_OK && !(m->ops_done = m->compute->event_create()))
+        s = ddp_fail(DDP_ERR_NOMEM, "out of memory for an event of the %s backend",
+                     m->compute->name);
     m->act_bytes = model_act_bytes(m);
     return s;
+}
+
+void model_ops_wait(model_t *m)
+{
+    m->compute->event_record(m->ops_done);
+    m->compute->event_wait(m->ops_done);
 }
 
 /* The largest activation of any layer (elements per sample). */
@@ -498,6 +507,7 @@ void model_free(model_t *m)
             compute->free(L->invstd);
             compute->free(L->stats);
         }
+        if (m->ops_done) compute->event_destroy(m->ops_done);
         if (m->mem.alloc) {
             if (m->grads) m->mem.free(m->mem.arg, m->grads);
             if (m->params) m->mem.free(m->mem.arg, m->params);
@@ -615,6 +625,7 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
             compute->bn_stats(n, c, hw, x, L->stats);
             if (ctx->sync_bn) {
                 comm_desc_t d = {"syncbn-forward", L->index, ctx->step + 1};
+                model_ops_wait(m);
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
             }
             if (count <= 1)
@@ -756,6 +767,7 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             double count_bn = (double)n * hw;
             if (ctx->sync_bn) {
                 comm_desc_t d = {"syncbn-backward", L->index, ctx->step + 1};
+                model_ops_wait(m);
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
                 count_bn = (double)ctx->global_n * hw;
             }

@@ -116,6 +116,8 @@ typedef struct model {
     void *conv_ws;    /* shared convolution workspace */
     model_mem_t mem;  /* how params and grads were allocated (alloc == NULL: backend) */
     size_t act_bytes; /* activation memory (for the start-up table) */
+    /* for model_ops_wait */
+    compute_event_t *ops_done;
 } model_t;
 
 /* Parse the spec, check it against the input shape, lay out tensors and
@@ -128,6 +130,10 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem);
  * the two activation-gradient buffers, the convolution workspace): known
  * from the layout alone, before model_alloc. */
 size_t model_act_bytes(const model_t *m);
+/* Wait until the ops called so far have written their outputs, before the
+ * comm backend or the host reads them (compute.h, "Ordering"): the BN
+ * statistics before their all-reduce. */
+void model_ops_wait(model_t *m);
 /* model_layout + model_alloc(NULL). */
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute);
 void model_free(model_t *m);

@@ -79,6 +79,48 @@ void progress_set_start_hook(progress_hook_t fn, void *arg)
     hook_arg_ = arg;
 }
 
+/* Every collective name in the program, with its plane (progress.h). */
+static const struct {
+    const char *what;
+    progress_plane_t plane;
+} planes_[] = {
+    /* gradient plane: comm.h */
+    {"gradient-bucket", PLANE_GRADIENT},
+    {"syncbn-forward", PLANE_GRADIENT},
+    {"syncbn-backward", PLANE_GRADIENT},
+    {"average-bn-statistics", PLANE_GRADIENT},
+    {"shared-memory-check", PLANE_GRADIENT},
+    {"barrier", PLANE_GRADIENT},
+    /* control plane: control.h */
+    {"agreement", PLANE_CONTROL},
+    {"broadcast-parameters", PLANE_CONTROL},
+    {"startup-check", PLANE_CONTROL},
+    {"resume", PLANE_CONTROL},
+    {"resume-optimizer", PLANE_CONTROL},
+    {"checkpoint-bn", PLANE_CONTROL},
+    {"metrics", PLANE_CONTROL},
+    {"summary", PLANE_CONTROL},
+    {"evaluation", PLANE_CONTROL},
+    {"evaluation-nonfinite", PLANE_CONTROL},
+    {"replica-check", PLANE_CONTROL},
+    {"replica-check-tensors", PLANE_CONTROL},
+    {"step-boundary", PLANE_CONTROL},
+    {"watchdog-address", PLANE_CONTROL},
+    {"watchdog-connect", PLANE_CONTROL},
+};
+
+int progress_plane_of(const char *what)
+{
+    for (size_t i = 0; what && i < sizeof planes_ / sizeof planes_[0]; i++)
+        if (strcmp(planes_[i].what, what) == 0) return (int)planes_[i].plane;
+    return -1;
+}
+
+const char *progress_plane_name(int plane)
+{
+    return plane == PLANE_CONTROL ? "control" : plane == PLANE_GRADIENT ? "gradient" : "no";
+}
+
 uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane, const char *op,
                                    uint64_t bytes)
 {

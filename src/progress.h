@@ -37,6 +37,16 @@ typedef enum progress_phase {
 
 typedef enum progress_plane { PLANE_CONTROL, PLANE_GRADIENT } progress_plane_t;
 
+/* The plane a collective belongs to, by the name in its descriptor
+ * (comm_desc_t.what): the gradient plane (comm.h) moves what lives in
+ * compute memory and is summed -- gradient buckets, SyncBatchNorm
+ * statistics, the --no-sync-bn average, the MPI backend's own start-up
+ * check; the control plane (control.h) everything else.  -1 for a name not
+ * in the table (progress.c): --debug-collectives refuses both a collective
+ * on the wrong plane and a name it does not know. */
+int progress_plane_of(const char *what);
+const char *progress_plane_name(int plane);
+
 /* A collective as the watchdog reports it (fixed size: it travels between
  * ranks as is). */
 typedef struct progress_coll {

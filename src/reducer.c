@@ -28,9 +28,12 @@ struct reducer {
     unsigned char *ready; /* per tensor */
     comm_req_t **req;     /* per bucket: in-flight all-reduce */
     int next_launch;      /* buckets are launched strictly in order */
-    uint16_t *half;       /* compression buffer (comm memory), ntrainable elements */
+    uint16_t *half;       /* compression buffer (gradient-plane memory), ntrainable elements */
+    model_mem_t half_mem; /* where half came from (alloc NULL: comm_mem_alloc) */
     int skip_grad;        /* --inject skipgrad: a tensor never marked ready this step (-1: none) */
     reducer_stats_t stats;
+    /* the gradients of the buckets about to launch are written */
+    compute_event_t *grads_written;
 };
 
 /* The fused update of one bucket: offsets of the collective are relative to
@@ -73,15 +76,18 @@ ddp_status_t reducer_init(reducer_t **out, model_t *m, comm_t *c, const reducer_
     r->ready = calloc((size_t)(m->ntensors ? m->ntensors : 1), 1);
     r->fused = calloc((size_t)nb, 1);
     r->spans = calloc((size_t)nb, sizeof *r->spans);
-    if (!r->pending || !r->req || !r->ready || !r->fused || !r->spans) {
+    r->grads_written = r->compute->event_create();
+    if (!r->pending || !r->req || !r->ready || !r->fused || !r->spans || !r->grads_written) {
         reducer_free(r);
         return ddp_fail(DDP_ERR_NOMEM, "out of memory for the reducer");
     }
     if (compressed_(r)) {
-        /* from the comm backend like the gradient buffer (collective) */
+        /* from where the gradient buffer came from (collective for comm memory) */
         void *h = NULL;
         size_t bytes = m->ntrainable * sizeof(uint16_t) + 2;
-        ddp_status_t s = comm_mem_alloc(c, bytes, &h);
+        if (o->mem && o->mem->alloc) r->half_mem = *o->mem;
+        ddp_status_t s = r->half_mem.alloc ? r->half_mem.alloc(r->half_mem.arg, bytes, &h)
+                                           : comm_mem_alloc(c, bytes, &h);
         if (s != DDP_OK) {
             reducer_free(r);
             return s;
@@ -97,7 +103,11 @@ ddp_status_t reducer_init(reducer_t **out, model_t *m, comm_t *c, const reducer_
 void reducer_free(reducer_t *r)
 {
     if (!r) return;
-    if (r->half) comm_mem_free(r->comm, r->half);
+    if (r->half && r->half_mem.free)
+        r->half_mem.free(r->half_mem.arg, r->half);
+    else if (r->half)
+        comm_mem_free(r->comm, r->half);
+    if (r->grads_written) r->compute->event_destroy(r->grads_written);
     free(r->pending);
     free(r->req);
     free(r->ready);
@@ -150,9 +160,14 @@ static ddp_status_t launch_(reducer_t *r, int b)
     return r->comm->ops->iallreduce(r->comm, h, B->count, r->wire, &d, &r->req[b]);
 }
 
-/* Launch every ready bucket in order. */
+/* Launch every ready bucket in order, once the compute backend has
+ * written their gradients (compute.h, "Ordering"). */
 static ddp_status_t launch_ready_(reducer_t *r)
 {
+    if (r->next_launch < r->m->nbuckets && r->pending[r->next_launch] == 0) {
+        r->compute->event_record(r->grads_written);
+        r->compute->event_wait(r->grads_written);
+    }
     while (r->next_launch < r->m->nbuckets && r->pending[r->next_launch] == 0) {
         DDP_TRY(launch_(r, r->next_launch));
         r->stats.bytes_sent += r->m->buckets[r->next_launch].count * comm_dtype_size(r->wire);

@@ -16,7 +16,9 @@
  *        whose parameter gradients are final: counts them into their bucket;
  *        a bucket whose count reaches zero is launched (buckets strictly in
  *        order) with comm ops->iallreduce, or ops->iallreduce_apply when
- *        the backend can fuse the update into the all-reduce
+ *        the backend can fuse the update into the all-reduce, after an
+ *        event of the compute backend says its gradients are written
+ *        (compute.h, "Ordering")
  *     -> comm ops->progress (comm_mpi.c): drives every bucket in flight as
  *        far as it goes without waiting; a fused all-reduce runs the
  *        optimizer update of the blocks it completes, right there
@@ -58,6 +60,9 @@ typedef struct reducer_opts {
     /* Run once per bucket of the final micro-batch as soon as its gradients
      * are final; NULL: the trainer steps after reducer_finish. */
     const reducer_apply_t *apply;
+    /* Where the 16-bit bucket copy comes from (registered with the comm
+     * backend by it); NULL: comm_mem_alloc. */
+    const model_mem_t *mem;
 } reducer_opts_t;
 
 typedef struct reducer_stats {
@@ -67,7 +72,8 @@ typedef struct reducer_stats {
     size_t scratch_bytes; /* memory of its own (the 16-bit bucket copies) */
 } reducer_stats_t;
 
-/* Collective when compressing (the 16-bit buffer comes from the comm layer). */
+/* Collective when compressing and the 16-bit buffer comes from
+ * comm_mem_alloc. */
 ddp_status_t reducer_init(reducer_t **r, model_t *m, comm_t *c, const reducer_opts_t *o);
 void reducer_free(reducer_t *r);
 

@@ -81,14 +81,64 @@ static ddp_status_t build_model_(trainer_t *t)
     return DDP_OK;
 }
 
-static ddp_status_t comm_mem_alloc_cb_(void *comm, size_t bytes, void **p)
+/* ---- gradient-plane memory ------------------------------------------------ */
+
+/* Parameters, gradients, optimizer state and the 16-bit gradient copy (the
+ * buffers the gradient plane reduces or the fused update writes): from the
+ * comm backend when the trainer chose its node-shared memory
+ * (choose_memory_), else from the compute backend, registered with the comm
+ * backend. */
+static ddp_status_t plane_alloc_(void *arg, size_t bytes, void **p)
 {
-    return comm_mem_alloc(comm, bytes, p);
+    trainer_t *t = arg;
+    if (t->comm_memory) return comm_mem_alloc(&t->comm, bytes, p);
+    *p = t->compute->alloc(bytes);
+    if (!*p)
+        return ddp_fail(DDP_ERR_NOMEM,
+                        "out of memory allocating %zu bytes for parameters, gradients or optimizer "
+                        "state; reduce the model size or run fewer ranks per node",
+                        bytes);
+    ddp_status_t s = comm_register(&t->comm, *p, bytes, t->compute->mem_kind);
+    if (s != DDP_OK) {
+        t->compute->free(*p);
+        *p = NULL;
+    }
+    return s;
 }
 
-static void comm_mem_free_cb_(void *comm, void *p)
+static void plane_free_(void *arg, void *p)
 {
-    comm_mem_free(comm, p);
+    trainer_t *t = arg;
+    if (t->comm_memory) {
+        comm_mem_free(&t->comm, p);
+        return;
+    }
+    comm_deregister(&t->comm, p);
+    t->compute->free(p);
+}
+
+/* The other buffers the gradient plane moves: BatchNorm running statistics
+ * (averaged over ranks with --no-sync-bn) and each BN layer's batch
+ * statistics (SyncBatchNorm), compute memory from model_alloc. */
+static ddp_status_t register_model_buffers_(trainer_t *t)
+{
+    model_t *m = &t->model;
+    ddp_mem_kind_t kind = t->compute->mem_kind;
+    if (m->nbufs) DDP_TRY(comm_register(&t->comm, m->bufs, m->nbufs * sizeof(float), kind));
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer_t *L = &m->layers[i];
+        if (L->kind == LAYER_BN)
+            DDP_TRY(comm_register(&t->comm, L->stats, (size_t)2 * L->in.c * sizeof(double), kind));
+    }
+    return DDP_OK;
+}
+
+static void deregister_model_buffers_(trainer_t *t)
+{
+    model_t *m = &t->model;
+    if (m->nbufs) comm_deregister(&t->comm, m->bufs);
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].kind == LAYER_BN) comm_deregister(&t->comm, m->layers[i].stats);
 }
 
 /* The batch buffers: the loader's queue, the device copy, evaluation's. */
@@ -106,7 +156,7 @@ static size_t data_bytes_(const trainer_t *t)
 /* What the rest of the start-up will allocate, per rank. */
 typedef struct mem_plan {
     size_t comm;     /* parameters, gradients, optimizer state, 16-bit scratch */
-    int ncomm;       /* ... in this many comm_mem_alloc calls */
+    int ncomm;       /* ... in this many allocations (plane_alloc_) */
     size_t resident; /* all buffers, comm included */
     size_t address;  /* address space beyond the buffers */
 } mem_plan_t;
@@ -138,8 +188,9 @@ static mem_plan_t mem_plan_(const trainer_t *t)
  * in the cgroup's room or in the machine's memory, before anything is
  * allocated (memlimit.h): right after the layout, so that an absurd size
  * (a `classes` attribute of 10^9 makes a last layer of 10^9 outputs) is
- * named before any other check.  The buffers are host memory (the CPU
- * backend). */
+ * named before any other check.  Every buffer is counted as host memory,
+ * which it is on the cpu compute backend (compute_ops_t.mem_kind); a
+ * device backend's buffers would belong to a check of the device's memory. */
 static ddp_status_t memory_check_(trainer_t *t)
 {
     mem_plan_t p = mem_plan_(t);
@@ -170,15 +221,33 @@ static ddp_status_t memory_check_(trainer_t *t)
     return s;
 }
 
-/* Parameters and gradients from the comm backend, collectively: every rank
- * has the same layout by now, so buckets are the same slices on every rank,
+/* Whether parameters, gradients and optimizer state come from the comm
+ * backend's node-shared memory: only for host compute memory and a comm
+ * backend with COMM_CAP_NODE_SHARED_MEMORY that finds room for them
+ * (comm_mem_plan).  Collective; the same answer on every rank. */
+static ddp_status_t choose_memory_(trainer_t *t)
+{
+    t->comm_memory = 0;
+    if (t->compute->mem_kind != DDP_MEM_HOST ||
+        !(comm_caps(&t->comm) & COMM_CAP_NODE_SHARED_MEMORY))
+        return DDP_OK;
+    mem_plan_t plan = mem_plan_(t);
+    DDP_TRY(comm_mem_plan(&t->comm, plan.comm, plan.ncomm));
+    t->comm_memory = (comm_caps(&t->comm) & COMM_CAP_NODE_SHARED_MEMORY) != 0;
+    return DDP_OK;
+}
+
+/* Parameters and gradients from plane_alloc_, collectively: every rank has
+ * the same layout by now, so buckets are the same slices on every rank,
  * which the shared-memory all-reduce needs.  Then the initial weights, and
  * on rank 0 the checkpoint's (--resume) or --init's. */
 static ddp_status_t alloc_model_(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
-    model_mem_t gm = {comm_mem_alloc_cb_, comm_mem_free_cb_, &t->comm};
+    model_mem_t gm = {plane_alloc_, plane_free_, t};
     DDP_TRY(model_alloc(&t->model, &gm));
+    DDP_TRY(register_model_buffers_(t));
+    t->registered_model = 1;
     DDP_TRY(model_init_params(&t->model, (uint64_t)cfg->seed));
     if (t->ckpt.resume.active) {
         checkpoint_resume_model(t);
@@ -517,11 +586,12 @@ static ddp_status_t alloc_batches_(trainer_t *t)
     d->targets = compute->alloc(B * k * sizeof(float));
     d->sample_idx = compute->alloc(B * sizeof(int64_t));
     t->loss_sums = compute->alloc(2 * sizeof(double));
+    t->upload_done = compute->event_create();
     h->x = malloc(B * numel * sizeof(float));
     h->labels = malloc(B * sizeof(int32_t));
     h->targets = malloc(B * k * sizeof(float));
-    if (!d->x || !d->labels || !d->targets || !d->sample_idx || !t->loss_sums || !h->x ||
-        !h->labels || !h->targets)
+    if (!d->x || !d->labels || !d->targets || !d->sample_idx || !t->loss_sums || !t->upload_done ||
+        !h->x || !h->labels || !h->targets)
         return ddp_fail(DDP_ERR_NOMEM, "out of memory for batch buffers");
     t->data_bytes = data_bytes_(t);
     return DDP_OK;
@@ -544,7 +614,7 @@ static void apply_range_(void *arg, size_t offset, size_t count)
 static ddp_status_t optimizer_and_reducer_(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
-    model_mem_t mem = {comm_mem_alloc_cb_, comm_mem_free_cb_, &t->comm};
+    model_mem_t mem = {plane_alloc_, plane_free_, t};
     optim_opts_t oo = optim_opts_from_config(cfg, t->total_steps);
     DDP_TRY(optim_init(&t->opt, &oo, &t->model, &mem));
     /* without clipping the optimizer runs bucket by bucket inside the
@@ -553,7 +623,8 @@ static ddp_status_t optimizer_and_reducer_(trainer_t *t)
     apply.nout = optim_outputs(&t->opt, &t->model, apply.out);
     reducer_opts_t ro = {.wire = wire_type_(cfg->grad_compress),
                          .find_unused = cfg->find_unused,
-                         .apply = optim_can_apply_per_bucket(&t->opt) ? &apply : NULL};
+                         .apply = optim_can_apply_per_bucket(&t->opt) ? &apply : NULL,
+                         .mem = &mem};
     return reducer_init(&t->reducer, &t->model, &t->comm, &ro);
 }
 
@@ -570,9 +641,10 @@ static void print_table_(trainer_t *t)
     size_t pbytes = m->nparams * sizeof(float) + m->nbufs * sizeof(float);
     size_t gbytes = m->nparams * sizeof(float);
     size_t obytes = optim_state_bytes(&t->opt) + rs.scratch_bytes;
-    log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), device %s, comm %s", ddp_version(),
-             t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
-             t->comm.nnodes > 1 ? "s" : "", t->comm.local_size, t->device, t->comm.ops->name);
+    log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), device %s, comm %s%s",
+             ddp_version(), t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
+             t->comm.nnodes > 1 ? "s" : "", t->comm.local_size, t->device, t->comm.ops->name,
+             t->comm_memory ? " (node-shared memory)" : "");
     char desc[256];
     deck_describe(d, desc, sizeof desc);
     log_info("  input        %s%s: %s; %lld val samples", cfg->inputs[0],
@@ -664,10 +736,11 @@ ddp_status_t startup_run(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
     control_t *ctl = t->ctl;
-    ddp_status_t s = control_agree(ctl, comm_init_mpi(&t->comm, ctl->mpi));
+    /* the registries' defaults (compute.h, comm.h) unless the caller chose */
+    ddp_status_t s = control_agree(ctl, comm_backend(0)->init(&t->comm, ctl->mpi));
     t->have_comm = s == DDP_OK;
     DDP_TRY(s);
-    t->compute = compute_find("cpu");
+    if (!t->compute) t->compute = compute_backend(0);
     DDP_TRY(control_agree(ctl, t->compute->init(t->comm.local_rank, t->comm.local_size, t->device,
                                                 sizeof t->device)));
     DDP_TRY(control_agree(ctl, checkpoint_startup(t)));
@@ -677,8 +750,7 @@ ddp_status_t startup_run(trainer_t *t)
     /* before any collective whose size depends on the options or the model */
     DDP_TRY(control_agree(ctl, consistency_check_(t)));
     DDP_TRY(checkpoint_resume_open(t));
-    mem_plan_t plan = mem_plan_(t);
-    DDP_TRY(control_agree(ctl, comm_mem_plan(&t->comm, plan.comm, plan.ncomm)));
+    DDP_TRY(control_agree(ctl, choose_memory_(t)));
     DDP_TRY(control_agree(ctl, alloc_model_(t)));
     DDP_TRY(broadcast_model_(t));
     /* the start-up broadcast reached every rank: the first replica check */
@@ -711,6 +783,8 @@ void startup_teardown(trainer_t *t)
         compute->free(t->batch.targets);
         compute->free(t->batch.sample_idx);
         compute->free(t->loss_sums);
+        if (t->upload_done) compute->event_destroy(t->upload_done);
+        if (t->registered_model) deregister_model_buffers_(t);
         model_free(&t->model);
     }
     free(t->eval_host.x);

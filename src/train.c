@@ -23,12 +23,19 @@ void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
 {
     const compute_ops_t *compute = t->compute;
     device_batch_t *b = &t->batch;
-    compute->upload(b->x, x, (size_t)n * t->train.sample_numel * sizeof(float));
-    if (sample_idx) compute->upload(b->sample_idx, sample_idx, (size_t)n * sizeof(int64_t));
+    compute->upload_async(b->x, x, (size_t)n * t->train.sample_numel * sizeof(float));
+    if (sample_idx) compute->upload_async(b->sample_idx, sample_idx, (size_t)n * sizeof(int64_t));
     if (t->loss.kind == LOSS_XENT)
-        compute->upload(b->labels, labels, (size_t)n * sizeof(int32_t));
+        compute->upload_async(b->labels, labels, (size_t)n * sizeof(int32_t));
     else
-        compute->upload(b->targets, targets, (size_t)n * (size_t)t->loss.width * sizeof(float));
+        compute->upload_async(b->targets, targets,
+                              (size_t)n * (size_t)t->loss.width * sizeof(float));
+    compute->event_record(t->upload_done);
+}
+
+void trainer_upload_wait(trainer_t *t)
+{
+    t->compute->event_wait(t->upload_done);
 }
 
 ddp_status_t trainer_average_bn_buffers(trainer_t *t)
@@ -36,6 +43,7 @@ ddp_status_t trainer_average_bn_buffers(trainer_t *t)
     model_t *m = &t->model;
     if (t->sync_bn || t->comm.size == 1 || m->nbufs == 0) return DDP_OK;
     comm_desc_t d = {"average-bn-statistics", -1, -1};
+    model_ops_wait(m);
     ddp_status_t s = comm_allreduce(&t->comm, m->bufs, m->nbufs, COMM_FLOAT, &d);
     if (s != DDP_OK) control_abort(t->ctl, s);
     t->compute->scale(m->nbufs, m->bufs, 1.0f / (float)t->comm.size);
@@ -76,6 +84,7 @@ ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t
         int n = b->n;
         progress_phase(PHASE_FORWARD);
         trainer_upload(t, n, b->x, b->labels, b->targets, b->idx);
+        trainer_upload_wait(t); /* before the loader may refill b */
         diagnostics_batch(g, t, global_step + 1, (int)j, n, b->idx);
         *samples += n;
         loader_release(t->loader, b);
@@ -257,6 +266,12 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
 
 ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *res)
 {
+    return ddp_train_on(cfg, ctl, NULL, res);
+}
+
+ddp_status_t ddp_train_on(const ddp_config_t *cfg, control_t *ctl, const compute_ops_t *compute,
+                          train_result_t *res)
+{
     trainer_t *t = calloc(1, sizeof *t);
     if (!t) return control_agree(ctl, ddp_fail(DDP_ERR_NOMEM, "out of memory"));
     memset(res, 0, sizeof *res);
@@ -270,6 +285,7 @@ ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *
     }
     t->cfg = cfg;
     t->ctl = ctl;
+    t->compute = compute; /* NULL: the registry's default (startup_run) */
     signals_install();
     ddp_status_t s = startup_run(t);
     if (s == DDP_OK) s = cfg->diagnose ? diagnose_run(t) : loop_(t, res);

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "compute.h"
 #include "config.h"
 #include "control.h"
 #include "status.h"
@@ -21,5 +22,9 @@ typedef struct train_result {
  * plane calls it; the status is the same on every rank (or the job has been
  * ended with control_abort). */
 ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *res);
+/* The same on a given compute backend (NULL: the registry's default, as
+ * ddp_train): how the tests run the trainer on tests/compute_lazy.c. */
+ddp_status_t ddp_train_on(const ddp_config_t *cfg, control_t *ctl, const compute_ops_t *compute,
+                          train_result_t *res);
 
 #endif

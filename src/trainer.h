@@ -22,10 +22,20 @@
  * doing: phase, step, collectives), watchdog.c (--timeout, which reads it
  * from another thread, and --debug-collectives), inject.c (--inject).
  *
- * Planes: `ctl` (control.h) carries agreement, checks, metrics and
- * evaluation sums on host memory; `comm` (comm.h) carries gradient buckets
- * and SyncBatchNorm on the selected backend.  Everything a step computes on
- * lives in the compute backend's memory.
+ * Planes: `ctl` (control.h) carries agreement, the start-up checks and
+ * broadcast, metrics, evaluation sums, replica hashes and checkpoint
+ * agreement, on host memory; `comm` (comm.h) carries only what lives in
+ * compute memory and must be summed: gradient buckets, SyncBatchNorm
+ * statistics and the --no-sync-bn average of the running statistics, on
+ * the selected backend.  A collective's descriptor names its plane
+ * (progress_plane_of); --debug-collectives stops a job whose collective
+ * runs on the other plane.
+ *
+ * Memory: everything a step computes on lives in the compute backend's
+ * memory, allocated by it; the comm backend is told of (comm_register) the
+ * buffers it moves.  The one exception is comm_memory below.  The host
+ * touches compute memory only through upload/download, ordered by events
+ * (compute.h, "Ordering").
  */
 #ifndef DDP_TRAINER_H
 #define DDP_TRAINER_H
@@ -73,6 +83,12 @@ typedef struct trainer {
     int have_comm;
     const compute_ops_t *compute;
     char device[128]; /* the backend's description, for the start-up table */
+    /* parameters, gradients and optimizer state are the comm backend's
+     * node-shared memory (host compute memory and COMM_CAP_NODE_SHARED_MEMORY:
+     * the fused all-reduce + optimizer), not the compute backend's */
+    int comm_memory;
+    int registered_model;         /* BN buffers registered with the comm backend */
+    compute_event_t *upload_done; /* recorded after trainer_upload */
     deck_t train, val;
     int have_train, have_val;
     loss_t loss;
@@ -113,9 +129,12 @@ void trainer_drop_rest_of_epoch(trainer_t *t, int64_t used_micro);
  * (*sig: the signal, or 0), and a failed background checkpoint write
  * (rank 0's). */
 ddp_status_t trainer_step_boundary(trainer_t *t, int64_t step, int *sig);
-/* train.c: n samples of a host batch to the device batch. */
+/* train.c: n samples of a host batch to the device batch, asynchronously:
+ * the host batch must stay as it is, and nothing may compute on the device
+ * batch, until trainer_upload_wait (compute.h, "Ordering"). */
 void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
                     const float *targets, const int64_t *sample_idx);
+void trainer_upload_wait(trainer_t *t);
 /* With local BatchNorm statistics (--no-sync-bn) the running statistics
  * differ between ranks: average them, so every rank evaluates and saves the
  * same model.  Nothing to do otherwise. */

@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <string.h>
 
+#include "comm.h"
 #include "compute.h"
 #ifdef HAVE_OPENBLAS_GET_CONFIG
 char *openblas_get_config(void);
@@ -34,8 +35,12 @@ void ddp_print_version(FILE *f, const char *prog)
     H5get_libversion(&hmaj, &hmin, &hrel);
 
     fprintf(f, "%s %s\n", prog, PACKAGE_VERSION);
-    fprintf(f, "  compute backends : cpu\n");
-    fprintf(f, "  comm backends    : mpi\n");
+    /* the registries (compute.c, comm.c): what this binary can run on */
+    fprintf(f, "  compute backends :");
+    for (int i = 0; i < compute_backend_count(); i++) fprintf(f, " %s", compute_backend(i)->name);
+    fprintf(f, "\n  comm backends    :");
+    for (int i = 0; i < comm_backend_count(); i++) fprintf(f, " %s", comm_backend(i)->name);
+    fprintf(f, "\n");
     fprintf(f, "  MPI              : %s (MPI %d.%d)\n", mpi, major, minor);
     fprintf(f, "  HDF5             : %u.%u.%u (%s)\n", hmaj, hmin, hrel, DDP_HDF5_KIND);
 #ifdef HAVE_OPENBLAS_GET_CONFIG

@@ -680,6 +680,26 @@ static int client_connect_(const wd_addr_t *a)
 static void debug_check_(void *arg, const progress_coll_t *c)
 {
     (void)arg;
+    /* the collective runs on the plane its name belongs to (progress.h) */
+    int plane = progress_plane_of(c->what);
+    if (plane != c->plane) {
+        static wd_text_t t;
+        char what[192];
+        progress_coll_format(c, what, sizeof what);
+        if (plane < 0)
+            add_(&t,
+                 "--debug-collectives: %s, on the %s plane, has a name that the table of "
+                 "planes does not know; add it (progress.c)\n",
+                 what, progress_plane_name(c->plane));
+        else
+            add_(&t,
+                 "--debug-collectives: %s was started on the %s plane, but it belongs to the "
+                 "%s plane (trainer.h: control collectives on control_*, gradient buckets and "
+                 "SyncBatchNorm on comm_*)\n",
+                 what, progress_plane_name(c->plane), progress_plane_name(plane));
+        if (wd_.rank != 0) usleep(2000000); /* rank 0's line first */
+        end_job_(&t, 6);
+    }
     uint64_t h = HASH_SEED;
     h = hash_bytes(h, c->what, strlen(c->what));
     h = hash_bytes(h, c->op, strlen(c->op));

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "ddp_build.h"
 #include "half.h"
 #include "tests.h"
 
@@ -571,6 +572,34 @@ START_TEST(bcast_and_allgather)
 }
 END_TEST
 
+/* The registry holds what configure built (DDP_COMM_BACKENDS), the default
+ * first; the capability of node-shared memory is there exactly when the
+ * ranks share one node (and /dev/shm has room: the test machines do); host
+ * memory is taken, device memory refused with a message. */
+START_TEST(registry_caps_register)
+{
+    char names[256] = "";
+    size_t u = 0;
+    for (int i = 0; i < comm_backend_count(); i++) {
+        const comm_backend_t *b = comm_backend(i);
+        ck_assert_ptr_eq(comm_find(b->name), b);
+        u += (size_t)snprintf(names + u, sizeof names - u, "%s%s", i ? " " : "", b->name);
+    }
+    ck_assert_str_eq(names, DDP_COMM_BACKENDS);
+    ck_assert_ptr_null(comm_find("no-such-backend"));
+    ck_assert_str_eq(comm_backend(0)->name, c.ops->name);
+    unsigned shared = comm_caps(&c) & COMM_CAP_NODE_SHARED_MEMORY;
+    ck_assert_uint_eq(shared != 0, c.nnodes == 1 && c.size > 1);
+    float host[4];
+    ck_assert_int_eq(comm_register(&c, host, sizeof host, DDP_MEM_HOST), DDP_OK);
+    comm_deregister(&c, host);
+    ddp_clear_error();
+    ck_assert_int_eq(comm_register(&c, host, sizeof host, DDP_MEM_DEVICE), DDP_ERR_USAGE);
+    ck_assert_ptr_nonnull(strstr(ddp_error_message(), "device memory"));
+    ddp_clear_error();
+}
+END_TEST
+
 START_TEST(bad_options)
 {
     ddp_clear_error();
@@ -601,6 +630,7 @@ Suite *test_suite(void)
     tcase_add_test(t, mem_alloc);
     tcase_add_test(t, allreduce_apply);
     tcase_add_test(t, bcast_and_allgather);
+    tcase_add_test(t, registry_caps_register);
     tcase_add_test(t, bad_options);
     suite_add_tcase(s, t);
     return s;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "compute.h"
+#include "ddp_build.h"
 #include "h5util.h"
 #include "half.h"
 #include "rng.h"
@@ -1095,6 +1096,32 @@ START_TEST(memory_ops)
 }
 END_TEST
 
+/* The registry holds what configure built (DDP_COMPUTE_BACKENDS, the list of
+ * its summary), the default first; the cpu backend computes on host memory
+ * and its events are there. */
+START_TEST(registry)
+{
+    char names[256] = "";
+    size_t u = 0;
+    for (int i = 0; i < compute_backend_count(); i++) {
+        const compute_ops_t *c = compute_backend(i);
+        ck_assert_ptr_eq(compute_find(c->name), c);
+        ck_assert_ptr_nonnull(c->upload_async);
+        ck_assert_ptr_nonnull(c->event_create);
+        u += (size_t)snprintf(names + u, sizeof names - u, "%s%s", i ? " " : "", c->name);
+    }
+    ck_assert_str_eq(names, DDP_COMPUTE_BACKENDS);
+    ck_assert_ptr_null(compute_backend(compute_backend_count()));
+    ck_assert_ptr_eq(compute_backend(0), &compute_cpu_ops);
+    ck_assert_int_eq(compute_cpu_ops.mem_kind, DDP_MEM_HOST);
+    compute_event_t *e = B->event_create();
+    ck_assert_ptr_nonnull(e);
+    B->event_record(e);
+    B->event_wait(e);
+    B->event_destroy(e);
+}
+END_TEST
+
 /* count == 0 / n == 0 for the ops not covered above: nothing is touched */
 START_TEST(empty_counts)
 {
@@ -1431,6 +1458,7 @@ Suite *test_suite(void)
     Suite *s = suite_create("kernels");
     TCase *t = tcase_create("cpu");
     tcase_set_timeout(t, 60);
+    tcase_add_test(t, registry);
     tcase_add_test(t, linear_gradients);
     tcase_add_test(t, linear_forward_naive);
     tcase_add_test(t, linear_beta_and_empty);

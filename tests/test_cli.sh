@@ -17,6 +17,14 @@ grep -q "default: 64" "$out/help" || fail "--help shows no default for --batch"
 for what in "ddptrain" "compute backends" "MPI" "HDF5" "CUDA" "NCCL" "BLAS"; do
   grep -q "$what" "$out/version" || fail "--version lacks '$what'"
 done
+# the backend lines print the registries (check_kernels and check_comm hold
+# the registries to configure's lists, m4/ddp_backends.m4)
+backends() { sed -n "s/^  $1 backends *: //p" "$out/version"; }
+[ "$(backends compute)" = "$DDP_COMPUTE_BACKENDS" ] ||
+  fail "--version lists compute backends '$(backends compute)', configure built '$DDP_COMPUTE_BACKENDS'"
+[ "$(backends comm)" = "$DDP_COMM_BACKENDS" ] ||
+  fail "--version lists comm backends '$(backends comm)', configure built '$DDP_COMM_BACKENDS'"
+[ -n "$DDP_COMPUTE_BACKENDS" ] && [ -n "$DDP_COMM_BACKENDS" ] || fail "configure lists no backends"
 
 # usage errors: exit code 2, one line on stderr naming the problem
 "$DDPTRAIN" --bacth 3 x.h5 >"$out/o" 2>"$out/e"; rc=$?
