@@ -91,6 +91,7 @@ static const struct {
     {"average-bn-statistics", PLANE_GRADIENT},
     {"shared-memory-check", PLANE_GRADIENT},
     {"barrier", PLANE_GRADIENT},
+    {"allreduce-alone", PLANE_GRADIENT}, /* --diagnose: the buckets, no compute */
     /* control plane: control.h */
     {"agreement", PLANE_CONTROL},
     {"broadcast-parameters", PLANE_CONTROL},
@@ -107,6 +108,7 @@ static const struct {
     {"step-boundary", PLANE_CONTROL},
     {"watchdog-address", PLANE_CONTROL},
     {"watchdog-connect", PLANE_CONTROL},
+    {"diagnose", PLANE_CONTROL},
 };
 
 int progress_plane_of(const char *what)

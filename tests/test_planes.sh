@@ -6,7 +6,8 @@
 # the control plane, stops with exit 6 naming both planes.  The runs cover
 # every kind of collective of a run: start-up check and broadcast,
 # SyncBatchNorm and buckets, metrics and the summary, evaluation, the
-# replica check, checkpoints and --resume, the --no-sync-bn average.
+# replica check, checkpoints and --resume, the --no-sync-bn average, and
+# --diagnose (its buckets' all-reduce alone and its report's gather).
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -24,4 +25,6 @@ run "SyncBN, checkpoints" --steps 30 --ckpt-dir "$T/ck" --ckpt-every 10
 run "resume" --steps 40 --ckpt-dir "$T/ck" --resume auto
 run "--no-sync-bn" --steps 20 --no-sync-bn --ckpt-dir "$T/ck2" --ckpt-every 10
 run "bf16, clipping" --steps 20 --grad-compress bf16 --clip-grad-norm 1
+run "--diagnose" --diagnose --diagnose-steps 4
+grep -q "^verdict: " "$T/o" || { cat "$T/o"; fail "--diagnose under --debug-collectives gave no verdict"; }
 exit 0
