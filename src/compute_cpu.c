@@ -34,6 +34,7 @@
 #endif
 
 #include "ddp_build.h"
+#include "clock.h"
 #include "compute.h"
 #include "half.h"
 #include "rng.h"
@@ -214,6 +215,20 @@ static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *
 /* convolution: im2col + GEMM over groups of samples                        */
 /* ======================================================================== */
 
+compute_cpu_prof_t *compute_cpu_prof;
+
+/* PROF_START(); phase; PROF_END(field): adds the phase's seconds to
+ * compute_cpu_prof->field while profiling (compute.h) */
+#define PROF_START() double prof_t0_ = compute_cpu_prof ? clock_seconds() : 0.0
+#define PROF_END(field)                                                                            \
+    do {                                                                                           \
+        if (compute_cpu_prof) {                                                                    \
+            double prof_t1_ = clock_seconds();                                                     \
+            compute_cpu_prof->field += prof_t1_ - prof_t0_;                                        \
+            prof_t0_ = prof_t1_;                                                                   \
+        }                                                                                          \
+    } while (0)
+
 /* Samples per GEMM: enough that the GEMM has about CONV_COLS columns.  It
  * grows with n, so a workspace sized for n samples serves any smaller n. */
 static int conv_group_(const conv_dims_t *d)
@@ -306,11 +321,13 @@ static void cpu_conv_fwd(const conv_dims_t *d, const float *x, const float *w, c
     const int ckk = d->c * d->k * d->k, g = conv_group_(d);
     float *col = ws;
     float *stage = col + (size_t)ckk * g * ohw;
+    PROF_START();
     for (int i0 = 0; i0 < d->n; i0 += g) {
         int gn = MIN(g, d->n - i0);
         size_t ld = (size_t)gn * ohw;
         for (int gi = 0; gi < gn; gi++)
             im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
+        PROF_END(im2col);
         if (gn == 1) {
             /* one sample: the GEMM writes y directly, onto the bias */
             float *yi = y + (size_t)i0 * d->oc * ohw;
@@ -318,17 +335,21 @@ static void cpu_conv_fwd(const conv_dims_t *d, const float *x, const float *w, c
                 const float bo = b ? b[o] : 0.0f;
                 for (size_t k = 0; k < ohw; k++) yi[o * ohw + k] = bo;
             }
+            PROF_END(bias);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, (int)ohw, ckk, 1.0f, w,
                         ckk, col, (int)ld, 1.0f, yi, (int)ohw);
+            PROF_END(gemm);
             continue;
         }
         /* stage[oc, gn*ohw] = w[oc, ckk] col[ckk, gn*ohw], then scatter + bias */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, (int)ld, ckk, 1.0f, w, ckk,
                     col, (int)ld, 0.0f, stage, (int)ld);
+        PROF_END(gemm);
         for (int gi = 0; gi < gn; gi++)
             for (int o = 0; o < d->oc; o++)
                 span_axpb_s_(ohw, stage + o * ld + gi * ohw, 1.0f, b ? b[o] : 0.0f,
                              y + ((size_t)(i0 + gi) * d->oc + o) * ohw);
+        PROF_END(copy);
     }
 }
 
@@ -346,11 +367,13 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
     const int g = conv_group_(d);
     float *col = ws;
     float *stage = col + (size_t)ckk * g * ohw;
+    PROF_START();
     if (db) {
         grad_scale_((size_t)d->oc, db, beta);
         for (int i = 0; i < d->n; i++)
             for (int o = 0; o < d->oc; o++)
                 db[o] += (float)span_sum_(ohw, dy + ((size_t)i * d->oc + o) * ohw);
+        PROF_END(bias);
     }
     float wbeta = beta;
     for (int i0 = 0; i0 < d->n; i0 += g) {
@@ -364,21 +387,26 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
                     memcpy(stage + o * ld + gi * ohw, dy + ((size_t)(i0 + gi) * d->oc + o) * ohw,
                            ohw * sizeof *stage);
             dyg = stage;
+            PROF_END(copy);
         }
         if (dw) {
             for (int gi = 0; gi < gn; gi++)
                 im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
+            PROF_END(im2col);
             /* dw[oc, ckk] (+)= dyg[oc, gn*ohw] col[ckk, gn*ohw]^T */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->oc, ckk, (int)ld, 1.0f, dyg,
                         (int)ld, col, (int)ld, wbeta, dw, ckk);
+            PROF_END(gemm);
             wbeta = 1.0f;
         }
         if (dx) {
             /* dcol[ckk, gn*ohw] = w[oc, ckk]^T dyg, into col, then col2im */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, d->oc, 1.0f, w, ckk,
                         dyg, (int)ld, 0.0f, col, (int)ld);
+            PROF_END(gemm);
             for (int gi = 0; gi < gn; gi++)
                 col2im_(d, col + (size_t)gi * ohw, ld, dx + (size_t)(i0 + gi) * chw);
+            PROF_END(col2im);
         }
     }
 }
@@ -387,12 +415,100 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
 /* pooling                                                                  */
 /* ======================================================================== */
 
+/* One step of the max scan: v (at index idx) replaces the best so far when
+ * it is larger or NaN, as the generic loop below does. */
+static inline void max_take_(float v, int32_t idx, float *bv, int32_t *best)
+{
+    if (v > *bv || isnan(v)) {
+        *bv = v;
+        *best = idx;
+    }
+}
+
+#ifdef __SSE2__
+/* the same step on four lanes, without branches */
+static inline void max_take4_(__m128 v, __m128i idx, __m128 *bv, __m128i *best)
+{
+    __m128 take = _mm_or_ps(_mm_cmpgt_ps(v, *bv), _mm_cmpunord_ps(v, v));
+    __m128i ti = _mm_castps_si128(take);
+    *bv = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, *bv));
+    *best = _mm_or_si128(_mm_and_si128(ti, idx), _mm_andnot_si128(ti, *best));
+}
+
+/* Four 2x2 windows side by side: r0, r1 point at 8 floats of the window's
+ * two input rows, i0 is the plane index of r0[0], w the row length. */
+static inline void max2x2x4_(const float *r0, const float *r1, int32_t i0, int32_t w, float *y,
+                             int32_t *am)
+{
+    __m128 a0 = _mm_loadu_ps(r0), a1 = _mm_loadu_ps(r0 + 4);
+    __m128 b0 = _mm_loadu_ps(r1), b1 = _mm_loadu_ps(r1 + 4);
+    /* even and odd columns: top-left, top-right, bottom-left, bottom-right */
+    __m128 tl = _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0));
+    __m128 tr = _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m128 bl = _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0));
+    __m128 br = _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m128i one = _mm_set1_epi32(1);
+    __m128i itl = _mm_add_epi32(_mm_set1_epi32(i0), _mm_set_epi32(6, 4, 2, 0));
+    __m128i ibl = _mm_add_epi32(itl, _mm_set1_epi32(w));
+    __m128 bv = tl;
+    __m128i best = itl;
+    max_take4_(tr, _mm_add_epi32(itl, one), &bv, &best);
+    max_take4_(bl, ibl, &bv, &best);
+    max_take4_(br, _mm_add_epi32(ibl, one), &bv, &best);
+    _mm_storeu_ps(y, bv);
+    _mm_storeu_si128((__m128i *)(void *)am, best);
+}
+#endif
+
+/* 2x2 windows, stride 2 (the common case): the generic loop's result bit for
+ * bit (same scan order and NaN rule), four windows at a time; rows of fewer
+ * than 4 windows (and builds without SSE2) take the scalar loop. */
+static void maxpool2_plane_(const pool_dims_t *d, const float *xp, float *yp, int32_t *ap)
+{
+    const int w = d->w, ow = d->ow;
+    for (int oy = 0; oy < d->oh; oy++) {
+        const float *r0 = xp + (size_t)2 * oy * w, *r1 = r0 + w;
+        float *yr = yp + (size_t)oy * ow;
+        int32_t *ar = ap + (size_t)oy * ow;
+        const int32_t i0 = 2 * oy * w;
+        int ox = 0;
+#ifdef __SSE2__
+        if (ow >= 4) {
+            /* the last block overlaps the one before when ow % 4 != 0 (it
+             * recomputes the same outputs) */
+            for (;; ox += 4) {
+                if (ox + 4 > ow) ox = ow - 4;
+                max2x2x4_(r0 + 2 * ox, r1 + 2 * ox, i0 + 2 * ox, w, yr + ox, ar + ox);
+                if (ox + 4 == ow) break;
+            }
+            ox = ow;
+        }
+#endif
+        for (; ox < ow; ox++) {
+            int32_t t = i0 + 2 * ox;
+            float bv = xp[t];
+            int32_t best = t;
+            max_take_(xp[t + 1], t + 1, &bv, &best);
+            max_take_(xp[t + w], t + w, &bv, &best);
+            max_take_(xp[t + w + 1], t + w + 1, &bv, &best);
+            yr[ox] = bv;
+            ar[ox] = best;
+        }
+    }
+}
+
 /* Max over each window; argmax is the index in the input plane (iy*w + ix)
- * of the first maximum in row-major window order; a NaN wins (PyTorch CPU). */
+ * of the first maximum in row-major window order; a NaN wins (PyTorch CPU;
+ * of several NaNs the last). */
 static void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int32_t *argmax)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
     const size_t ohw = (size_t)d->oh * d->ow;
+    if (d->k == 2 && d->stride == 2) {
+        for (size_t pl = 0; pl < planes; pl++)
+            maxpool2_plane_(d, x + pl * hw, y + pl * ohw, argmax + pl * ohw);
+        return;
+    }
     for (size_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * hw;
         float *yp = y + pl * ohw;
@@ -417,10 +533,75 @@ static void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int3
     }
 }
 
+#ifdef __SSE2__
+/* Four 2x2 windows side by side (as max2x2x4_): r0, r1 receive 8 floats of
+ * the two input rows, 0 + dy at each window's argmax and 0 elsewhere. */
+static inline void unpool2x2x4_(const float *dy, const int32_t *am, int32_t i0, int32_t w,
+                                float *r0, float *r1)
+{
+    const __m128i one = _mm_set1_epi32(1);
+    __m128 g = _mm_add_ps(_mm_setzero_ps(), _mm_loadu_ps(dy));
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)am);
+    __m128i itl = _mm_add_epi32(_mm_set1_epi32(i0), _mm_set_epi32(6, 4, 2, 0));
+    __m128i ibl = _mm_add_epi32(itl, _mm_set1_epi32(w));
+    __m128 tl = _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, itl)), g);
+    __m128 tr = _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, _mm_add_epi32(itl, one))), g);
+    __m128 bl = _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, ibl)), g);
+    __m128 br = _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, _mm_add_epi32(ibl, one))), g);
+    _mm_storeu_ps(r0, _mm_unpacklo_ps(tl, tr));
+    _mm_storeu_ps(r0 + 4, _mm_unpackhi_ps(tl, tr));
+    _mm_storeu_ps(r1, _mm_unpacklo_ps(bl, br));
+    _mm_storeu_ps(r1 + 4, _mm_unpackhi_ps(bl, br));
+}
+#endif
+
+/* 2x2 windows, stride 2: the windows do not overlap, so every input of a
+ * window is written once, 0 + dy at the argmax (the generic loop's sum onto
+ * zero: -0 becomes +0) and 0 elsewhere; the row and column that floor mode
+ * leaves out get 0.  Four windows at a time as in maxpool2_plane_. */
+static void maxpool2_bwd_plane_(const pool_dims_t *d, const float *dyp, const int32_t *ap,
+                                float *dxp)
+{
+    const int w = d->w, ow = d->ow;
+    for (int oy = 0; oy < d->oh; oy++) {
+        float *r0 = dxp + (size_t)2 * oy * w, *r1 = r0 + w;
+        const float *gr = dyp + (size_t)oy * ow;
+        const int32_t *ar = ap + (size_t)oy * ow;
+        const int32_t i0 = 2 * oy * w;
+        int ox = 0;
+#ifdef __SSE2__
+        if (ow >= 4) {
+            /* the last block overlaps as in maxpool2_plane_ (same values) */
+            for (;; ox += 4) {
+                if (ox + 4 > ow) ox = ow - 4;
+                unpool2x2x4_(gr + ox, ar + ox, i0 + 2 * ox, w, r0 + 2 * ox, r1 + 2 * ox);
+                if (ox + 4 == ow) break;
+            }
+            ox = ow;
+        }
+#endif
+        for (; ox < ow; ox++) {
+            int32_t t = i0 + 2 * ox;
+            float g = 0.0f + gr[ox];
+            r0[2 * ox] = ar[ox] == t ? g : 0.0f;
+            r0[2 * ox + 1] = ar[ox] == t + 1 ? g : 0.0f;
+            r1[2 * ox] = ar[ox] == t + w ? g : 0.0f;
+            r1[2 * ox + 1] = ar[ox] == t + w + 1 ? g : 0.0f;
+        }
+        if (w > 2 * ow) r0[w - 1] = r1[w - 1] = 0.0f; /* odd width: the last column */
+    }
+    if (d->h > 2 * d->oh) memset(dxp + (size_t)(d->h - 1) * w, 0, (size_t)w * sizeof *dxp);
+}
+
 static void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argmax, float *dx)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
     const size_t ohw = (size_t)d->oh * d->ow;
+    if (d->k == 2 && d->stride == 2) {
+        for (size_t pl = 0; pl < planes; pl++)
+            maxpool2_bwd_plane_(d, dy + pl * ohw, argmax + pl * ohw, dx + pl * hw);
+        return;
+    }
     if (planes) memset(dx, 0, planes * hw * sizeof *dx);
     for (size_t pl = 0; pl < planes; pl++) {
         float *dxp = dx + pl * hw;
