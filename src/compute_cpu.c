@@ -58,7 +58,9 @@
 
 /* Largest number of GEMM columns (samples x output pixels) one convolution
  * GEMM covers: bigger GEMMs run faster, the workspace grows with them. */
+#ifndef CONV_COLS
 #define CONV_COLS 4096
+#endif
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -258,11 +260,69 @@ static void conv_valid_(int ow, int w, int s, int p, int kj, int *lo, int *hi)
     *hi = MAX(*lo, MIN(h, ow));
 }
 
+/* "Same" convolutions (stride 1, output as large as the input: 3x3 pad 1,
+ * 1x1 pad 0, 5x5 pad 2): the row of col for (ci, ki, kj) is the input plane
+ * shifted by sh = (ki - p) w + (kj - p), so one long copy replaces a copy
+ * per output row; the columns whose input falls off the left or right edge
+ * ([0, lo) and [hi, ow) of each output row) and the rows whose input falls
+ * off the top or bottom ([0, y0) and [y1, oh)) are then zero. */
+static int conv_same_(const conv_dims_t *d)
+{
+    return d->stride == 1 && d->oh == d->h && d->ow == d->w;
+}
+
+/* The shifted span of row (ki, kj) of a "same" convolution: output rows
+ * [y0, y1) read input rows; of those output positions, [j0, j1) have their
+ * input inside the plane (the rest lie in edge columns). */
+static void conv_same_span_(const conv_dims_t *d, int ki, int kj, int *y0, int *y1, ptrdiff_t *sh,
+                            size_t *j0, size_t *j1)
+{
+    const int p = d->pad, h = d->h, w = d->w;
+    const ptrdiff_t hw = (ptrdiff_t)h * w;
+    *y0 = MIN(h, MAX(0, p - ki));
+    *y1 = MAX(*y0, MIN(h, h + p - ki));
+    *sh = (ptrdiff_t)(ki - p) * w + (kj - p);
+    const ptrdiff_t lo = (ptrdiff_t)*y0 * w, hi = (ptrdiff_t)*y1 * w;
+    ptrdiff_t a = MIN(hi, MAX(lo, -*sh)), b = MIN(hi, hw - *sh);
+    *j0 = (size_t)a; /* lo <= j0 <= j1 <= hi <= h w */
+    *j1 = (size_t)MAX(a, b);
+}
+
+static void im2col_same_(const conv_dims_t *d, const float *x, float *col, size_t ld)
+{
+    const int k = d->k, p = d->pad, h = d->h, w = d->w;
+    const size_t hw = (size_t)h * w;
+    for (int ci = 0; ci < d->c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                float *row = col + (size_t)((ci * k + ki) * k + kj) * ld;
+                const float *xp = x + (size_t)ci * hw;
+                int y0, y1, lo, hi;
+                ptrdiff_t sh;
+                size_t j0, j1;
+                conv_same_span_(d, ki, kj, &y0, &y1, &sh, &j0, &j1);
+                conv_valid_(w, w, 1, p, kj, &lo, &hi);
+                memset(row, 0, j0 * sizeof *row);
+                memcpy(row + j0, xp + (ptrdiff_t)j0 + sh, (j1 - j0) * sizeof *row);
+                memset(row + j1, 0, (hw - j1) * sizeof *row);
+                if (lo > 0 || hi < w)
+                    for (int oy = y0; oy < y1; oy++) {
+                        float *r = row + (size_t)oy * w;
+                        for (int ox = 0; ox < lo; ox++) r[ox] = 0.0f;
+                        for (int ox = hi; ox < w; ox++) r[ox] = 0.0f;
+                    }
+            }
+}
+
 /* col[r, off + oy*ow + ox] = x[ci, oy*s - p + ki, ox*s - p + kj] (zero outside),
  * r = (ci*k + ki)*k + kj, row stride ld */
 static void im2col_(const conv_dims_t *d, const float *x, float *col, size_t ld)
 {
     const int k = d->k, s = d->stride, p = d->pad, h = d->h, w = d->w, oh = d->oh, ow = d->ow;
+    if (conv_same_(d)) {
+        im2col_same_(d, x, col, ld);
+        return;
+    }
     for (int ci = 0; ci < d->c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
@@ -288,11 +348,44 @@ static void im2col_(const conv_dims_t *d, const float *x, float *col, size_t ld)
             }
 }
 
-/* The adjoint of im2col_: dx (zeroed here) accumulates the columns. */
-static void col2im_(const conv_dims_t *d, const float *col, size_t ld, float *dx)
+/* col2im_ of a "same" convolution: the edge columns of col are set to 0
+ * (col is scratch), then each row adds onto the shifted plane in one span;
+ * every element of dx receives the same terms in the same order as in the
+ * generic loop, plus zeros. */
+static void col2im_same_(const conv_dims_t *d, float *col, size_t ld, float *dx)
+{
+    const int k = d->k, p = d->pad, h = d->h, w = d->w;
+    const size_t hw = (size_t)h * w;
+    for (int ci = 0; ci < d->c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                float *row = col + (size_t)((ci * k + ki) * k + kj) * ld;
+                float *dxp = dx + (size_t)ci * hw;
+                int y0, y1, lo, hi;
+                ptrdiff_t sh;
+                size_t j0, j1;
+                conv_same_span_(d, ki, kj, &y0, &y1, &sh, &j0, &j1);
+                conv_valid_(w, w, 1, p, kj, &lo, &hi);
+                if (lo > 0 || hi < w)
+                    for (int oy = y0; oy < y1; oy++) {
+                        float *r = row + (size_t)oy * w;
+                        for (int ox = 0; ox < lo; ox++) r[ox] = 0.0f;
+                        for (int ox = hi; ox < w; ox++) r[ox] = 0.0f;
+                    }
+                span_add_(j1 - j0, row + j0, dxp + (ptrdiff_t)j0 + sh);
+            }
+}
+
+/* The adjoint of im2col_: dx (zeroed here) accumulates the columns; col is
+ * scratch and may be overwritten. */
+static void col2im_(const conv_dims_t *d, float *col, size_t ld, float *dx)
 {
     const int k = d->k, s = d->stride, p = d->pad, h = d->h, w = d->w, oh = d->oh, ow = d->ow;
     memset(dx, 0, (size_t)d->c * h * w * sizeof *dx);
+    if (conv_same_(d)) {
+        col2im_same_(d, col, ld, dx);
+        return;
+    }
     for (int ci = 0; ci < d->c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
