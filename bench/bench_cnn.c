@@ -266,10 +266,10 @@ static double net_step_(net_t *m, int first)
 }
 
 /* Samples per convolution GEMM of the CPU backend (compute_cpu.c's
- * conv_group_: GEMMs of about 4096 columns). */
+ * conv_group_: GEMMs of up to CONV_COLS = 256 columns). */
 static int conv_group_(const conv_dims_t *d)
 {
-    int g = 4096 / (d->oh * d->ow);
+    int g = 256 / (d->oh * d->ow);
     return g < 1 ? 1 : g > d->n ? d->n : g;
 }
 
