@@ -410,21 +410,32 @@ static void col2im_(const conv_dims_t *d, float *col, size_t ld, float *dx)
             }
 }
 
+/* A 1x1 convolution, stride 1, pad 0, one sample per GEMM: the input
+ * [c, h*w] is its own im2col and the GEMM reads it in place; backward, the
+ * input-gradient GEMM writes dx in place (no col2im). */
+static int conv_direct_(const conv_dims_t *d, int g)
+{
+    return d->k == 1 && d->stride == 1 && d->pad == 0 && g == 1;
+}
+
 static void cpu_conv_fwd(const conv_dims_t *d, const float *x, const float *w, const float *b,
                          float *y, void *ws)
 {
     if (d->n <= 0 || d->oc <= 0) return;
     const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
-    const int ckk = d->c * d->k * d->k, g = conv_group_(d);
-    float *col = ws;
-    float *stage = col + (size_t)ckk * g * ohw;
+    const int ckk = d->c * d->k * d->k, g = conv_group_(d), direct = conv_direct_(d, g);
+    float *stage = (float *)ws + (size_t)ckk * g * ohw;
     PROF_START();
     for (int i0 = 0; i0 < d->n; i0 += g) {
         int gn = MIN(g, d->n - i0);
         size_t ld = (size_t)gn * ohw;
-        for (int gi = 0; gi < gn; gi++)
-            im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
-        PROF_END(im2col);
+        const float *col = x + (size_t)i0 * chw; /* direct: [c, ohw] */
+        if (!direct) {
+            for (int gi = 0; gi < gn; gi++)
+                im2col_(d, x + (size_t)(i0 + gi) * chw, (float *)ws + (size_t)gi * ohw, ld);
+            col = ws;
+            PROF_END(im2col);
+        }
         if (gn == 1) {
             /* one sample: the GEMM writes y directly, onto the bias */
             float *yi = y + (size_t)i0 * d->oc * ohw;
@@ -461,7 +472,7 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
         return;
     }
     const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
-    const int g = conv_group_(d);
+    const int g = conv_group_(d), direct = conv_direct_(d, g);
     float *col = ws;
     float *stage = col + (size_t)ckk * g * ohw;
     PROF_START();
@@ -487,23 +498,31 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
             PROF_END(copy);
         }
         if (dw) {
-            for (int gi = 0; gi < gn; gi++)
-                im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
-            PROF_END(im2col);
+            const float *xcol = x + (size_t)i0 * chw; /* direct: [c, ohw] */
+            if (!direct) {
+                for (int gi = 0; gi < gn; gi++)
+                    im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
+                xcol = col;
+                PROF_END(im2col);
+            }
             /* dw[oc, ckk] (+)= dyg[oc, gn*ohw] col[ckk, gn*ohw]^T */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->oc, ckk, (int)ld, 1.0f, dyg,
-                        (int)ld, col, (int)ld, wbeta, dw, ckk);
+                        (int)ld, xcol, (int)ld, wbeta, dw, ckk);
             PROF_END(gemm);
             wbeta = 1.0f;
         }
         if (dx) {
-            /* dcol[ckk, gn*ohw] = w[oc, ckk]^T dyg, into col, then col2im */
+            /* dcol[ckk, gn*ohw] = w[oc, ckk]^T dyg, into col, then col2im
+             * (direct: into dx) */
+            float *dcol = direct ? dx + (size_t)i0 * chw : col;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, d->oc, 1.0f, w, ckk,
-                        dyg, (int)ld, 0.0f, col, (int)ld);
+                        dyg, (int)ld, 0.0f, dcol, (int)ld);
             PROF_END(gemm);
-            for (int gi = 0; gi < gn; gi++)
-                col2im_(d, col + (size_t)gi * ohw, ld, dx + (size_t)(i0 + gi) * chw);
-            PROF_END(col2im);
+            if (!direct) {
+                for (int gi = 0; gi < gn; gi++)
+                    col2im_(d, col + (size_t)gi * ohw, ld, dx + (size_t)(i0 + gi) * chw);
+                PROF_END(col2im);
+            }
         }
     }
 }

@@ -276,12 +276,13 @@ static double conv_obj_(void *p)
     return dot_(c->y, c->wo, conv_yn_(&c->d));
 }
 
-/* stride 1 and 2, pad 0 and 1, k 1 and 3, several channels, odd sizes */
+/* stride 1 and 2, pad 0, 1 and 2, k 1, 3 and 5, several channels, odd
+ * sizes; 1x1 on small planes (grouped, im2col) and on 12x11 (in place) */
 static const int conv_cases_[][8] = {
     /* n, c, h, w, oc, k, stride, pad */
     {2, 3, 5, 5, 4, 3, 1, 1}, {2, 2, 7, 6, 3, 3, 2, 0}, {3, 4, 5, 5, 2, 1, 1, 0},
     {2, 3, 6, 5, 5, 1, 2, 0}, {2, 2, 6, 7, 3, 3, 2, 1}, {1, 3, 4, 6, 2, 3, 1, 0},
-    {2, 1, 5, 4, 2, 1, 1, 1}, {2, 3, 7, 5, 4, 5, 1, 2},
+    {2, 1, 5, 4, 2, 1, 1, 1}, {2, 3, 7, 5, 4, 5, 1, 2}, {2, 3, 12, 11, 4, 1, 1, 0},
 };
 
 START_TEST(conv_gradients)
@@ -313,11 +314,14 @@ END_TEST
  * (stride 1, output the size of the input: 3x3 pad 1, 1x1 pad 0, 5x5 pad 2)
  * take im2col/col2im's shifted-plane path, on odd and non-square sizes and
  * on a plane smaller than the kernel (2x3 under 5x5); the others (stride 2,
- * pad 0 on 3x3) the row-by-row path. */
+ * pad 0 on 3x3) the row-by-row path; a 1x1 stride-1 pad-0 convolution on a
+ * plane of one sample per GEMM (12x13) none: the GEMMs use x and dx in
+ * place. */
 static const int conv_naive_cases_[][8] = {
     {130, 2, 8, 8, 3, 3, 1, 1}, {3, 1, 50, 50, 2, 3, 1, 1}, {1, 3, 9, 7, 4, 3, 2, 1},
     {5, 6, 6, 6, 7, 1, 1, 0},   {4, 3, 9, 9, 5, 3, 2, 0},   {3, 2, 9, 6, 3, 3, 1, 1},
     {2, 2, 2, 3, 3, 5, 1, 2},   {3, 4, 7, 11, 5, 1, 1, 0},  {2, 3, 7, 8, 4, 3, 1, 0},
+    {3, 4, 12, 13, 5, 1, 1, 0},
 };
 
 START_TEST(conv_naive)
