@@ -56,6 +56,24 @@
 #endif
 #define PF_DIST 1024
 
+/* AVX2 copies of the loops that stream large activations through double
+ * accumulators (BatchNorm statistics and backward, the convolution's bias
+ * gradient), picked at load time on CPUs that have AVX2 (target_clones, an
+ * ELF ifunc); the build itself targets baseline x86-64.  AVX2 without FMA:
+ * the same IEEE operations in the same order as the baseline code (no
+ * contraction), so the results are bit for bit the same, about 1.4x faster
+ * (BatchNorm over [64, 32, 28, 28]: stats 0.51 -> 0.36 ms, backward stats
+ * 0.52 -> 0.38 ms, backward data 0.43 -> 0.32 ms, best of 30).  Loops bound
+ * by memory (ReLU, BatchNorm forward) gained nothing and are not cloned. */
+#if !defined(WIDE_CLONES) && defined(__x86_64__) && defined(__ELF__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define WIDE_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef WIDE_CLONES
+#define WIDE_CLONES /* -DWIDE_CLONES= builds the baseline code only */
+#endif
+
 /* Largest number of GEMM columns (samples x output pixels) one convolution
  * GEMM covers.  Planes of more than CONV_COLS / 2 pixels get one GEMM per
  * sample: it writes y and reads dy in place (no layout copies between
@@ -461,6 +479,15 @@ static void cpu_conv_fwd(const conv_dims_t *d, const float *x, const float *w, c
     }
 }
 
+/* db = beta db + the sum of dy [n, oc, ohw] over n and ohw */
+WIDE_CLONES
+static void conv_bias_grad_(int n, int oc, size_t ohw, const float *dy, float *db, float beta)
+{
+    grad_scale_((size_t)oc, db, beta);
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < oc; o++) db[o] += (float)span_sum_(ohw, dy + ((size_t)i * oc + o) * ohw);
+}
+
 static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, const float *dy,
                          float *dx, float *dw, float *db, float beta, void *ws)
 {
@@ -477,10 +504,7 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
     float *stage = col + (size_t)ckk * g * ohw;
     PROF_START();
     if (db) {
-        grad_scale_((size_t)d->oc, db, beta);
-        for (int i = 0; i < d->n; i++)
-            for (int o = 0; o < d->oc; o++)
-                db[o] += (float)span_sum_(ohw, dy + ((size_t)i * d->oc + o) * ohw);
+        conv_bias_grad_(d->n, d->oc, ohw, dy, db, beta);
         PROF_END(bias);
     }
     float wbeta = beta;
@@ -813,6 +837,7 @@ static void stats_rows_(int n, int c, const float *restrict x, double *restrict 
     }
 }
 
+WIDE_CLONES
 static void cpu_bn_stats(int n, int c, int hw, const float *x, double *stats)
 {
     if (c <= 0) return;
@@ -936,6 +961,7 @@ static void gstats_rows_(int n, int c, const float *restrict x, const float *res
     }
 }
 
+WIDE_CLONES
 static void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
                              const float *mean, const float *invstd, double *gstats, float *dgamma,
                              float *dbeta, float beta)
@@ -1009,6 +1035,7 @@ static void bn_dx_coef_(int ch, const float *invstd, const float *gamma, const d
     *C = (float)(-a * mdy);
 }
 
+WIDE_CLONES
 static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy,
                             const float *mean, const float *invstd, const float *gamma,
                             const double *gstats, double count, float *dx)
