@@ -266,10 +266,14 @@ static double net_step_(net_t *m, int first)
 }
 
 /* Samples per convolution GEMM of the CPU backend (compute_cpu.c's
- * conv_group_: GEMMs of up to CONV_COLS = 256 columns). */
+ * conv_group_: GEMMs of up to CONV_COLS columns; -DBENCH_CONV_COLS=N to time
+ * a backend built with another CONV_COLS). */
+#ifndef BENCH_CONV_COLS
+#define BENCH_CONV_COLS 256
+#endif
 static int conv_group_(const conv_dims_t *d)
 {
-    int g = 256 / (d->oh * d->ow);
+    int g = BENCH_CONV_COLS / (d->oh * d->ow);
     return g < 1 ? 1 : g > d->n ? d->n : g;
 }
 

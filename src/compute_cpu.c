@@ -455,16 +455,16 @@ static void cpu_conv_fwd(const conv_dims_t *d, const float *x, const float *w, c
             PROF_END(im2col);
         }
         if (gn == 1) {
-            /* one sample: the GEMM writes y directly, onto the bias */
+            /* one sample: the GEMM writes y directly, the bias is added in
+             * place while y is in L2 (faster than a bias prefill under a
+             * beta = 1 GEMM: conv1 of bench_cnn 0.73 -> 0.52 ms; the same sums) */
             float *yi = y + (size_t)i0 * d->oc * ohw;
-            for (int o = 0; o < d->oc; o++) {
-                const float bo = b ? b[o] : 0.0f;
-                for (size_t k = 0; k < ohw; k++) yi[o * ohw + k] = bo;
-            }
-            PROF_END(bias);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, (int)ohw, ckk, 1.0f, w,
-                        ckk, col, (int)ld, 1.0f, yi, (int)ohw);
+                        ckk, col, (int)ld, 0.0f, yi, (int)ohw);
             PROF_END(gemm);
+            for (int o = 0; o < d->oc; o++)
+                span_axpb_s_(ohw, yi + o * ohw, 1.0f, b ? b[o] : 0.0f, yi + o * ohw);
+            PROF_END(bias);
             continue;
         }
         /* stage[oc, gn*ohw] = w[oc, ckk] col[ckk, gn*ohw], then scatter + bias */
