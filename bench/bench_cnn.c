@@ -47,13 +47,24 @@ enum {
     OP_SGD,
     NOPS
 };
-static const char *op_names[NOPS] = {
-    "conv1_fwd (1->32, 28x28)", "conv1_bwd (dw, db)",  "conv2_fwd (32->64, 14x14)",
-    "conv2_bwd (dw, db, dx)",   "bn1 fwd (stats+fwd)", "bn1 bwd (stats+data)",
-    "bn2 fwd (stats+fwd)",      "bn2 bwd (stats+data)", "relu fwd (all)",
-    "relu bwd (all)",           "maxpool1 fwd",         "maxpool1 bwd",
-    "maxpool2 fwd",             "maxpool2 bwd",         "linear fwd (both)",
-    "linear bwd (both)",        "xent",                 "sgd_step"};
+static const char *op_names[NOPS] = {"conv1_fwd (1->32, 28x28)",
+                                     "conv1_bwd (dw, db)",
+                                     "conv2_fwd (32->64, 14x14)",
+                                     "conv2_bwd (dw, db, dx)",
+                                     "bn1 fwd (stats+fwd)",
+                                     "bn1 bwd (stats+data)",
+                                     "bn2 fwd (stats+fwd)",
+                                     "bn2 bwd (stats+data)",
+                                     "relu fwd (all)",
+                                     "relu bwd (all)",
+                                     "maxpool1 fwd",
+                                     "maxpool1 bwd",
+                                     "maxpool2 fwd",
+                                     "maxpool2 bwd",
+                                     "linear fwd (both)",
+                                     "linear bwd (both)",
+                                     "xent",
+                                     "sgd_step"};
 static double op_time[NOPS], op_flop[NOPS], op_gemm[NOPS]; /* seconds, FLOP, sgemm-alone s */
 static compute_cpu_prof_t op_prof[NOPS];
 static int timing;
@@ -74,10 +85,10 @@ static int timing;
         }                                                                                          \
     } while (0)
 
-#define H0 28
-#define C1 32
-#define C2 64
-#define FC 128
+#define H0   28
+#define C1   32
+#define C2   64
+#define FC   128
 #define NCLS 10
 
 typedef struct bn {
@@ -90,7 +101,7 @@ typedef struct net {
     int batch;
     float *params, *grads, *mom;
     size_t nparams;
-    float *w1, *b1, *w2, *b2, *w3, *b3, *w4, *b4;     /* views into params */
+    float *w1, *b1, *w2, *b2, *w3, *b3, *w4, *b4;         /* views into params */
     float *dw1, *db1, *dw2, *db2, *dw3, *db3, *dw4, *db4; /* views into grads */
     bn_t bn[2];
     conv_dims_t cd[2];
@@ -225,12 +236,14 @@ static double net_step_(net_t *m, int first)
             c->bn_fwd(n, d->oc, hw, m->h[l], b->mean, b->invstd, b->gamma, b->beta, m->bo[l]);
         });
         TIMED(OP_RELU_FWD, 0, c->relu_fwd(cnt, m->bo[l], m->r[l]));
-        TIMED(l ? OP_POOL2_FWD : OP_POOL1_FWD, 0, c->maxpool_fwd(&m->pd[l], m->r[l], m->p[l], m->am[l]));
+        TIMED(l ? OP_POOL2_FWD : OP_POOL1_FWD, 0,
+              c->maxpool_fwd(&m->pd[l], m->r[l], m->p[l], m->am[l]));
         in = m->p[l];
     }
     TIMED(OP_LIN_FWD, 2.0 * n * flat * FC, c->linear_fwd(n, flat, FC, in, m->w3, m->b3, m->f1));
     TIMED(OP_RELU_FWD, 0, c->relu_fwd((size_t)n * FC, m->f1, m->fr));
-    TIMED(OP_LIN_FWD, 2.0 * n * FC * NCLS, c->linear_fwd(n, FC, NCLS, m->fr, m->w4, m->b4, m->logits));
+    TIMED(OP_LIN_FWD, 2.0 * n * FC * NCLS,
+          c->linear_fwd(n, FC, NCLS, m->fr, m->w4, m->b4, m->logits));
     double acc[2] = {0, 0};
     float *g = m->dbig[0], *h = m->dbig[1], *t;
     TIMED(OP_XENT, 0, c->xent(n, NCLS, m->logits, m->labels, 0.0f, 1.0f / n, g, acc));
@@ -261,7 +274,8 @@ static double net_step_(net_t *m, int first)
                           m->ws));
         t = g, g = h, h = t;
     }
-    TIMED(OP_SGD, 0, c->sgd_step(m->nparams, m->params, m->grads, m->mom, 0.01f, 0.9f, 0, 0.0f, first));
+    TIMED(OP_SGD, 0,
+          c->sgd_step(m->nparams, m->params, m->grads, m->mom, 0.01f, 0.9f, 0, 0.0f, first));
     return acc[0] / n;
 }
 
@@ -297,27 +311,27 @@ static void gemm_pass_(net_t *m, float *A, float *Bm, float *C)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->oc, ckk, cols, 1.0f, C, cols,
                         Bm, cols, 1.0f, A, ckk);
             if (l)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, cols, d->oc, 1.0f, A,
-                            ckk, C, cols, 0.0f, Bm, cols);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, cols, d->oc, 1.0f, A, ckk,
+                            C, cols, 0.0f, Bm, cols);
         }
         double t2 = clock_seconds();
         op_gemm[l ? OP_CONV2_FWD : OP_CONV1_FWD] += t1 - t0;
         op_gemm[l ? OP_CONV2_BWD : OP_CONV1_BWD] += t2 - t1;
     }
     double t0 = clock_seconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, FC, flat, 1.0f, A, flat, Bm, flat,
-                0.0f, C, FC);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, NCLS, FC, 1.0f, A, FC, Bm, FC, 0.0f,
-                C, NCLS);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, FC, flat, 1.0f, A, flat, Bm, flat, 0.0f,
+                C, FC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, NCLS, FC, 1.0f, A, FC, Bm, FC, 0.0f, C,
+                NCLS);
     double t1 = clock_seconds();
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NCLS, FC, n, 1.0f, A, NCLS, Bm, FC, 0.0f,
                 C, FC);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, FC, NCLS, 1.0f, A, NCLS, Bm, FC,
-                0.0f, C, FC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, FC, NCLS, 1.0f, A, NCLS, Bm, FC, 0.0f,
+                C, FC);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, FC, flat, n, 1.0f, A, FC, Bm, flat, 0.0f,
                 C, flat);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, flat, FC, 1.0f, A, FC, Bm, flat,
-                0.0f, C, flat);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, flat, FC, 1.0f, A, FC, Bm, flat, 0.0f,
+                C, flat);
     double t2 = clock_seconds();
     op_gemm[OP_LIN_FWD] += t1 - t0;
     op_gemm[OP_LIN_BWD] += t2 - t1;
@@ -397,7 +411,8 @@ int main(int argc, char **argv)
         char rate[32] = "-", ofg[32] = "-";
         if (op_flop[k] > 0) snprintf(rate, sizeof rate, "%.1f", op_flop[k] / op_time[k] * 1e-9);
         if (op_gemm[k] > 0)
-            snprintf(ofg, sizeof ofg, "%.0f", 100 * (op_gemm[k] / gemm_passes) / (op_time[k] / steps));
+            snprintf(ofg, sizeof ofg, "%.0f",
+                     100 * (op_gemm[k] / gemm_passes) / (op_time[k] / steps));
         printf("  %-26s %10.3f %7.1f %9s %8s\n", op_names[k], op_time[k] / steps * 1e3,
                100 * op_time[k] / total, rate, ofg);
         const compute_cpu_prof_t *p = &op_prof[k];

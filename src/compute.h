@@ -152,7 +152,8 @@ typedef struct compute_ops {
 /* Phase timers of the CPU convolution, for bench/bench_cnn.c: while
  * compute_cpu_prof is non-NULL, conv_fwd and conv_bwd of the "cpu" backend
  * add the seconds each phase took to it (NULL, the default, costs one test
- * per phase).  im2col and col2im include their zero fill; bias is the bias
+ * per phase).  im2col and col2im include their zero fill (for a Winograd
+ * convolution they are its input and output transforms); bias is the bias
  * add (forward) or the bias gradient (backward); copy is moving outputs and
  * output gradients between [n, oc, oh*ow] and the GEMM's [oc, n*oh*ow]. */
 typedef struct compute_cpu_prof {

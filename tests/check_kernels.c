@@ -280,9 +280,10 @@ static double conv_obj_(void *p)
  * sizes; 1x1 on small planes (grouped, im2col) and on 12x11 (in place) */
 static const int conv_cases_[][8] = {
     /* n, c, h, w, oc, k, stride, pad */
-    {2, 3, 5, 5, 4, 3, 1, 1}, {2, 2, 7, 6, 3, 3, 2, 0}, {3, 4, 5, 5, 2, 1, 1, 0},
-    {2, 3, 6, 5, 5, 1, 2, 0}, {2, 2, 6, 7, 3, 3, 2, 1}, {1, 3, 4, 6, 2, 3, 1, 0},
-    {2, 1, 5, 4, 2, 1, 1, 1}, {2, 3, 7, 5, 4, 5, 1, 2}, {2, 3, 12, 11, 4, 1, 1, 0},
+    {2, 3, 5, 5, 4, 3, 1, 1},   {2, 2, 7, 6, 3, 3, 2, 0}, {3, 4, 5, 5, 2, 1, 1, 0},
+    {2, 3, 6, 5, 5, 1, 2, 0},   {2, 2, 6, 7, 3, 3, 2, 1}, {1, 3, 4, 6, 2, 3, 1, 0},
+    {2, 1, 5, 4, 2, 1, 1, 1},   {2, 3, 7, 5, 4, 5, 1, 2}, {2, 3, 12, 11, 4, 1, 1, 0},
+    {1, 16, 5, 6, 16, 3, 1, 1},
 };
 
 START_TEST(conv_gradients)
@@ -316,12 +317,16 @@ END_TEST
  * on a plane smaller than the kernel (2x3 under 5x5); the others (stride 2,
  * pad 0 on 3x3) the row-by-row path; a 1x1 stride-1 pad-0 convolution on a
  * plane of one sample per GEMM (12x13) none: the GEMMs use x and dx in
- * place. */
+ * place.  3x3 pad 1 with 16 or more channels in and out goes through
+ * Winograd F(2x2, 3x3) (forward and input gradient): odd sizes (7x9, a 1x2
+ * plane: tiles that hang over the edge), several samples per group (7 of
+ * 14x14); 15 input channels stays on im2col. */
 static const int conv_naive_cases_[][8] = {
     {130, 2, 8, 8, 3, 3, 1, 1}, {3, 1, 50, 50, 2, 3, 1, 1}, {1, 3, 9, 7, 4, 3, 2, 1},
     {5, 6, 6, 6, 7, 1, 1, 0},   {4, 3, 9, 9, 5, 3, 2, 0},   {3, 2, 9, 6, 3, 3, 1, 1},
     {2, 2, 2, 3, 3, 5, 1, 2},   {3, 4, 7, 11, 5, 1, 1, 0},  {2, 3, 7, 8, 4, 3, 1, 0},
-    {3, 4, 12, 13, 5, 1, 1, 0},
+    {3, 4, 12, 13, 5, 1, 1, 0}, {3, 16, 7, 9, 17, 3, 1, 1}, {7, 20, 14, 14, 16, 3, 1, 1},
+    {2, 16, 1, 2, 24, 3, 1, 1}, {2, 15, 8, 8, 16, 3, 1, 1},
 };
 
 START_TEST(conv_naive)
@@ -432,11 +437,8 @@ static float *distinct_(size_t n)
 /* window 2 stride 2 on odd sizes (floor mode drops the last row/column),
  * window 3 stride 2 and stride 1 (overlapping windows) */
 static const int pool_cases_[][6] = {
-    {2, 3, 6, 7, 2, 2},
-    {1, 2, 7, 11, 2, 2},
-    {2, 2, 7, 7, 3, 2},
-    {1, 2, 5, 6, 3, 1},
-    {2, 1, 4, 4, 2, 1},
+    {2, 3, 6, 7, 2, 2}, {1, 2, 7, 11, 2, 2}, {2, 2, 7, 7, 3, 2},
+    {1, 2, 5, 6, 3, 1}, {2, 1, 4, 4, 2, 1},
 };
 
 START_TEST(pool_gradients)
