@@ -441,9 +441,10 @@ static void col2im_(const conv_dims_t *d, float *col, size_t ld, float *dx)
  * exact convolution about as well as im2col + GEMM's (max error 4-9e-7 on
  * outputs up to about 2, channels 32-256, against a double reference).
  * Used for the
- * forward pass and, with the kernels rotated by 180 degrees and in and out
+ * forward pass; with the kernels rotated by 180 degrees and in and out
  * channels swapped, for the input gradient (a "full" correlation of dy);
- * the weight gradient stays im2col + GEMM. */
+ * and, through the adjoint of the transforms, for the weight gradient (16
+ * GEMMs with K = tiles: wino_dw_). */
 #define WINO_TILES 256 /* tiles (GEMM columns) per group of samples */
 #define WINO_MIN_C 16  /* fewest input and output channels */
 
@@ -630,6 +631,99 @@ static void wino_conv_(const conv_dims_t *d, int cin, int cout, const float *in,
     }
 }
 
+/* Wd[e][o][t0 + tile] = (A g A^T)[e] for the 2x2 tiles g of one sample's
+ * output gradient dy [cout, h, w] (zero past an odd edge), A = (A^T)^T: the
+ * adjoint of wino_output_.  Per tile row over its tiles. */
+static void wino_dy_(int cout, int h, int w, const float *dy, float *Wd, size_t ld, size_t t0)
+{
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const size_t plane = (size_t)cout * ld;
+    for (int o = 0; o < cout; o++) {
+        const float *gp = dy + (size_t)o * h * w;
+        for (int ty = 0; ty < th; ty++)
+            for (int tx0 = 0; tx0 < tw; tx0 += WINO_ROW) {
+                const int nt = MIN(WINO_ROW, tw - tx0);
+                const int full = MIN(nt, (w - 2 * tx0) / 2); /* tiles with both columns */
+                float g[2][2][WINO_ROW];                     /* [row][left/right][tile] */
+                for (int r = 0; r < 2; r++) {
+                    const float *row = gp + (size_t)(2 * ty + r) * w + 2 * tx0;
+                    if (2 * ty + r >= h) row = NULL;
+                    for (int k = 0; k < full; k++) {
+                        g[r][0][k] = row ? row[2 * k] : 0.0f;
+                        g[r][1][k] = row ? row[2 * k + 1] : 0.0f;
+                    }
+                    if (full < nt) { /* odd w: the last tile has its left column only */
+                        g[r][0][full] = row ? row[2 * full] : 0.0f;
+                        g[r][1][full] = 0.0f;
+                    }
+                }
+                float *v = Wd + (size_t)o * ld + t0 + (size_t)ty * tw + tx0;
+                for (int k = 0; k < nt; k++) {
+                    const float l0 = g[0][0][k], r0 = g[0][1][k], l1 = g[1][0][k], r1 = g[1][1][k];
+                    /* A g: rows g0, g0 + g1, g0 - g1, -g1; then times A^T from
+                     * the right: (a, b) -> a, a + b, a - b, -b */
+                    const float a[4] = {l0, l0 + l1, l0 - l1, -l1};
+                    const float b[4] = {r0, r0 + r1, r0 - r1, -r1};
+                    for (int r = 0; r < 4; r++) {
+                        v[(size_t)(r * 4 + 0) * plane + k] = a[r];
+                        v[(size_t)(r * 4 + 1) * plane + k] = a[r] + b[r];
+                        v[(size_t)(r * 4 + 2) * plane + k] = a[r] - b[r];
+                        v[(size_t)(r * 4 + 3) * plane + k] = -b[r];
+                    }
+                }
+            }
+    }
+}
+
+/* dw [oc, c, 3, 3] = beta dw + the weight gradient of a Winograd
+ * convolution: M[e] [oc, c] = sum over tiles of Wd[e] [oc, tiles] V[e]^T
+ * (16 GEMMs with K = tiles, summed over the groups by beta), then
+ * dw[o, i] = G^T M[., o, i] G, the adjoint of wino_weights_. */
+static void wino_dw_(const conv_dims_t *d, const float *x, const float *dy, float *dw, float beta,
+                     float *ws)
+{
+    int tw, t1, g;
+    wino_tiles_(d, &tw, &t1, &g);
+    const int c = d->c, oc = d->oc;
+    const size_t cmax = (size_t)MAX(c, oc), hw = (size_t)d->h * d->w, pl = (size_t)oc * c;
+    float *Macc = ws, *V = Macc + 16 * pl, *Wd = V + 16 * cmax * (size_t)g * t1;
+    float *pad = Wd + 16 * cmax * (size_t)g * t1;
+    PROF_START();
+    for (int i0 = 0; i0 < d->n; i0 += g) {
+        const int gn = MIN(g, d->n - i0);
+        const size_t ld = (size_t)gn * t1;
+        for (int gi = 0; gi < gn; gi++) {
+            wino_input_(c, d->h, d->w, x + (size_t)(i0 + gi) * c * hw, V, ld, (size_t)gi * t1, pad);
+            wino_dy_(oc, d->h, d->w, dy + (size_t)(i0 + gi) * oc * hw, Wd, ld, (size_t)gi * t1);
+        }
+        PROF_END(im2col);
+        for (int e = 0; e < 16; e++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, c, (int)ld, 1.0f,
+                        Wd + (size_t)e * oc * ld, (int)ld, V + (size_t)e * c * ld, (int)ld,
+                        i0 == 0 ? 0.0f : 1.0f, Macc + (size_t)e * pl, c);
+        PROF_END(gemm);
+    }
+    /* G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1] on both sides */
+    for (size_t oi = 0; oi < pl; oi++) {
+        float m[4][4], t[3][4], r3[3][3];
+        for (int e = 0; e < 16; e++) m[e / 4][e % 4] = Macc[(size_t)e * pl + oi];
+        for (int q = 0; q < 4; q++) {
+            t[0][q] = m[0][q] + 0.5f * (m[1][q] + m[2][q]);
+            t[1][q] = 0.5f * (m[1][q] - m[2][q]);
+            t[2][q] = 0.5f * (m[1][q] + m[2][q]) + m[3][q];
+        }
+        for (int r = 0; r < 3; r++) {
+            r3[r][0] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
+            r3[r][1] = 0.5f * (t[r][1] - t[r][2]);
+            r3[r][2] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
+        }
+        float *dst = dw + oi * 9;
+        for (int k = 0; k < 9; k++)
+            dst[k] = beta == 0.0f ? r3[k / 3][k % 3] : beta * dst[k] + r3[k / 3][k % 3];
+    }
+    PROF_END(col2im);
+}
+
 /* A 1x1 convolution, stride 1, pad 0, one sample per GEMM: the input
  * [c, h*w] is its own im2col and the GEMM reads it in place; backward, the
  * input-gradient GEMM writes dx in place (no col2im). */
@@ -707,12 +801,14 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
         if (d->n > 0 && dx) memset(dx, 0, (size_t)d->n * d->c * d->h * d->w * sizeof *dx);
         return;
     }
-    if (dx && wino_ok_(d)) {
-        /* the weight and bias gradients by im2col + GEMM, then dx by Winograd */
-        cpu_conv_bwd(d, x, w, dy, NULL, dw, db, beta, ws);
-        float *U = ws;
-        wino_weights_(d, w, 1, U);
-        wino_conv_(d, d->oc, d->c, dy, U, NULL, dx, U + (size_t)16 * d->oc * d->c);
+    if (wino_ok_(d)) {
+        if (db) conv_bias_grad_(d->n, d->oc, (size_t)d->oh * d->ow, dy, db, beta);
+        if (dw) wino_dw_(d, x, dy, dw, beta, ws);
+        if (dx) {
+            float *U = ws;
+            wino_weights_(d, w, 1, U);
+            wino_conv_(d, d->oc, d->c, dy, U, NULL, dx, U + (size_t)16 * d->oc * d->c);
+        }
         return;
     }
     const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
