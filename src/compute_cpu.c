@@ -17,6 +17,12 @@
  * vectoriser takes).  The GEMMs and sgd_step/adamw_step are bound by BLAS
  * and by memory bandwidth respectively (bench/bench_kernels.c).
  *
+ * Convolutions (bench/bench_cnn.c): im2col + GEMM in general; "same"
+ * convolutions (stride 1, output the input's size) build im2col from shifted
+ * planes, 1x1 ones use x in place, and 3x3 pad-1 ones with 16 or more
+ * channels run as Winograd F(2x2, 3x3) in all three passes.  2x2 stride-2
+ * max pooling has a branch-free SSE2 path.
+ *
  * Conventions: parameter gradients follow `beta` (0 overwrites without
  * reading the old value, 1 accumulates, anything else scales first); input
  * gradients are overwritten, dx == NULL skips them; n == 0 does no work
@@ -234,7 +240,7 @@ static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *
 }
 
 /* ======================================================================== */
-/* convolution: im2col + GEMM over groups of samples                        */
+/* convolution: im2col + GEMM over groups of samples; Winograd F(2x2, 3x3)  */
 /* ======================================================================== */
 
 compute_cpu_prof_t *compute_cpu_prof;
@@ -261,7 +267,8 @@ static int conv_group_(const conv_dims_t *d)
 }
 
 /* Workspace: col [c*k*k, g*oh*ow] and an output/gradient staging area
- * [oc, g*oh*ow] (in floats). */
+ * [oc, g*oh*ow] (in floats), or what the Winograd path needs when that is
+ * more (wino_ws_floats_). */
 static size_t wino_ws_floats_(const conv_dims_t *d);
 
 static size_t cpu_conv_ws_bytes(const conv_dims_t *d)
@@ -817,7 +824,9 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
         return;
     }
     if (wino_ok_(d)) {
+        PROF_START();
         if (db) conv_bias_grad_(d->n, d->oc, (size_t)d->oh * d->ow, dy, db, beta);
+        PROF_END(bias);
         if (dw) wino_dw_(d, x, dy, dw, beta, ws);
         if (dx) {
             float *U = ws;
