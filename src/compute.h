@@ -195,6 +195,18 @@ typedef struct compute_ops {
     void (*from_half)(size_t count, const uint16_t *h, float *x, int bf16);
 } compute_ops_t;
 
+/* Phase timers of the CPU convolution, for bench/bench_cnn.c: while
+ * compute_cpu_prof is non-NULL, conv_fwd and conv_bwd of the "cpu" backend
+ * add the seconds each phase took to it (NULL, the default, costs one test
+ * per phase).  im2col and col2im include their zero fill (for a Winograd
+ * convolution they are its input and output transforms); bias is the bias
+ * add (forward) or the bias gradient (backward); copy is moving outputs and
+ * output gradients between [n, oc, oh*ow] and the GEMM's [oc, n*oh*ow]. */
+typedef struct compute_cpu_prof {
+    double im2col, gemm, col2im, bias, copy;
+} compute_cpu_prof_t;
+extern compute_cpu_prof_t *compute_cpu_prof;
+
 /* Backends built into this binary. */
 extern const compute_ops_t compute_cpu_ops;
 

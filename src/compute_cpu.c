@@ -17,6 +17,12 @@
  * vectoriser takes).  The GEMMs and sgd_step/adamw_step are bound by BLAS
  * and by memory bandwidth respectively (bench/bench_kernels.c).
  *
+ * Convolutions (bench/bench_cnn.c): im2col + GEMM in general; "same"
+ * convolutions (stride 1, output the input's size) build im2col from shifted
+ * planes, 1x1 ones use x in place, and 3x3 pad-1 ones with 16 or more
+ * channels run as Winograd F(2x2, 3x3) in all three passes.  2x2 stride-2
+ * max pooling has a branch-free SSE2 path.
+ *
  * Conventions: parameter gradients follow `beta` (0 overwrites without
  * reading the old value, 1 accumulates, anything else scales first); input
  * gradients are overwritten, dx == NULL skips them; n == 0 does no work
@@ -34,6 +40,7 @@
 #endif
 
 #include "ddp_build.h"
+#include "clock.h"
 #include "compute.h"
 #include "half.h"
 #include "rng.h"
@@ -55,9 +62,31 @@
 #endif
 #define PF_DIST 1024
 
+/* AVX2 copies of the loops that stream large activations through double
+ * accumulators (BatchNorm statistics and backward, the convolution's bias
+ * gradient), picked at load time on CPUs that have AVX2 (target_clones, an
+ * ELF ifunc); the build itself targets baseline x86-64.  AVX2 without FMA:
+ * the same IEEE operations in the same order as the baseline code (no
+ * contraction), so the results are bit for bit the same, about 1.4x faster
+ * (BatchNorm over [64, 32, 28, 28]: stats 0.51 -> 0.36 ms, backward stats
+ * 0.52 -> 0.38 ms, backward data 0.43 -> 0.32 ms, best of 30).  Loops bound
+ * by memory (ReLU, BatchNorm forward) gained nothing and are not cloned. */
+#if !defined(WIDE_CLONES) && defined(__x86_64__) && defined(__ELF__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define WIDE_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef WIDE_CLONES
+#define WIDE_CLONES /* -DWIDE_CLONES= builds the baseline code only */
+#endif
+
 /* Largest number of GEMM columns (samples x output pixels) one convolution
- * GEMM covers: bigger GEMMs run faster, the workspace grows with them. */
-#define CONV_COLS 4096
+ * GEMM covers.  Planes of more than CONV_COLS / 2 pixels get one GEMM per
+ * sample: it writes y and reads dy in place (no layout copies between
+ * [n, oc, oh*ow] and [oc, n*oh*ow]) and its im2col buffer stays in L2
+ * (bench/bench_cnn, the Fashion-MNIST CNN: 4096 columns -> 256 saved 0.8
+ * of 22.4 ms per step); smaller planes are grouped so the GEMM stays wide. */
+#define CONV_COLS 256
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -239,8 +268,22 @@ static void cpu_linear_bwd(int n, int in, int out, const float *x, const float *
 }
 
 /* ======================================================================== */
-/* convolution: im2col + GEMM over groups of samples                        */
+/* convolution: im2col + GEMM over groups of samples; Winograd F(2x2, 3x3)  */
 /* ======================================================================== */
+
+compute_cpu_prof_t *compute_cpu_prof;
+
+/* PROF_START(); phase; PROF_END(field): adds the phase's seconds to
+ * compute_cpu_prof->field while profiling (compute.h) */
+#define PROF_START() double prof_t0_ = compute_cpu_prof ? clock_seconds() : 0.0
+#define PROF_END(field)                                                                            \
+    do {                                                                                           \
+        if (compute_cpu_prof) {                                                                    \
+            double prof_t1_ = clock_seconds();                                                     \
+            compute_cpu_prof->field += prof_t1_ - prof_t0_;                                        \
+            prof_t0_ = prof_t1_;                                                                   \
+        }                                                                                          \
+    } while (0)
 
 /* Samples per GEMM: enough that the GEMM has about CONV_COLS columns.  It
  * grows with n, so a workspace sized for n samples serves any smaller n. */
@@ -252,12 +295,15 @@ static int conv_group_(const conv_dims_t *d)
 }
 
 /* Workspace: col [c*k*k, g*oh*ow] and an output/gradient staging area
- * [oc, g*oh*ow] (in floats). */
+ * [oc, g*oh*ow] (in floats), or what the Winograd path needs when that is
+ * more (wino_ws_floats_). */
+static size_t wino_ws_floats_(const conv_dims_t *d);
+
 static size_t cpu_conv_ws_bytes(const conv_dims_t *d)
 {
     size_t ckk = (size_t)d->c * d->k * d->k;
     size_t cols = (size_t)conv_group_(d) * d->oh * d->ow;
-    return (ckk + (size_t)d->oc) * cols * sizeof(float);
+    return MAX((ckk + (size_t)d->oc) * cols, wino_ws_floats_(d)) * sizeof(float);
 }
 
 /* Output columns [lo, hi) whose input column ox*s - p + kj lies in [0, w). */
@@ -271,11 +317,76 @@ static void conv_valid_(int ow, int w, int s, int p, int kj, int *lo, int *hi)
     *hi = MAX(*lo, MIN(h, ow));
 }
 
+/* "Same" convolutions (stride 1, output as large as the input: 3x3 pad 1,
+ * 1x1 pad 0, 5x5 pad 2): the row of col for (ci, ki, kj) is the input plane
+ * shifted by sh = (ki - p) w + (kj - p), so one long copy replaces a copy
+ * per output row; the columns whose input falls off the left or right edge
+ * ([0, lo) and [hi, ow) of each output row) and the rows whose input falls
+ * off the top or bottom ([0, y0) and [y1, oh)) are then zero. */
+static int conv_same_(const conv_dims_t *d)
+{
+    return d->stride == 1 && d->oh == d->h && d->ow == d->w;
+}
+
+/* The shifted span of row (ki, kj) of a "same" convolution: output rows
+ * [y0, y1) read input rows; of those output positions, [j0, j1) have their
+ * input inside the plane (the rest lie in edge columns). */
+static void conv_same_span_(const conv_dims_t *d, int ki, int kj, int *y0, int *y1, ptrdiff_t *sh,
+                            size_t *j0, size_t *j1)
+{
+    const int p = d->pad, h = d->h, w = d->w;
+    const ptrdiff_t hw = (ptrdiff_t)h * w;
+    *y0 = MIN(h, MAX(0, p - ki));
+    *y1 = MAX(*y0, MIN(h, h + p - ki));
+    *sh = (ptrdiff_t)(ki - p) * w + (kj - p);
+    const ptrdiff_t lo = (ptrdiff_t)*y0 * w, hi = (ptrdiff_t)*y1 * w;
+    ptrdiff_t a = MIN(hi, MAX(lo, -*sh)), b = MIN(hi, hw - *sh);
+    *j0 = (size_t)a; /* lo <= j0 <= j1 <= hi <= h w */
+    *j1 = (size_t)MAX(a, b);
+}
+
+/* row[oy*w + ox] = 0 for the edge columns ox < lo and ox >= hi of output
+ * rows [y0, y1) */
+static void same_zero_edges_(float *row, int w, int y0, int y1, int lo, int hi)
+{
+    if (lo == 0 && hi == w) return;
+    for (int oy = y0; oy < y1; oy++) {
+        float *r = row + (size_t)oy * w;
+        for (int ox = 0; ox < lo; ox++) r[ox] = 0.0f;
+        for (int ox = hi; ox < w; ox++) r[ox] = 0.0f;
+    }
+}
+
+static void im2col_same_(const conv_dims_t *d, const float *x, float *col, size_t ld)
+{
+    const int k = d->k, p = d->pad, h = d->h, w = d->w;
+    const size_t hw = (size_t)h * w;
+    for (int ci = 0; ci < d->c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                float *row = col + (size_t)((ci * k + ki) * k + kj) * ld;
+                const float *xp = x + (size_t)ci * hw;
+                int y0, y1, lo, hi;
+                ptrdiff_t sh;
+                size_t j0, j1;
+                conv_same_span_(d, ki, kj, &y0, &y1, &sh, &j0, &j1);
+                conv_valid_(w, w, 1, p, kj, &lo, &hi);
+                memset(row, 0, j0 * sizeof *row);
+                memcpy(row + j0, xp + (ptrdiff_t)j0 + sh, (j1 - j0) * sizeof *row);
+                memset(row + j1, 0, (hw - j1) * sizeof *row);
+                same_zero_edges_(row, w, y0, y1, lo, hi);
+            }
+}
+
 /* col[r, off + oy*ow + ox] = x[ci, oy*s - p + ki, ox*s - p + kj] (zero outside),
  * r = (ci*k + ki)*k + kj, row stride ld */
 static void im2col_(const conv_dims_t *d, const float *x, float *col, size_t ld)
 {
     const int k = d->k, s = d->stride, p = d->pad, h = d->h, w = d->w, oh = d->oh, ow = d->ow;
+    if (conv_same_(d)) {
+        im2col_same_(d, x, col, ld);
+        return;
+    }
     for (int ci = 0; ci < d->c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
@@ -301,11 +412,39 @@ static void im2col_(const conv_dims_t *d, const float *x, float *col, size_t ld)
             }
 }
 
-/* The adjoint of im2col_: dx (zeroed here) accumulates the columns. */
-static void col2im_(const conv_dims_t *d, const float *col, size_t ld, float *dx)
+/* col2im_ of a "same" convolution: the edge columns of col are set to 0
+ * (col is scratch), then each row adds onto the shifted plane in one span;
+ * every element of dx receives the same terms in the same order as in the
+ * generic loop, plus zeros. */
+static void col2im_same_(const conv_dims_t *d, float *col, size_t ld, float *dx)
+{
+    const int k = d->k, p = d->pad, h = d->h, w = d->w;
+    const size_t hw = (size_t)h * w;
+    for (int ci = 0; ci < d->c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                float *row = col + (size_t)((ci * k + ki) * k + kj) * ld;
+                float *dxp = dx + (size_t)ci * hw;
+                int y0, y1, lo, hi;
+                ptrdiff_t sh;
+                size_t j0, j1;
+                conv_same_span_(d, ki, kj, &y0, &y1, &sh, &j0, &j1);
+                conv_valid_(w, w, 1, p, kj, &lo, &hi);
+                same_zero_edges_(row, w, y0, y1, lo, hi); /* col's edges are no part of dx */
+                span_add_(j1 - j0, row + j0, dxp + (ptrdiff_t)j0 + sh);
+            }
+}
+
+/* The adjoint of im2col_: dx (zeroed here) accumulates the columns; col is
+ * scratch and may be overwritten. */
+static void col2im_(const conv_dims_t *d, float *col, size_t ld, float *dx)
 {
     const int k = d->k, s = d->stride, p = d->pad, h = d->h, w = d->w, oh = d->oh, ow = d->ow;
     memset(dx, 0, (size_t)d->c * h * w * sizeof *dx);
+    if (conv_same_(d)) {
+        col2im_same_(d, col, ld, dx);
+        return;
+    }
     for (int ci = 0; ci < d->c; ci++)
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
@@ -326,38 +465,380 @@ static void col2im_(const conv_dims_t *d, const float *col, size_t ld, float *dx
             }
 }
 
+/* ---- Winograd F(2x2, 3x3) ------------------------------------------------
+ * 3x3 convolutions with stride 1 and pad 1 (output the size of the input)
+ * compute each 2x2 output tile from a 4x4 input tile with 16 products
+ * instead of 36: Y = A^T [(G g G^T) .* (B^T d B)] A (Lavin and Gray 2016),
+ * the 16 elementwise products over channels being 16 GEMMs
+ *   M[e] [cout, tiles] = U[e] [cout, cin] V[e] [cin, tiles],
+ * e the position in the 4x4 tile.  2.25x fewer multiplications; the
+ * transforms only add, subtract and halve, so the results agree with the
+ * exact convolution about as well as im2col + GEMM's (max error 4-9e-7 on
+ * outputs up to about 2, channels 32-256, against a double reference).
+ * Used for the
+ * forward pass; with the kernels rotated by 180 degrees and in and out
+ * channels swapped, for the input gradient (a "full" correlation of dy);
+ * and, through the adjoint of the transforms, for the weight gradient (16
+ * GEMMs with K = tiles: wino_dw_). */
+#define WINO_TILES 256 /* tiles (GEMM columns) per group of samples */
+#define WINO_MIN_C 16  /* fewest input and output channels */
+/* The 16 planes of U, V and M lie WINO_SKEW floats (64 bytes) further apart
+ * than their size: the transforms stream through all 16 at once, and planes
+ * of a power-of-two size (64 channels x 256 tiles: 64 KiB) would put those
+ * streams into the same cache sets (64->64 on 8x8, batch 64: backward 8.8 ms
+ * instead of 6.1 with im2col). */
+#define WINO_SKEW 16
+
+static size_t wino_plane_(size_t rows, size_t ld)
+{
+    return rows * ld + WINO_SKEW;
+}
+
+static int wino_ok_(const conv_dims_t *d)
+{
+    /* the 16 GEMMs have K = c (forward) and K = oc (input gradient): with
+     * few channels they run far below the sgemm rate (conv1 of bench_cnn,
+     * c = 1: 0.5 -> 3.1 ms) */
+    return d->k == 3 && d->stride == 1 && d->pad == 1 && d->oh == d->h && d->ow == d->w &&
+           d->c >= WINO_MIN_C && d->oc >= WINO_MIN_C;
+}
+
+/* tiles per sample and samples per group */
+static void wino_tiles_(const conv_dims_t *d, int *tw, int *t1, int *g)
+{
+    *tw = (d->ow + 1) / 2;
+    *t1 = *tw * ((d->oh + 1) / 2);
+    *g = MAX(1, MIN(WINO_TILES / *t1, MAX(d->n, 1)));
+}
+
+/* U [16, oc, c], V [16, max(c, oc), tiles], M [16, max(c, oc), tiles] */
+static size_t wino_ws_floats_(const conv_dims_t *d)
+{
+    if (!wino_ok_(d)) return 0;
+    int tw, t1, g;
+    wino_tiles_(d, &tw, &t1, &g);
+    size_t cmax = (size_t)MAX(d->c, d->oc), tiles = (size_t)g * t1;
+    size_t pad = (size_t)(2 * tw + 2) * (2 * ((d->oh + 1) / 2) + 2);
+    return 16 * (wino_plane_((size_t)d->oc, (size_t)d->c) + 2 * wino_plane_(cmax, tiles)) + pad;
+}
+
+/* U[e][o][i] = (G g G^T)[e] for the kernel g of (out o, in i), G = [1 0 0;
+ * 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1].  Forward: g = w[o, i]; for the input
+ * gradient (transpose) the kernel of (out ci, in oc) is w[oc, ci] rotated by
+ * 180 degrees. */
+static void wino_weights_(const conv_dims_t *d, const float *w, int transpose, float *U)
+{
+    const int cout = transpose ? d->c : d->oc, cin = transpose ? d->oc : d->c;
+    const size_t plane = wino_plane_((size_t)cout, (size_t)cin);
+    for (int o = 0; o < cout; o++)
+        for (int i = 0; i < cin; i++) {
+            float g[3][3], t[4][3];
+            const float *src =
+                transpose ? w + ((size_t)i * d->c + o) * 9 : w + ((size_t)o * d->c + i) * 9;
+            for (int r = 0; r < 3; r++)
+                for (int q = 0; q < 3; q++)
+                    g[r][q] = transpose ? src[(2 - r) * 3 + 2 - q] : src[r * 3 + q];
+            for (int q = 0; q < 3; q++) {
+                t[0][q] = g[0][q];
+                t[1][q] = 0.5f * (g[0][q] + g[1][q] + g[2][q]);
+                t[2][q] = 0.5f * (g[0][q] - g[1][q] + g[2][q]);
+                t[3][q] = g[2][q];
+            }
+            float *u = U + (size_t)o * cin + i;
+            for (int r = 0; r < 4; r++) {
+                u[(r * 4 + 0) * plane] = t[r][0];
+                u[(r * 4 + 1) * plane] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+                u[(r * 4 + 2) * plane] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+                u[(r * 4 + 3) * plane] = t[r][2];
+            }
+        }
+}
+
+/* Tiles of one tile row handled together by the transforms below (their
+ * loops run over the tiles of a row: unit stride, vectorised). */
+#define WINO_ROW 64
+
+/* V[e][ci][t0 + tile] = (B^T d B)[e] of the 4x4 input tile d at rows 2ty-1..
+ * 2ty+2, columns 2tx-1..2tx+2 (zero outside) of one sample x [cin, h, w];
+ * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].  ld: V's row length.
+ * Each plane is first copied into pad, zero-bordered ([2 th + 2, 2 tw + 2]);
+ * per tile row: the column transform over four rows of pad, then the row
+ * transform on their even and odd columns. */
+static void wino_input_(int cin, int h, int w, const float *x, float *V, size_t ld, size_t t0,
+                        float *pad)
+{
+    const int th = (h + 1) / 2, tw = (w + 1) / 2, pw = 2 * tw + 2, ph = 2 * th + 2;
+    const size_t plane = wino_plane_((size_t)cin, ld);
+    memset(pad, 0, (size_t)pw * ph * sizeof *pad);
+    for (int ci = 0; ci < cin; ci++) {
+        const float *xp = x + (size_t)ci * h * w;
+        for (int iy = 0; iy < h; iy++)
+            memcpy(pad + (size_t)(iy + 1) * pw + 1, xp + (size_t)iy * w, (size_t)w * sizeof *pad);
+        for (int ty = 0; ty < th; ty++)
+            for (int tx0 = 0; tx0 < tw; tx0 += WINO_ROW) {
+                const int nt = MIN(WINO_ROW, tw - tx0), nj = 2 * nt + 2;
+                const float *p0 = pad + (size_t)2 * ty * pw + 2 * tx0, *p1 = p0 + pw;
+                const float *p2 = p1 + pw, *p3 = p2 + pw;
+                float t[4][2 * WINO_ROW + 2];
+                for (int j = 0; j < nj; j++) {
+                    t[0][j] = p0[j] - p2[j];
+                    t[1][j] = p1[j] + p2[j];
+                    t[2][j] = p2[j] - p1[j];
+                    t[3][j] = p1[j] - p3[j];
+                }
+                float *v = V + (size_t)ci * ld + t0 + (size_t)ty * tw + tx0;
+                for (int r = 0; r < 4; r++) {
+                    float ev[WINO_ROW + 1], od[WINO_ROW + 1]; /* columns 2k and 2k+1 */
+                    for (int k = 0; k <= nt; k++) ev[k] = t[r][2 * k], od[k] = t[r][2 * k + 1];
+                    float *v0 = v + (size_t)(r * 4) * plane, *v1 = v0 + plane;
+                    float *v2 = v1 + plane, *v3 = v2 + plane;
+                    for (int k = 0; k < nt; k++) {
+                        v0[k] = ev[k] - ev[k + 1];
+                        v1[k] = od[k] + ev[k + 1];
+                        v2[k] = ev[k + 1] - od[k];
+                        v3[k] = od[k] - od[k + 1];
+                    }
+                }
+            }
+        /* the border stays zero: only the interior is overwritten next time;
+         * an odd h or w leaves a zero row/column inside the border too */
+    }
+}
+
+/* y[o, 2ty + r, 2tx + q] = (A^T m A)[r][q] + bias[o] for the tiles of one
+ * sample, m[e] = M[e][o][t0 + tile], A^T = [1 1 1 0; 0 1 -1 -1]; the row and
+ * column past an odd edge are dropped.  bias may be NULL.  Per tile row:
+ * the 2x2 outputs of all its tiles, then interleaved into the two rows. */
+static void wino_output_(int cout, int h, int w, const float *M, size_t ld, size_t t0,
+                         const float *bias, float *y)
+{
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const size_t plane = wino_plane_((size_t)cout, ld);
+    for (int o = 0; o < cout; o++) {
+        float *yp = y + (size_t)o * h * w;
+        const float b = bias ? bias[o] : 0.0f;
+        for (int ty = 0; ty < th; ty++)
+            for (int tx0 = 0; tx0 < tw; tx0 += WINO_ROW) {
+                const int nt = MIN(WINO_ROW, tw - tx0);
+                const float *m = M + (size_t)o * ld + t0 + (size_t)ty * tw + tx0;
+                float t[2][4][WINO_ROW], out[2][2][WINO_ROW];
+                for (int q = 0; q < 4; q++) {
+                    const float *m0 = m + (size_t)q * plane, *m1 = m0 + 4 * plane;
+                    const float *m2 = m1 + 4 * plane, *m3 = m2 + 4 * plane;
+                    for (int k = 0; k < nt; k++) {
+                        t[0][q][k] = m0[k] + m1[k] + m2[k];
+                        t[1][q][k] = m1[k] - m2[k] - m3[k];
+                    }
+                }
+                for (int r = 0; r < 2; r++)
+                    for (int k = 0; k < nt; k++) {
+                        out[r][0][k] = t[r][0][k] + t[r][1][k] + t[r][2][k] + b;
+                        out[r][1][k] = t[r][1][k] - t[r][2][k] - t[r][3][k] + b;
+                    }
+                for (int r = 0; r < 2 && 2 * ty + r < h; r++) {
+                    float *yr = yp + (size_t)(2 * ty + r) * w + 2 * tx0;
+                    const int full = MIN(nt, (w - 2 * tx0) / 2); /* tiles with both columns */
+                    for (int k = 0; k < full; k++) {
+                        yr[2 * k] = out[r][0][k];
+                        yr[2 * k + 1] = out[r][1][k];
+                    }
+                    if (full < nt) yr[2 * full] = out[r][0][full]; /* odd w: the last column */
+                }
+            }
+    }
+}
+
+/* out [n, cout, h, w] = the 3x3 pad-1 correlation of in [n, cin, h, w] with
+ * the transformed kernels U (wino_weights_), + bias (may be NULL) */
+static void wino_conv_(const conv_dims_t *d, int cin, int cout, const float *in, const float *U,
+                       const float *bias, float *out, float *ws)
+{
+    int tw, t1, g;
+    wino_tiles_(d, &tw, &t1, &g);
+    const size_t cmax = (size_t)MAX(d->c, d->oc), hw = (size_t)d->h * d->w;
+    const size_t vm = 16 * wino_plane_(cmax, (size_t)g * t1);
+    float *V = ws, *M = V + vm, *pad = M + vm;
+    PROF_START();
+    for (int i0 = 0; i0 < d->n; i0 += g) {
+        const int gn = MIN(g, d->n - i0);
+        const size_t ld = (size_t)gn * t1;
+        for (int gi = 0; gi < gn; gi++)
+            wino_input_(cin, d->h, d->w, in + (size_t)(i0 + gi) * cin * hw, V, ld, (size_t)gi * t1,
+                        pad);
+        PROF_END(im2col);
+        for (int e = 0; e < 16; e++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)ld, cin, 1.0f,
+                        U + e * wino_plane_((size_t)cout, (size_t)cin), cin,
+                        V + e * wino_plane_((size_t)cin, ld), (int)ld, 0.0f,
+                        M + e * wino_plane_((size_t)cout, ld), (int)ld);
+        PROF_END(gemm);
+        for (int gi = 0; gi < gn; gi++)
+            wino_output_(cout, d->h, d->w, M, ld, (size_t)gi * t1, bias,
+                         out + (size_t)(i0 + gi) * cout * hw);
+        PROF_END(col2im);
+    }
+}
+
+/* Wd[e][o][t0 + tile] = (A g A^T)[e] for the 2x2 tiles g of one sample's
+ * output gradient dy [cout, h, w] (zero past an odd edge), A = (A^T)^T: the
+ * adjoint of wino_output_.  Per tile row over its tiles. */
+static void wino_dy_(int cout, int h, int w, const float *dy, float *Wd, size_t ld, size_t t0)
+{
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const size_t plane = wino_plane_((size_t)cout, ld);
+    for (int o = 0; o < cout; o++) {
+        const float *gp = dy + (size_t)o * h * w;
+        for (int ty = 0; ty < th; ty++)
+            for (int tx0 = 0; tx0 < tw; tx0 += WINO_ROW) {
+                const int nt = MIN(WINO_ROW, tw - tx0);
+                const int full = MIN(nt, (w - 2 * tx0) / 2); /* tiles with both columns */
+                float g[2][2][WINO_ROW];                     /* [row][left/right][tile] */
+                for (int r = 0; r < 2; r++) {
+                    const float *row = gp + (size_t)(2 * ty + r) * w + 2 * tx0;
+                    if (2 * ty + r >= h) row = NULL;
+                    for (int k = 0; k < full; k++) {
+                        g[r][0][k] = row ? row[2 * k] : 0.0f;
+                        g[r][1][k] = row ? row[2 * k + 1] : 0.0f;
+                    }
+                    if (full < nt) { /* odd w: the last tile has its left column only */
+                        g[r][0][full] = row ? row[2 * full] : 0.0f;
+                        g[r][1][full] = 0.0f;
+                    }
+                }
+                float *v = Wd + (size_t)o * ld + t0 + (size_t)ty * tw + tx0;
+                for (int k = 0; k < nt; k++) {
+                    const float l0 = g[0][0][k], r0 = g[0][1][k], l1 = g[1][0][k], r1 = g[1][1][k];
+                    /* A g: rows g0, g0 + g1, g0 - g1, -g1; then times A^T from
+                     * the right: (a, b) -> a, a + b, a - b, -b */
+                    const float a[4] = {l0, l0 + l1, l0 - l1, -l1};
+                    const float b[4] = {r0, r0 + r1, r0 - r1, -r1};
+                    for (int r = 0; r < 4; r++) {
+                        v[(size_t)(r * 4 + 0) * plane + k] = a[r];
+                        v[(size_t)(r * 4 + 1) * plane + k] = a[r] + b[r];
+                        v[(size_t)(r * 4 + 2) * plane + k] = a[r] - b[r];
+                        v[(size_t)(r * 4 + 3) * plane + k] = -b[r];
+                    }
+                }
+            }
+    }
+}
+
+/* dw [oc, c, 3, 3] = beta dw + the weight gradient of a Winograd
+ * convolution: M[e] [oc, c] = sum over tiles of Wd[e] [oc, tiles] V[e]^T
+ * (16 GEMMs with K = tiles, summed over the groups by beta), then
+ * dw[o, i] = G^T M[., o, i] G, the adjoint of wino_weights_. */
+static void wino_dw_(const conv_dims_t *d, const float *x, const float *dy, float *dw, float beta,
+                     float *ws)
+{
+    int tw, t1, g;
+    wino_tiles_(d, &tw, &t1, &g);
+    const int c = d->c, oc = d->oc;
+    const size_t cmax = (size_t)MAX(c, oc), hw = (size_t)d->h * d->w, pl = (size_t)oc * c;
+    const size_t mp = wino_plane_((size_t)oc, (size_t)c),
+                 vm = 16 * wino_plane_(cmax, (size_t)g * t1);
+    float *Macc = ws, *V = Macc + 16 * mp, *Wd = V + vm, *pad = Wd + vm;
+    PROF_START();
+    for (int i0 = 0; i0 < d->n; i0 += g) {
+        const int gn = MIN(g, d->n - i0);
+        const size_t ld = (size_t)gn * t1;
+        for (int gi = 0; gi < gn; gi++) {
+            wino_input_(c, d->h, d->w, x + (size_t)(i0 + gi) * c * hw, V, ld, (size_t)gi * t1, pad);
+            wino_dy_(oc, d->h, d->w, dy + (size_t)(i0 + gi) * oc * hw, Wd, ld, (size_t)gi * t1);
+        }
+        PROF_END(im2col);
+        for (int e = 0; e < 16; e++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, oc, c, (int)ld, 1.0f,
+                        Wd + e * wino_plane_((size_t)oc, ld), (int)ld,
+                        V + e * wino_plane_((size_t)c, ld), (int)ld, i0 == 0 ? 0.0f : 1.0f,
+                        Macc + e * mp, c);
+        PROF_END(gemm);
+    }
+    /* G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1] on both sides */
+    for (size_t oi = 0; oi < pl; oi++) {
+        float m[4][4], t[3][4], r3[3][3];
+        for (int e = 0; e < 16; e++) m[e / 4][e % 4] = Macc[(size_t)e * mp + oi];
+        for (int q = 0; q < 4; q++) {
+            t[0][q] = m[0][q] + 0.5f * (m[1][q] + m[2][q]);
+            t[1][q] = 0.5f * (m[1][q] - m[2][q]);
+            t[2][q] = 0.5f * (m[1][q] + m[2][q]) + m[3][q];
+        }
+        for (int r = 0; r < 3; r++) {
+            r3[r][0] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
+            r3[r][1] = 0.5f * (t[r][1] - t[r][2]);
+            r3[r][2] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
+        }
+        float *dst = dw + oi * 9;
+        for (int k = 0; k < 9; k++)
+            dst[k] = beta == 0.0f ? r3[k / 3][k % 3] : beta * dst[k] + r3[k / 3][k % 3];
+    }
+    PROF_END(col2im);
+}
+
+/* A 1x1 convolution, stride 1, pad 0, one sample per GEMM: the input
+ * [c, h*w] is its own im2col and the GEMM reads it in place; backward, the
+ * input-gradient GEMM writes dx in place (no col2im). */
+static int conv_direct_(const conv_dims_t *d, int g)
+{
+    return d->k == 1 && d->stride == 1 && d->pad == 0 && g == 1;
+}
+
 static void cpu_conv_fwd(const conv_dims_t *d, const float *x, const float *w, const float *b,
                          float *y, void *ws)
 {
     if (d->n <= 0 || d->oc <= 0) return;
+    if (wino_ok_(d)) {
+        float *U = ws;
+        wino_weights_(d, w, 0, U);
+        wino_conv_(d, d->c, d->oc, x, U, b, y, U + 16 * wino_plane_((size_t)d->oc, (size_t)d->c));
+        return;
+    }
     const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
-    const int ckk = d->c * d->k * d->k, g = conv_group_(d);
-    float *col = ws;
-    float *stage = col + (size_t)ckk * g * ohw;
+    const int ckk = d->c * d->k * d->k, g = conv_group_(d), direct = conv_direct_(d, g);
+    float *stage = (float *)ws + (size_t)ckk * g * ohw;
+    PROF_START();
     for (int i0 = 0; i0 < d->n; i0 += g) {
         int gn = MIN(g, d->n - i0);
         size_t ld = (size_t)gn * ohw;
-        for (int gi = 0; gi < gn; gi++)
-            im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
+        const float *col = x + (size_t)i0 * chw; /* direct: [c, ohw] */
+        if (!direct) {
+            for (int gi = 0; gi < gn; gi++)
+                im2col_(d, x + (size_t)(i0 + gi) * chw, (float *)ws + (size_t)gi * ohw, ld);
+            col = ws;
+            PROF_END(im2col);
+        }
         if (gn == 1) {
-            /* one sample: the GEMM writes y directly, onto the bias */
+            /* one sample: the GEMM writes y directly, the bias is added in
+             * place while y is in L2 (faster than a bias prefill under a
+             * beta = 1 GEMM: conv1 of bench_cnn 0.73 -> 0.52 ms; the same sums) */
             float *yi = y + (size_t)i0 * d->oc * ohw;
-            for (int o = 0; o < d->oc; o++) {
-                const float bo = b ? b[o] : 0.0f;
-                for (size_t k = 0; k < ohw; k++) yi[o * ohw + k] = bo;
-            }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, (int)ohw, ckk, 1.0f, w,
-                        ckk, col, (int)ld, 1.0f, yi, (int)ohw);
+                        ckk, col, (int)ld, 0.0f, yi, (int)ohw);
+            PROF_END(gemm);
+            for (int o = 0; o < d->oc; o++)
+                span_axpb_s_(ohw, yi + o * ohw, 1.0f, b ? b[o] : 0.0f, yi + o * ohw);
+            PROF_END(bias);
             continue;
         }
         /* stage[oc, gn*ohw] = w[oc, ckk] col[ckk, gn*ohw], then scatter + bias */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->oc, (int)ld, ckk, 1.0f, w, ckk,
                     col, (int)ld, 0.0f, stage, (int)ld);
+        PROF_END(gemm);
         for (int gi = 0; gi < gn; gi++)
             for (int o = 0; o < d->oc; o++)
                 span_axpb_s_(ohw, stage + o * ld + gi * ohw, 1.0f, b ? b[o] : 0.0f,
                              y + ((size_t)(i0 + gi) * d->oc + o) * ohw);
+        PROF_END(copy);
     }
+}
+
+/* db = beta db + the sum of dy [n, oc, ohw] over n and ohw */
+WIDE_CLONES
+static void conv_bias_grad_(int n, int oc, size_t ohw, const float *dy, float *db, float beta)
+{
+    grad_scale_((size_t)oc, db, beta);
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < oc; o++)
+            db[o] += (float)span_sum_(ohw, dy + ((size_t)i * oc + o) * ohw);
 }
 
 static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, const float *dy,
@@ -370,15 +851,27 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
         if (d->n > 0 && dx) memset(dx, 0, (size_t)d->n * d->c * d->h * d->w * sizeof *dx);
         return;
     }
+    if (wino_ok_(d)) {
+        PROF_START();
+        if (db) conv_bias_grad_(d->n, d->oc, (size_t)d->oh * d->ow, dy, db, beta);
+        PROF_END(bias);
+        if (dw) wino_dw_(d, x, dy, dw, beta, ws);
+        if (dx) {
+            float *U = ws;
+            wino_weights_(d, w, 1, U);
+            wino_conv_(d, d->oc, d->c, dy, U, NULL, dx,
+                       U + 16 * wino_plane_((size_t)d->oc, (size_t)d->c));
+        }
+        return;
+    }
     const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
-    const int g = conv_group_(d);
+    const int g = conv_group_(d), direct = conv_direct_(d, g);
     float *col = ws;
     float *stage = col + (size_t)ckk * g * ohw;
+    PROF_START();
     if (db) {
-        grad_scale_((size_t)d->oc, db, beta);
-        for (int i = 0; i < d->n; i++)
-            for (int o = 0; o < d->oc; o++)
-                db[o] += (float)span_sum_(ohw, dy + ((size_t)i * d->oc + o) * ohw);
+        conv_bias_grad_(d->n, d->oc, ohw, dy, db, beta);
+        PROF_END(bias);
     }
     float wbeta = beta;
     for (int i0 = 0; i0 < d->n; i0 += g) {
@@ -392,21 +885,34 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
                     memcpy(stage + o * ld + gi * ohw, dy + ((size_t)(i0 + gi) * d->oc + o) * ohw,
                            ohw * sizeof *stage);
             dyg = stage;
+            PROF_END(copy);
         }
         if (dw) {
-            for (int gi = 0; gi < gn; gi++)
-                im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
+            const float *xcol = x + (size_t)i0 * chw; /* direct: [c, ohw] */
+            if (!direct) {
+                for (int gi = 0; gi < gn; gi++)
+                    im2col_(d, x + (size_t)(i0 + gi) * chw, col + (size_t)gi * ohw, ld);
+                xcol = col;
+                PROF_END(im2col);
+            }
             /* dw[oc, ckk] (+)= dyg[oc, gn*ohw] col[ckk, gn*ohw]^T */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->oc, ckk, (int)ld, 1.0f, dyg,
-                        (int)ld, col, (int)ld, wbeta, dw, ckk);
+                        (int)ld, xcol, (int)ld, wbeta, dw, ckk);
+            PROF_END(gemm);
             wbeta = 1.0f;
         }
         if (dx) {
-            /* dcol[ckk, gn*ohw] = w[oc, ckk]^T dyg, into col, then col2im */
+            /* dcol[ckk, gn*ohw] = w[oc, ckk]^T dyg, into col, then col2im
+             * (direct: into dx) */
+            float *dcol = direct ? dx + (size_t)i0 * chw : col;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, d->oc, 1.0f, w, ckk,
-                        dyg, (int)ld, 0.0f, col, (int)ld);
-            for (int gi = 0; gi < gn; gi++)
-                col2im_(d, col + (size_t)gi * ohw, ld, dx + (size_t)(i0 + gi) * chw);
+                        dyg, (int)ld, 0.0f, dcol, (int)ld);
+            PROF_END(gemm);
+            if (!direct) {
+                for (int gi = 0; gi < gn; gi++)
+                    col2im_(d, col + (size_t)gi * ohw, ld, dx + (size_t)(i0 + gi) * chw);
+                PROF_END(col2im);
+            }
         }
     }
 }
@@ -415,12 +921,100 @@ static void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, c
 /* pooling                                                                  */
 /* ======================================================================== */
 
+/* One step of the max scan: v (at index idx) replaces the best so far when
+ * it is larger or NaN, as the generic loop below does. */
+static inline void max_take_(float v, int32_t idx, float *bv, int32_t *best)
+{
+    if (v > *bv || isnan(v)) {
+        *bv = v;
+        *best = idx;
+    }
+}
+
+#ifdef __SSE2__
+/* the same step on four lanes, without branches */
+static inline void max_take4_(__m128 v, __m128i idx, __m128 *bv, __m128i *best)
+{
+    __m128 take = _mm_or_ps(_mm_cmpgt_ps(v, *bv), _mm_cmpunord_ps(v, v));
+    __m128i ti = _mm_castps_si128(take);
+    *bv = _mm_or_ps(_mm_and_ps(take, v), _mm_andnot_ps(take, *bv));
+    *best = _mm_or_si128(_mm_and_si128(ti, idx), _mm_andnot_si128(ti, *best));
+}
+
+/* Four 2x2 windows side by side: r0, r1 point at 8 floats of the window's
+ * two input rows, i0 is the plane index of r0[0], w the row length. */
+static inline void max2x2x4_(const float *r0, const float *r1, int32_t i0, int32_t w, float *y,
+                             int32_t *am)
+{
+    __m128 a0 = _mm_loadu_ps(r0), a1 = _mm_loadu_ps(r0 + 4);
+    __m128 b0 = _mm_loadu_ps(r1), b1 = _mm_loadu_ps(r1 + 4);
+    /* even and odd columns: top-left, top-right, bottom-left, bottom-right */
+    __m128 tl = _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0));
+    __m128 tr = _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m128 bl = _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0));
+    __m128 br = _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m128i one = _mm_set1_epi32(1);
+    __m128i itl = _mm_add_epi32(_mm_set1_epi32(i0), _mm_set_epi32(6, 4, 2, 0));
+    __m128i ibl = _mm_add_epi32(itl, _mm_set1_epi32(w));
+    __m128 bv = tl;
+    __m128i best = itl;
+    max_take4_(tr, _mm_add_epi32(itl, one), &bv, &best);
+    max_take4_(bl, ibl, &bv, &best);
+    max_take4_(br, _mm_add_epi32(ibl, one), &bv, &best);
+    _mm_storeu_ps(y, bv);
+    _mm_storeu_si128((__m128i *)(void *)am, best);
+}
+#endif
+
+/* 2x2 windows, stride 2 (the common case): the generic loop's result bit for
+ * bit (same scan order and NaN rule), four windows at a time; rows of fewer
+ * than 4 windows (and builds without SSE2) take the scalar loop. */
+static void maxpool2_plane_(const pool_dims_t *d, const float *xp, float *yp, int32_t *ap)
+{
+    const int w = d->w, ow = d->ow;
+    for (int oy = 0; oy < d->oh; oy++) {
+        const float *r0 = xp + (size_t)2 * oy * w, *r1 = r0 + w;
+        float *yr = yp + (size_t)oy * ow;
+        int32_t *ar = ap + (size_t)oy * ow;
+        const int32_t i0 = 2 * oy * w;
+        int ox = 0;
+#ifdef __SSE2__
+        if (ow >= 4) {
+            /* the last block overlaps the one before when ow % 4 != 0 (it
+             * recomputes the same outputs) */
+            for (;; ox += 4) {
+                if (ox + 4 > ow) ox = ow - 4;
+                max2x2x4_(r0 + 2 * ox, r1 + 2 * ox, i0 + 2 * ox, w, yr + ox, ar + ox);
+                if (ox + 4 == ow) break;
+            }
+            ox = ow;
+        }
+#endif
+        for (; ox < ow; ox++) {
+            int32_t t = i0 + 2 * ox;
+            float bv = xp[t];
+            int32_t best = t;
+            max_take_(xp[t + 1], t + 1, &bv, &best);
+            max_take_(xp[t + w], t + w, &bv, &best);
+            max_take_(xp[t + w + 1], t + w + 1, &bv, &best);
+            yr[ox] = bv;
+            ar[ox] = best;
+        }
+    }
+}
+
 /* Max over each window; argmax is the index in the input plane (iy*w + ix)
- * of the first maximum in row-major window order; a NaN wins (PyTorch CPU). */
+ * of the first maximum in row-major window order; a NaN wins (PyTorch CPU;
+ * of several NaNs the last). */
 static void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int32_t *argmax)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
     const size_t ohw = (size_t)d->oh * d->ow;
+    if (d->k == 2 && d->stride == 2) {
+        for (size_t pl = 0; pl < planes; pl++)
+            maxpool2_plane_(d, x + pl * hw, y + pl * ohw, argmax + pl * ohw);
+        return;
+    }
     for (size_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * hw;
         float *yp = y + pl * ohw;
@@ -445,10 +1039,75 @@ static void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int3
     }
 }
 
+#ifdef __SSE2__
+/* Four 2x2 windows side by side (as max2x2x4_): r0, r1 receive 8 floats of
+ * the two input rows, 0 + dy at each window's argmax and 0 elsewhere. */
+static inline void unpool2x2x4_(const float *dy, const int32_t *am, int32_t i0, int32_t w,
+                                float *r0, float *r1)
+{
+    const __m128i one = _mm_set1_epi32(1);
+    __m128 g = _mm_add_ps(_mm_setzero_ps(), _mm_loadu_ps(dy));
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)am);
+    __m128i itl = _mm_add_epi32(_mm_set1_epi32(i0), _mm_set_epi32(6, 4, 2, 0));
+    __m128i ibl = _mm_add_epi32(itl, _mm_set1_epi32(w));
+    __m128 tl = _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, itl)), g);
+    __m128 tr = _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, _mm_add_epi32(itl, one))), g);
+    __m128 bl = _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, ibl)), g);
+    __m128 br = _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, _mm_add_epi32(ibl, one))), g);
+    _mm_storeu_ps(r0, _mm_unpacklo_ps(tl, tr));
+    _mm_storeu_ps(r0 + 4, _mm_unpackhi_ps(tl, tr));
+    _mm_storeu_ps(r1, _mm_unpacklo_ps(bl, br));
+    _mm_storeu_ps(r1 + 4, _mm_unpackhi_ps(bl, br));
+}
+#endif
+
+/* 2x2 windows, stride 2: the windows do not overlap, so every input of a
+ * window is written once, 0 + dy at the argmax (the generic loop's sum onto
+ * zero: -0 becomes +0) and 0 elsewhere; the row and column that floor mode
+ * leaves out get 0.  Four windows at a time as in maxpool2_plane_. */
+static void maxpool2_bwd_plane_(const pool_dims_t *d, const float *dyp, const int32_t *ap,
+                                float *dxp)
+{
+    const int w = d->w, ow = d->ow;
+    for (int oy = 0; oy < d->oh; oy++) {
+        float *r0 = dxp + (size_t)2 * oy * w, *r1 = r0 + w;
+        const float *gr = dyp + (size_t)oy * ow;
+        const int32_t *ar = ap + (size_t)oy * ow;
+        const int32_t i0 = 2 * oy * w;
+        int ox = 0;
+#ifdef __SSE2__
+        if (ow >= 4) {
+            /* the last block overlaps as in maxpool2_plane_ (same values) */
+            for (;; ox += 4) {
+                ox = MIN(ox, ow - 4);
+                unpool2x2x4_(gr + ox, ar + ox, i0 + 2 * ox, w, r0 + 2 * ox, r1 + 2 * ox);
+                if (ox + 4 == ow) break;
+            }
+            ox = ow;
+        }
+#endif
+        for (; ox < ow; ox++) {
+            int32_t t = i0 + 2 * ox;
+            float g = 0.0f + gr[ox];
+            r0[2 * ox] = ar[ox] == t ? g : 0.0f;
+            r0[2 * ox + 1] = ar[ox] == t + 1 ? g : 0.0f;
+            r1[2 * ox] = ar[ox] == t + w ? g : 0.0f;
+            r1[2 * ox + 1] = ar[ox] == t + w + 1 ? g : 0.0f;
+        }
+        if (w > 2 * ow) r0[w - 1] = r1[w - 1] = 0.0f; /* odd width: the last column */
+    }
+    if (d->h > 2 * d->oh) memset(dxp + (size_t)(d->h - 1) * w, 0, (size_t)w * sizeof *dxp);
+}
+
 static void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argmax, float *dx)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
     const size_t ohw = (size_t)d->oh * d->ow;
+    if (d->k == 2 && d->stride == 2) {
+        for (size_t pl = 0; pl < planes; pl++)
+            maxpool2_bwd_plane_(d, dy + pl * ohw, argmax + pl * ohw, dx + pl * hw);
+        return;
+    }
     if (planes) memset(dx, 0, planes * hw * sizeof *dx);
     for (size_t pl = 0; pl < planes; pl++) {
         float *dxp = dx + pl * hw;
@@ -544,6 +1203,7 @@ static void stats_rows_(int n, int c, const float *restrict x, double *restrict 
     }
 }
 
+WIDE_CLONES
 static void cpu_bn_stats(int n, int c, int hw, const float *x, double *stats)
 {
     if (c <= 0) return;
@@ -667,6 +1327,7 @@ static void gstats_rows_(int n, int c, const float *restrict x, const float *res
     }
 }
 
+WIDE_CLONES
 static void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
                              const float *mean, const float *invstd, double *gstats, float *dgamma,
                              float *dbeta, float beta)
@@ -740,6 +1401,7 @@ static void bn_dx_coef_(int ch, const float *invstd, const float *gamma, const d
     *C = (float)(-a * mdy);
 }
 
+WIDE_CLONES
 static void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy,
                             const float *mean, const float *invstd, const float *gamma,
                             const double *gstats, double count, float *dx)

@@ -277,12 +277,14 @@ static double conv_obj_(void *p)
     return dot_(c->y, c->wo, conv_yn_(&c->d));
 }
 
-/* stride 1 and 2, pad 0 and 1, k 1 and 3, several channels, odd sizes */
+/* stride 1 and 2, pad 0, 1 and 2, k 1, 3 and 5, several channels, odd
+ * sizes; 1x1 on small planes (grouped, im2col) and on 12x11 (in place) */
 static const int conv_cases_[][8] = {
     /* n, c, h, w, oc, k, stride, pad */
-    {2, 3, 5, 5, 4, 3, 1, 1}, {2, 2, 7, 6, 3, 3, 2, 0}, {3, 4, 5, 5, 2, 1, 1, 0},
-    {2, 3, 6, 5, 5, 1, 2, 0}, {2, 2, 6, 7, 3, 3, 2, 1}, {1, 3, 4, 6, 2, 3, 1, 0},
-    {2, 1, 5, 4, 2, 1, 1, 1},
+    {2, 3, 5, 5, 4, 3, 1, 1},   {2, 2, 7, 6, 3, 3, 2, 0}, {3, 4, 5, 5, 2, 1, 1, 0},
+    {2, 3, 6, 5, 5, 1, 2, 0},   {2, 2, 6, 7, 3, 3, 2, 1}, {1, 3, 4, 6, 2, 3, 1, 0},
+    {2, 1, 5, 4, 2, 1, 1, 1},   {2, 3, 7, 5, 4, 5, 1, 2}, {2, 3, 12, 11, 4, 1, 1, 0},
+    {1, 16, 5, 6, 16, 3, 1, 1},
 };
 
 START_TEST(conv_gradients)
@@ -310,10 +312,22 @@ END_TEST
 
 /* Forward and backward against the naive loops, including batches that take
  * several GEMM groups (n = 130 of 8x8), one-sample groups (large images)
- * and the beta contract (beta = 1 twice == 2x). */
+ * and the beta contract (beta = 1 twice == 2x).  "Same" convolutions
+ * (stride 1, output the size of the input: 3x3 pad 1, 1x1 pad 0, 5x5 pad 2)
+ * take im2col/col2im's shifted-plane path, on odd and non-square sizes and
+ * on a plane smaller than the kernel (2x3 under 5x5); the others (stride 2,
+ * pad 0 on 3x3) the row-by-row path; a 1x1 stride-1 pad-0 convolution on a
+ * plane of one sample per GEMM (12x13) none: the GEMMs use x and dx in
+ * place.  3x3 pad 1 with 16 or more channels in and out goes through
+ * Winograd F(2x2, 3x3) (forward and input gradient): odd sizes (7x9, a 1x2
+ * plane: tiles that hang over the edge), several samples per group (7 of
+ * 14x14); 15 input channels stays on im2col. */
 static const int conv_naive_cases_[][8] = {
     {130, 2, 8, 8, 3, 3, 1, 1}, {3, 1, 50, 50, 2, 3, 1, 1}, {1, 3, 9, 7, 4, 3, 2, 1},
-    {5, 6, 6, 6, 7, 1, 1, 0},   {4, 3, 9, 9, 5, 3, 2, 0},
+    {5, 6, 6, 6, 7, 1, 1, 0},   {4, 3, 9, 9, 5, 3, 2, 0},   {3, 2, 9, 6, 3, 3, 1, 1},
+    {2, 2, 2, 3, 3, 5, 1, 2},   {3, 4, 7, 11, 5, 1, 1, 0},  {2, 3, 7, 8, 4, 3, 1, 0},
+    {3, 4, 12, 13, 5, 1, 1, 0}, {3, 16, 7, 9, 17, 3, 1, 1}, {7, 20, 14, 14, 16, 3, 1, 1},
+    {2, 16, 1, 2, 24, 3, 1, 1}, {2, 15, 8, 8, 16, 3, 1, 1},
 };
 
 START_TEST(conv_naive)
@@ -424,10 +438,8 @@ static float *distinct_(size_t n)
 /* window 2 stride 2 on odd sizes (floor mode drops the last row/column),
  * window 3 stride 2 and stride 1 (overlapping windows) */
 static const int pool_cases_[][6] = {
-    {2, 3, 6, 7, 2, 2},
-    {2, 2, 7, 7, 3, 2},
-    {1, 2, 5, 6, 3, 1},
-    {2, 1, 4, 4, 2, 1},
+    {2, 3, 6, 7, 2, 2}, {1, 2, 7, 11, 2, 2}, {2, 2, 7, 7, 3, 2},
+    {1, 2, 5, 6, 3, 1}, {2, 1, 4, 4, 2, 1},
 };
 
 START_TEST(pool_gradients)
@@ -451,6 +463,74 @@ START_TEST(pool_gradients)
         fd_check_(what, pool_obj_, &c, c.x, xn, dx, FD_TOL);
         free(c.x), free(c.y), free(c.wo), free(c.am), free(dx);
     }
+}
+END_TEST
+
+/* The definition, as loops: the first maximum in row-major window order, a
+ * NaN replacing whatever came before it (PyTorch CPU); backward sums dy
+ * onto zero at the argmax. */
+static void maxpool_naive_(const pool_dims_t *d, const float *x, const float *dy, float *y,
+                           int32_t *am, float *dx)
+{
+    const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
+    const size_t ohw = (size_t)d->oh * d->ow;
+    for (size_t i = 0; i < planes * hw; i++) dx[i] = 0.0f;
+    for (size_t pl = 0; pl < planes; pl++)
+        for (int oy = 0; oy < d->oh; oy++)
+            for (int ox = 0; ox < d->ow; ox++) {
+                int best = -1;
+                for (int ky = 0; ky < d->k; ky++)
+                    for (int kx = 0; kx < d->k; kx++) {
+                        int idx = (oy * d->stride + ky) * d->w + ox * d->stride + kx;
+                        float v = x[pl * hw + idx];
+                        if (best < 0 || v > x[pl * hw + best] || isnan(v)) best = idx;
+                    }
+                size_t o = pl * ohw + (size_t)oy * d->ow + ox;
+                y[o] = x[pl * hw + best];
+                am[o] = best;
+                dx[pl * hw + best] += dy[o];
+            }
+}
+
+/* Max pooling bit for bit against the definition, with ties, NaNs and -0
+ * in the input and -0 in dy: the 2x2 stride-2 fast path on rows of 4 or
+ * more windows (a multiple of 4 and not: the last block overlaps), rows of
+ * fewer, odd sizes (floor mode leaves a row and a column out), and the
+ * generic loop (3x3 stride 2, 2x2 stride 1). */
+static const int maxpool_naive_cases_[][6] = {
+    /* n, c, h, w, k, stride */
+    {2, 3, 9, 11, 2, 2}, {1, 2, 8, 8, 2, 2},  {2, 2, 28, 28, 2, 2}, {1, 3, 14, 15, 2, 2},
+    {2, 2, 6, 7, 2, 2},  {1, 2, 9, 10, 3, 2}, {1, 2, 7, 9, 2, 1},
+};
+
+START_TEST(maxpool_naive)
+{
+    const int *k = maxpool_naive_cases_[_i];
+    seed_(50 + (uint64_t)_i);
+    pool_dims_t d = pool_dims_(k[0], k[1], k[2], k[3], k[4], k[5]);
+    size_t xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.c * d.oh * d.ow;
+    float *x = fvec_(xn, 1), *dy = fvec_(yn, 1);
+    for (size_t i = 0; i < xn; i++) {
+        x[i] = roundf(x[i] * 2.0f) * 0.5f; /* five values: many ties, +0 and -0 */
+        if (i % 37 == 5) x[i] = NAN;
+        if (i % 53 == 7) x[i] = -0.0f;
+    }
+    for (size_t i = 0; i < yn; i += 7) dy[i] = -0.0f;
+    float *y = fconst_(yn, 7), *ry = fconst_(yn, 7), *dx = fconst_(xn, 7), *rdx = fconst_(xn, 7);
+    int32_t *am = calloc(yn, sizeof *am), *ram = calloc(yn, sizeof *ram);
+    maxpool_naive_(&d, x, dy, ry, ram, rdx);
+    B->maxpool_fwd(&d, x, y, am);
+    B->maxpool_bwd(&d, dy, am, dx);
+    for (size_t i = 0; i < yn; i++) {
+        ck_assert_msg(am[i] == ram[i], "maxpool case %d: argmax[%zu] %d, want %d", _i, i, am[i],
+                      ram[i]);
+        ck_assert_msg(memcmp(&y[i], &ry[i], sizeof *y) == 0, "maxpool case %d: y[%zu] %g, want %g",
+                      _i, i, y[i], ry[i]);
+    }
+    for (size_t i = 0; i < xn; i++)
+        ck_assert_msg(memcmp(&dx[i], &rdx[i], sizeof *dx) == 0,
+                      "maxpool case %d: dx[%zu] %g, want %g", _i, i, dx[i], rdx[i]);
+    free(x), free(dy), free(y), free(ry), free(dx), free(rdx), free(am), free(ram);
 }
 END_TEST
 
@@ -1467,6 +1547,8 @@ Suite *test_suite(void)
     tcase_add_test(t, conv_empty_batch);
     tcase_add_loop_test(t, pool_gradients, 0, sizeof pool_cases_ / sizeof pool_cases_[0]);
     tcase_add_test(t, maxpool_ties_and_naive);
+    tcase_add_loop_test(t, maxpool_naive, 0,
+                        sizeof maxpool_naive_cases_ / sizeof maxpool_naive_cases_[0]);
     tcase_add_test(t, gap_gradients);
     tcase_add_loop_test(t, bn_gradients, 0, sizeof bn_cases_ / sizeof bn_cases_[0]);
     tcase_add_test(t, bn_running_and_eval);
