@@ -8,7 +8,7 @@
 # From a configured build directory (make bench runs it after building):
 #   sh /path/to/ddptrain/bench/suite.sh [--quick] [--rounds N] [--fashion-rounds N]
 #                                       [--only CASE[,CASE...]] [--out DIR]
-# Cases, in order: mlp cnn mlp-1-rank accum allreduce loader checkpoint fashion.
+# Cases, in order: mlp cnn cnn-ops mlp-1-rank accum allreduce loader checkpoint fashion.
 #   --quick            1 round, fewer steps, the quick checkpoint sizes, no
 #                      Fashion-MNIST: a check that everything runs (minutes)
 #   --rounds N         rounds of the alternating benchmarks (default 3)
@@ -37,15 +37,16 @@ done
 [ -x ./ddptrain ] && [ -x ./ddptrain-prep ] || {
   echo "suite.sh: run from a build directory after 'make' (or run 'make bench' there)" >&2; exit 2; }
 for c in $(echo "$only" | tr , ' '); do
-  case " mlp cnn mlp-1-rank accum allreduce loader checkpoint fashion " in
+  case " mlp cnn cnn-ops mlp-1-rank accum allreduce loader checkpoint fashion " in
     *" $c "*) ;;
-    *) echo "suite.sh: --only $c: no such case (mlp cnn mlp-1-rank accum allreduce loader checkpoint fashion)" >&2; exit 2 ;;
+    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops mlp-1-rank accum allreduce loader checkpoint fashion)" >&2; exit 2 ;;
   esac
 done
 wanted() { [ -z "$only" ] || case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-for c in mlp cnn mlp-1-rank allreduce loader; do
+for c in mlp cnn cnn-ops mlp-1-rank allreduce loader; do
   wanted "$c" || continue
-  [ -x ./bench/bench_allreduce ] && [ -x ./bench/bench_kernels ] && [ -x ./bench/bench_loader ] || {
+  [ -x ./bench/bench_allreduce ] && [ -x ./bench/bench_kernels ] && [ -x ./bench/bench_loader ] &&
+    [ -x ./bench/bench_cnn ] || {
     echo "suite.sh: the benchmark programs are not built: run 'make -C bench bench' (or 'make bench')" >&2; exit 2; }
 done
 [ -d "$out" ] && [ -w "$out" ] || { echo "suite.sh: --out $out: not a writable directory" >&2; exit 2; }
@@ -98,6 +99,12 @@ wanted mlp && section "MLP 784-1024-1024-10 + BN, np=1 and np=2" "$t1" \
   sh "$src/bench/bench_ddp.sh" --case mlp "$rounds" "$steps"
 wanted cnn && section "CNN (Fashion-MNIST shape), np=1 and np=2" "$t1 The model: conv:32:3:1:1,bn,relu,maxpool:2,conv:64:3:1:1,bn,relu,maxpool:2,linear:128,relu,linear:10 on 1x28x28 uint8 images." \
   sh "$src/bench/bench_ddp.sh" --case cnn "$rounds" "$cnn_steps"
+if wanted cnn-ops; then
+  section "CNN: where the step goes" "bench_cnn: the CNN's training step through the CPU ops table, one thread, batch 64, each op timed per step (convolutions split into their phases) next to cblas_sgemm alone on the op's GEMM shapes, in alternating blocks of 10 steps. A Winograd convolution (3x3 pad 1, 16+ channels) counts its direct multiply-adds, so it can show more than the sgemm rate." \
+    ./bench/bench_cnn -n "$cnn_steps"
+  awk '/training step \(median\)/ { print $4 }' "$tmp/out" >"$tmp/x"; csv_rows cnn ddptrain-cpu-ops-alone 1 step_ms "$tmp/x" ms
+  awk '/cblas_sgemm alone/ { print $5 }' "$tmp/out" >"$tmp/x"; csv_rows cnn cblas-sgemm-alone 1 step_ms "$tmp/x" ms
+fi
 wanted mlp-1-rank && section "MLP on one rank against sgemm" "The whole trainer on one rank next to the CPU ops alone (bench_kernels), the raw cblas_sgemm rate of the step's GEMMs and PyTorch (one thread), alternating; medians. GFLOP/s count the forward and weight-gradient GEMMs of all layers and the input-gradient GEMMs of layers 2 and 3." \
   sh "$src/bench/bench_train.sh" "$rounds" "$steps"
 wanted accum && section "Gradient accumulation 4 against 1" "Gradient bytes each rank all-reduces per training sample, --accum 1 and 4 over the same samples at np=2, against 4 x parameters / (64 x accum)." \
@@ -141,6 +148,8 @@ fi
     END { if (!h) print "No case of this run has a headline ratio (see the sections below)." }
     $2 == "ddptrain" && $4 == "speedup_over_pytorch" { t = ($3 == 1) ? ">= 1.3x" : ">= 2.5x"
       printf "| %s | ddptrain / PyTorch samples/s, np=%s | %.2fx | %.2fx | %.2fx | %s |\n", $1, $3, $6, $5, $7, t }
+    $2 == "ddptrain-no-sync-bn" && $4 == "speedup_over_pytorch" {
+      printf "| %s | ddptrain --no-sync-bn / PyTorch samples/s, np=%s (both per-rank BatchNorm) | %.2fx | %.2fx | %.2fx | |\n", $1, $3, $6, $5, $7 }
     $4 == "weak_scaling_efficiency" { printf "| %s | %s weak-scaling efficiency np=2 | %.0f%% | %.0f%% | %.0f%% | %s |\n", $1, $2, 100 * $6, 100 * $5, 100 * $7, $2 == "ddptrain" ? ">= 85%" : "" }
     $2 == "ddptrain" && $4 == "ddp_step_over_no_comm_step" { printf "| %s | DDP step / no-communication step | %.3f | %.3f | %.3f | <= 1.15 |\n", $1, $6, $5, $7 }
     $4 ~ /^time_to_/ { printf "| %s | %s, seconds to %s | %.1f | %.1f | %.1f | ddptrain faster |\n", $1, $2, substr($4, 9, length($4) - 10), $6, $5, $7 }
