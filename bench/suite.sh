@@ -159,7 +159,7 @@ fi
 awk -v s="$tmp/summary" 'NR > 1 && /^## / && !done { while ((getline l < s) > 0) print l; print ""; done = 1 } { print }
   END { if (!done) while ((getline l < s) > 0) print l }' "$tmp/md" >"$tmp/md2"
 # the earlier studies, unchanged, after this run's numbers
-[ -r "$src/bench/findings.md" ] && { echo; sed '1s/^# bench\/findings.md -- /# Earlier studies: /; s/^## /### /; s/^# /## /' "$src/bench/findings.md"; } >>"$tmp/md2"
+[ -r "$src/bench/findings.md" ] && { echo; sed '1s/^# bench\/findings.md -- /# Earlier studies: /; s/^### /#### /; s/^## /### /; s/^# /## /' "$src/bench/findings.md"; } >>"$tmp/md2"
 { echo "case,implementation,ranks,metric,min,median,max,unit"; cat "$tmp/csv"; } >"$tmp/csv2"
 mv "$tmp/md2" "$md"
 mv "$tmp/csv2" "$csv"
