@@ -24,6 +24,7 @@
 
 #include "clock.h"
 #include "compute.h"
+#include "bench_common.h"
 #include "ddp_build.h"
 
 enum {
@@ -337,32 +338,11 @@ static void gemm_pass_(net_t *m, float *A, float *Bm, float *C)
     op_gemm[OP_LIN_BWD] += t2 - t1;
 }
 
-static int cmp_double_(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv)
 {
-    int batch = 64, steps = 100, warmup = 5, opt;
-    while ((opt = getopt(argc, argv, "b:n:w:h")) != -1) {
-        switch (opt) {
-        case 'b': batch = atoi(optarg); break;
-        case 'n': steps = atoi(optarg); break;
-        case 'w': warmup = atoi(optarg); break;
-        default:
-            fprintf(stderr, "usage: %s [-b BATCH] [-n STEPS] [-w WARMUP]\n", argv[0]);
-            return opt == 'h' ? 0 : 2;
-        }
-    }
-    if (batch < 2 || steps < 1 || warmup < 0) {
-        fprintf(stderr, "bench_cnn: need -b >= 2, -n >= 1, -w >= 0\n");
-        return 2;
-    }
-#ifdef HAVE_OPENBLAS_GET_CONFIG
-    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
-#endif
+    int batch = 64, steps = 100, warmup = 5;
+    int rc = bench_step_args(argc, argv, "bench_cnn", &batch, &steps, &warmup);
+    if (rc >= 0) return rc;
     const compute_ops_t *compute = compute_find("cpu");
     net_t m;
     net_init_(&m, compute, batch);
@@ -392,8 +372,7 @@ int main(int argc, char **argv)
         timing = 0;
         for (int i = i0; i < i1; i++, gemm_passes++) gemm_pass_(&m, A, Bm, C);
     }
-    qsort(tstep, (size_t)steps, sizeof *tstep, cmp_double_);
-    double step_med = tstep[steps / 2], total = 0, gemm_total = 0, flop = 0;
+    double step_med = bench_median(tstep, steps), total = 0, gemm_total = 0, flop = 0;
     for (int k = 0; k < NOPS; k++) {
         total += op_time[k];
         gemm_total += op_gemm[k];

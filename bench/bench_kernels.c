@@ -21,6 +21,7 @@
 
 #include "clock.h"
 #include "compute.h"
+#include "bench_common.h"
 #include "ddp_build.h"
 
 enum {
@@ -221,32 +222,11 @@ static double gemm_step_(net_t *m, double *flop)
     return clock_seconds() - t0;
 }
 
-static int cmp_double_(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv)
 {
-    int batch = 64, steps = 200, warmup = 10, opt;
-    while ((opt = getopt(argc, argv, "b:n:w:h")) != -1) {
-        switch (opt) {
-        case 'b': batch = atoi(optarg); break;
-        case 'n': steps = atoi(optarg); break;
-        case 'w': warmup = atoi(optarg); break;
-        default:
-            fprintf(stderr, "usage: %s [-b BATCH] [-n STEPS] [-w WARMUP]\n", argv[0]);
-            return opt == 'h' ? 0 : 2;
-        }
-    }
-    if (batch < 2 || steps < 1 || warmup < 0) {
-        fprintf(stderr, "bench_kernels: need -b >= 2, -n >= 1, -w >= 0\n");
-        return 2;
-    }
-#ifdef HAVE_OPENBLAS_GET_CONFIG
-    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
-#endif
+    int batch = 64, steps = 200, warmup = 10;
+    int rc = bench_step_args(argc, argv, "bench_kernels", &batch, &steps, &warmup);
+    if (rc >= 0) return rc;
     const compute_ops_t *compute = compute_find("cpu");
     net_t m;
     net_init_(&m, compute, batch);
@@ -283,9 +263,7 @@ int main(int argc, char **argv)
         double t = clock_seconds() - t0;
         tcopy = t < tcopy ? t : tcopy;
     }
-    qsort(tstep, (size_t)steps, sizeof *tstep, cmp_double_);
-    qsort(tgemm, (size_t)steps, sizeof *tgemm, cmp_double_);
-    double step_med = tstep[steps / 2], gemm_med = tgemm[steps / 2];
+    double step_med = bench_median(tstep, steps), gemm_med = bench_median(tgemm, steps);
     double step_flop = op_flop[OP_LIN_FWD] / steps + op_flop[OP_LIN_BWD] / steps;
 
     printf("# bench_kernels: MLP 784-1024-1024-10 + BN, batch %d, SGD momentum, backend %s\n",

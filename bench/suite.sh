@@ -13,7 +13,7 @@
 #                      Fashion-MNIST: a check that everything runs (minutes)
 #   --rounds N         rounds of the alternating benchmarks (default 3)
 #   --fashion-rounds N rounds of the Fashion-MNIST time-to-accuracy runs
-#                      (default 1; 0 leaves them out; they take ~10 min a round)
+#                      (default 1; 0 leaves them out; they take ~5 min a round)
 #   --out DIR          where results.md and results.csv go (default: bench/ of
 #                      the build directory)
 # The machine should be otherwise idle: the numbers are only comparable within
