@@ -21,8 +21,8 @@
  * convolutions (stride 1, output the input's size) build im2col from shifted
  * planes, 1x1 ones use x in place, and 3x3 pad-1 ones with 16 or more
  * channels run as Winograd F(2x2, 3x3) in all three passes, its transforms
- * on SSE2 vectors of four tiles.  2x2 stride-2 max pooling has a
- * branch-free SSE2 path.
+ * on vectors of tiles (SSE2: 4, AVX2 where the CPU has it: 8).  2x2
+ * stride-2 max pooling has a branch-free SSE2 path.
  *
  * Conventions: parameter gradients follow `beta` (0 overwrites without
  * reading the old value, 1 accumulates, anything else scales first); input
@@ -75,10 +75,14 @@
 #if !defined(WIDE_CLONES) && defined(__x86_64__) && defined(__ELF__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define WIDE_CLONES __attribute__((target_clones("avx2", "default")))
+#define WINO_WIDE   1 /* and AVX2 versions of the Winograd transforms */
 #endif
 #endif
 #ifndef WIDE_CLONES
 #define WIDE_CLONES /* -DWIDE_CLONES= builds the baseline code only */
+#endif
+#ifdef WINO_WIDE
+#include <immintrin.h>
 #endif
 
 /* Largest number of GEMM columns (samples x output pixels) one convolution
@@ -596,11 +600,179 @@ static inline void wino_in_row_(__m128 e0, __m128 o0, __m128 e1, __m128 o1, floa
     wino_put_(v + 3 * plane, _mm_sub_ps(o0, o1), n);
 }
 
+#ifdef WINO_WIDE
+/* AVX2 versions of the transforms' block loops, 8 tiles per vector (one
+ * block covers a tile row of up to 8 tiles: 14x14 planes), picked at run
+ * time on CPUs that have AVX2; the same operations in the same order as the
+ * SSE2 code (AVX2 without FMA: no contraction), the same results bit for
+ * bit.  -DWIDE_CLONES= builds without them (the SSE2 code alone). */
+#define WINO_AVX2 __attribute__((target("avx2")))
+
+static int wino_wide_(void)
+{
+    static int wide = -1;
+    if (wide < 0) {
+        __builtin_cpu_init();
+        wide = __builtin_cpu_supports("avx2") ? 1 : 0;
+    }
+    return wide;
+}
+
+WINO_AVX2 static inline void wino_put8_(float *dst, __m256 v, int n)
+{
+    if (n == 8) {
+        _mm256_storeu_ps(dst, v);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    for (int k = 0; k < n; k++) dst[k] = t[k];
+}
+
+/* the even (odd) elements of the 16 floats a, b */
+WINO_AVX2 static inline __m256 wino_even8_(__m256 a, __m256 b)
+{
+    __m256 t = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)); /* a0 a2 b0 b2 | a4 a6 b4 b6 */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+WINO_AVX2 static inline __m256 wino_odd8_(__m256 a, __m256 b)
+{
+    __m256 t = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+WINO_AVX2 static inline void wino_in_row8_(__m256 e0, __m256 o0, __m256 e1, __m256 o1, float *v,
+                                           size_t plane, int n)
+{
+    wino_put8_(v, _mm256_sub_ps(e0, e1), n);
+    wino_put8_(v + plane, _mm256_add_ps(o0, e1), n);
+    wino_put8_(v + 2 * plane, _mm256_sub_ps(e1, o0), n);
+    wino_put8_(v + 3 * plane, _mm256_sub_ps(o0, o1), n);
+}
+
+/* wino_input_'s blocks of one plane split into E and O (O = E + half):
+ * vc = V's row of the channel */
+WINO_AVX2 static void wino_input_blocks8_(int th, int tw, int ew, size_t half, const float *E,
+                                          float *vc, size_t plane, size_t t0, size_t ld)
+{
+    for (int ty = 0; ty < th; ty++)
+        for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+            const size_t tile = t0 + (size_t)ty * tw + tx0;
+            const int n = tile + 8 <= ld ? 8 : tw - tx0;
+            const float *pe = E + (size_t)2 * ty * ew + tx0, *po = pe + half;
+            float *v = vc + tile;
+#define WINO_LD_(p, row) _mm256_loadu_ps((p) + (size_t)(row)*ew)
+#define WINO_COL_(op, ra, rb)                                                                      \
+    op(WINO_LD_(pe, ra), WINO_LD_(pe, rb)), op(WINO_LD_(po, ra), WINO_LD_(po, rb)),                \
+        op(WINO_LD_(pe + 1, ra), WINO_LD_(pe + 1, rb)),                                            \
+        op(WINO_LD_(po + 1, ra), WINO_LD_(po + 1, rb))
+            wino_in_row8_(WINO_COL_(_mm256_sub_ps, 0, 2), v, plane, n);
+            wino_in_row8_(WINO_COL_(_mm256_add_ps, 1, 2), v + 4 * plane, plane, n);
+            wino_in_row8_(WINO_COL_(_mm256_sub_ps, 2, 1), v + 8 * plane, plane, n);
+            wino_in_row8_(WINO_COL_(_mm256_sub_ps, 1, 3), v + 12 * plane, plane, n);
+#undef WINO_COL_
+#undef WINO_LD_
+        }
+}
+
+/* wino_output_ of one output channel: mo = M's row of the channel + t0, yp
+ * its plane of y */
+WINO_AVX2 static void wino_output_plane8_(int h, int w, const float *mo, size_t plane, float bias,
+                                          float *yp, const float *y_end)
+{
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const __m256 b = _mm256_set1_ps(bias);
+    for (int ty = 0; ty < th; ty++)
+        for (int r = 0, rows = MIN(2, h - 2 * ty); r < rows; r++) {
+            const float *mr = mo + (size_t)ty * tw + (size_t)(4 * r) * plane;
+            float *yr = yp + (size_t)(2 * ty + r) * w;
+            for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+                __m256 t[4];
+                for (int q = 0; q < 4; q++) {
+                    const float *m = mr + tx0 + (size_t)q * plane;
+                    const __m256 m0 = _mm256_loadu_ps(m), m1 = _mm256_loadu_ps(m + 4 * plane);
+                    const __m256 m2 = _mm256_loadu_ps(m + 8 * plane);
+                    t[q] = r == 0 ? _mm256_add_ps(_mm256_add_ps(m0, m1), m2)
+                                  : _mm256_sub_ps(_mm256_sub_ps(m0, m1), m2);
+                }
+                const __m256 c0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t[0], t[1]), t[2]), b);
+                const __m256 c1 = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(t[1], t[2]), t[3]), b);
+                float *dst = yr + 2 * tx0;
+                const int ncol = MIN(16, w - 2 * tx0);
+                const __m256 lo = _mm256_unpacklo_ps(c0, c1), hi = _mm256_unpackhi_ps(c0, c1);
+                const __m256 p0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+                const __m256 p1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+                if (ncol == 16 || y_end - dst >= 16) {
+                    _mm256_storeu_ps(dst, p0);
+                    _mm256_storeu_ps(dst + 8, p1);
+                } else {
+                    float t16[16];
+                    _mm256_storeu_ps(t16, p0);
+                    _mm256_storeu_ps(t16 + 8, p1);
+                    for (int j = 0; j < ncol; j++) dst[j] = t16[j];
+                }
+            }
+        }
+}
+
+/* wino_dy_ of one channel: gp its plane of dy, wo Wd's row of the channel */
+WINO_AVX2 static void wino_dy_plane8_(int h, int w, const float *gp, float *wo, size_t plane,
+                                      size_t t0, size_t ld, const float *dy_end)
+{
+    static const int32_t keep[32] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, -1, -1, -1, -1, -1, -1, -1};
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int ty = 0; ty < th; ty++)
+        for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+            const size_t tile = t0 + (size_t)ty * tw + tx0;
+            const int n = tile + 8 > ld ? tw - tx0 : 8;
+            const int ncol = MIN(16, w - 2 * tx0);
+            __m256 lc[2], rc[2];
+            for (int r = 0; r < 2; r++) {
+                __m256 a = _mm256_setzero_ps(), b = a;
+                const float *row = gp + (size_t)MIN(2 * ty + r, h - 1) * w + 2 * tx0;
+                if (2 * ty + r >= h) {
+                    /* past an odd edge: zero */
+                } else if (ncol == 16) {
+                    a = _mm256_loadu_ps(row), b = _mm256_loadu_ps(row + 8);
+                } else if (dy_end - row >= 16) {
+                    const int32_t *mk = keep + 16 - ncol;
+                    a = _mm256_and_ps(_mm256_loadu_ps(row),
+                                      _mm256_castsi256_ps(_mm256_loadu_si256((const void *)mk)));
+                    b = _mm256_and_ps(
+                        _mm256_loadu_ps(row + 8),
+                        _mm256_castsi256_ps(_mm256_loadu_si256((const void *)(mk + 8))));
+                } else {
+                    float t16[16] = {0};
+                    for (int j = 0; j < ncol; j++) t16[j] = row[j];
+                    a = _mm256_loadu_ps(t16), b = _mm256_loadu_ps(t16 + 8);
+                }
+                lc[r] = wino_even8_(a, b);
+                rc[r] = wino_odd8_(a, b);
+            }
+            const __m256 a[4] = {lc[0], _mm256_add_ps(lc[0], lc[1]), _mm256_sub_ps(lc[0], lc[1]),
+                                 _mm256_xor_ps(lc[1], sign)};
+            const __m256 b[4] = {rc[0], _mm256_add_ps(rc[0], rc[1]), _mm256_sub_ps(rc[0], rc[1]),
+                                 _mm256_xor_ps(rc[1], sign)};
+            float *v = wo + tile;
+            for (int r = 0; r < 4; r++) {
+                float *vr = v + (size_t)(4 * r) * plane;
+                wino_put8_(vr, a[r], n);
+                wino_put8_(vr + plane, _mm256_add_ps(a[r], b[r]), n);
+                wino_put8_(vr + 2 * plane, _mm256_sub_ps(a[r], b[r]), n);
+                wino_put8_(vr + 3 * plane, _mm256_xor_ps(b[r], sign), n);
+            }
+        }
+}
+#endif
+
 /* Floats of wino_input_'s zero-bordered plane: its even and odd columns
  * (E and O, rows of wino_pad_row_ floats) */
 static int wino_pad_row_(int w)
 {
-    return ((w + 1) / 2 + WINO_VEC - 1) / WINO_VEC * WINO_VEC + WINO_VEC;
+    return ((w + 1) / 2 + 7) / 8 * 8 + 8; /* blocks of up to 8 tiles read 8 + 1 */
 }
 
 static size_t wino_pad_floats_(int h, int w)
@@ -622,6 +794,9 @@ static void wino_input_(int cin, int h, int w, const float *x, float *V, size_t 
     const int th = (h + 1) / 2, tw = (w + 1) / 2, ew = wino_pad_row_(w);
     const size_t plane = wino_plane_((size_t)cin, ld), half = (size_t)(2 * th + 2) * ew;
     float *E = pad, *O = pad + half;
+#ifdef WINO_WIDE
+    const int wide = wino_wide_();
+#endif
     memset(pad, 0, 2 * half * sizeof *pad);
     for (int ci = 0; ci < cin; ci++) {
         const float *xp = x + (size_t)ci * h * w;
@@ -640,6 +815,12 @@ static void wino_input_(int cin, int h, int w, const float *x, float *V, size_t 
         }
         /* the border stays zero: only the interior is overwritten next time;
          * an odd h or w leaves a zero row/column inside the border too */
+#ifdef WINO_WIDE
+        if (wide) {
+            wino_input_blocks8_(th, tw, ew, half, E, V + (size_t)ci * ld, plane, t0, ld);
+            continue;
+        }
+#endif
         for (int ty = 0; ty < th; ty++)
             for (int tx0 = 0; tx0 < tw; tx0 += WINO_VEC) {
                 const size_t tile = t0 + (size_t)ty * tw + tx0;
@@ -673,8 +854,18 @@ static void wino_output_(int cout, int h, int w, const float *M, size_t ld, size
 {
     const int th = (h + 1) / 2, tw = (w + 1) / 2;
     const size_t plane = wino_plane_((size_t)cout, ld);
+#ifdef WINO_WIDE
+    const int wide = wino_wide_();
+#endif
     for (int o = 0; o < cout; o++) {
         float *yp = y + (size_t)o * h * w;
+#ifdef WINO_WIDE
+        if (wide) {
+            wino_output_plane8_(h, w, M + (size_t)o * ld + t0, plane, bias ? bias[o] : 0.0f, yp,
+                                y_end);
+            continue;
+        }
+#endif
         const __m128 b = _mm_set1_ps(bias ? bias[o] : 0.0f);
         for (int ty = 0; ty < th; ty++)
             for (int r = 0; r < MIN(2, h - 2 * ty); r++) {
@@ -725,8 +916,17 @@ static void wino_dy_(int cout, int h, int w, const float *dy, float *Wd, size_t 
     const int th = (h + 1) / 2, tw = (w + 1) / 2;
     const size_t plane = wino_plane_((size_t)cout, ld);
     const __m128 sign = _mm_set1_ps(-0.0f);
+#ifdef WINO_WIDE
+    const int wide = wino_wide_();
+#endif
     for (int o = 0; o < cout; o++) {
         const float *gp = dy + (size_t)o * h * w;
+#ifdef WINO_WIDE
+        if (wide) {
+            wino_dy_plane8_(h, w, gp, Wd + (size_t)o * ld, plane, t0, ld, dy_end);
+            continue;
+        }
+#endif
         for (int ty = 0; ty < th; ty++)
             for (int tx0 = 0; tx0 < tw; tx0 += WINO_VEC) {
                 const size_t tile = t0 + (size_t)ty * tw + tx0;
