@@ -20,8 +20,9 @@
  * Convolutions (bench/bench_cnn.c): im2col + GEMM in general; "same"
  * convolutions (stride 1, output the input's size) build im2col from shifted
  * planes, 1x1 ones use x in place, and 3x3 pad-1 ones with 16 or more
- * channels run as Winograd F(2x2, 3x3) in all three passes.  2x2 stride-2
- * max pooling has a branch-free SSE2 path.
+ * channels run as Winograd F(2x2, 3x3) in all three passes, its transforms
+ * on vectors of tiles (SSE2: 4, AVX2 where the CPU has it: 8).  2x2
+ * stride-2 max pooling has a branch-free SSE2 path.
  *
  * Conventions: parameter gradients follow `beta` (0 overwrites without
  * reading the old value, 1 accumulates, anything else scales first); input
@@ -74,10 +75,14 @@
 #if !defined(WIDE_CLONES) && defined(__x86_64__) && defined(__ELF__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define WIDE_CLONES __attribute__((target_clones("avx2", "default")))
+#define WINO_WIDE   1 /* and AVX2 versions of the Winograd transforms */
 #endif
 #endif
 #ifndef WIDE_CLONES
 #define WIDE_CLONES /* -DWIDE_CLONES= builds the baseline code only */
+#endif
+#ifdef WINO_WIDE
+#include <immintrin.h>
 #endif
 
 /* Largest number of GEMM columns (samples x output pixels) one convolution
@@ -511,14 +516,17 @@ static void wino_tiles_(const conv_dims_t *d, int *tw, int *t1, int *g)
     *g = MAX(1, MIN(WINO_TILES / *t1, MAX(d->n, 1)));
 }
 
-/* U [16, oc, c], V [16, max(c, oc), tiles], M [16, max(c, oc), tiles] */
+static size_t wino_pad_floats_(int h, int w);
+
+/* U [16, oc, c], V [16, max(c, oc), tiles], M [16, max(c, oc), tiles], the
+ * padded plane of the input transform */
 static size_t wino_ws_floats_(const conv_dims_t *d)
 {
     if (!wino_ok_(d)) return 0;
     int tw, t1, g;
     wino_tiles_(d, &tw, &t1, &g);
     size_t cmax = (size_t)MAX(d->c, d->oc), tiles = (size_t)g * t1;
-    size_t pad = (size_t)(2 * tw + 2) * (2 * ((d->oh + 1) / 2) + 2);
+    size_t pad = wino_pad_floats_(d->h, d->w);
     return 16 * (wino_plane_((size_t)d->oc, (size_t)d->c) + 2 * wino_plane_(cmax, tiles)) + pad;
 }
 
@@ -554,9 +562,424 @@ static void wino_weights_(const conv_dims_t *d, const float *w, int transpose, f
         }
 }
 
+#ifdef __SSE2__
+/* The transforms below on SSE2 vectors: WINO_VEC tiles of one tile row side
+ * by side, the same operations in the same order as the scalar code of
+ * builds without SSE2 (so the same results bit for bit).  A vector of the
+ * last, partial block of a tile row is stored whole when its lanes past the
+ * row land on tiles or pixels written later (the next tile row, plane or
+ * sample), and lane by lane at the end of the buffer. */
+#define WINO_VEC 4
+
+/* the first n lanes of v into dst (n == WINO_VEC: the whole vector) */
+static inline void wino_put_(float *dst, __m128 v, int n)
+{
+    if (n == WINO_VEC) {
+        _mm_storeu_ps(dst, v);
+        return;
+    }
+    float t[WINO_VEC];
+    _mm_storeu_ps(t, v);
+    for (int k = 0; k < n; k++) dst[k] = t[k];
+}
+
+/* four lanes of a mask: all ones where m[k] == -1 */
+static inline __m128 wino_mask_(const int32_t *m)
+{
+    return _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)(const void *)m));
+}
+
+/* The row transform of one row r of column-transformed input tiles, their
+ * columns 2k, 2k+1, 2k+2, 2k+3 in e0, o0, e1, o1: V[4r + q] at v + q plane */
+static inline void wino_in_row_(__m128 e0, __m128 o0, __m128 e1, __m128 o1, float *v, size_t plane,
+                                int n)
+{
+    wino_put_(v, _mm_sub_ps(e0, e1), n);
+    wino_put_(v + plane, _mm_add_ps(o0, e1), n);
+    wino_put_(v + 2 * plane, _mm_sub_ps(e1, o0), n);
+    wino_put_(v + 3 * plane, _mm_sub_ps(o0, o1), n);
+}
+
+#ifdef WINO_WIDE
+/* AVX2 versions of the transforms' block loops, 8 tiles per vector (one
+ * block covers a tile row of up to 8 tiles: 14x14 planes), picked at run
+ * time on CPUs that have AVX2; the same operations in the same order as the
+ * SSE2 code (AVX2 without FMA: no contraction), the same results bit for
+ * bit.  -DWIDE_CLONES= builds without them (the SSE2 code alone). */
+#define WINO_AVX2 __attribute__((target("avx2")))
+
+static int wino_wide_(void)
+{
+    static int wide = -1;
+    if (wide < 0) {
+        __builtin_cpu_init();
+        wide = __builtin_cpu_supports("avx2") ? 1 : 0;
+    }
+    return wide;
+}
+
+WINO_AVX2 static inline void wino_put8_(float *dst, __m256 v, int n)
+{
+    if (n == 8) {
+        _mm256_storeu_ps(dst, v);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    for (int k = 0; k < n; k++) dst[k] = t[k];
+}
+
+/* the even (odd) elements of the 16 floats a, b */
+WINO_AVX2 static inline __m256 wino_even8_(__m256 a, __m256 b)
+{
+    __m256 t = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)); /* a0 a2 b0 b2 | a4 a6 b4 b6 */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+WINO_AVX2 static inline __m256 wino_odd8_(__m256 a, __m256 b)
+{
+    __m256 t = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+WINO_AVX2 static inline void wino_in_row8_(__m256 e0, __m256 o0, __m256 e1, __m256 o1, float *v,
+                                           size_t plane, int n)
+{
+    wino_put8_(v, _mm256_sub_ps(e0, e1), n);
+    wino_put8_(v + plane, _mm256_add_ps(o0, e1), n);
+    wino_put8_(v + 2 * plane, _mm256_sub_ps(e1, o0), n);
+    wino_put8_(v + 3 * plane, _mm256_sub_ps(o0, o1), n);
+}
+
+/* wino_input_'s blocks of one plane split into E and O (O = E + half):
+ * vc = V's row of the channel */
+WINO_AVX2 static void wino_input_blocks8_(int th, int tw, int ew, size_t half, const float *E,
+                                          float *vc, size_t plane, size_t t0, size_t ld)
+{
+    for (int ty = 0; ty < th; ty++)
+        for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+            const size_t tile = t0 + (size_t)ty * tw + tx0;
+            const int n = tile + 8 <= ld ? 8 : tw - tx0;
+            const float *pe = E + (size_t)2 * ty * ew + tx0, *po = pe + half;
+            float *v = vc + tile;
+#define WINO_LD_(p, row) _mm256_loadu_ps((p) + (size_t)(row)*ew)
+#define WINO_COL_(op, ra, rb)                                                                      \
+    op(WINO_LD_(pe, ra), WINO_LD_(pe, rb)), op(WINO_LD_(po, ra), WINO_LD_(po, rb)),                \
+        op(WINO_LD_(pe + 1, ra), WINO_LD_(pe + 1, rb)),                                            \
+        op(WINO_LD_(po + 1, ra), WINO_LD_(po + 1, rb))
+            wino_in_row8_(WINO_COL_(_mm256_sub_ps, 0, 2), v, plane, n);
+            wino_in_row8_(WINO_COL_(_mm256_add_ps, 1, 2), v + 4 * plane, plane, n);
+            wino_in_row8_(WINO_COL_(_mm256_sub_ps, 2, 1), v + 8 * plane, plane, n);
+            wino_in_row8_(WINO_COL_(_mm256_sub_ps, 1, 3), v + 12 * plane, plane, n);
+#undef WINO_COL_
+#undef WINO_LD_
+        }
+}
+
+/* wino_output_ of one output channel: mo = M's row of the channel + t0, yp
+ * its plane of y */
+WINO_AVX2 static void wino_output_plane8_(int h, int w, const float *mo, size_t plane, float bias,
+                                          float *yp, const float *y_end)
+{
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const __m256 b = _mm256_set1_ps(bias);
+    for (int ty = 0; ty < th; ty++)
+        for (int r = 0, rows = MIN(2, h - 2 * ty); r < rows; r++) {
+            const float *mr = mo + (size_t)ty * tw + (size_t)(4 * r) * plane;
+            float *yr = yp + (size_t)(2 * ty + r) * w;
+            for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+                __m256 t[4];
+                for (int q = 0; q < 4; q++) {
+                    const float *m = mr + tx0 + (size_t)q * plane;
+                    const __m256 m0 = _mm256_loadu_ps(m), m1 = _mm256_loadu_ps(m + 4 * plane);
+                    const __m256 m2 = _mm256_loadu_ps(m + 8 * plane);
+                    t[q] = r == 0 ? _mm256_add_ps(_mm256_add_ps(m0, m1), m2)
+                                  : _mm256_sub_ps(_mm256_sub_ps(m0, m1), m2);
+                }
+                const __m256 c0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t[0], t[1]), t[2]), b);
+                const __m256 c1 = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(t[1], t[2]), t[3]), b);
+                float *dst = yr + 2 * tx0;
+                const int ncol = MIN(16, w - 2 * tx0);
+                const __m256 lo = _mm256_unpacklo_ps(c0, c1), hi = _mm256_unpackhi_ps(c0, c1);
+                const __m256 p0 = _mm256_permute2f128_ps(lo, hi, 0x20);
+                const __m256 p1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+                if (ncol == 16 || y_end - dst >= 16) {
+                    _mm256_storeu_ps(dst, p0);
+                    _mm256_storeu_ps(dst + 8, p1);
+                } else {
+                    float t16[16];
+                    _mm256_storeu_ps(t16, p0);
+                    _mm256_storeu_ps(t16 + 8, p1);
+                    for (int j = 0; j < ncol; j++) dst[j] = t16[j];
+                }
+            }
+        }
+}
+
+/* wino_dy_ of one channel: gp its plane of dy, wo Wd's row of the channel */
+WINO_AVX2 static void wino_dy_plane8_(int h, int w, const float *gp, float *wo, size_t plane,
+                                      size_t t0, size_t ld, const float *dy_end)
+{
+    static const int32_t keep[32] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, -1, -1, -1, -1, -1, -1, -1};
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int ty = 0; ty < th; ty++)
+        for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+            const size_t tile = t0 + (size_t)ty * tw + tx0;
+            const int n = tile + 8 > ld ? tw - tx0 : 8;
+            const int ncol = MIN(16, w - 2 * tx0);
+            __m256 lc[2], rc[2];
+            for (int r = 0; r < 2; r++) {
+                __m256 a = _mm256_setzero_ps(), b = a;
+                const float *row = gp + (size_t)MIN(2 * ty + r, h - 1) * w + 2 * tx0;
+                if (2 * ty + r >= h) {
+                    /* past an odd edge: zero */
+                } else if (ncol == 16) {
+                    a = _mm256_loadu_ps(row), b = _mm256_loadu_ps(row + 8);
+                } else if (dy_end - row >= 16) {
+                    const int32_t *mk = keep + 16 - ncol;
+                    a = _mm256_and_ps(_mm256_loadu_ps(row),
+                                      _mm256_castsi256_ps(_mm256_loadu_si256((const void *)mk)));
+                    b = _mm256_and_ps(
+                        _mm256_loadu_ps(row + 8),
+                        _mm256_castsi256_ps(_mm256_loadu_si256((const void *)(mk + 8))));
+                } else {
+                    float t16[16] = {0};
+                    for (int j = 0; j < ncol; j++) t16[j] = row[j];
+                    a = _mm256_loadu_ps(t16), b = _mm256_loadu_ps(t16 + 8);
+                }
+                lc[r] = wino_even8_(a, b);
+                rc[r] = wino_odd8_(a, b);
+            }
+            const __m256 a[4] = {lc[0], _mm256_add_ps(lc[0], lc[1]), _mm256_sub_ps(lc[0], lc[1]),
+                                 _mm256_xor_ps(lc[1], sign)};
+            const __m256 b[4] = {rc[0], _mm256_add_ps(rc[0], rc[1]), _mm256_sub_ps(rc[0], rc[1]),
+                                 _mm256_xor_ps(rc[1], sign)};
+            float *v = wo + tile;
+            for (int r = 0; r < 4; r++) {
+                float *vr = v + (size_t)(4 * r) * plane;
+                wino_put8_(vr, a[r], n);
+                wino_put8_(vr + plane, _mm256_add_ps(a[r], b[r]), n);
+                wino_put8_(vr + 2 * plane, _mm256_sub_ps(a[r], b[r]), n);
+                wino_put8_(vr + 3 * plane, _mm256_xor_ps(b[r], sign), n);
+            }
+        }
+}
+#endif
+
+/* Floats of wino_input_'s zero-bordered plane: its even and odd columns
+ * (E and O, rows of wino_pad_row_ floats) */
+static int wino_pad_row_(int w)
+{
+    return ((w + 1) / 2 + 7) / 8 * 8 + 8; /* blocks of up to 8 tiles read 8 + 1 */
+}
+
+static size_t wino_pad_floats_(int h, int w)
+{
+    return 2 * (size_t)(2 * ((h + 1) / 2) + 2) * (size_t)wino_pad_row_(w);
+}
+
+/* V[e][ci][t0 + tile] = (B^T d B)[e] of the 4x4 input tile d at rows 2ty-1..
+ * 2ty+2, columns 2tx-1..2tx+2 (zero outside) of one sample x [cin, h, w];
+ * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].  ld: V's row length.
+ * Each plane is first split into the even and odd columns of its
+ * zero-bordered copy ([2 th + 2, 2 tw + 2]: pad column 2k is x column
+ * 2k - 1), so that the tiles of a tile row read unit-stride vectors; per
+ * block of WINO_VEC tiles: the column transform over four rows, then the
+ * row transform. */
+static void wino_input_(int cin, int h, int w, const float *x, float *V, size_t ld, size_t t0,
+                        float *pad)
+{
+    const int th = (h + 1) / 2, tw = (w + 1) / 2, ew = wino_pad_row_(w);
+    const size_t plane = wino_plane_((size_t)cin, ld), half = (size_t)(2 * th + 2) * ew;
+    float *E = pad, *O = pad + half;
+#ifdef WINO_WIDE
+    const int wide = wino_wide_();
+#endif
+    memset(pad, 0, 2 * half * sizeof *pad);
+    for (int ci = 0; ci < cin; ci++) {
+        const float *xp = x + (size_t)ci * h * w;
+        for (int iy = 0; iy < h; iy++) {
+            /* x column 2k -> O[k], 2k + 1 -> E[k + 1] */
+            const float *xr = xp + (size_t)iy * w;
+            float *er = E + (size_t)(iy + 1) * ew + 1, *od = O + (size_t)(iy + 1) * ew;
+            int k = 0;
+            for (; 2 * k + 8 <= w; k += 4) {
+                __m128 a = _mm_loadu_ps(xr + 2 * k), b = _mm_loadu_ps(xr + 2 * k + 4);
+                _mm_storeu_ps(od + k, _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+                _mm_storeu_ps(er + k, _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+            }
+            for (; 2 * k + 1 < w; k++) od[k] = xr[2 * k], er[k] = xr[2 * k + 1];
+            if (2 * k < w) od[k] = xr[2 * k];
+        }
+        /* the border stays zero: only the interior is overwritten next time;
+         * an odd h or w leaves a zero row/column inside the border too */
+#ifdef WINO_WIDE
+        if (wide) {
+            wino_input_blocks8_(th, tw, ew, half, E, V + (size_t)ci * ld, plane, t0, ld);
+            continue;
+        }
+#endif
+        for (int ty = 0; ty < th; ty++)
+            for (int tx0 = 0; tx0 < tw; tx0 += WINO_VEC) {
+                const size_t tile = t0 + (size_t)ty * tw + tx0;
+                const int n = tile + WINO_VEC <= ld ? WINO_VEC : tw - tx0;
+                const float *pe = E + (size_t)2 * ty * ew + tx0, *po = pe + half;
+                float *v = V + (size_t)ci * ld + tile;
+#define WINO_LD_(p, row) _mm_loadu_ps((p) + (size_t)(row)*ew)
+#define WINO_COL_(op, ra, rb)                                                                      \
+    op(WINO_LD_(pe, ra), WINO_LD_(pe, rb)), op(WINO_LD_(po, ra), WINO_LD_(po, rb)),                \
+        op(WINO_LD_(pe + 1, ra), WINO_LD_(pe + 1, rb)),                                            \
+        op(WINO_LD_(po + 1, ra), WINO_LD_(po + 1, rb))
+                wino_in_row_(WINO_COL_(_mm_sub_ps, 0, 2), v, plane, n);
+                wino_in_row_(WINO_COL_(_mm_add_ps, 1, 2), v + 4 * plane, plane, n);
+                wino_in_row_(WINO_COL_(_mm_sub_ps, 2, 1), v + 8 * plane, plane, n);
+                wino_in_row_(WINO_COL_(_mm_sub_ps, 1, 3), v + 12 * plane, plane, n);
+#undef WINO_COL_
+#undef WINO_LD_
+            }
+    }
+}
+
+/* y[o, 2ty + r, 2tx + q] = (A^T m A)[r][q] + bias[o] for the tiles of one
+ * sample, m[e] = M[e][o][t0 + tile], A^T = [1 1 1 0; 0 1 -1 -1]; the row and
+ * column past an odd edge are dropped.  bias may be NULL; y_end: the end of
+ * the output tensor (nothing at or past it is written).  Per output row r
+ * of a tile row, per block of WINO_VEC tiles: the column transform, the row
+ * transform, the two columns interleaved into the row.  M is read up to
+ * WINO_VEC - 1 floats past a tile row (within M's planes). */
+static void wino_output_(int cout, int h, int w, const float *M, size_t ld, size_t t0,
+                         const float *bias, float *y, const float *y_end)
+{
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const size_t plane = wino_plane_((size_t)cout, ld);
+#ifdef WINO_WIDE
+    const int wide = wino_wide_();
+#endif
+    for (int o = 0; o < cout; o++) {
+        float *yp = y + (size_t)o * h * w;
+#ifdef WINO_WIDE
+        if (wide) {
+            wino_output_plane8_(h, w, M + (size_t)o * ld + t0, plane, bias ? bias[o] : 0.0f, yp,
+                                y_end);
+            continue;
+        }
+#endif
+        const __m128 b = _mm_set1_ps(bias ? bias[o] : 0.0f);
+        for (int ty = 0; ty < th; ty++)
+            for (int r = 0; r < MIN(2, h - 2 * ty); r++) {
+                const float *mr =
+                    M + (size_t)o * ld + t0 + (size_t)ty * tw + (size_t)(4 * r) * plane;
+                float *yr = yp + (size_t)(2 * ty + r) * w;
+                /* blocks left to right: a partial one spills onto the next
+                 * row, written after this one */
+                for (int tx0 = 0; tx0 < tw; tx0 += WINO_VEC) {
+                    __m128 t[4];
+                    for (int q = 0; q < 4; q++) {
+                        const float *m = mr + tx0 + (size_t)q * plane;
+                        const __m128 m0 = _mm_loadu_ps(m), m1 = _mm_loadu_ps(m + 4 * plane);
+                        const __m128 m2 = _mm_loadu_ps(m + 8 * plane);
+                        /* r = 0: m0 + m1 + m2 of rows 0-2; r = 1: m1 - m2 - m3 of rows 1-3 */
+                        t[q] = r == 0 ? _mm_add_ps(_mm_add_ps(m0, m1), m2)
+                                      : _mm_sub_ps(_mm_sub_ps(m0, m1), m2);
+                    }
+                    const __m128 c0 = _mm_add_ps(_mm_add_ps(_mm_add_ps(t[0], t[1]), t[2]), b);
+                    const __m128 c1 = _mm_add_ps(_mm_sub_ps(_mm_sub_ps(t[1], t[2]), t[3]), b);
+                    float *dst = yr + 2 * tx0;
+                    const int ncol = MIN(2 * WINO_VEC, w - 2 * tx0);
+                    const int whole = ncol == 2 * WINO_VEC || y_end - dst >= 2 * WINO_VEC;
+                    const __m128 lo = _mm_unpacklo_ps(c0, c1), hi = _mm_unpackhi_ps(c0, c1);
+                    if (whole) {
+                        _mm_storeu_ps(dst, lo);
+                        _mm_storeu_ps(dst + 4, hi);
+                    } else {
+                        float t8[2 * WINO_VEC];
+                        _mm_storeu_ps(t8, lo);
+                        _mm_storeu_ps(t8 + 4, hi);
+                        for (int j = 0; j < ncol; j++) dst[j] = t8[j];
+                    }
+                }
+            }
+    }
+}
+
+/* Wd[e][o][t0 + tile] = (A g A^T)[e] for the 2x2 tiles g of one sample's
+ * output gradient dy [cout, h, w] (zero past an odd edge), A = (A^T)^T: the
+ * adjoint of wino_output_.  dy_end: the end of the gradient tensor (nothing
+ * at or past it is read).  Per block of WINO_VEC tiles of a tile row: the
+ * two rows' 2 WINO_VEC pixels split into left and right columns. */
+static void wino_dy_(int cout, int h, int w, const float *dy, float *Wd, size_t ld, size_t t0,
+                     const float *dy_end)
+{
+    static const int32_t keep[4 * WINO_VEC] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const size_t plane = wino_plane_((size_t)cout, ld);
+    const __m128 sign = _mm_set1_ps(-0.0f);
+#ifdef WINO_WIDE
+    const int wide = wino_wide_();
+#endif
+    for (int o = 0; o < cout; o++) {
+        const float *gp = dy + (size_t)o * h * w;
+#ifdef WINO_WIDE
+        if (wide) {
+            wino_dy_plane8_(h, w, gp, Wd + (size_t)o * ld, plane, t0, ld, dy_end);
+            continue;
+        }
+#endif
+        for (int ty = 0; ty < th; ty++)
+            for (int tx0 = 0; tx0 < tw; tx0 += WINO_VEC) {
+                const size_t tile = t0 + (size_t)ty * tw + tx0;
+                const int n = tile + WINO_VEC > ld ? tw - tx0 : WINO_VEC; /* as in wino_input_ */
+                const int ncol = MIN(2 * WINO_VEC, w - 2 * tx0);          /* pixels of dy's row */
+                __m128 lc[2], rc[2]; /* [row]: left, right columns */
+                for (int r = 0; r < 2; r++) {
+                    __m128 a = _mm_setzero_ps(), b = a;
+                    const float *row = gp + (size_t)MIN(2 * ty + r, h - 1) * w + 2 * tx0;
+                    if (2 * ty + r >= h) {
+                        /* past an odd edge: zero */
+                    } else if (ncol == 2 * WINO_VEC) {
+                        a = _mm_loadu_ps(row), b = _mm_loadu_ps(row + 4);
+                    } else if (dy_end - row >= 2 * WINO_VEC) {
+                        /* the pixels past the row masked off */
+                        const int32_t *mk = keep + 2 * WINO_VEC - ncol;
+                        a = _mm_and_ps(_mm_loadu_ps(row), wino_mask_(mk));
+                        b = _mm_and_ps(_mm_loadu_ps(row + 4), wino_mask_(mk + 4));
+                    } else {
+                        float t8[2 * WINO_VEC] = {0};
+                        for (int j = 0; j < ncol; j++) t8[j] = row[j];
+                        a = _mm_loadu_ps(t8), b = _mm_loadu_ps(t8 + 4);
+                    }
+                    lc[r] = _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+                    rc[r] = _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+                }
+                /* A g: rows g0, g0 + g1, g0 - g1, -g1; then times A^T from
+                 * the right: (a, b) -> a, a + b, a - b, -b */
+                const __m128 a[4] = {lc[0], _mm_add_ps(lc[0], lc[1]), _mm_sub_ps(lc[0], lc[1]),
+                                     _mm_xor_ps(lc[1], sign)};
+                const __m128 b[4] = {rc[0], _mm_add_ps(rc[0], rc[1]), _mm_sub_ps(rc[0], rc[1]),
+                                     _mm_xor_ps(rc[1], sign)};
+                float *v = Wd + (size_t)o * ld + tile;
+                for (int r = 0; r < 4; r++) {
+                    float *vr = v + (size_t)(4 * r) * plane;
+                    wino_put_(vr, a[r], n);
+                    wino_put_(vr + plane, _mm_add_ps(a[r], b[r]), n);
+                    wino_put_(vr + 2 * plane, _mm_sub_ps(a[r], b[r]), n);
+                    wino_put_(vr + 3 * plane, _mm_xor_ps(b[r], sign), n);
+                }
+            }
+    }
+}
+#else
 /* Tiles of one tile row handled together by the transforms below (their
  * loops run over the tiles of a row: unit stride, vectorised). */
 #define WINO_ROW 64
+
+/* Floats of wino_input_'s zero-bordered plane */
+static size_t wino_pad_floats_(int h, int w)
+{
+    return (size_t)(2 * ((w + 1) / 2) + 2) * (size_t)(2 * ((h + 1) / 2) + 2);
+}
 
 /* V[e][ci][t0 + tile] = (B^T d B)[e] of the 4x4 input tile d at rows 2ty-1..
  * 2ty+2, columns 2tx-1..2tx+2 (zero outside) of one sample x [cin, h, w];
@@ -610,8 +1033,9 @@ static void wino_input_(int cin, int h, int w, const float *x, float *V, size_t 
  * column past an odd edge are dropped.  bias may be NULL.  Per tile row:
  * the 2x2 outputs of all its tiles, then interleaved into the two rows. */
 static void wino_output_(int cout, int h, int w, const float *M, size_t ld, size_t t0,
-                         const float *bias, float *y)
+                         const float *bias, float *y, const float *y_end)
 {
+    (void)y_end;
     const int th = (h + 1) / 2, tw = (w + 1) / 2;
     const size_t plane = wino_plane_((size_t)cout, ld);
     for (int o = 0; o < cout; o++) {
@@ -648,42 +1072,13 @@ static void wino_output_(int cout, int h, int w, const float *M, size_t ld, size
     }
 }
 
-/* out [n, cout, h, w] = the 3x3 pad-1 correlation of in [n, cin, h, w] with
- * the transformed kernels U (wino_weights_), + bias (may be NULL) */
-static void wino_conv_(const conv_dims_t *d, int cin, int cout, const float *in, const float *U,
-                       const float *bias, float *out, float *ws)
-{
-    int tw, t1, g;
-    wino_tiles_(d, &tw, &t1, &g);
-    const size_t cmax = (size_t)MAX(d->c, d->oc), hw = (size_t)d->h * d->w;
-    const size_t vm = 16 * wino_plane_(cmax, (size_t)g * t1);
-    float *V = ws, *M = V + vm, *pad = M + vm;
-    PROF_START();
-    for (int i0 = 0; i0 < d->n; i0 += g) {
-        const int gn = MIN(g, d->n - i0);
-        const size_t ld = (size_t)gn * t1;
-        for (int gi = 0; gi < gn; gi++)
-            wino_input_(cin, d->h, d->w, in + (size_t)(i0 + gi) * cin * hw, V, ld, (size_t)gi * t1,
-                        pad);
-        PROF_END(im2col);
-        for (int e = 0; e < 16; e++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)ld, cin, 1.0f,
-                        U + e * wino_plane_((size_t)cout, (size_t)cin), cin,
-                        V + e * wino_plane_((size_t)cin, ld), (int)ld, 0.0f,
-                        M + e * wino_plane_((size_t)cout, ld), (int)ld);
-        PROF_END(gemm);
-        for (int gi = 0; gi < gn; gi++)
-            wino_output_(cout, d->h, d->w, M, ld, (size_t)gi * t1, bias,
-                         out + (size_t)(i0 + gi) * cout * hw);
-        PROF_END(col2im);
-    }
-}
-
 /* Wd[e][o][t0 + tile] = (A g A^T)[e] for the 2x2 tiles g of one sample's
  * output gradient dy [cout, h, w] (zero past an odd edge), A = (A^T)^T: the
  * adjoint of wino_output_.  Per tile row over its tiles. */
-static void wino_dy_(int cout, int h, int w, const float *dy, float *Wd, size_t ld, size_t t0)
+static void wino_dy_(int cout, int h, int w, const float *dy, float *Wd, size_t ld, size_t t0,
+                     const float *dy_end)
 {
+    (void)dy_end;
     const int th = (h + 1) / 2, tw = (w + 1) / 2;
     const size_t plane = wino_plane_((size_t)cout, ld);
     for (int o = 0; o < cout; o++) {
@@ -722,6 +1117,39 @@ static void wino_dy_(int cout, int h, int w, const float *dy, float *Wd, size_t 
             }
     }
 }
+#endif
+
+/* out [n, cout, h, w] = the 3x3 pad-1 correlation of in [n, cin, h, w] with
+ * the transformed kernels U (wino_weights_), + bias (may be NULL) */
+static void wino_conv_(const conv_dims_t *d, int cin, int cout, const float *in, const float *U,
+                       const float *bias, float *out, float *ws)
+{
+    int tw, t1, g;
+    wino_tiles_(d, &tw, &t1, &g);
+    const size_t cmax = (size_t)MAX(d->c, d->oc), hw = (size_t)d->h * d->w;
+    const size_t vm = 16 * wino_plane_(cmax, (size_t)g * t1);
+    float *V = ws, *M = V + vm, *pad = M + vm;
+    const float *out_end = out + (size_t)d->n * cout * hw;
+    PROF_START();
+    for (int i0 = 0; i0 < d->n; i0 += g) {
+        const int gn = MIN(g, d->n - i0);
+        const size_t ld = (size_t)gn * t1;
+        for (int gi = 0; gi < gn; gi++)
+            wino_input_(cin, d->h, d->w, in + (size_t)(i0 + gi) * cin * hw, V, ld, (size_t)gi * t1,
+                        pad);
+        PROF_END(im2col);
+        for (int e = 0; e < 16; e++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)ld, cin, 1.0f,
+                        U + e * wino_plane_((size_t)cout, (size_t)cin), cin,
+                        V + e * wino_plane_((size_t)cin, ld), (int)ld, 0.0f,
+                        M + e * wino_plane_((size_t)cout, ld), (int)ld);
+        PROF_END(gemm);
+        for (int gi = 0; gi < gn; gi++)
+            wino_output_(cout, d->h, d->w, M, ld, (size_t)gi * t1, bias,
+                         out + (size_t)(i0 + gi) * cout * hw, out_end);
+        PROF_END(col2im);
+    }
+}
 
 /* dw [oc, c, 3, 3] = beta dw + the weight gradient of a Winograd
  * convolution: M[e] [oc, c] = sum over tiles of Wd[e] [oc, tiles] V[e]^T
@@ -737,13 +1165,15 @@ static void wino_dw_(const conv_dims_t *d, const float *x, const float *dy, floa
     const size_t mp = wino_plane_((size_t)oc, (size_t)c),
                  vm = 16 * wino_plane_(cmax, (size_t)g * t1);
     float *Macc = ws, *V = Macc + 16 * mp, *Wd = V + vm, *pad = Wd + vm;
+    const float *dy_end = dy + (size_t)d->n * oc * hw;
     PROF_START();
     for (int i0 = 0; i0 < d->n; i0 += g) {
         const int gn = MIN(g, d->n - i0);
         const size_t ld = (size_t)gn * t1;
         for (int gi = 0; gi < gn; gi++) {
             wino_input_(c, d->h, d->w, x + (size_t)(i0 + gi) * c * hw, V, ld, (size_t)gi * t1, pad);
-            wino_dy_(oc, d->h, d->w, dy + (size_t)(i0 + gi) * oc * hw, Wd, ld, (size_t)gi * t1);
+            wino_dy_(oc, d->h, d->w, dy + (size_t)(i0 + gi) * oc * hw, Wd, ld, (size_t)gi * t1,
+                     dy_end);
         }
         PROF_END(im2col);
         for (int e = 0; e < 16; e++)

@@ -321,13 +321,18 @@ END_TEST
  * place.  3x3 pad 1 with 16 or more channels in and out goes through
  * Winograd F(2x2, 3x3) (forward and input gradient): odd sizes (7x9, a 1x2
  * plane: tiles that hang over the edge), several samples per group (7 of
- * 14x14); 15 input channels stays on im2col. */
+ * 14x14); 15 input channels stays on im2col.  Its vectorised transforms
+ * (blocks of 4 tiles of a tile row): the CNN's 32->64 on 14x14 in three
+ * groups (11 samples: 5, 5, 1), odd 9x13 (a partial block in every tile
+ * row, an odd last row and column), 3x17 (two whole blocks and one tile),
+ * 6x8 (whole blocks only). */
 static const int conv_naive_cases_[][8] = {
-    {130, 2, 8, 8, 3, 3, 1, 1}, {3, 1, 50, 50, 2, 3, 1, 1}, {1, 3, 9, 7, 4, 3, 2, 1},
-    {5, 6, 6, 6, 7, 1, 1, 0},   {4, 3, 9, 9, 5, 3, 2, 0},   {3, 2, 9, 6, 3, 3, 1, 1},
-    {2, 2, 2, 3, 3, 5, 1, 2},   {3, 4, 7, 11, 5, 1, 1, 0},  {2, 3, 7, 8, 4, 3, 1, 0},
-    {3, 4, 12, 13, 5, 1, 1, 0}, {3, 16, 7, 9, 17, 3, 1, 1}, {7, 20, 14, 14, 16, 3, 1, 1},
-    {2, 16, 1, 2, 24, 3, 1, 1}, {2, 15, 8, 8, 16, 3, 1, 1},
+    {130, 2, 8, 8, 3, 3, 1, 1},  {3, 1, 50, 50, 2, 3, 1, 1},  {1, 3, 9, 7, 4, 3, 2, 1},
+    {5, 6, 6, 6, 7, 1, 1, 0},    {4, 3, 9, 9, 5, 3, 2, 0},    {3, 2, 9, 6, 3, 3, 1, 1},
+    {2, 2, 2, 3, 3, 5, 1, 2},    {3, 4, 7, 11, 5, 1, 1, 0},   {2, 3, 7, 8, 4, 3, 1, 0},
+    {3, 4, 12, 13, 5, 1, 1, 0},  {3, 16, 7, 9, 17, 3, 1, 1},  {7, 20, 14, 14, 16, 3, 1, 1},
+    {2, 16, 1, 2, 24, 3, 1, 1},  {2, 15, 8, 8, 16, 3, 1, 1},  {11, 32, 14, 14, 64, 3, 1, 1},
+    {3, 24, 9, 13, 16, 3, 1, 1}, {2, 16, 3, 17, 32, 3, 1, 1}, {4, 17, 6, 8, 19, 3, 1, 1},
 };
 
 START_TEST(conv_naive)
