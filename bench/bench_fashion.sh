@@ -74,7 +74,7 @@ echo "test accuracy after each epoch (median over $rounds round(s)):"
 for k in ddptrain pytorch; do
   line=$(printf '  %-10s' "$k")
   for i in $(seq "$(awk '{ if (NF > m) m = NF } END { print m + 0 }' "$tmp/$k.epochs")"); do
-    line="$line $(cut -d' ' -f"$i" "$tmp/$k.epochs" | grep . | med)"
+    line="$line $(cut -d' ' -f"$i" "$tmp/$k.epochs" | grep . | med | awk '{ printf "%.4f", $1 }')"
   done
   echo "$line"
 done
