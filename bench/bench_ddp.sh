@@ -113,7 +113,8 @@ t1=$(med <"$tmp/torch1.ms") t2=$(med <"$tmp/torch2.ms") ar=$(med <"$tmp/ar.ms")
 lb=$(med <"$tmp/localbn.ms")
 awk -v a="$a" -v b="$b" -v c="$c" -v t1="$t1" -v t2="$t2" -v ar="$ar" -v gb="$grad_bytes" -v lb="$lb" 'BEGIN {
   printf "gradient all-reduce alone (%.2f MB, comm backend): %.3f ms\n", gb / 1e6, ar
-  if (b - c > ar) printf "exposed communication: %.3f ms per step, more than the all-reduce alone: no overlap measurable (noise, or waiting for the other rank)\n", b - c
+  if (b - c <= 0) printf "exposed communication: none measurable (np=2 within noise of --no-sync: %.3f ms)\n", b - c
+  else if (b - c > ar) printf "exposed communication: %.3f ms per step, more than the all-reduce alone: no overlap measurable (noise, or waiting for the other rank)\n", b - c
   else printf "exposed communication: %.3f ms per step; overlap fraction %.0f%%\n", b - c, 100 * (1 - (b - c) / ar)
   printf "DDP step / no-communication step: %.3f (target <= 1.15)\n", b / c
   printf "weak-scaling efficiency np=2 vs np=1: %.0f%% (target >= 85%%)\n", 100 * a / b
