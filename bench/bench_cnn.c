@@ -114,28 +114,13 @@ typedef struct net {
     float *dbig[2]; /* gradient ping-pong, [batch, 32, 28, 28] */
 } net_t;
 
-static float urand_(unsigned *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return (float)(*s >> 8) * (1.0f / 8388608.0f) - 1.0f;
-}
-
-static void *xalloc_(const compute_ops_t *compute, size_t bytes)
-{
-    void *p = compute->alloc(bytes);
-    if (!p) {
-        fprintf(stderr, "bench_cnn: out of memory (%zu bytes)\n", bytes);
-        exit(2);
-    }
-    return p;
-}
 
 static float *view_(net_t *m, size_t *off, size_t count, float **grad, float bound, unsigned *s)
 {
     float *p = m->params + *off;
     *grad = m->grads + *off;
     *off += count;
-    for (size_t i = 0; i < count; i++) p[i] = bound * urand_(s);
+    for (size_t i = 0; i < count; i++) p[i] = bound * bench_urand(s);
     return p;
 }
 
@@ -151,9 +136,9 @@ static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
     size_t np = (size_t)C1 * 9 + C1 + (size_t)C2 * C1 * 9 + C2 + (size_t)FC * flat + FC +
                 (size_t)NCLS * FC + NCLS + 2 * (C1 + C2);
     m->nparams = np;
-    m->params = xalloc_(compute, np * sizeof(float));
-    m->grads = xalloc_(compute, np * sizeof(float));
-    m->mom = xalloc_(compute, np * sizeof(float));
+    m->params = bench_alloc(compute, "bench_cnn", np * sizeof(float));
+    m->grads = bench_alloc(compute, "bench_cnn", np * sizeof(float));
+    m->mom = bench_alloc(compute, "bench_cnn", np * sizeof(float));
     size_t off = 0;
     unsigned s = 12345;
     m->w1 = view_(m, &off, (size_t)C1 * 9, &m->dw1, 1.0f / 3.0f, &s);
@@ -170,32 +155,32 @@ static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
         b->gamma = view_(m, &off, (size_t)c, &b->dgamma, 0.0f, &s);
         b->beta = view_(m, &off, (size_t)c, &b->dbeta, 0.0f, &s);
         for (int i = 0; i < c; i++) b->gamma[i] = 1.0f;
-        b->mean = xalloc_(compute, (size_t)c * sizeof(float));
-        b->invstd = xalloc_(compute, (size_t)c * sizeof(float));
-        b->rm = xalloc_(compute, (size_t)c * sizeof(float));
-        b->rv = xalloc_(compute, (size_t)c * sizeof(float));
+        b->mean = bench_alloc(compute, "bench_cnn", (size_t)c * sizeof(float));
+        b->invstd = bench_alloc(compute, "bench_cnn", (size_t)c * sizeof(float));
+        b->rm = bench_alloc(compute, "bench_cnn", (size_t)c * sizeof(float));
+        b->rv = bench_alloc(compute, "bench_cnn", (size_t)c * sizeof(float));
         for (int i = 0; i < c; i++) b->rv[i] = 1.0f;
-        b->stats = xalloc_(compute, 2 * (size_t)c * sizeof(double));
+        b->stats = bench_alloc(compute, "bench_cnn", 2 * (size_t)c * sizeof(double));
     }
     size_t ws = compute->conv_ws_bytes(&m->cd[0]), ws2 = compute->conv_ws_bytes(&m->cd[1]);
-    m->ws = xalloc_(compute, ws > ws2 ? ws : ws2);
-    m->x = xalloc_(compute, (size_t)n * H0 * H0 * sizeof(float));
-    for (size_t i = 0; i < (size_t)n * H0 * H0; i++) m->x[i] = 0.5f * (urand_(&s) + 1.0f);
+    m->ws = bench_alloc(compute, "bench_cnn", ws > ws2 ? ws : ws2);
+    m->x = bench_alloc(compute, "bench_cnn", (size_t)n * H0 * H0 * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * H0 * H0; i++) m->x[i] = 0.5f * (bench_urand(&s) + 1.0f);
     for (int l = 0; l < 2; l++) {
         size_t cn = (size_t)n * m->cd[l].oc * m->cd[l].oh * m->cd[l].ow;
-        m->h[l] = xalloc_(compute, cn * sizeof(float));
-        m->bo[l] = xalloc_(compute, cn * sizeof(float));
-        m->r[l] = xalloc_(compute, cn * sizeof(float));
-        m->p[l] = xalloc_(compute, cn / 4 * sizeof(float));
-        m->am[l] = xalloc_(compute, cn / 4 * sizeof(int32_t));
+        m->h[l] = bench_alloc(compute, "bench_cnn", cn * sizeof(float));
+        m->bo[l] = bench_alloc(compute, "bench_cnn", cn * sizeof(float));
+        m->r[l] = bench_alloc(compute, "bench_cnn", cn * sizeof(float));
+        m->p[l] = bench_alloc(compute, "bench_cnn", cn / 4 * sizeof(float));
+        m->am[l] = bench_alloc(compute, "bench_cnn", cn / 4 * sizeof(int32_t));
     }
-    m->f1 = xalloc_(compute, (size_t)n * FC * sizeof(float));
-    m->fr = xalloc_(compute, (size_t)n * FC * sizeof(float));
-    m->logits = xalloc_(compute, (size_t)n * NCLS * sizeof(float));
-    m->labels = xalloc_(compute, (size_t)n * sizeof(int32_t));
-    for (int i = 0; i < n; i++) m->labels[i] = (int32_t)((urand_(&s) + 1.0f) * 5.0f) % NCLS;
+    m->f1 = bench_alloc(compute, "bench_cnn", (size_t)n * FC * sizeof(float));
+    m->fr = bench_alloc(compute, "bench_cnn", (size_t)n * FC * sizeof(float));
+    m->logits = bench_alloc(compute, "bench_cnn", (size_t)n * NCLS * sizeof(float));
+    m->labels = bench_alloc(compute, "bench_cnn", (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) m->labels[i] = (int32_t)((bench_urand(&s) + 1.0f) * 5.0f) % NCLS;
     for (int k = 0; k < 2; k++)
-        m->dbig[k] = xalloc_(compute, (size_t)n * C1 * H0 * H0 * sizeof(float));
+        m->dbig[k] = bench_alloc(compute, "bench_cnn", (size_t)n * C1 * H0 * H0 * sizeof(float));
 }
 
 static void net_free_(net_t *m)
@@ -348,8 +333,8 @@ int main(int argc, char **argv)
     net_init_(&m, compute, batch);
     /* scratch for the sgemm-alone pass: big enough for every shape */
     size_t big = (size_t)batch * C1 * H0 * H0;
-    float *A = xalloc_(compute, big * sizeof(float)), *Bm = xalloc_(compute, big * sizeof(float));
-    float *C = xalloc_(compute, big * sizeof(float));
+    float *A = bench_alloc(compute, "bench_cnn", big * sizeof(float)), *Bm = bench_alloc(compute, "bench_cnn", big * sizeof(float));
+    float *C = bench_alloc(compute, "bench_cnn", big * sizeof(float));
     for (size_t i = 0; i < big; i++) A[i] = Bm[i] = C[i] = 1e-3f;
 
     double loss0 = 0, loss = 0;

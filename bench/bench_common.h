@@ -9,6 +9,7 @@
 
 #include <cblas.h>
 
+#include "compute.h"
 #include "ddp_build.h"
 
 /* -b BATCH -n STEPS -w WARMUP [-h] into *batch, *steps, *warmup (their
@@ -49,6 +50,25 @@ static double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double_);
     return v[n / 2];
+}
+
+/* A number in [-1, 1) from the generator state *s (a fixed LCG: the same
+ * inputs in every run). */
+static float bench_urand(unsigned *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+/* compute->alloc, or exit 2 naming the program when out of memory. */
+static void *bench_alloc(const compute_ops_t *compute, const char *prog, size_t bytes)
+{
+    void *p = compute->alloc(bytes);
+    if (!p) {
+        fprintf(stderr, "%s: out of memory (%zu bytes)\n", prog, bytes);
+        exit(2);
+    }
+    return p;
 }
 
 #endif

@@ -69,21 +69,6 @@ typedef struct net {
     float *dlogits;
 } net_t;
 
-static float urand_(unsigned *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return (float)(*s >> 8) * (1.0f / 8388608.0f) - 1.0f;
-}
-
-static void *xalloc_(const compute_ops_t *compute, size_t bytes)
-{
-    void *p = compute->alloc(bytes);
-    if (!p) {
-        fprintf(stderr, "bench_kernels: out of memory (%zu bytes)\n", bytes);
-        exit(2);
-    }
-    return p;
-}
 
 static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
 {
@@ -93,9 +78,9 @@ static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
     for (int l = 0; l < NLIN; l++) n += (size_t)dims[l] * dims[l + 1] + dims[l + 1];
     for (int l = 0; l < 2; l++) n += 2 * (size_t)dims[l + 1];
     m->nparams = n;
-    m->params = xalloc_(compute, n * sizeof(float));
-    m->grads = xalloc_(compute, n * sizeof(float));
-    m->mom = xalloc_(compute, n * sizeof(float));
+    m->params = bench_alloc(compute, "bench_kernels", n * sizeof(float));
+    m->grads = bench_alloc(compute, "bench_kernels", n * sizeof(float));
+    m->mom = bench_alloc(compute, "bench_kernels", n * sizeof(float));
     size_t off = 0;
     unsigned s = 12345;
     for (int l = 0; l < NLIN; l++) {
@@ -103,32 +88,32 @@ static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
         m->W[l] = m->params + off, m->dW[l] = m->grads + off, off += wn;
         m->b[l] = m->params + off, m->db[l] = m->grads + off, off += (size_t)dims[l + 1];
         float bound = 1.0f / sqrtf((float)dims[l]);
-        for (size_t i = 0; i < wn; i++) m->W[l][i] = bound * urand_(&s);
-        for (int i = 0; i < dims[l + 1]; i++) m->b[l][i] = bound * urand_(&s);
+        for (size_t i = 0; i < wn; i++) m->W[l][i] = bound * bench_urand(&s);
+        for (int i = 0; i < dims[l + 1]; i++) m->b[l][i] = bound * bench_urand(&s);
     }
     for (int l = 0; l < 2; l++) {
         int c = dims[l + 1];
         m->gamma[l] = m->params + off, m->dgamma[l] = m->grads + off, off += (size_t)c;
         m->beta[l] = m->params + off, m->dbeta[l] = m->grads + off, off += (size_t)c;
         for (int i = 0; i < c; i++) m->gamma[l][i] = 1.0f;
-        m->mean[l] = xalloc_(compute, (size_t)c * sizeof(float));
-        m->invstd[l] = xalloc_(compute, (size_t)c * sizeof(float));
-        m->rm[l] = xalloc_(compute, (size_t)c * sizeof(float));
-        m->rv[l] = xalloc_(compute, (size_t)c * sizeof(float));
+        m->mean[l] = bench_alloc(compute, "bench_kernels", (size_t)c * sizeof(float));
+        m->invstd[l] = bench_alloc(compute, "bench_kernels", (size_t)c * sizeof(float));
+        m->rm[l] = bench_alloc(compute, "bench_kernels", (size_t)c * sizeof(float));
+        m->rv[l] = bench_alloc(compute, "bench_kernels", (size_t)c * sizeof(float));
         for (int i = 0; i < c; i++) m->rv[l][i] = 1.0f;
-        m->stats[l] = xalloc_(compute, 2 * (size_t)c * sizeof(double));
-        m->gstats[l] = xalloc_(compute, 2 * (size_t)c * sizeof(double));
-        m->bnout[l] = xalloc_(compute, (size_t)batch * c * sizeof(float));
-        m->act[l] = xalloc_(compute, (size_t)batch * c * sizeof(float));
+        m->stats[l] = bench_alloc(compute, "bench_kernels", 2 * (size_t)c * sizeof(double));
+        m->gstats[l] = bench_alloc(compute, "bench_kernels", 2 * (size_t)c * sizeof(double));
+        m->bnout[l] = bench_alloc(compute, "bench_kernels", (size_t)batch * c * sizeof(float));
+        m->act[l] = bench_alloc(compute, "bench_kernels", (size_t)batch * c * sizeof(float));
     }
     for (int l = 0; l < NLIN; l++)
-        m->h[l] = xalloc_(compute, (size_t)batch * dims[l + 1] * sizeof(float));
-    m->x = xalloc_(compute, (size_t)batch * dims[0] * sizeof(float));
-    for (size_t i = 0; i < (size_t)batch * dims[0]; i++) m->x[i] = urand_(&s);
-    m->labels = xalloc_(compute, (size_t)batch * sizeof(int32_t));
-    for (int i = 0; i < batch; i++) m->labels[i] = (int32_t)((urand_(&s) + 1.0f) * 5.0f) % 10;
-    m->dlogits = xalloc_(compute, (size_t)batch * dims[NLIN] * sizeof(float));
-    for (int k = 0; k < 2; k++) m->dbuf[k] = xalloc_(compute, (size_t)batch * 1024 * sizeof(float));
+        m->h[l] = bench_alloc(compute, "bench_kernels", (size_t)batch * dims[l + 1] * sizeof(float));
+    m->x = bench_alloc(compute, "bench_kernels", (size_t)batch * dims[0] * sizeof(float));
+    for (size_t i = 0; i < (size_t)batch * dims[0]; i++) m->x[i] = bench_urand(&s);
+    m->labels = bench_alloc(compute, "bench_kernels", (size_t)batch * sizeof(int32_t));
+    for (int i = 0; i < batch; i++) m->labels[i] = (int32_t)((bench_urand(&s) + 1.0f) * 5.0f) % 10;
+    m->dlogits = bench_alloc(compute, "bench_kernels", (size_t)batch * dims[NLIN] * sizeof(float));
+    for (int k = 0; k < 2; k++) m->dbuf[k] = bench_alloc(compute, "bench_kernels", (size_t)batch * 1024 * sizeof(float));
 }
 
 static void net_free_(net_t *m)
