@@ -1,32 +1,158 @@
-/* ddp_cuda.h -- the C face of the CUDA kernels: extern "C" launchers only.
- * Pointers are device pointers; launches go to the default stream unless a
- * stream is given.  Each launcher returns 0 or a cudaError_t value. */
+/* ddp_cuda.h -- the C face of the CUDA compute backend: extern "C" launchers
+ * only.  src/compute_cuda.c builds the compute ops table (compute.h) over
+ * them; nothing else of CUDA crosses into the C code.
+ *
+ * One device per process: ddp_cuda_init binds it and creates the compute
+ * stream, the copy stream and the cuBLAS handle; every launcher queues its
+ * work on the compute stream (as compute.h's "Ordering" asks: ops run in
+ * call order, as on one stream).  All pointers are device pointers unless
+ * named host_*.  Dimensions and semantics are exactly those of the op of
+ * the same name in compute.h.
+ *
+ * Errors: every launcher returns 0, or -1 after a CUDA or cuBLAS call failed
+ * (checked at the call: the launch itself, or a kernel error of earlier work
+ * that the runtime reports now).  ddp_cuda_last_error() then says which call,
+ * where and why: "cublasSgemm: CUBLAS_STATUS_EXECUTION_FAILED (linear.cu:57)".
+ * The first failure sticks until ddp_cuda_clear_error: later failures do not
+ * overwrite it.
+ *
+ * The same sources build two ways (cuda/Makefile.am): with nvcc against the
+ * CUDA toolkit (libddpcuda.a, the real backend), and with the C++ compiler
+ * against the CPU emulation of the runtime, cuBLAS and NCCL in cuda/emu
+ * (libddpcuda_emu.a, for the tests on machines without a GPU). */
 #ifndef DDP_CUDA_H
 #define DDP_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* "runtime X.Y, driver X.Y" (or the error when no driver is present). */
+/* ---- runtime, devices, errors (runtime.cu) ----------------------------- */
+
+/* "runtime X.Y, driver X.Y" (or "..., no driver"). */
 void ddp_cuda_version_string(char *buf, size_t n);
 /* Number of visible GPUs (0 when none or no driver). */
 int ddp_cuda_device_count(void);
-/* A short message for a CUDA error code. */
+/* A short message for a cudaError_t value. */
 const char *ddp_cuda_error_string(int err);
+/* The first failure since the last clear ("" when none). */
+const char *ddp_cuda_last_error(void);
+void ddp_cuda_clear_error(void);
 
-/* y = max(x, 0) over count floats. */
-int ddp_cuda_relu_fwd(size_t count, const float *x, float *y);
-/* dx = x > 0 ? dy : 0 */
-int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx);
+typedef struct ddp_cuda_device_info {
+    char name[96];   /* "NVIDIA H200" */
+    char pci[32];    /* "0000:19:00.0" */
+    size_t mem_total; /* bytes */
+    size_t mem_free;  /* bytes, now (0 when not bound yet) */
+    int sm_major, sm_minor, sm_count;
+} ddp_cuda_device_info_t;
+int ddp_cuda_device_info(int device, ddp_cuda_device_info_t *info);
 
-/* Memory helpers for tests and the backend. */
-int ddp_cuda_malloc(void **p, size_t bytes);
+/* Bind `device` (cudaSetDevice), then create the streams and the cuBLAS
+ * handle.  Call once, before any other launcher and before NCCL. */
+int ddp_cuda_init(int device);
+int ddp_cuda_bound_device(void); /* -1 before ddp_cuda_init */
+/* GEMM inputs in bf16 (fp32 accumulation, fp32 weights kept) when on. */
+int ddp_cuda_set_bf16_gemm(int on);
+/* The compute stream (a cudaStream_t), for the NCCL backend. */
+void *ddp_cuda_compute_stream(void);
+void ddp_cuda_shutdown(void);
+
+/* ---- memory and ordering (runtime.cu) ---------------------------------- */
+int ddp_cuda_malloc(void **p, size_t bytes); /* zero-filled */
 int ddp_cuda_free(void *p);
-int ddp_cuda_upload(void *dst, const void *src, size_t bytes);
-int ddp_cuda_download(void *dst, const void *src, size_t bytes);
+int ddp_cuda_host_alloc(void **p, size_t bytes); /* pinned host memory */
+int ddp_cuda_host_free(void *p);
+/* Complete when they return (compute.h). */
+int ddp_cuda_upload(void *dst, const void *host_src, size_t bytes);
+int ddp_cuda_download(void *host_dst, const void *src, size_t bytes);
+int ddp_cuda_copy(void *dst, const void *src, size_t bytes);
+int ddp_cuda_zero(void *p, size_t bytes);
+int ddp_cuda_sync(void);
+/* Queued on the copy stream; the compute stream waits for it. */
+int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes);
+
+typedef struct ddp_cuda_event ddp_cuda_event_t;
+int ddp_cuda_event_create(ddp_cuda_event_t **e);
+int ddp_cuda_event_destroy(ddp_cuda_event_t *e);
+int ddp_cuda_event_record(ddp_cuda_event_t *e); /* on the compute stream */
+int ddp_cuda_event_wait(ddp_cuda_event_t *e);   /* the host waits */
+/* The raw cudaEvent_t, for the NCCL backend's stream waits. */
+void *ddp_cuda_event_handle(ddp_cuda_event_t *e);
+
+/* ---- dense layers and convolution (linear.cu, conv.cu) ------------------ */
+int ddp_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
+                        float *y);
+int ddp_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
+                        float *dx, float *dw, float *db, float beta);
+/* Convolution dims as compute.h's conv_dims_t (same field order). */
+typedef struct ddp_cuda_conv {
+    int n, c, h, w, oc, k, stride, pad, oh, ow;
+} ddp_cuda_conv_t;
+size_t ddp_cuda_conv_ws_bytes(const ddp_cuda_conv_t *d);
+int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, const float *b,
+                      float *y, void *ws);
+int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, const float *dy,
+                      float *dx, float *dw, float *db, float beta, void *ws);
+
+/* ---- pooling (pool.cu); dims as compute.h's pool_dims_t ----------------- */
+typedef struct ddp_cuda_pool {
+    int n, c, h, w, k, stride, oh, ow;
+} ddp_cuda_pool_t;
+int ddp_cuda_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, float *y, int32_t *argmax);
+int ddp_cuda_maxpool_bwd(const ddp_cuda_pool_t *d, const float *dy, const int32_t *argmax,
+                         float *dx);
+int ddp_cuda_avgpool_fwd(const ddp_cuda_pool_t *d, const float *x, float *y);
+int ddp_cuda_avgpool_bwd(const ddp_cuda_pool_t *d, const float *dy, float *dx);
+int ddp_cuda_gap_fwd(int n, int c, int hw, const float *x, float *y);
+int ddp_cuda_gap_bwd(int n, int c, int hw, const float *dy, float *dx);
+
+/* ---- batch normalisation (bn.cu); stats and gstats are device doubles --- */
+int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats);
+int ddp_cuda_bn_finalize(int c, const double *stats, double count, float eps, float momentum,
+                         int update_running, float *mean, float *invstd, float *running_mean,
+                         float *running_var);
+int ddp_cuda_bn_eval_params(int c, const float *running_mean, const float *running_var, float eps,
+                            float *mean, float *invstd);
+int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                    const float *gamma, const float *beta_, float *y);
+int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy, const float *mean,
+                          const float *invstd, double *gstats, float *dgamma, float *dbeta,
+                          float beta);
+int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, const float *mean,
+                         const float *invstd, const float *gamma, const double *gstats,
+                         double count, float *dx);
+
+/* ---- elementwise, dropout, casts (elementwise.cu) ----------------------- */
+int ddp_cuda_relu_fwd(size_t count, const float *x, float *y);
+int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx);
+int ddp_cuda_gelu_fwd(size_t count, const float *x, float *y);
+int ddp_cuda_gelu_bwd(size_t count, const float *x, const float *dy, float *dx);
+int ddp_cuda_dropout_fwd(int n, size_t features, const float *x, float *y, float p, uint64_t seed,
+                         uint64_t step, uint32_t layer, const int64_t *sample_idx);
+int ddp_cuda_dropout_bwd(int n, size_t features, const float *dy, float *dx, float p,
+                         uint64_t seed, uint64_t step, uint32_t layer, const int64_t *sample_idx);
+int ddp_cuda_scale(size_t count, float *x, float alpha);
+int ddp_cuda_to_half(size_t count, const float *x, uint16_t *h, int bf16);
+int ddp_cuda_from_half(size_t count, const uint16_t *h, float *x, int bf16);
+
+/* ---- losses (loss.cu); acc is device doubles ---------------------------- */
+int ddp_cuda_xent(int n, int classes, const float *logits, const int32_t *labels, float smoothing,
+                  float grad_scale, float *dlogits, double *acc);
+int ddp_cuda_mse(int n, int k, const float *pred, const float *target, float grad_scale,
+                 float *dpred, double *acc);
+
+/* ---- optimizers and reductions (optim.cu, reduce.cu) -------------------- */
+int ddp_cuda_sgd_step(size_t count, float *p, const float *g, float *buf, float lr,
+                      float momentum, int nesterov, float wd, int first);
+int ddp_cuda_adamw_step(size_t count, float *p, const float *g, float *m, float *v, float lr,
+                        float beta1, float beta2, float eps, float wd, int64_t t);
+/* Results to the host (they wait for the work before them). */
+int ddp_cuda_sumsq(size_t count, const float *x, double *host_result);
+int ddp_cuda_all_finite(size_t count, const float *x, int *host_result);
 
 #ifdef __cplusplus
 }

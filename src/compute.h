@@ -76,6 +76,12 @@ typedef struct compute_ops {
      * (one rank per core); a GPU backend picks the device of the local rank.
      * `describe` receives a short text for the start-up table. */
     ddp_status_t (*init)(int local_rank, int local_size, char *describe, size_t n);
+    /* The first failure of an op since init, as a status whose message names
+     * the call, file and line (a GPU backend learns of failures after the op
+     * has returned, so ops cannot return them); DDP_OK when none.  The
+     * trainer asks after every step and before it reads results.  NULL: ops
+     * never fail (cpu). */
+    ddp_status_t (*check)(void);
 
     /* ---- memory ---------------------------------------------------------- */
     void *(*alloc)(size_t bytes); /* zero-filled; NULL when out of memory */

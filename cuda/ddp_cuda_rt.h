@@ -1,0 +1,75 @@
+// ddp_cuda_rt.h -- what every .cu file of the backend includes: the CUDA
+// runtime and cuBLAS headers, the kernel launch macro, and the checks that
+// turn a failed call into ddp_cuda_last_error()'s message.
+//
+// The sources compile two ways (see ddp_cuda.h): with nvcc, where the
+// headers are the toolkit's, and with the C++ compiler and
+// -I cuda/emu/include -DDDP_CUDA_EMU, where <cuda_runtime.h>, <cublas_v2.h>
+// and <nccl.h> are the CPU emulation (cuda/emu/emu.cc).  So the backend may
+// use only what the emulation provides (listed in cuda/emu/include/
+// cuda_runtime.h and cublas_v2.h): no warp shuffles, no dynamic or extern
+// __shared__ memory, no atomics on floating point (results must not depend
+// on the order blocks run in); block reductions through static __shared__
+// arrays and __syncthreads().  Launch every kernel with DDP_LAUNCH.
+#ifndef DDP_CUDA_RT_H
+#define DDP_CUDA_RT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "ddp_cuda.h"
+
+#ifdef DDP_CUDA_EMU
+// The emulation runs every thread of the grid on the CPU (cuda/emu/emu.cc).
+#define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
+    ddp_emu_launch((grid), (block), (stream), [=]() { kernel(__VA_ARGS__); })
+#else
+#define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
+    kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+
+// Record the first failure (runtime.cu): call name, file:line and the
+// library's message.  Returns -1 so a launcher can `return ddp_cuda_fail_(...)`.
+int ddp_cuda_fail_(const char *call, const char *file, int line, const char *why);
+
+// Check a CUDA runtime call: `DDP_CU(cudaMemcpyAsync(...));` returns -1 from
+// the enclosing launcher on failure.
+#define DDP_CU(call)                                                                               \
+    do {                                                                                           \
+        cudaError_t ddp_e_ = (call);                                                               \
+        if (ddp_e_ != cudaSuccess)                                                                 \
+            return ddp_cuda_fail_(#call, __FILE__, __LINE__, cudaGetErrorString(ddp_e_));          \
+    } while (0)
+
+// The same for cuBLAS calls.
+#define DDP_CUBLAS(call)                                                                           \
+    do {                                                                                           \
+        cublasStatus_t ddp_s_ = (call);                                                            \
+        if (ddp_s_ != CUBLAS_STATUS_SUCCESS)                                                       \
+            return ddp_cuda_fail_(#call, __FILE__, __LINE__, cublasGetStatusString(ddp_s_));       \
+    } while (0)
+
+// After a DDP_LAUNCH: the launch itself failed (bad configuration), or an
+// earlier kernel failed and the runtime says so now.
+#define DDP_CU_LAUNCHED() DDP_CU(cudaGetLastError())
+
+// The backend's state (runtime.cu), for the other .cu files.
+struct ddp_cuda_state {
+    int device;                 // -1 before ddp_cuda_init
+    cudaStream_t stream;        // the compute stream: every op
+    cudaStream_t copy_stream;   // upload_async
+    cublasHandle_t blas;        // on `stream`
+    int bf16_gemm;              // --precision bf16
+};
+extern struct ddp_cuda_state ddp_cuda_state_;
+
+// Grid-stride launches over `count` elements.
+constexpr int kDdpThreads = 256;
+inline unsigned ddp_blocks_for(size_t count)
+{
+    size_t b = (count + kDdpThreads - 1) / kDdpThreads;
+    const size_t cap = 4096; // grid-stride loops cover the rest
+    return (unsigned)(b == 0 ? 1 : b < cap ? b : cap);
+}
+
+#endif

@@ -1,0 +1,1 @@
+/* nccl.h -- the CPU emulation's NCCL over MPI (to be written). */

@@ -1,0 +1,3 @@
+/* the emulation build of src/comm_nccl.c, against cuda/emu/include/nccl.h
+ * (see cuda/Makefile.am) */
+#include "../../../src/comm_nccl.c"

@@ -1,0 +1,2 @@
+// the emulation build of elementwise.cu (see cuda/Makefile.am)
+#include "../../elementwise.cu"

@@ -1,0 +1,2 @@
+// the emulation build of optim.cu (see cuda/Makefile.am)
+#include "../../optim.cu"

@@ -1,0 +1,2 @@
+// the emulation build of pool.cu (see cuda/Makefile.am)
+#include "../../pool.cu"

@@ -1,0 +1,2 @@
+// the emulation build of reduce.cu (see cuda/Makefile.am)
+#include "../../reduce.cu"
