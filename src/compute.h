@@ -82,6 +82,10 @@ typedef struct compute_ops {
      * trainer asks after every step and before it reads results.  NULL: ops
      * never fail (cpu). */
     ddp_status_t (*check)(void);
+    /* The physical device this process computes on after init, as a PCI bus
+     * id ("0000:19:00.0"), so start-up can refuse two ranks of a node on one
+     * GPU; "" for host memory.  NULL: host memory. */
+    const char *(*device_id)(void);
 
     /* ---- memory ---------------------------------------------------------- */
     void *(*alloc)(size_t bytes); /* zero-filled; NULL when out of memory */
