@@ -79,6 +79,7 @@ const char *ddp_cuda_last_error(void)
 void ddp_cuda_clear_error(void)
 {
     g_last_error[0] = '\0';
+    cudaGetLastError(); // and the runtime's, so the next launch check does not see it
 }
 
 int ddp_cuda_device_info(int device, ddp_cuda_device_info_t *info)

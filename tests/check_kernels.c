@@ -1307,6 +1307,31 @@ START_TEST(linear_bf16)
     free(ref), free(ref32), free(rdx), free(rdw);
 }
 END_TEST
+
+/* The launchers' error record: "CALL: WHY (file.cu:LINE)", the first failure
+ * sticks until cleared (ddp_cuda.h).  Uses failures that leave the backend
+ * usable (a second init, an unknown device). */
+START_TEST(cuda_error_record)
+{
+    ddp_cuda_clear_error();
+    ck_assert_str_eq(ddp_cuda_last_error(), "");
+    ck_assert_int_eq(ddp_cuda_init(0), -1);
+    char first[512];
+    snprintf(first, sizeof first, "%s", ddp_cuda_last_error());
+    ck_assert_msg(strncmp(first, "ddp_cuda_init: called twice (runtime.cu:", 40) == 0, "%s", first);
+    ck_assert_msg(first[strlen(first) - 1] == ')', "%s", first);
+    ddp_cuda_device_info_t info;
+    ck_assert_int_eq(ddp_cuda_device_info(ddp_cuda_device_count() + 7, &info), -1);
+    ck_assert_str_eq(ddp_cuda_last_error(), first);
+    ddp_cuda_clear_error();
+    ck_assert_str_eq(ddp_cuda_last_error(), "");
+    ck_assert_int_ge(ddp_cuda_bound_device(), 0);
+    /* still usable afterwards */
+    float a[3] = {1, 2, 3}, b[3] = {0};
+    B->copy(b, a, sizeof a);
+    ck_assert_mem_eq(a, b, sizeof a);
+}
+END_TEST
 #endif
 
 /* ---- the fixture models, composed from the ops, against PyTorch -------- */
@@ -1629,9 +1654,10 @@ Suite *test_suite(void)
     B = compute_mirror_cuda("check_kernels_cuda");
     Suite *s = suite_create("kernels");
     TCase *t = tcase_create(B->name);
-    TCase *tb = tcase_create("bf16");
+    TCase *tb = tcase_create("cuda-only");
     tcase_add_checked_fixture(tb, NULL, bf16_off_);
     tcase_add_test(tb, linear_bf16);
+    tcase_add_test(tb, cuda_error_record);
     suite_add_tcase(s, tb);
 #else
     Suite *s = suite_create("kernels");
