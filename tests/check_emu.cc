@@ -383,12 +383,17 @@ START_TEST(test_devices)
     ck_assert_int_eq(d, 1);
     // memory is per device
     void *a = nullptr;
-    size_t f0, f1, t;
-    ck_assert_int_eq(cudaMalloc(&a, 1 << 20), cudaSuccess);
+    size_t f0, f0_after, f1, f1_after, t;
     cudaMemGetInfo(&f1, &t);
     cudaSetDevice(0);
     cudaMemGetInfo(&f0, &t);
-    ck_assert_uint_eq(f0 - f1, 1 << 20);
+    cudaSetDevice(1);
+    ck_assert_int_eq(cudaMalloc(&a, 1 << 20), cudaSuccess);
+    cudaMemGetInfo(&f1_after, &t);
+    cudaSetDevice(0);
+    cudaMemGetInfo(&f0_after, &t);
+    ck_assert_uint_eq(f1 - f1_after, 1 << 20);
+    ck_assert_uint_eq(f0_after, f0);
     cudaFree(a);
 
     // the list stops at the first entry that is no device

@@ -1,5 +1,6 @@
 /* check_nccl_emu.c -- the CPU emulation of NCCL over MPI (cuda/emu/nccl_emu.c),
- * on 2 ranks (check_nccl_emu_np2): bootstrap by MPI_Bcast of the unique id,
+ * on 2 and 3 ranks (check_nccl_emu_np2, _np3; on 3 the order of the
+ * additions shows in the float sums): bootstrap by MPI_Bcast of the unique id,
  * all-reduce sum and average for float, double and bf16 (in place and not)
  * bit-identical on every rank and equal to the rank-order sums, broadcast,
  * all-gather, the duplicate-GPU refusal, the injected asynchronous error and
@@ -17,9 +18,11 @@
 static int rank_, size_;
 
 /* An emulated machine of `gpus` GPUs, bound to `device`. */
-static void emu_machine(const char *gpus, int device)
+static void emu_machine(int gpus, int device)
 {
-    setenv("DDP_EMU_GPUS", gpus, 1);
+    char n[16];
+    snprintf(n, sizeof n, "%d", gpus);
+    setenv("DDP_EMU_GPUS", n, 1);
     unsetenv("CUDA_VISIBLE_DEVICES");
     unsetenv("DDP_EMU_NCCL_ASYNC_ERROR");
     unsetenv("DDP_EMU_HOSTNAME");
@@ -66,7 +69,8 @@ static void assert_same_everywhere(const void *host, size_t bytes)
 START_TEST(test_init_and_queries)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     int n = -1, r = -1, d = -1, v = 0;
@@ -89,7 +93,8 @@ END_TEST
 START_TEST(test_allreduce_float_double)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     cudaStream_t stream;
@@ -154,7 +159,8 @@ END_TEST
 START_TEST(test_allreduce_bf16)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     const size_t n = 4099;
@@ -191,7 +197,8 @@ END_TEST
 START_TEST(test_broadcast_allgather)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     const size_t n = 777;
@@ -238,7 +245,7 @@ START_TEST(test_duplicate_gpu)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     /* one GPU per host: both ranks on device 0 of the same host */
-    emu_machine("1", 0);
+    emu_machine(1, 0);
     ncclComm_t comm = (ncclComm_t)&rank_;
     ck_assert_int_eq(comm_init(&comm), ncclInvalidUsage);
     ck_assert_ptr_null(comm);
@@ -254,7 +261,7 @@ START_TEST(test_duplicate_gpu)
     ncclCommDestroy(comm);
     unsetenv("DDP_EMU_HOSTNAME");
     /* two GPUs, one per rank */
-    emu_machine("2", rank_);
+    emu_machine(size_, rank_);
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     ncclCommDestroy(comm);
     /* nranks that does not match the ranks holding the id */
@@ -268,7 +275,8 @@ END_TEST
 START_TEST(test_async_error)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     setenv("DDP_EMU_NCCL_ASYNC_ERROR", "2", 1);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
@@ -295,7 +303,8 @@ END_TEST
 START_TEST(test_host_memory_refused)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     float host[16] = {0}, *d = dev_alloc(16 * sizeof(float));
