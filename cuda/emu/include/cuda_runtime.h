@@ -28,6 +28,10 @@
  *   grid.x >= 2^31, grid.y/z > 65535, a zero dimension) sets the launch
  *   error: cudaGetLastError returns it once and clears it.  Any failing
  *   runtime call also sets it, as CUDA does.  Errors are never sticky.
+ * - Launches may come from any OS thread (the current device and the last
+ *   error are per thread, as in CUDA); they run one at a time in the
+ *   process, each on its caller's thread.  Fiber stacks are 64 KiB
+ *   (DDP_EMU_STACK_KB), with a guard page below.
  *
  * Environment (read at the first runtime call; ddp_emu_reload_env() reads
  * it again, for tests):
