@@ -50,7 +50,8 @@
  *                           cudaErrorLaunchFailure and does not run),
  *                           cublasCreate (ALLOC_FAILED), cublasSgemm,
  *                           cublasSgemmStridedBatched, cublasGemmEx,
- *                           cublasSgemv (EXECUTION_FAILED).
+ *                           cublasSgemv (EXECUTION_FAILED); NCCL's names
+ *                           in nccl.h.
  * Device i (after CUDA_VISIBLE_DEVICES) is named "ddptrain CUDA emulation",
  * sm 8.0, PCI bus id "0000:%02x:00.0" with bus 0x10 + its physical index.
  *

@@ -32,6 +32,11 @@
  *   ncclCommGetAsyncError reports ncclRemoteError, and the collectives after
  *   the N-th return ncclRemoteError at once (the N-th returns ncclSuccess:
  *   the error is asynchronous).  ncclCommAbort then works without the peers.
+ * - DDP_EMU_FAIL (cuda_runtime.h) also takes ncclCommInitRank (the N-th
+ *   call returns ncclSystemError before any MPI), ncclAllReduce,
+ *   ncclBroadcast (ncclBcast counts as one) and ncclAllGather (the N-th
+ *   call returns ncclUnhandledCudaError and moves no data).  Set it alike
+ *   on every rank, or the others block.
  * ncclGetLastError(NULL) is the last error of any communicator.
  */
 #ifndef DDP_EMU_NCCL_H
