@@ -12,7 +12,8 @@
  *   ranks on the same GPU of the same host (host name + the PCI bus id of
  *   the current device): ncclInvalidUsage on every member, and
  *   ncclGetLastError says "Duplicate GPU detected: rank 0 and rank 1 both on
- *   CUDA device 10000".
+ *   CUDA device 10000".  DDP_EMU_HOSTNAME=NAME replaces the host name
+ *   there (to emulate ranks on several hosts).
  * - Collectives run synchronously on the calling thread (MPI, blocking):
  *   complete when they return, whatever the stream.  ncclGroupStart/End
  *   only nest (the calls inside run at once, in order).
