@@ -191,13 +191,14 @@ static int cmp_(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-/* min, median, max of v[0..k) */
+/* min, median, max of v[0..k) (the median of an even count: the mean of the
+ * middle two, as bench/lib.sh's) */
 static void stats_(const double *v, int k, double out[3])
 {
     double s[BENCH_GPU_MAX_ROUNDS];
     memcpy(s, v, (size_t)k * sizeof *s);
     qsort(s, (size_t)k, sizeof *s, cmp_);
-    out[0] = s[0], out[1] = s[k / 2], out[2] = s[k - 1];
+    out[0] = s[0], out[1] = k % 2 ? s[k / 2] : (s[k / 2 - 1] + s[k / 2]) / 2, out[2] = s[k - 1];
 }
 
 static void csv_row_(FILE *f, const char *cas, const char *impl, const char *metric,
@@ -259,7 +260,8 @@ static int run_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int bf1
     snprintf(cas, sizeof cas, "gpu-mlp-%s", prec);
     csv_row_(csv, cas, "ddptrain-cuda-ops", "step_ms", s, "ms");
     csv_row_(csv, cas, "cublas-alone", "step_ms", g, "ms");
-    v[0] = a->batch / (s[2] * 1e-3), v[1] = a->batch / (s[1] * 1e-3), v[2] = a->batch / (s[0] * 1e-3);
+    v[0] = a->batch / (s[2] * 1e-3), v[1] = a->batch / (s[1] * 1e-3),
+    v[2] = a->batch / (s[0] * 1e-3);
     csv_row_(csv, cas, "ddptrain-cuda-ops", "samples_per_s", v, "samples/s");
     v[0] = flops / (s[2] * 1e-3) / 1e12, v[1] = step_tf, v[2] = flops / (s[0] * 1e-3) / 1e12;
     csv_row_(csv, cas, "ddptrain-cuda-ops", "tflops", v, "TFLOP/s");
@@ -372,8 +374,8 @@ int main(int argc, char **argv)
     double flops = step_flops_(&n, a.layers, a.batch), p6 = 6.0 * (double)n.params * a.batch;
     printf("# bench_gpu: MLP %d", a.in);
     for (int l = 1; l <= a.layers; l++) printf("-%d", n.dims[l]);
-    printf(" (%d linear layers, ReLU, %.1fM parameters), batch %d, cross-entropy, AdamW\n", a.layers,
-           n.params / 1e6, a.batch);
+    printf(" (%d linear layers, ReLU, %zu parameters), batch %d, cross-entropy, AdamW\n", a.layers,
+           n.params, a.batch);
     printf("# device: %s (sm_%d%d, %d SMs, %.0f GiB); %s; backend: %s\n", info.name, info.sm_major,
            info.sm_minor, info.sm_count, info.mem_total / 1073741824.0, ver, describe);
     printf("# FLOPs per step: %.4g GFLOP = the GEMMs as performed, 2*B*in*out for the forward and "
@@ -381,9 +383,10 @@ int main(int argc, char **argv)
            "(6*params*batch = %.4g GFLOP also counts the first layer's input gradient, not "
            "computed, and the biases); elementwise work, the loss and AdamW not counted\n",
            flops / 1e9, a.layers, p6 / 1e9);
-    printf("# peaks: bf16 %.0f TFLOP/s, fp32 %.0f TFLOP/s (dense; the H200's: bf16 989, TF32 494, "
-           "fp32 without tensor cores 67); the fp32 GEMMs are cublasSgemm in the default math mode\n",
-           a.peak_bf16, a.peak_fp32);
+    printf(
+        "# peaks: bf16 %.0f TFLOP/s, fp32 %.0f TFLOP/s (dense; the H200's: bf16 989, TF32 494, "
+        "fp32 without tensor cores 67); the fp32 GEMMs are cublasSgemm in the default math mode\n",
+        a.peak_bf16, a.peak_fp32);
     printf("# %d rounds of %d steps, alternating with %d times the step's GEMMs through cuBLAS "
            "alone; %d warm-up steps; medians\n",
            a.rounds, a.steps, a.steps, a.warmup);
