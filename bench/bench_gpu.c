@@ -378,9 +378,9 @@ int main(int argc, char **argv)
            n.params, a.batch);
     printf("# device: %s (sm_%d%d, %d SMs, %.0f GiB); %s; backend: %s\n", info.name, info.sm_major,
            info.sm_minor, info.sm_count, info.mem_total / 1073741824.0, ver, describe);
-    printf("# FLOPs per step: %.4g GFLOP = the GEMMs as performed, 2*B*in*out for the forward and "
+    printf("# FLOPs per step: %.6g GFLOP = the GEMMs as performed, 2*B*in*out for the forward and "
            "weight gradient of every layer and the input gradient of layers 2..%d "
-           "(6*params*batch = %.4g GFLOP also counts the first layer's input gradient, not "
+           "(6*params*batch = %.6g GFLOP also counts the first layer's input gradient, not "
            "computed, and the biases); elementwise work, the loss and AdamW not counted\n",
            flops / 1e9, a.layers, p6 / 1e9);
     printf(
