@@ -52,7 +52,7 @@ echo
 echo "== 2. ddptrain --device cuda end to end"
 e2e=0
 if ! $DDPTRAIN --version 2>/dev/null | grep -q 'compute backends.*cuda'; then
-  echo "skipped: this ddptrain has no cuda compute backend (a build without CUDA)"
+  echo "skipped: this ddptrain has no cuda compute backend (ddptrain --version; a build without CUDA has none)"
 elif [ -z "$flops" ]; then
   echo "skipped: bench_gpu gave no FLOP count"
 else
