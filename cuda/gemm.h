@@ -15,6 +15,9 @@
 int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc);
 
+// Frees the bf16 scratch (ddp_cuda_shutdown).
+void ddp_cuda_gemm_release_(void);
+
 // g[count] = beta g (beta == 0: zero without reading g); on the compute stream.
 int ddp_cuda_grad_scale_(size_t count, float *g, float beta);
 

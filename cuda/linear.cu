@@ -52,7 +52,7 @@ __global__ void to_bf16_kernel(size_t count, const float *x, uint16_t *h)
     }
 }
 
-// The bf16 scratch: grows, never shrinks; freed at shutdown with the process.
+// The bf16 scratch: grows, never shrinks; freed by ddp_cuda_shutdown.
 void *g_scratch = nullptr;
 size_t g_scratch_bytes = 0;
 
@@ -80,6 +80,13 @@ int convert_bf16(size_t count, const float *x, uint16_t *h)
 }
 
 } // namespace
+
+void ddp_cuda_gemm_release_(void)
+{
+    if (g_scratch) cudaFree(g_scratch);
+    g_scratch = nullptr;
+    g_scratch_bytes = 0;
+}
 
 int ddp_cuda_grad_scale_(size_t count, float *g, float beta)
 {

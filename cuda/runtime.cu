@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ddp_cuda_rt.h"
+#include "gemm.h"
 
 struct ddp_cuda_state ddp_cuda_state_ = {-1, nullptr, nullptr, nullptr, 0};
 
@@ -78,6 +79,7 @@ const char *ddp_cuda_last_error(void)
 void ddp_cuda_clear_error(void)
 {
     g_last_error[0] = '\0';
+    cudaGetLastError(); // and the runtime's, so the next launch check does not see it
 }
 
 int ddp_cuda_device_info(int device, ddp_cuda_device_info_t *info)
@@ -85,7 +87,7 @@ int ddp_cuda_device_info(int device, ddp_cuda_device_info_t *info)
     memset(info, 0, sizeof *info);
     cudaDeviceProp prop;
     DDP_CU(cudaGetDeviceProperties(&prop, device));
-    snprintf(info->name, sizeof info->name, "%s", prop.name);
+    snprintf(info->name, sizeof info->name, "%.95s", prop.name);
     DDP_CU(cudaDeviceGetPCIBusId(info->pci, (int)sizeof info->pci, device));
     info->mem_total = prop.totalGlobalMem;
     info->sm_major = prop.major;
@@ -138,6 +140,7 @@ void ddp_cuda_shutdown(void)
     if (ddp_cuda_state_.device < 0) return;
     cudaStreamSynchronize(ddp_cuda_state_.stream);
     cudaStreamSynchronize(ddp_cuda_state_.copy_stream);
+    ddp_cuda_gemm_release_();
     if (ddp_cuda_state_.blas) cublasDestroy(ddp_cuda_state_.blas);
     cudaStreamDestroy(ddp_cuda_state_.copy_stream);
     cudaStreamDestroy(ddp_cuda_state_.stream);
