@@ -27,8 +27,8 @@ typedef struct nccl_impl {
     ddp_cuda_event_t *ready; /* recorded on the compute stream before a collective */
     void *scratch;           /* device, 8 bytes: the barrier's all-reduce */
     struct comm_req *free_reqs;
-    int failed;          /* an error was seen: abort, do not destroy */
-    atomic_int aborted;  /* ncclCommAbort called */
+    int failed;         /* an error was seen: abort, do not destroy */
+    atomic_int aborted; /* ncclCommAbort called */
 } nccl_impl_t;
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -290,8 +290,8 @@ static ddp_status_t nccl_barrier_(comm_t *c)
     uint64_t number = comm_note_start(c, &d, "barrier", 0);
     ddp_status_t s = after_compute_(c);
     if (s == DDP_OK) {
-        ncclResult_t r = ncclAllReduce(m->scratch, m->scratch, 1, ncclInt64, ncclSum, m->nccl,
-                                       m->stream);
+        ncclResult_t r =
+            ncclAllReduce(m->scratch, m->scratch, 1, ncclInt64, ncclSum, m->nccl, m->stream);
         if (r != ncclSuccess) s = nccl_fail_(c, "ncclAllReduce", __FILE__, __LINE__, r);
     }
     if (s == DDP_OK) s = record_done_(c, q);

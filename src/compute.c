@@ -67,11 +67,12 @@ ddp_status_t compute_pick(const char *device, const compute_ops_t *cpu, const co
                             "(ddptrain --version lists the backends); rebuild with ./configure "
                             "--with-cuda --with-nccl, or use --device cpu");
         if (gpus <= 0)
-            return ddp_fail(DDP_ERR_DEVICE,
-                            "--device cuda: no GPU is visible to this rank (CUDA_VISIBLE_DEVICES=%s); "
-                            "run on a GPU node and ask the launcher for GPUs (Slurm: "
-                            "--gpus-per-task=1), or use --device cpu",
-                            visible ? visible : "unset");
+            return ddp_fail(
+                DDP_ERR_DEVICE,
+                "--device cuda: no GPU is visible to this rank (CUDA_VISIBLE_DEVICES=%s); "
+                "run on a GPU node and ask the launcher for GPUs (Slurm: "
+                "--gpus-per-task=1), or use --device cpu",
+                visible ? visible : "unset");
         *out = cuda;
     } else if (strcmp(device, "auto") == 0) {
         *out = cuda && gpus > 0 ? cuda : cpu;

@@ -779,11 +779,12 @@ static ddp_status_t choose_backends_(trainer_t *t, const comm_backend_t **comm)
                         cfg->device == DEVICE_AUTO ? " (--device auto found no GPU)" : "");
     *comm = t->compute->mem_kind == DDP_MEM_DEVICE ? b->device_comm : b->host_comm;
     if (!*comm)
-        return ddp_fail(DDP_ERR_USAGE,
-                        "the %s compute backend computes in %s memory and this ddptrain has no comm "
-                        "backend for it (built without NCCL?); rebuild with ./configure --with-cuda "
-                        "--with-nccl, or use --device cpu",
-                        t->compute->name, ddp_mem_kind_name(t->compute->mem_kind));
+        return ddp_fail(
+            DDP_ERR_USAGE,
+            "the %s compute backend computes in %s memory and this ddptrain has no comm "
+            "backend for it (built without NCCL?); rebuild with ./configure --with-cuda "
+            "--with-nccl, or use --device cpu",
+            t->compute->name, ddp_mem_kind_name(t->compute->mem_kind));
     return DDP_OK;
 }
 
@@ -823,11 +824,15 @@ static ddp_status_t check_devices_(trainer_t *t)
     snprintf(mine.desc, sizeof mine.desc, "%s", t->device);
     rank_device_t *all = calloc((size_t)ctl->size, sizeof *all);
     t->rank_devices = calloc((size_t)ctl->size, sizeof *t->rank_devices);
-    DDP_TRY(control_agree(ctl, all && t->rank_devices
-                                   ? DDP_OK
-                                   : ddp_fail(DDP_ERR_NOMEM, "out of memory for the device table")));
+    ddp_status_t s = control_agree(
+        ctl, all && t->rank_devices ? DDP_OK
+                                    : ddp_fail(DDP_ERR_NOMEM, "out of memory for the device table"));
+    if (s != DDP_OK) {
+        free(all);
+        return s;
+    }
     comm_desc_t d = {"startup-devices", -1, -1};
-    ddp_status_t s = control_allgather(ctl, &mine, all, sizeof mine, &d);
+    s = control_allgather(ctl, &mine, all, sizeof mine, &d);
     if (s != DDP_OK) control_abort(ctl, s);
     for (int r = 0; r < ctl->size; r++)
         snprintf(t->rank_devices[r], sizeof t->rank_devices[r], "%s", all[r].desc);
@@ -863,8 +868,8 @@ ddp_status_t startup_run(trainer_t *t)
     DDP_TRY(control_agree(ctl, choose_backends_(t, &comm)));
     int local_rank, local_size;
     local_rank_(t, &local_rank, &local_size);
-    DDP_TRY(control_agree(
-        ctl, t->compute->init(local_rank, local_size, t->device, sizeof t->device)));
+    DDP_TRY(
+        control_agree(ctl, t->compute->init(local_rank, local_size, t->device, sizeof t->device)));
     if (cfg->precision == PRECISION_BF16) {
         ddp_status_t bs = DDP_OK;
         if (t->backends->set_bf16_gemm(1) != 0)
