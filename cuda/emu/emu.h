@@ -1,4 +1,28 @@
-// emu.h -- the CPU emulation of the CUDA runtime, cuBLAS and NCCL (to be written).
+/* emu.h -- what the parts of the CPU emulation share (emu.cc for the CUDA
+ * runtime and cuBLAS, nccl_emu.c for NCCL).  C and C++; not for the backend
+ * (which sees only the CUDA, cuBLAS and NCCL headers in include/). */
 #ifndef DDP_EMU_H
 #define DDP_EMU_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation (bytes 0:
+ * p itself inside one), else 0. */
+int ddp_emu_device_range(const void *p, size_t bytes);
+/* The current device's PCI bus id as NCCL prints it: (domain << 16 |
+ * bus << 8 | device) = 0x10000 for bus 0x10; -1 when there is no device. */
+long ddp_emu_current_busid(void);
+/* Counts a call of `name` against DDP_EMU_FAIL; 1 when this call must fail. */
+int ddp_emu_inject(const char *name);
+/* One line "ddptrain CUDA emulation: <what>" on stderr. */
+void ddp_emu_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif
