@@ -97,7 +97,7 @@ grep -q "precision    bf16" "$T/mlp-bf16.log" || fail "bf16: not in the start-up
 ddp_expect_error "$T/bf.err" $? 2 "bf16 on cpu" "--precision bf16 needs --device cuda"
 
 # (e) an NCCL asynchronous error: one line, a non-zero exit, no hang
-DDP_EMU_NCCL_ASYNC_ERROR=1:20 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
+DDP_EMU_NCCL_ASYNC_ERROR=20 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
   --steps 50 --device cuda >"$T/async.out" 2>"$T/async.err"
 ddp_expect_error "$T/async.err" $? 7 "NCCL async error" "NCCL reported an asynchronous error|ncclCommGetAsyncError"
 
