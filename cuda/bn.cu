@@ -1,2 +1,228 @@
-// bn.cu -- (to be written; see ddp_cuda.h for the launchers it provides)
+// bn.cu -- batch normalisation over x[n, c, hw] (hw = 1: BatchNorm1d).  The
+// per-channel sums (bn_stats, bn_bwd_stats) are one block per channel,
+// each thread adding its share in double, then a fixed tree through static
+// shared memory: deterministic (no atomics, no dependence on block order).
+// finalize, eval params and the coefficients in double, as the CPU backend.
 #include "ddp_cuda_rt.h"
+
+namespace
+{
+
+#define GRID_STRIDE(i, count)                                                                      \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (count);                    \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// Sums a1 and a2 of the block's threads into a[0], b[0]; every thread must call.
+__device__ inline void block_sum2(double *a, double *b, double a1, double a2)
+{
+    a[threadIdx.x] = a1;
+    b[threadIdx.x] = a2;
+    __syncthreads();
+    for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+        if (threadIdx.x < h) {
+            a[threadIdx.x] += a[threadIdx.x + h];
+            b[threadIdx.x] += b[threadIdx.x + h];
+        }
+        __syncthreads();
+    }
+}
+
+// stats[ch] = sum x, stats[c + ch] = sum x^2 of channel ch: one block each.
+__global__ void bn_stats_kernel(int n, int c, int hw, const float *x, double *stats)
+{
+    __shared__ double s1[kDdpThreads], s2[kDdpThreads];
+    const size_t per = (size_t)n * hw;
+    for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        double a1 = 0.0, a2 = 0.0;
+        for (size_t e = threadIdx.x; e < per; e += blockDim.x) {
+            size_t i = e / hw, k = e % hw;
+            double v = x[(i * c + ch) * hw + k];
+            a1 += v;
+            a2 += v * v;
+        }
+        block_sum2(s1, s2, a1, a2);
+        if (threadIdx.x == 0) {
+            stats[ch] = s1[0];
+            stats[c + ch] = s2[0];
+        }
+        __syncthreads(); // s1[0], s2[0] read before the next channel
+    }
+}
+
+__global__ void bn_finalize_kernel(int c, const double *stats, double count, float eps,
+                                   float momentum, int update_running, float *mean, float *invstd,
+                                   float *running_mean, float *running_var)
+{
+    GRID_STRIDE(ch, (size_t)c)
+    {
+        double m = 0.0, var = 0.0;
+        if (count > 0) {
+            m = stats[ch] / count;
+            var = stats[c + ch] / count - m * m;
+            if (var < 0) var = 0; // rounding
+        }
+        mean[ch] = (float)m;
+        invstd[ch] = (float)(1.0 / sqrt(var + (double)eps));
+        if (update_running && count > 0) {
+            double unbiased = count > 1 ? var * count / (count - 1) : var;
+            running_mean[ch] =
+                (float)((1.0 - momentum) * (double)running_mean[ch] + (double)momentum * m);
+            running_var[ch] =
+                (float)((1.0 - momentum) * (double)running_var[ch] + (double)momentum * unbiased);
+        }
+    }
+}
+
+__global__ void bn_eval_params_kernel(int c, const float *running_mean, const float *running_var,
+                                      float eps, float *mean, float *invstd)
+{
+    GRID_STRIDE(ch, (size_t)c)
+    {
+        mean[ch] = running_mean[ch];
+        invstd[ch] = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
+    }
+}
+
+// y = x a + b with a = invstd gamma, b = beta_ - mean a
+__global__ void bn_fwd_kernel(int n, int c, int hw, const float *x, const float *mean,
+                              const float *invstd, const float *gamma, const float *beta_, float *y)
+{
+    const size_t count = (size_t)n * c * hw;
+    GRID_STRIDE(idx, count)
+    {
+        int ch = (int)((idx / hw) % c);
+        float a = invstd[ch] * gamma[ch], b = beta_[ch] - mean[ch] * a;
+        y[idx] = x[idx] * a + b;
+    }
+}
+
+// gstats[ch] = sum dy, gstats[c + ch] = invstd sum dy (x - mean); dgamma,
+// dbeta with beta.  One block per channel.
+__global__ void bn_bwd_stats_kernel(int n, int c, int hw, const float *x, const float *dy,
+                                    const float *mean, const float *invstd, double *gstats,
+                                    float *dgamma, float *dbeta, float beta)
+{
+    __shared__ double s1[kDdpThreads], s2[kDdpThreads];
+    const size_t per = (size_t)n * hw;
+    for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        const float m = mean[ch];
+        double a1 = 0.0, a2 = 0.0;
+        for (size_t e = threadIdx.x; e < per; e += blockDim.x) {
+            size_t i = e / hw, k = e % hw;
+            size_t off = (i * c + ch) * hw + k;
+            float g = dy[off];
+            a1 += (double)g;
+            a2 += (double)(g * (x[off] - m));
+        }
+        block_sum2(s1, s2, a1, a2);
+        if (threadIdx.x == 0) {
+            double g1 = s1[0], g2 = s2[0] * (double)invstd[ch];
+            gstats[ch] = g1;
+            gstats[c + ch] = g2;
+            if (dgamma) dgamma[ch] = (float)(beta == 0.0f ? g2 : beta * dgamma[ch] + g2);
+            if (dbeta) dbeta[ch] = (float)(beta == 0.0f ? g1 : beta * dbeta[ch] + g1);
+        }
+        __syncthreads();
+    }
+}
+
+// dx = A dy + B (x - mean) + C per channel: A = gamma invstd,
+// B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU backend)
+__global__ void bn_bwd_data_kernel(int n, int c, int hw, const float *x, const float *dy,
+                                   const float *mean, const float *invstd, const float *gamma,
+                                   const double *gstats, double count, float *dx)
+{
+    const size_t total = (size_t)n * c * hw;
+    GRID_STRIDE(idx, total)
+    {
+        int ch = (int)((idx / hw) % c);
+        double a = (double)gamma[ch] * invstd[ch];
+        double mdy = count > 0 ? gstats[ch] / count : 0;
+        double mdyx = count > 0 ? gstats[c + ch] / count : 0;
+        float A = (float)a, B = (float)(-a * invstd[ch] * mdyx), C = (float)(-a * mdy);
+        dx[idx] = A * dy[idx] + B * (x[idx] - mean[ch]) + C;
+    }
+}
+
+unsigned channel_blocks(int c)
+{
+    return (unsigned)(c < 4096 ? c : 4096);
+}
+
+} // namespace
+
+extern "C" {
+
+int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
+{
+    if (c <= 0) return 0;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    if (n <= 0 || hw <= 0) {
+        DDP_CU(cudaMemsetAsync(stats, 0, 2 * (size_t)c * sizeof *stats, s));
+        return 0;
+    }
+    DDP_LAUNCH(bn_stats_kernel, channel_blocks(c), kDdpThreads, s, n, c, hw, x, stats);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+int ddp_cuda_bn_finalize(int c, const double *stats, double count, float eps, float momentum,
+                         int update_running, float *mean, float *invstd, float *running_mean,
+                         float *running_var)
+{
+    if (c <= 0) return 0;
+    DDP_LAUNCH(bn_finalize_kernel, ddp_blocks_for((size_t)c), kDdpThreads, ddp_cuda_state_.stream,
+               c, stats, count, eps, momentum, update_running, mean, invstd, running_mean,
+               running_var);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+int ddp_cuda_bn_eval_params(int c, const float *running_mean, const float *running_var, float eps,
+                            float *mean, float *invstd)
+{
+    if (c <= 0) return 0;
+    DDP_LAUNCH(bn_eval_params_kernel, ddp_blocks_for((size_t)c), kDdpThreads,
+               ddp_cuda_state_.stream, c, running_mean, running_var, eps, mean, invstd);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                    const float *gamma, const float *beta_, float *y)
+{
+    if (n <= 0 || c <= 0 || hw <= 0) return 0;
+    size_t count = (size_t)n * c * hw;
+    DDP_LAUNCH(bn_fwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, n, c, hw,
+               x, mean, invstd, gamma, beta_, y);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy, const float *mean,
+                          const float *invstd, double *gstats, float *dgamma, float *dbeta,
+                          float beta)
+{
+    if (c <= 0) return 0;
+    // n == 0 or hw == 0: the block sums are 0 (no element), dgamma and dbeta
+    // still take beta.
+    int nn = n > 0 && hw > 0 ? n : 0, hh = hw > 0 ? hw : 1;
+    DDP_LAUNCH(bn_bwd_stats_kernel, channel_blocks(c), kDdpThreads, ddp_cuda_state_.stream, nn, c,
+               hh, x, dy, mean, invstd, gstats, dgamma, dbeta, beta);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, const float *mean,
+                         const float *invstd, const float *gamma, const double *gstats,
+                         double count, float *dx)
+{
+    if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
+    size_t total = (size_t)n * c * hw;
+    DDP_LAUNCH(bn_bwd_data_kernel, ddp_blocks_for(total), kDdpThreads, ddp_cuda_state_.stream, n, c,
+               hw, x, dy, mean, invstd, gamma, gstats, count, dx);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+} // extern "C"

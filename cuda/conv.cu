@@ -1,2 +1,262 @@
-// conv.cu -- (to be written; see ddp_cuda.h for the launchers it provides)
-#include "ddp_cuda_rt.h"
+// conv.cu -- convolution (cross-correlation, zero padding, stride) as
+// im2col + GEMM (gemm.h) over groups of samples, as the CPU backend: the
+// group's columns side by side in one GEMM, its outputs scattered to NCHW
+// with the bias.  Backward: the bias gradient by per-channel block
+// reductions (double, in sample order), dw by one GEMM per group
+// accumulating, dx by GEMM into columns and a gather col2im (each input
+// pixel sums the columns that read it: no atomics, deterministic).
+#include "gemm.h"
+
+namespace
+{
+
+constexpr long kConvCols = 1L << 16; // GEMM columns per group, about
+
+int conv_group(const ddp_cuda_conv_t *d)
+{
+    long ohw = (long)d->oh * d->ow;
+    long g = ohw > 0 ? kConvCols / ohw : 1;
+    long n = d->n > 1 ? d->n : 1;
+    if (g < 1) g = 1;
+    return (int)(g < n ? g : n);
+}
+
+int conv_direct(const ddp_cuda_conv_t *d, int gn)
+{
+    return d->k == 1 && d->stride == 1 && d->pad == 0 && gn == 1;
+}
+
+#define GRID_STRIDE(i, count)                                                                      \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (count);                    \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// col[ckk, gn*ohw] of samples x[gn, c, h, w]: row (ci*k + ki)*k + kj, column
+// gi*ohw + oy*ow + ox.
+__global__ void im2col_kernel(ddp_cuda_conv_t d, int gn, const float *x, float *col)
+{
+    const size_t ohw = (size_t)d.oh * d.ow, ld = (size_t)gn * ohw;
+    const size_t count = (size_t)d.c * d.k * d.k * ld;
+    GRID_STRIDE(idx, count)
+    {
+        size_t r = idx / ld, q = idx % ld;
+        int gi = (int)(q / ohw), p = (int)(q % ohw);
+        int kj = (int)(r % d.k), ki = (int)((r / d.k) % d.k), ci = (int)(r / ((size_t)d.k * d.k));
+        int oy = p / d.ow, ox = p % d.ow;
+        int iy = oy * d.stride - d.pad + ki, ix = ox * d.stride - d.pad + kj;
+        float v = 0.0f;
+        if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
+            v = x[(((size_t)gi * d.c + ci) * d.h + iy) * d.w + ix];
+        col[idx] = v;
+    }
+}
+
+// dx[gn, c, h, w] = the sum of the columns that read each pixel (col2im).
+__global__ void col2im_kernel(ddp_cuda_conv_t d, int gn, const float *col, float *dx)
+{
+    const size_t ohw = (size_t)d.oh * d.ow, ld = (size_t)gn * ohw;
+    const size_t count = (size_t)gn * d.c * d.h * d.w;
+    GRID_STRIDE(idx, count)
+    {
+        int ix = (int)(idx % d.w), iy = (int)((idx / d.w) % d.h);
+        int ci = (int)((idx / ((size_t)d.w * d.h)) % d.c);
+        int gi = (int)(idx / ((size_t)d.w * d.h * d.c));
+        float acc = 0.0f;
+        for (int ki = 0; ki < d.k; ki++) {
+            int ty = iy + d.pad - ki;
+            if (ty < 0 || ty % d.stride) continue;
+            int oy = ty / d.stride;
+            if (oy >= d.oh) continue;
+            for (int kj = 0; kj < d.k; kj++) {
+                int tx = ix + d.pad - kj;
+                if (tx < 0 || tx % d.stride) continue;
+                int ox = tx / d.stride;
+                if (ox >= d.ow) continue;
+                size_t r = ((size_t)ci * d.k + ki) * d.k + kj;
+                acc += col[r * ld + (size_t)gi * ohw + (size_t)oy * d.ow + ox];
+            }
+        }
+        dx[idx] = acc;
+    }
+}
+
+// y[gn, oc, ohw] = stage[oc, gn*ohw] + b (b may be NULL)
+__global__ void scatter_bias_kernel(int gn, int oc, size_t ohw, const float *stage, const float *b,
+                                    float *y)
+{
+    const size_t ld = (size_t)gn * ohw, count = (size_t)gn * oc * ohw;
+    GRID_STRIDE(idx, count)
+    {
+        size_t p = idx % ohw;
+        int o = (int)((idx / ohw) % oc), gi = (int)(idx / (ohw * oc));
+        y[idx] = stage[(size_t)o * ld + (size_t)gi * ohw + p] + (b ? b[o] : 0.0f);
+    }
+}
+
+// y[oc, ohw] += b (one sample, in place)
+__global__ void bias_add_kernel(int oc, size_t ohw, const float *b, float *y)
+{
+    const size_t count = (size_t)oc * ohw;
+    GRID_STRIDE(idx, count) y[idx] += b[idx / ohw];
+}
+
+// stage[oc, gn*ohw] = dy[gn, oc, ohw]
+__global__ void gather_kernel(int gn, int oc, size_t ohw, const float *dy, float *stage)
+{
+    const size_t ld = (size_t)gn * ohw, count = (size_t)gn * oc * ohw;
+    GRID_STRIDE(idx, count)
+    {
+        size_t p = idx % ohw;
+        int o = (int)((idx / ohw) % oc), gi = (int)(idx / (ohw * oc));
+        stage[(size_t)o * ld + (size_t)gi * ohw + p] = dy[idx];
+    }
+}
+
+// db[o] = beta db[o] + sum over samples (in order) of the double sum of the
+// sample's plane: one block per channel.
+__global__ void conv_bias_grad_kernel(int n, int oc, size_t ohw, const float *dy, float *db,
+                                      float beta)
+{
+    __shared__ double part[kDdpThreads];
+    for (int o = blockIdx.x; o < oc; o += gridDim.x) {
+        float acc = beta == 0.0f ? 0.0f : beta * db[o];
+        for (int i = 0; i < n; i++) {
+            const float *p = dy + ((size_t)i * oc + o) * ohw;
+            double s = 0.0;
+            for (size_t k = threadIdx.x; k < ohw; k += blockDim.x) s += (double)p[k];
+            part[threadIdx.x] = s;
+            __syncthreads();
+            for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+                if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+                __syncthreads();
+            }
+            acc += (float)part[0];
+            __syncthreads(); // part[0] read by all before the next sample
+        }
+        if (threadIdx.x == 0) db[o] = acc;
+    }
+}
+
+unsigned grid_for(size_t count)
+{
+    return ddp_blocks_for(count);
+}
+
+} // namespace
+
+extern "C" {
+
+size_t ddp_cuda_conv_ws_bytes(const ddp_cuda_conv_t *d)
+{
+    const size_t ohw = (size_t)d->oh * d->ow, ckk = (size_t)d->c * d->k * d->k;
+    const size_t g = (size_t)conv_group(d);
+    size_t floats = ckk * g * ohw + (g > 1 ? (size_t)d->oc * g * ohw : 0);
+    return (floats ? floats : 1) * sizeof(float);
+}
+
+int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, const float *b,
+                      float *y, void *ws)
+{
+    if (d->n <= 0 || d->oc <= 0) return 0;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
+    const int ckk = d->c * d->k * d->k, g = conv_group(d);
+    float *col = (float *)ws;
+    float *stage = col + (size_t)ckk * g * ohw;
+    for (int i0 = 0; i0 < d->n; i0 += g) {
+        int gn = d->n - i0 < g ? d->n - i0 : g;
+        size_t ld = (size_t)gn * ohw;
+        const float *xg = x + (size_t)i0 * chw;
+        const float *cg = xg; // direct: x is [c, ohw] already
+        if (!conv_direct(d, gn)) {
+            DDP_LAUNCH(im2col_kernel, grid_for((size_t)ckk * ld), kDdpThreads, s, *d, gn, xg, col);
+            DDP_CU_LAUNCHED();
+            cg = col;
+        }
+        if (gn == 1) {
+            float *yi = y + (size_t)i0 * d->oc * ohw;
+            if (ddp_cuda_gemm_rm_(0, 0, d->oc, (int)ohw, ckk, 1.0f, w, ckk, cg, (int)ld, 0.0f, yi,
+                                  (int)ohw) != 0)
+                return -1;
+            if (b) {
+                DDP_LAUNCH(bias_add_kernel, grid_for((size_t)d->oc * ohw), kDdpThreads, s, d->oc,
+                           ohw, b, yi);
+                DDP_CU_LAUNCHED();
+            }
+            continue;
+        }
+        if (ddp_cuda_gemm_rm_(0, 0, d->oc, (int)ld, ckk, 1.0f, w, ckk, cg, (int)ld, 0.0f, stage,
+                              (int)ld) != 0)
+            return -1;
+        DDP_LAUNCH(scatter_bias_kernel, grid_for((size_t)d->oc * ld), kDdpThreads, s, gn, d->oc,
+                   ohw, stage, b, y + (size_t)i0 * d->oc * ohw);
+        DDP_CU_LAUNCHED();
+    }
+    return 0;
+}
+
+int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, const float *dy,
+                      float *dx, float *dw, float *db, float beta, void *ws)
+{
+    cudaStream_t s = ddp_cuda_state_.stream;
+    const int ckk = d->c * d->k * d->k;
+    if (d->n <= 0 || d->oc <= 0) {
+        if (dw && ddp_cuda_grad_scale_((size_t)(d->oc > 0 ? d->oc : 0) * ckk, dw, beta) != 0)
+            return -1;
+        if (db && d->oc > 0 && ddp_cuda_grad_scale_((size_t)d->oc, db, beta) != 0) return -1;
+        if (d->n > 0 && dx)
+            DDP_CU(cudaMemsetAsync(dx, 0, (size_t)d->n * d->c * d->h * d->w * sizeof *dx, s));
+        return 0;
+    }
+    const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
+    const int g = conv_group(d);
+    float *col = (float *)ws;
+    float *stage = col + (size_t)ckk * g * ohw;
+    if (db) {
+        unsigned blocks = (unsigned)(d->oc < 4096 ? d->oc : 4096);
+        DDP_LAUNCH(conv_bias_grad_kernel, blocks, kDdpThreads, s, d->n, d->oc, ohw, dy, db, beta);
+        DDP_CU_LAUNCHED();
+    }
+    float wbeta = beta;
+    for (int i0 = 0; i0 < d->n; i0 += g) {
+        int gn = d->n - i0 < g ? d->n - i0 : g;
+        size_t ld = (size_t)gn * ohw;
+        const int direct = conv_direct(d, gn);
+        const float *dyg = dy + (size_t)i0 * d->oc * ohw; // [oc, ohw] for one sample
+        if (gn > 1) {
+            DDP_LAUNCH(gather_kernel, grid_for((size_t)d->oc * ld), kDdpThreads, s, gn, d->oc, ohw,
+                       dyg, stage);
+            DDP_CU_LAUNCHED();
+            dyg = stage;
+        }
+        if (dw) {
+            const float *xg = x + (size_t)i0 * chw, *xcol = xg;
+            if (!direct) {
+                DDP_LAUNCH(im2col_kernel, grid_for((size_t)ckk * ld), kDdpThreads, s, *d, gn, xg,
+                           col);
+                DDP_CU_LAUNCHED();
+                xcol = col;
+            }
+            // dw[oc, ckk] (+)= dyg[oc, ld] col[ckk, ld]^T
+            if (ddp_cuda_gemm_rm_(0, 1, d->oc, ckk, (int)ld, 1.0f, dyg, (int)ld, xcol, (int)ld,
+                                  wbeta, dw, ckk) != 0)
+                return -1;
+            wbeta = 1.0f;
+        }
+        if (dx) {
+            // dcol[ckk, ld] = w[oc, ckk]^T dyg[oc, ld], then col2im (direct: dx itself)
+            float *dxg = dx + (size_t)i0 * chw;
+            float *dcol = direct ? dxg : col;
+            if (ddp_cuda_gemm_rm_(1, 0, ckk, (int)ld, d->oc, 1.0f, w, ckk, dyg, (int)ld, 0.0f, dcol,
+                                  (int)ld) != 0)
+                return -1;
+            if (!direct) {
+                DDP_LAUNCH(col2im_kernel, grid_for((size_t)gn * chw), kDdpThreads, s, *d, gn, col,
+                           dxg);
+                DDP_CU_LAUNCHED();
+            }
+        }
+    }
+    return 0;
+}
+
+} // extern "C"

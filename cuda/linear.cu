@@ -1,2 +1,187 @@
-// linear.cu -- (to be written; see ddp_cuda.h for the launchers it provides)
-#include "ddp_cuda_rt.h"
+// linear.cu -- dense layers (ddp_cuda_linear_fwd/bwd) and the backend's GEMM
+// entry (gemm.h): row-major tensors on column-major cuBLAS, in fp32 or with
+// bf16 inputs (ddp_cuda_state_.bf16_gemm), bias add and bias gradient as
+// kernels (one thread per output column, rows in order: deterministic).
+#include <cstring>
+
+#include "gemm.h"
+
+namespace
+{
+
+__global__ void grad_scale_kernel(size_t count, float *g, float beta)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        g[i] = beta == 0.0f ? 0.0f : beta * g[i];
+}
+
+// y[i, j] = b[j] over y[n, out]
+__global__ void bias_fill_kernel(size_t count, int out, const float *b, float *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = b[i % (size_t)out];
+}
+
+// db[j] = beta db[j] + sum_i dy[i, j], rows in order (the CPU backend's sums)
+__global__ void bias_grad_kernel(int n, int out, const float *dy, float *db, float beta)
+{
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < (size_t)out;
+         j += (size_t)gridDim.x * blockDim.x) {
+        float acc = beta == 0.0f ? 0.0f : beta * db[j];
+        for (int i = 0; i < n; i++) acc += dy[(size_t)i * out + j];
+        db[j] = acc;
+    }
+}
+
+// h[i] = bf16(x[i]), round to nearest even, NaN stays a (quiet) NaN
+__global__ void to_bf16_kernel(size_t count, const float *x, uint16_t *h)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float f = x[i];
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) {
+            h[i] = (uint16_t)((u >> 16) | 0x40u);
+        } else {
+            u += 0x7fffu + ((u >> 16) & 1u);
+            h[i] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+// The bf16 scratch: grows, never shrinks; freed by ddp_cuda_shutdown.
+void *g_scratch = nullptr;
+size_t g_scratch_bytes = 0;
+
+int scratch_reserve(size_t bytes)
+{
+    if (bytes <= g_scratch_bytes) return 0;
+    if (g_scratch) {
+        // cudaFree waits for the device: GEMMs queued on the old scratch are done.
+        DDP_CU(cudaFree(g_scratch));
+        g_scratch = nullptr;
+        g_scratch_bytes = 0;
+    }
+    size_t want = bytes + bytes / 4; // room to grow a little without reallocating
+    DDP_CU(cudaMalloc(&g_scratch, want));
+    g_scratch_bytes = want;
+    return 0;
+}
+
+int convert_bf16(size_t count, const float *x, uint16_t *h)
+{
+    DDP_LAUNCH(to_bf16_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x,
+               h);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+} // namespace
+
+void ddp_cuda_gemm_release_(void)
+{
+    if (g_scratch) cudaFree(g_scratch);
+    g_scratch = nullptr;
+    g_scratch_bytes = 0;
+}
+
+int ddp_cuda_grad_scale_(size_t count, float *g, float beta)
+{
+    if (count == 0 || beta == 1.0f) return 0;
+    DDP_LAUNCH(grad_scale_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count,
+               g, beta);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+// Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets the operands
+// swapped (B first), m and n swapped, each keeping its own transpose flag
+// (a row-major [r, c] matrix with stride ld is a column-major [c, r] one).
+int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (m <= 0 || n <= 0) return 0;
+    cublasHandle_t h = ddp_cuda_state_.blas;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!ddp_cuda_state_.bf16_gemm) {
+        DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+        return 0;
+    }
+    // Stored extents: A is [m, k] (or [k, m] when ta) with row stride lda.
+    size_t a_rows = ta ? (size_t)k : (size_t)m, a_cols = ta ? (size_t)m : (size_t)k;
+    size_t b_rows = tb ? (size_t)n : (size_t)k, b_cols = tb ? (size_t)k : (size_t)n;
+    size_t a_count = k > 0 ? (a_rows - 1) * (size_t)lda + a_cols : 0;
+    size_t b_count = k > 0 ? (b_rows - 1) * (size_t)ldb + b_cols : 0;
+    size_t a_bytes = (a_count * 2 + 255) / 256 * 256;
+    if (scratch_reserve(a_bytes + b_count * 2 + 2) != 0) return -1;
+    uint16_t *ha = (uint16_t *)g_scratch;
+    uint16_t *hb = (uint16_t *)((char *)g_scratch + a_bytes);
+    if (a_count && convert_bf16(a_count, A, ha) != 0) return -1;
+    if (b_count && convert_bf16(b_count, B, hb) != 0) return -1;
+    DDP_CUBLAS(cublasGemmEx(h, opb, opa, n, m, k, &alpha, hb, CUDA_R_16BF, ldb, ha, CUDA_R_16BF,
+                            lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+extern "C" {
+
+// y[n,out] = x[n,in] w[out,in]^T + b[out]: the bias goes in first and the
+// GEMM adds onto it (as the CPU backend).
+int ddp_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
+                        float *y)
+{
+    if (n <= 0 || out <= 0) return 0;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    size_t count = (size_t)n * out;
+    if (b) {
+        DDP_LAUNCH(bias_fill_kernel, ddp_blocks_for(count), kDdpThreads, s, count, out, b, y);
+        DDP_CU_LAUNCHED();
+    }
+    if (in <= 0) {
+        if (!b) DDP_CU(cudaMemsetAsync(y, 0, count * sizeof *y, s));
+        return 0;
+    }
+    return ddp_cuda_gemm_rm_(0, 1, n, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out);
+}
+
+// dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w
+int ddp_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
+                        float *dx, float *dw, float *db, float beta)
+{
+    cudaStream_t s = ddp_cuda_state_.stream;
+    if (n <= 0 || in <= 0) {
+        if (dw && in > 0 && out > 0 && ddp_cuda_grad_scale_((size_t)out * in, dw, beta) != 0)
+            return -1;
+        if (db && out > 0) {
+            if (n > 0) { // in == 0: the bias still has a gradient
+                DDP_LAUNCH(bias_grad_kernel, ddp_blocks_for((size_t)out), kDdpThreads, s, n, out,
+                           dy, db, beta);
+                DDP_CU_LAUNCHED();
+            } else if (ddp_cuda_grad_scale_((size_t)out, db, beta) != 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (out <= 0) {
+        if (dx) DDP_CU(cudaMemsetAsync(dx, 0, (size_t)n * in * sizeof *dx, s));
+        return 0;
+    }
+    if (dw && ddp_cuda_gemm_rm_(1, 0, out, in, n, 1.0f, dy, out, x, in, beta, dw, in) != 0)
+        return -1;
+    if (db) {
+        DDP_LAUNCH(bias_grad_kernel, ddp_blocks_for((size_t)out), kDdpThreads, s, n, out, dy, db,
+                   beta);
+        DDP_CU_LAUNCHED();
+    }
+    if (dx && ddp_cuda_gemm_rm_(0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in) != 0)
+        return -1;
+    return 0;
+}
+
+} // extern "C"

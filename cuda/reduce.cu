@@ -1,2 +1,119 @@
-// reduce.cu -- (to be written; see ddp_cuda.h for the launchers it provides)
+// reduce.cu -- the reduction launchers of ddp_cuda.h: sumsq (the squared
+// norm for --clip-grad-norm, in double) and all_finite (the non-finite
+// guard), both returning to the host.
+//
+// sumsq is deterministic without atomics: a first pass of
+// ddp_blocks_for(count) blocks, each thread summing (double)x^2 over its
+// grid-stride elements and the block reducing its threads' sums in a fixed
+// tree in static shared memory into one partial per block; a second pass
+// of one block sums the partials in a fixed tree.  The shape depends only
+// on count, so the same input gives the same bits on every run; against
+// the CPU backend (another summation order) it agrees to double rounding.
+// all_finite: every thread that meets an Inf or NaN stores 1 into one flag
+// (all writers store the same value, so the result does not depend on
+// their order).
 #include "ddp_cuda_rt.h"
+
+#include <math.h>
+
+namespace
+{
+
+// Device scratch: partials_[0, 4096) the first pass's partials,
+// partials_[4096] the result; flag_ all_finite's flag.  Allocated once.
+double *partials_ = nullptr;
+int *flag_ = nullptr;
+constexpr size_t kMaxBlocks = 4096; // ddp_blocks_for's cap
+
+int scratch()
+{
+    if (!partials_) DDP_CU(cudaMalloc((void **)&partials_, (kMaxBlocks + 1) * sizeof(double)));
+    if (!flag_) DDP_CU(cudaMalloc((void **)&flag_, sizeof(int)));
+    return 0;
+}
+
+// The sum of every thread's `v` over the block, in every thread.
+__device__ double block_sum(double *sh, double v)
+{
+    const int t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int s = kDdpThreads / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] += sh[t + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void sumsq_k(size_t count, const float *x, double *part)
+{
+    __shared__ double sh[kDdpThreads];
+    double s = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * x[i];
+    s = block_sum(sh, s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+// out = sum of part[0, blocks), one block
+__global__ void sum_partials_k(unsigned blocks, const double *part, double *out)
+{
+    __shared__ double sh[kDdpThreads];
+    double s = 0;
+    for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) s += part[b];
+    s = block_sum(sh, s);
+    if (threadIdx.x == 0) *out = s;
+}
+
+__global__ void all_finite_k(size_t count, const float *x, int *bad)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (!isfinite(x[i])) *bad = 1;
+}
+
+} // namespace
+
+extern "C" int ddp_cuda_sumsq(size_t count, const float *x, double *host_result)
+{
+    *host_result = 0;
+    cudaStream_t st = ddp_cuda_state_.stream;
+    if (count == 0) { // still waits for the work before it (compute.h)
+        DDP_CU(cudaStreamSynchronize(st));
+        return 0;
+    }
+    if (scratch()) return -1;
+    const unsigned blocks = ddp_blocks_for(count);
+    DDP_LAUNCH(sumsq_k, blocks, kDdpThreads, st, count, x, partials_);
+    DDP_CU_LAUNCHED();
+    DDP_LAUNCH(sum_partials_k, 1, kDdpThreads, st, blocks, (const double *)partials_,
+               partials_ + kMaxBlocks);
+    DDP_CU_LAUNCHED();
+    double r;
+    DDP_CU(cudaMemcpyAsync(&r, partials_ + kMaxBlocks, sizeof r, cudaMemcpyDeviceToHost, st));
+    DDP_CU(cudaStreamSynchronize(st));
+    *host_result = r;
+    return 0;
+}
+
+extern "C" int ddp_cuda_all_finite(size_t count, const float *x, int *host_result)
+{
+    *host_result = 1;
+    cudaStream_t st = ddp_cuda_state_.stream;
+    if (count == 0) {
+        DDP_CU(cudaStreamSynchronize(st));
+        return 0;
+    }
+    if (scratch()) return -1;
+    DDP_CU(cudaMemsetAsync(flag_, 0, sizeof *flag_, st));
+    DDP_LAUNCH(all_finite_k, ddp_blocks_for(count), kDdpThreads, st, count, x, flag_);
+    DDP_CU_LAUNCHED();
+    int bad;
+    DDP_CU(cudaMemcpyAsync(&bad, flag_, sizeof bad, cudaMemcpyDeviceToHost, st));
+    DDP_CU(cudaStreamSynchronize(st));
+    *host_result = !bad;
+    return 0;
+}

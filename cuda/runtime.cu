@@ -1,2 +1,329 @@
-// runtime.cu -- (to be written; see ddp_cuda.h for the launchers it provides)
+// runtime.cu -- the runtime part of the CUDA backend (ddp_cuda.h): version
+// and device queries, the sticky first-failure record behind DDP_CU and
+// DDP_CUBLAS, the backend state (device, compute and copy streams, cuBLAS
+// handle), device and pinned memory, the synchronous and asynchronous
+// copies and the events that order the host and the copy stream after the
+// compute stream.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include "ddp_cuda_rt.h"
+#include "gemm.h"
+
+struct ddp_cuda_state ddp_cuda_state_ = {-1, nullptr, nullptr, nullptr, 0};
+
+// The first failure since the last clear; "" when none.
+static char g_last_error[512];
+
+struct ddp_cuda_event {
+    cudaEvent_t ev;
+};
+
+int ddp_cuda_fail_(const char *call, const char *file, int line, const char *why)
+{
+    if (g_last_error[0] != '\0') return -1; // the first failure sticks
+    const char *base = file ? strrchr(file, '/') : nullptr;
+    base = base ? base + 1 : (file ? file : "?");
+    // The call's name without its arguments: "cudaMemcpy(dst, ...)" -> "cudaMemcpy".
+    size_t len = strcspn(call ? call : "?", "(");
+    snprintf(g_last_error, sizeof g_last_error, "%.*s: %s (%s:%d)", (int)len, call ? call : "?",
+             why ? why : "unknown error", base, line);
+    return -1;
+}
+
+// A failure that is not a CUDA call's status (a bad argument, no init).
+#define DDP_FAIL(call, why) ddp_cuda_fail_((call), __FILE__, __LINE__, (why))
+
+static int not_bound(const char *call)
+{
+    if (ddp_cuda_state_.device >= 0) return 0;
+    DDP_FAIL(call, "the backend is not initialised (ddp_cuda_init first)");
+    return 1;
+}
+
+extern "C" {
+
+void ddp_cuda_version_string(char *buf, size_t n)
+{
+    int rt = 0, drv = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaError_t e = cudaDriverGetVersion(&drv);
+    if (e != cudaSuccess || drv == 0)
+        snprintf(buf, n, "runtime %d.%d, no driver", rt / 1000, (rt % 1000) / 10);
+    else
+        snprintf(buf, n, "runtime %d.%d, driver %d.%d", rt / 1000, (rt % 1000) / 10, drv / 1000,
+                 (drv % 1000) / 10);
+}
+
+int ddp_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); // clear the sticky "no device" error
+        return 0;
+    }
+    return n;
+}
+
+const char *ddp_cuda_error_string(int err)
+{
+    return cudaGetErrorString((cudaError_t)err);
+}
+
+const char *ddp_cuda_last_error(void)
+{
+    return g_last_error;
+}
+
+void ddp_cuda_clear_error(void)
+{
+    g_last_error[0] = '\0';
+    cudaGetLastError(); // and the runtime's, so the next launch check does not see it
+}
+
+int ddp_cuda_device_info(int device, ddp_cuda_device_info_t *info)
+{
+    memset(info, 0, sizeof *info);
+    cudaDeviceProp prop;
+    DDP_CU(cudaGetDeviceProperties(&prop, device));
+    snprintf(info->name, sizeof info->name, "%.95s", prop.name);
+    DDP_CU(cudaDeviceGetPCIBusId(info->pci, (int)sizeof info->pci, device));
+    info->mem_total = prop.totalGlobalMem;
+    info->sm_major = prop.major;
+    info->sm_minor = prop.minor;
+    info->sm_count = prop.multiProcessorCount;
+    if (ddp_cuda_state_.device == device) {
+        size_t free_b = 0, total_b = 0;
+        DDP_CU(cudaMemGetInfo(&free_b, &total_b));
+        info->mem_free = free_b;
+    }
+    return 0;
+}
+
+int ddp_cuda_init(int device)
+{
+    if (ddp_cuda_state_.device >= 0) return DDP_FAIL("ddp_cuda_init", "called twice");
+    DDP_CU(cudaSetDevice(device));
+    cudaStream_t s = nullptr, cs = nullptr;
+    cublasHandle_t h = nullptr;
+    DDP_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DDP_CU(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    DDP_CUBLAS(cublasCreate(&h));
+    DDP_CUBLAS(cublasSetStream(h, s));
+    DDP_CUBLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH)); // fp32 stays fp32 (no TF32)
+    ddp_cuda_state_.device = device;
+    ddp_cuda_state_.stream = s;
+    ddp_cuda_state_.copy_stream = cs;
+    ddp_cuda_state_.blas = h;
+    return 0;
+}
+
+int ddp_cuda_bound_device(void)
+{
+    return ddp_cuda_state_.device;
+}
+
+int ddp_cuda_set_bf16_gemm(int on)
+{
+    ddp_cuda_state_.bf16_gemm = on ? 1 : 0;
+    return 0;
+}
+
+void *ddp_cuda_compute_stream(void)
+{
+    return (void *)ddp_cuda_state_.stream;
+}
+
+void ddp_cuda_shutdown(void)
+{
+    if (ddp_cuda_state_.device < 0) return;
+    cudaStreamSynchronize(ddp_cuda_state_.stream);
+    cudaStreamSynchronize(ddp_cuda_state_.copy_stream);
+    ddp_cuda_gemm_release_();
+    if (ddp_cuda_state_.blas) cublasDestroy(ddp_cuda_state_.blas);
+    cudaStreamDestroy(ddp_cuda_state_.copy_stream);
+    cudaStreamDestroy(ddp_cuda_state_.stream);
+    ddp_cuda_state_.blas = nullptr;
+    ddp_cuda_state_.stream = nullptr;
+    ddp_cuda_state_.copy_stream = nullptr;
+    ddp_cuda_state_.device = -1;
+}
+
+// ---- memory and ordering ---------------------------------------------------
+
+int ddp_cuda_malloc(void **p, size_t bytes)
+{
+    *p = nullptr;
+    if (not_bound("ddp_cuda_malloc")) return -1;
+    void *q = nullptr;
+    DDP_CU(cudaMalloc(&q, bytes ? bytes : 1));
+    // cudaMalloc does not zero; the contract (compute.h alloc) does.  Done on
+    // the compute stream and waited for, so the memory is zero for every
+    // user: later ops on the stream, the copy stream and NCCL.
+    cudaError_t e = cudaMemsetAsync(q, 0, bytes ? bytes : 1, ddp_cuda_state_.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(ddp_cuda_state_.stream);
+    if (e != cudaSuccess) {
+        cudaFree(q);
+        return ddp_cuda_fail_("cudaMemsetAsync", __FILE__, __LINE__, cudaGetErrorString(e));
+    }
+    *p = q;
+    return 0;
+}
+
+int ddp_cuda_free(void *p)
+{
+    if (!p) return 0;
+    // Work queued on the streams may still use p; cudaFree waits for the
+    // device, as the contract's "free" expects.
+    DDP_CU(cudaFree(p));
+    return 0;
+}
+
+int ddp_cuda_host_alloc(void **p, size_t bytes)
+{
+    *p = nullptr;
+    DDP_CU(cudaMallocHost(p, bytes ? bytes : 1));
+    return 0;
+}
+
+int ddp_cuda_host_free(void *p)
+{
+    if (!p) return 0;
+    DDP_CU(cudaFreeHost(p));
+    return 0;
+}
+
+int ddp_cuda_upload(void *dst, const void *host_src, size_t bytes)
+{
+    if (bytes == 0) return 0;
+    if (not_bound("ddp_cuda_upload")) return -1;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    DDP_CU(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
+    DDP_CU(cudaStreamSynchronize(s));
+    return 0;
+}
+
+int ddp_cuda_download(void *host_dst, const void *src, size_t bytes)
+{
+    if (bytes == 0) return 0;
+    if (not_bound("ddp_cuda_download")) return -1;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    DDP_CU(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    DDP_CU(cudaStreamSynchronize(s));
+    return 0;
+}
+
+int ddp_cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0) return 0;
+    if (not_bound("ddp_cuda_copy")) return -1;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    DDP_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    DDP_CU(cudaStreamSynchronize(s));
+    return 0;
+}
+
+int ddp_cuda_zero(void *p, size_t bytes)
+{
+    if (bytes == 0) return 0;
+    if (not_bound("ddp_cuda_zero")) return -1;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    DDP_CU(cudaMemsetAsync(p, 0, bytes, s));
+    DDP_CU(cudaStreamSynchronize(s));
+    return 0;
+}
+
+int ddp_cuda_sync(void)
+{
+    if (ddp_cuda_state_.device < 0) return 0;
+    DDP_CU(cudaStreamSynchronize(ddp_cuda_state_.stream));
+    DDP_CU(cudaStreamSynchronize(ddp_cuda_state_.copy_stream));
+    return 0;
+}
+
+int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes)
+{
+    if (bytes == 0) return 0;
+    if (not_bound("ddp_cuda_upload_async")) return -1;
+    // The copy stream first waits for the compute work queued so far (dst may
+    // still be read by it: the previous batch), then copies; the compute
+    // stream waits for the copy before its next op.
+    cudaEvent_t before = nullptr, after = nullptr;
+    DDP_CU(cudaEventCreateWithFlags(&before, cudaEventDisableTiming));
+    cudaError_t e = cudaEventCreateWithFlags(&after, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaEventDestroy(before);
+        return ddp_cuda_fail_("cudaEventCreateWithFlags", __FILE__, __LINE__,
+                              cudaGetErrorString(e));
+    }
+    const char *call = "cudaEventRecord";
+    e = cudaEventRecord(before, ddp_cuda_state_.stream);
+    if (e == cudaSuccess) {
+        call = "cudaStreamWaitEvent";
+        e = cudaStreamWaitEvent(ddp_cuda_state_.copy_stream, before, 0);
+    }
+    if (e == cudaSuccess) {
+        call = "cudaMemcpyAsync";
+        e = cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice,
+                            ddp_cuda_state_.copy_stream);
+    }
+    if (e == cudaSuccess) {
+        call = "cudaEventRecord";
+        e = cudaEventRecord(after, ddp_cuda_state_.copy_stream);
+    }
+    if (e == cudaSuccess) {
+        call = "cudaStreamWaitEvent";
+        e = cudaStreamWaitEvent(ddp_cuda_state_.stream, after, 0);
+    }
+    // Destroying an event whose record is pending is allowed: its resources
+    // are released once it completes.
+    cudaEventDestroy(before);
+    cudaEventDestroy(after);
+    if (e != cudaSuccess) return ddp_cuda_fail_(call, __FILE__, __LINE__, cudaGetErrorString(e));
+    return 0;
+}
+
+int ddp_cuda_event_create(ddp_cuda_event_t **e)
+{
+    *e = nullptr;
+    ddp_cuda_event_t *ev = (ddp_cuda_event_t *)malloc(sizeof *ev);
+    if (!ev) return DDP_FAIL("ddp_cuda_event_create", "out of host memory");
+    cudaError_t r = cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming);
+    if (r != cudaSuccess) {
+        free(ev);
+        return ddp_cuda_fail_("cudaEventCreateWithFlags", __FILE__, __LINE__,
+                              cudaGetErrorString(r));
+    }
+    *e = ev;
+    return 0;
+}
+
+int ddp_cuda_event_destroy(ddp_cuda_event_t *e)
+{
+    if (!e) return 0;
+    cudaError_t r = cudaEventDestroy(e->ev);
+    free(e);
+    if (r != cudaSuccess)
+        return ddp_cuda_fail_("cudaEventDestroy", __FILE__, __LINE__, cudaGetErrorString(r));
+    return 0;
+}
+
+int ddp_cuda_event_record(ddp_cuda_event_t *e)
+{
+    DDP_CU(cudaEventRecord(e->ev, ddp_cuda_state_.stream));
+    return 0;
+}
+
+int ddp_cuda_event_wait(ddp_cuda_event_t *e)
+{
+    DDP_CU(cudaEventSynchronize(e->ev));
+    return 0;
+}
+
+void *ddp_cuda_event_handle(ddp_cuda_event_t *e)
+{
+    return e ? (void *)e->ev : nullptr;
+}
+
+} // extern "C"

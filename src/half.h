@@ -1,28 +1,50 @@
 /* half.h -- float <-> bfloat16 / IEEE fp16 conversions (round to nearest
  * even), one value at a time, for the CPU kernels (compute_cpu.c), the
  * all-reduce sums (sum_kernels.c, whose vector versions must give the same
- * bits) and the tests.  Inline: they run once per element in hot loops. */
+ * bits), the CUDA kernels (cuda/elementwise.cu: the very same functions in
+ * device code, DDP_HD) and the tests.  Inline: they run once per element in
+ * hot loops.  Only integer operations and exact float operations (scaling
+ * by powers of two, integer conversions), so every compiler and device
+ * gives the same bits. */
 #ifndef DDP_HALF_H
 #define DDP_HALF_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t ddp_f2u_(float f)
+#ifndef DDP_HD /* as in rng.h */
+#ifdef __CUDACC__
+#define DDP_HD __host__ __device__ __forceinline__
+#else
+#define DDP_HD static inline
+#endif
+#endif
+
+/* The bits of a float and back: the CUDA intrinsics in device code (and in
+ * the CPU emulation's C++ build of the kernels), memcpy elsewhere. */
+DDP_HD uint32_t ddp_f2u_(float f)
 {
+#if defined(__CUDA_ARCH__) || (defined(DDP_CUDA_EMU) && defined(__cplusplus))
+    return __float_as_uint(f);
+#else
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
+#endif
 }
 
-static inline float ddp_u2f_(uint32_t u)
+DDP_HD float ddp_u2f_(uint32_t u)
 {
+#if defined(__CUDA_ARCH__) || (defined(DDP_CUDA_EMU) && defined(__cplusplus))
+    return __uint_as_float(u);
+#else
     float f;
     memcpy(&f, &u, 4);
     return f;
+#endif
 }
 
-static inline uint16_t ddp_f32_to_bf16(float f)
+DDP_HD uint16_t ddp_f32_to_bf16(float f)
 {
     uint32_t u = ddp_f2u_(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
@@ -30,12 +52,12 @@ static inline uint16_t ddp_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static inline float ddp_bf16_to_f32(uint16_t h)
+DDP_HD float ddp_bf16_to_f32(uint16_t h)
 {
     return ddp_u2f_((uint32_t)h << 16);
 }
 
-static inline uint16_t ddp_f32_to_f16(float f)
+DDP_HD uint16_t ddp_f32_to_f16(float f)
 {
     uint32_t u = ddp_f2u_(f);
     uint32_t sign = (u >> 16) & 0x8000u;
@@ -59,7 +81,7 @@ static inline uint16_t ddp_f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
-static inline float ddp_f16_to_f32(uint16_t h)
+DDP_HD float ddp_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;

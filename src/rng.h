@@ -14,10 +14,12 @@
 
 #include <stdint.h>
 
+#ifndef DDP_HD /* also in half.h */
 #ifdef __CUDACC__
 #define DDP_HD __host__ __device__ __forceinline__
 #else
 #define DDP_HD static inline
+#endif
 #endif
 
 typedef struct ddp_u32x4 {

@@ -5,6 +5,8 @@
  * initial weights, run the same steps through model/optim/compute_cpu, and
  * compare.  Tolerance: 1e-5 relative, with an absolute floor of 1e-6 for
  * values near zero (float32 summation order differs from PyTorch's).
+ * Built with -DDDP_TEST_BACKEND_MIRROR (check_golden_cuda), the same steps
+ * run on the "cuda" backend through tests/compute_mirror.c, same tolerances.
  *
  * One exception, explained in make_fixtures.py: a bias directly followed by
  * BatchNorm has a true gradient of zero, so its gradient is rounding noise;
@@ -21,9 +23,15 @@
 #include "optim.h"
 #include "tests.h"
 #include "weights.h"
+#ifdef DDP_TEST_BACKEND_MIRROR
+#include "compute_mirror.h"
+#endif
 
 #define REL_TOL   1e-5
 #define ABS_FLOOR 1e-6 /* relative differences are taken against max(|ref|, 0.1) */
+
+/* the backend under test (test_suite sets the mirror of "cuda") */
+static const compute_ops_t *B = &compute_cpu_ops;
 
 typedef struct fixture {
     char path[1024];
@@ -85,7 +93,7 @@ static void build_(const fixture_t *fx, model_t *m)
                       .bucket_cap_bytes = 1 << 20,
                       .first_bucket_bytes = 1 << 16,
                       .freeze = ""};
-    ck_assert_msg(model_build(m, &o, &compute_cpu_ops) == DDP_OK, "%s", ddp_error_message());
+    ck_assert_msg(model_build(m, &o, B) == DDP_OK, "%s", ddp_error_message());
     ck_assert_msg(weights_load_group(fx->path, "/init", m) == DDP_OK, "%s", ddp_error_message());
 }
 
@@ -249,6 +257,9 @@ END_TEST
 
 Suite *test_suite(void)
 {
+#ifdef DDP_TEST_BACKEND_MIRROR
+    B = compute_mirror_cuda("check_golden_cuda");
+#endif
     Suite *s = suite_create("golden");
     TCase *t = tcase_create("pytorch");
     tcase_add_test(t, mlp_forward_backward);

@@ -13,6 +13,11 @@
  * |numeric|) with FD_TOL = 2e-3 (BN, with its 1/count couplings: 5e-3).  A
  * missing term or factor in a gradient shows up as an error of O(0.1).
  * Piecewise ops (relu, maxpool) get inputs at least 2H away from their kinks.
+ *
+ * Built with -DDDP_TEST_BACKEND_MIRROR (check_kernels_cuda), the same tests
+ * run on the "cuda" backend through tests/compute_mirror.c, with the same
+ * tolerances, except the registry test (about the CPU build); a bf16 GEMM
+ * test is added.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,11 +29,16 @@
 #include "half.h"
 #include "rng.h"
 #include "tests.h"
+#ifdef DDP_TEST_BACKEND_MIRROR
+#include "compute_mirror.h"
+#include "ddp_cuda.h"
+#endif
 
 #define H         1e-2f
 #define FD_TOL    2e-3
 #define FD_TOL_BN 5e-3
 
+/* the backend under test (test_suite sets the mirror of "cuda") */
 static const compute_ops_t *B = &compute_cpu_ops;
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -1181,6 +1191,7 @@ START_TEST(memory_ops)
 }
 END_TEST
 
+#ifndef DDP_TEST_BACKEND_MIRROR
 /* The registry holds what configure built (DDP_COMPUTE_BACKENDS, the list of
  * its summary), the default first; the cpu backend computes on host memory
  * and its events are there. */
@@ -1206,6 +1217,7 @@ START_TEST(registry)
     B->event_destroy(e);
 }
 END_TEST
+#endif
 
 /* count == 0 / n == 0 for the ops not covered above: nothing is touched */
 START_TEST(empty_counts)
@@ -1223,6 +1235,104 @@ START_TEST(empty_counts)
     ck_assert_double_eq(acc[0], 0);
 }
 END_TEST
+
+#ifdef DDP_TEST_BACKEND_MIRROR
+/* ---- bf16 GEMM inputs (ddp_cuda_set_bf16_gemm) --------------------------- */
+
+static float bf16r_(float v)
+{
+    return ddp_bf16_to_f32(ddp_f32_to_bf16(v));
+}
+
+static void bf16_off_(void)
+{
+    ddp_cuda_set_bf16_gemm(0);
+}
+
+/* linear forward and backward with bf16 GEMM inputs against naive loops in
+ * double over the bf16-rounded operands (the bias and beta * dw stay fp32).
+ * Products of two bf16 values are exact in fp32, so only the fp32
+ * accumulation over at most 70 terms of O(1) differs: 1e-5 relative to
+ * max(1, |ref|), as the fp32 test.  That the inputs were rounded at all:
+ * the fp32 reference is off by more than 1e-3 somewhere (rounding x and w
+ * to 8 significant bits moves these sums by ~1e-2). */
+START_TEST(linear_bf16)
+{
+    seed_(7);
+    const int n = 33, in = 70, out = 19;
+    const size_t xn = (size_t)n * in, wn = (size_t)out * in, yn = (size_t)n * out;
+    float *x = fvec_(xn, 2), *w = fvec_(wn, 1), *b = fvec_(out, 1), *dy = fvec_(yn, 1);
+    float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = fvec_(wn, 1), *db = fzero_(out);
+    float *dw0 = malloc(wn * sizeof *dw0), *ref = fzero_(yn), *ref32 = fzero_(yn);
+    float *rdx = fzero_(xn), *rdw = fzero_(wn);
+    memcpy(dw0, dw, wn * sizeof *dw0);
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < out; o++) {
+            double s = b[o], s32 = b[o];
+            for (int k = 0; k < in; k++) {
+                s += (double)bf16r_(x[i * in + k]) * bf16r_(w[o * in + k]);
+                s32 += (double)x[i * in + k] * w[o * in + k];
+            }
+            ref[i * out + o] = (float)s, ref32[i * out + o] = (float)s32;
+        }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < in; k++) {
+            double s = 0;
+            for (int o = 0; o < out; o++)
+                s += (double)bf16r_(dy[i * out + o]) * bf16r_(w[o * in + k]);
+            rdx[i * in + k] = (float)s;
+        }
+    for (int o = 0; o < out; o++)
+        for (int k = 0; k < in; k++) {
+            double s = 0.5 * dw0[o * in + k];
+            for (int i = 0; i < n; i++)
+                s += (double)bf16r_(dy[i * out + o]) * bf16r_(x[i * in + k]);
+            rdw[o * in + k] = (float)s;
+        }
+    ddp_cuda_set_bf16_gemm(1);
+    B->linear_fwd(n, in, out, x, w, b, y);
+    B->linear_bwd(n, in, out, x, w, dy, dx, dw, db, 0.5f);
+    ddp_cuda_set_bf16_gemm(0);
+    assert_close_v_(y, ref, yn, 1e-5, "bf16 linear y");
+    assert_close_v_(dx, rdx, xn, 1e-5, "bf16 linear dx");
+    assert_close_v_(dw, rdw, wn, 1e-5, "bf16 linear dw (beta 0.5)");
+    double off = 0;
+    for (size_t i = 0; i < yn; i++) off = fmax(off, fabs((double)y[i] - ref32[i]));
+    ck_assert_msg(off > 1e-3, "bf16 linear y within %g of the fp32 result: inputs not rounded",
+                  off);
+    /* off again: fp32 as before */
+    B->linear_fwd(n, in, out, x, w, b, y);
+    assert_close_v_(y, ref32, yn, 1e-5, "fp32 linear y after bf16");
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(dw0);
+    free(ref), free(ref32), free(rdx), free(rdw);
+}
+END_TEST
+
+/* The launchers' error record: "CALL: WHY (file.cu:LINE)", the first failure
+ * sticks until cleared (ddp_cuda.h).  Uses failures that leave the backend
+ * usable (a second init, an unknown device). */
+START_TEST(cuda_error_record)
+{
+    ddp_cuda_clear_error();
+    ck_assert_str_eq(ddp_cuda_last_error(), "");
+    ck_assert_int_eq(ddp_cuda_init(0), -1);
+    char first[512];
+    snprintf(first, sizeof first, "%s", ddp_cuda_last_error());
+    ck_assert_msg(strncmp(first, "ddp_cuda_init: called twice (runtime.cu:", 40) == 0, "%s", first);
+    ck_assert_msg(first[strlen(first) - 1] == ')', "%s", first);
+    ddp_cuda_device_info_t info;
+    ck_assert_int_eq(ddp_cuda_device_info(ddp_cuda_device_count() + 7, &info), -1);
+    ck_assert_str_eq(ddp_cuda_last_error(), first);
+    ddp_cuda_clear_error();
+    ck_assert_str_eq(ddp_cuda_last_error(), "");
+    ck_assert_int_ge(ddp_cuda_bound_device(), 0);
+    /* still usable afterwards */
+    float a[3] = {1, 2, 3}, b[3] = {0};
+    B->copy(b, a, sizeof a);
+    ck_assert_mem_eq(a, b, sizeof a);
+}
+END_TEST
+#endif
 
 /* ---- the fixture models, composed from the ops, against PyTorch -------- */
 
@@ -1540,10 +1650,21 @@ END_TEST
 
 Suite *test_suite(void)
 {
+#ifdef DDP_TEST_BACKEND_MIRROR
+    B = compute_mirror_cuda("check_kernels_cuda");
+    Suite *s = suite_create("kernels");
+    TCase *t = tcase_create(B->name);
+    TCase *tb = tcase_create("cuda-only");
+    tcase_add_checked_fixture(tb, NULL, bf16_off_);
+    tcase_add_test(tb, linear_bf16);
+    tcase_add_test(tb, cuda_error_record);
+    suite_add_tcase(s, tb);
+#else
     Suite *s = suite_create("kernels");
     TCase *t = tcase_create("cpu");
     tcase_set_timeout(t, 60);
-    tcase_add_test(t, registry);
+    tcase_add_test(t, registry); /* the CPU build's registry */
+#endif
     tcase_add_test(t, linear_gradients);
     tcase_add_test(t, linear_forward_naive);
     tcase_add_test(t, linear_beta_and_empty);

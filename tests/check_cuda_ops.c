@@ -1,0 +1,730 @@
+/* check_cuda_ops.c -- the CUDA backend's launchers (cuda/ddp_cuda.h) against
+ * the CPU backend (compute_cpu_ops) on the same random inputs: upload, run
+ * the launcher, download, compare with the CPU op's result.
+ *
+ * Built two ways (tests/Makefile.am): against the CPU emulation of the CUDA
+ * runtime (libddpcuda_emu.a, builds without CUDA: the kernels' real code,
+ * index math and reductions run on the CPU, with the host's libm and no
+ * fused multiply-add), and against the real libddpcuda.a (CUDA builds; exit
+ * 77, skipped, where no GPU is visible).  The tolerances therefore have two
+ * columns: EMU where the emulation must give the CPU backend's bits, GPU
+ * where the device's libm (erff, expf, log: CUDA's documented maximum
+ * errors are 2, 2 and 1 ulp) and nvcc's contraction of a*b + c into one
+ * fused multiply-add change the last bits.  ulp(r) is the spacing of floats
+ * at |r|; "abs" an absolute floor for results that cancel to near zero.
+ *
+ *   op              EMU            GPU             why
+ *   relu fwd/bwd    bits           bits            a compare and a select
+ *   dropout f/b     bits           bits            rng.h's Philox on both; one multiply
+ *   scale           bits           bits            one multiply
+ *   to/from_half    bits           bits            half.h on both: integer ops and exact scalings
+ *   all_finite      equal          equal           a predicate
+ *   mse dpred       bits           bits            one subtract, one multiply
+ *   gelu fwd        bits           8 ulp + 1e-6    erff 2 ulp; 1 + erf cancels for x << 0
+ *   gelu bwd        bits           8 ulp + 1e-6|dy| erff, expf
+ *   xent dlogits    bits           8 ulp + 1e-6 g  one thread per row in the CPU's order; expf
+ *                                                  2 ulp of p <= 1, g = |grad_scale|
+ *   xent acc[0]     1e-12 rel      1e-6 rel + 1e-6 n   rows summed in another order
+ *                                                  (double); device expf/log per row
+ *   xent acc[1]     equal          equal           the CPU's first-argmax rule per row
+ *   mse acc[0]      1e-12 rel      1e-12 rel       double sums in another order
+ *   sumsq           1e-12 rel      1e-12 rel       exact double products, another order
+ *   sgd p, buf      bits           16 ulp + 1e-7   same operation order; FMA contraction
+ *   adamw p         bits           16 ulp + 1e-8   same order, constants from the same host
+ *   adamw m, v      bits           16 ulp + 1e-7   code in double; FMA contraction
+ * (after each of 5 optimizer steps: the errors of the GPU column compound
+ * at most linearly over the steps, well inside 16 ulp).
+ *
+ * Sizes: 0 (nothing written, acc unchanged), sizes that do not fill a block
+ * (1, 7, 255, 257) and sizes beyond one grid-stride pass (more than
+ * ddp_blocks_for's cap of 4096 blocks x 256 threads elements, rows or
+ * dropout groups), so every thread runs its loop more than once.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute.h"
+#include "ddp_cuda.h"
+#include "half.h"
+#include "rng.h"
+#include "tests.h"
+
+#ifdef CHECK_CUDA_EMU
+#define EMU 1
+#else
+#define EMU 0
+#endif
+
+/* More elements than one grid-stride pass covers (4096 blocks x 256). */
+#define PASS  ((size_t)4096 * 256)
+#define LARGE (PASS + 333)
+
+static const compute_ops_t *C = &compute_cpu_ops;
+
+/* ---- helpers ---------------------------------------------------------- */
+
+#define CU(call) ck_assert_msg((call) == 0, "%s failed: %s", #call, ddp_cuda_last_error())
+
+static uint64_t rng_state_ = 88172645463325252ull;
+
+static void seed_(uint64_t s)
+{
+    rng_state_ = s * 2654435761ull + 88172645463325252ull;
+}
+
+static uint64_t bits_(void)
+{
+    rng_state_ ^= rng_state_ << 13;
+    rng_state_ ^= rng_state_ >> 7;
+    rng_state_ ^= rng_state_ << 17;
+    return rng_state_;
+}
+
+/* uniform in [-1, 1) */
+static float urand_(void)
+{
+    return (float)((bits_() >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+static void *hnew_(size_t bytes)
+{
+    void *p = calloc(bytes ? bytes : 1, 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static float *fvec_(size_t n, float scale)
+{
+    float *a = hnew_(n * sizeof *a);
+    for (size_t i = 0; i < n; i++) a[i] = scale * urand_();
+    return a;
+}
+
+static float *fdup_(const float *a, size_t n)
+{
+    float *b = hnew_(n * sizeof *b);
+    memcpy(b, a, n * sizeof *b);
+    return b;
+}
+
+/* device copy of host memory h, or zeros when h is NULL (at least 16
+ * bytes, so n == 0 has a pointer) */
+static void *dput_(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    CU(ddp_cuda_malloc(&d, bytes < 16 ? 16 : bytes));
+    if (h && bytes) CU(ddp_cuda_upload(d, h, bytes));
+    return d;
+}
+
+static void dget_(void *h, const void *d, size_t bytes)
+{
+    if (bytes) CU(ddp_cuda_download(h, d, bytes));
+}
+
+static void dfree_(void *d)
+{
+    CU(ddp_cuda_free(d));
+}
+
+/* the same bits, element by element (NaN payloads included) */
+static void same_bits_(const char *what, const void *got, const void *ref, size_t n, size_t elem)
+{
+    const unsigned char *g = got, *r = ref;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(g + i * elem, r + i * elem, elem)) {
+            uint32_t a = 0, b = 0;
+            memcpy(&a, g + i * elem, elem < 4 ? elem : 4);
+            memcpy(&b, r + i * elem, elem < 4 ? elem : 4);
+            ck_abort_msg("%s: element %zu of %zu: 0x%08x, the CPU backend 0x%08x", what, i, n, a,
+                         b);
+        }
+}
+
+static double ulp_(float r)
+{
+    float a = fabsf(r);
+    return (double)nextafterf(a, INFINITY) - a;
+}
+
+/* |got - ref| <= nulp ulp(ref) + abs_tol everywhere (the same NaN/Inf where
+ * ref is not finite); bits when EMU and exact_on_emu */
+static void close_(const char *what, const float *got, const float *ref, size_t n, double nulp,
+                   double abs_tol, int exact_on_emu)
+{
+    if (EMU && exact_on_emu) {
+        same_bits_(what, got, ref, n, sizeof *got);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(ref[i])) {
+            ck_assert_msg(isnan(ref[i]) ? isnan(got[i]) : got[i] == ref[i],
+                          "%s: element %zu: %g, the CPU backend %g", what, i, got[i], ref[i]);
+            continue;
+        }
+        double d = fabs((double)got[i] - ref[i]);
+        ck_assert_msg(d <= nulp * ulp_(ref[i]) + abs_tol,
+                      "%s: element %zu of %zu: %.9g, the CPU backend %.9g (%.3g ulp)", what, i, n,
+                      got[i], ref[i], d / ulp_(ref[i]));
+    }
+}
+
+static void rel_close_(const char *what, double got, double ref, double rel, double abs_tol)
+{
+    ck_assert_msg(fabs(got - ref) <= rel * fabs(ref) + abs_tol,
+                  "%s: %.17g, the CPU backend %.17g (rel %.3g)", what, got, ref,
+                  fabs(got - ref) / fmax(fabs(ref), 1e-300));
+}
+
+/* ---- elementwise ------------------------------------------------------ */
+
+/* x with NaN, +-Inf, +-0 and negatives sprinkled in */
+static float *special_vec_(size_t n)
+{
+    float *x = fvec_(n, 4.0f);
+    const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-42f, -1e-42f};
+    for (size_t i = 0; i < n; i += 97) x[i] = sp[(i / 97) % 8];
+    return x;
+}
+
+START_TEST(relu_bits)
+{
+    const size_t sizes[] = {0, 1, 257, LARGE};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const size_t n = sizes[s];
+        seed_(10 + s);
+        float *x = special_vec_(n), *dy = fvec_(n, 1.0f);
+        float *y = hnew_(n * 4), *dx = hnew_(n * 4), *gy = hnew_(n * 4), *gdx = hnew_(n * 4);
+        C->relu_fwd(n, x, y);
+        C->relu_bwd(n, x, dy, dx);
+        float *dxd = dput_(x, n * 4), *ddy = dput_(dy, n * 4);
+        float *dyd = dput_(NULL, n * 4), *ddx = dput_(NULL, n * 4);
+        const float sentinel[4] = {42.0f, 42.0f, 42.0f, 42.0f};
+        if (n == 0) { /* must stay as they are */
+            CU(ddp_cuda_upload(dyd, sentinel, sizeof sentinel));
+            CU(ddp_cuda_upload(ddx, sentinel, sizeof sentinel));
+        }
+        CU(ddp_cuda_relu_fwd(n, dxd, dyd));
+        CU(ddp_cuda_relu_bwd(n, dxd, ddy, ddx));
+        dget_(gy, dyd, n * 4);
+        dget_(gdx, ddx, n * 4);
+        same_bits_("relu_fwd", gy, y, n, 4);
+        same_bits_("relu_bwd", gdx, dx, n, 4);
+        /* in place: y == x, dx == dy */
+        CU(ddp_cuda_relu_bwd(n, dxd, ddy, ddy));
+        CU(ddp_cuda_relu_fwd(n, dxd, dxd));
+        dget_(gy, dxd, n * 4);
+        dget_(gdx, ddy, n * 4);
+        same_bits_("relu_fwd in place", gy, y, n, 4);
+        same_bits_("relu_bwd in place", gdx, dx, n, 4);
+        if (n == 0) { /* nothing written */
+            float probe[4];
+            dget_(probe, dyd, sizeof probe);
+            ck_assert(memcmp(probe, sentinel, sizeof probe) == 0);
+            dget_(probe, ddx, sizeof probe);
+            ck_assert(memcmp(probe, sentinel, sizeof probe) == 0);
+        }
+        dfree_(dxd), dfree_(ddy), dfree_(dyd), dfree_(ddx);
+        free(x), free(dy), free(y), free(dx), free(gy), free(gdx);
+    }
+}
+END_TEST
+
+START_TEST(gelu_matches)
+{
+    const size_t sizes[] = {0, 7, 255, LARGE};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const size_t n = sizes[s];
+        seed_(20 + s);
+        float *x = fvec_(n, 8.0f), *dy = fvec_(n, 1.0f);
+        float *y = hnew_(n * 4), *dx = hnew_(n * 4), *gy = hnew_(n * 4), *gdx = hnew_(n * 4);
+        C->gelu_fwd(n, x, y);
+        C->gelu_bwd(n, x, dy, dx);
+        float *dxd = dput_(x, n * 4), *ddy = dput_(dy, n * 4);
+        float *dyd = dput_(NULL, n * 4), *ddx = dput_(NULL, n * 4);
+        CU(ddp_cuda_gelu_fwd(n, dxd, dyd));
+        CU(ddp_cuda_gelu_bwd(n, dxd, ddy, ddx));
+        dget_(gy, dyd, n * 4);
+        dget_(gdx, ddx, n * 4);
+        close_("gelu_fwd", gy, y, n, 8, 1e-6 * 8, 1);
+        close_("gelu_bwd", gdx, dx, n, 8, 1e-6, 1);
+        dfree_(dxd), dfree_(ddy), dfree_(dyd), dfree_(ddx);
+        free(x), free(dy), free(y), free(dx), free(gy), free(gdx);
+    }
+}
+END_TEST
+
+static void dropout_case_(int n, size_t features, float p, int in_place)
+{
+    const size_t count = (size_t)n * features;
+    const uint64_t seed = 1234567, step = 77;
+    const uint32_t layer = 3;
+    int64_t *idx = hnew_((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    for (int i = 0; i < n; i++) idx[i] = 1000000000000ll + 3 * i + (i % 5) * 100003;
+    float *x = fvec_(count, 2.0f), *dy = fvec_(count, 1.0f);
+    for (size_t i = 0; i < count; i++) /* nonzero: kept <=> y != 0 */
+        if (x[i] == 0.0f) x[i] = 0.5f;
+    float *y = hnew_(count * 4), *dx = hnew_(count * 4), *gy = hnew_(count * 4);
+    float *gdx = hnew_(count * 4);
+    C->dropout_fwd(n, features, x, y, p, seed, step, layer, idx);
+    C->dropout_bwd(n, features, dy, dx, p, seed, step, layer, idx);
+    int64_t *didx = dput_(idx, (size_t)(n > 0 ? n : 0) * sizeof *idx);
+    float *dxd = dput_(x, count * 4), *ddy = dput_(dy, count * 4);
+    float *dyd = in_place ? dxd : dput_(NULL, count * 4);
+    float *ddx = in_place ? ddy : dput_(NULL, count * 4);
+    CU(ddp_cuda_dropout_fwd(n, features, dxd, dyd, p, seed, step, layer, didx));
+    CU(ddp_cuda_dropout_bwd(n, features, ddy, ddx, p, seed, step, layer, didx));
+    dget_(gy, dyd, count * 4);
+    dget_(gdx, ddx, count * 4);
+    char what[96];
+    snprintf(what, sizeof what, "dropout_fwd n=%d f=%zu p=%g%s", n, features, p,
+             in_place ? " in place" : "");
+    same_bits_(what, gy, y, count, 4);
+    snprintf(what, sizeof what, "dropout_bwd n=%d f=%zu p=%g%s", n, features, p,
+             in_place ? " in place" : "");
+    same_bits_(what, gdx, dx, count, 4);
+    /* the mask is rng.h's, element by element (every 7th on big cases) */
+    size_t kept = 0, seen = 0;
+    const size_t stride = count > 100000 ? 7 : 1;
+    for (size_t e = 0; e < count; e += stride, seen++) {
+        size_t i = e / features, j = e % features;
+        int keep = ddp_dropout_keep(seed, step, layer, idx[i], j, p);
+        kept += keep;
+        ck_assert_msg(keep == (gy[e] != 0.0f), "dropout mask at row %zu, element %zu: %s", i, j,
+                      keep ? "dropped, rng.h keeps it" : "kept, rng.h drops it");
+    }
+    if (seen > 10000) { /* and about 1 - p of them */
+        double frac = (double)kept / seen;
+        ck_assert_msg(fabs(frac - (1.0 - p)) < 0.01, "kept %.4f, expected about %.4f", frac,
+                      1.0 - p);
+    }
+    dfree_(didx), dfree_(dxd), dfree_(ddy);
+    if (!in_place) dfree_(dyd), dfree_(ddx);
+    free(idx), free(x), free(dy), free(y), free(dx), free(gy), free(gdx);
+}
+
+START_TEST(dropout_bits)
+{
+    dropout_case_(0, 10, 0.5f, 0);
+    dropout_case_(1, 1, 0.5f, 0);
+    dropout_case_(5, 7, 0.3f, 0);
+    dropout_case_(17, 13, 0.9f, 0);
+    dropout_case_(6, 5, 0.5f, 1);
+    dropout_case_(4, 10, 0.0f, 0); /* all kept, scale 1 */
+    dropout_case_(4, 10, 0.0f, 1);
+    dropout_case_(4, 10, 1.0f, 0); /* nothing kept */
+    /* 600 rows of 1751 groups of four: more groups than one grid pass */
+    dropout_case_(600, 7001, 0.25f, 0);
+}
+END_TEST
+
+START_TEST(scale_bits)
+{
+    const size_t sizes[] = {0, 5, 256, LARGE};
+    const float alphas[] = {0.37f, -3.0f, 0.0f};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (int a = 0; a < 3; a++) {
+            const size_t n = sizes[s];
+            seed_(40 + s);
+            float *x = special_vec_(n), *ref = fdup_(x, n), *got = hnew_(n * 4 + 16);
+            C->scale(n, ref, alphas[a]);
+            float *d = dput_(x, n * 4);
+            CU(ddp_cuda_scale(n, d, alphas[a]));
+            dget_(got, d, n * 4);
+            same_bits_("scale", got, ref, n, 4);
+            dfree_(d);
+            free(x), free(ref), free(got);
+        }
+}
+END_TEST
+
+static uint32_t f2u_(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float u2f_(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+START_TEST(half_casts_bits)
+{
+    /* specials first, then random bit patterns over the whole float range */
+    const uint32_t sp[] = {
+        0x00000000, 0x80000000,
+        0x7f800000, 0xff800000, /* +-0, +-Inf */
+        0x7fc00000, 0xffc00001,
+        0x7f800001, 0x7fbfffff, /* qNaN, -NaN payload, sNaN */
+        0x7f7fffff, 0xff7fffff,
+        0x00000001, 0x807fffff, /* max, float subnormals */
+        0x477fe000, 0x477fefff,
+        0x477ff000, 0x47800000, /* 65504, just below/at fp16 overflow */
+        0x33800000, 0x33000000,
+        0x33400000, 0x33c00000, /* 2^-24, 2^-25 (tie), 1.5*2^-25, 1.5*2^-24 */
+        0x38800000, 0x387fffff,
+        0x38000000, 0x387fe000, /* 2^-14, below, fp16 subnormals */
+        0x3f808000, 0x3f818000,
+        0x3f800001, 0x3f80ffff, /* bf16 ties to even, near ties */
+        0x3f801000, 0x3f803000,
+        0xbf801000, 0x3c003000, /* fp16 ties to even */
+    };
+    const size_t nsp = sizeof sp / sizeof *sp;
+    const size_t sizes[] = {0, nsp, LARGE};
+    for (size_t s = 0; s < 3; s++) {
+        const size_t n = sizes[s];
+        seed_(50 + s);
+        float *x = hnew_(n * 4);
+        for (size_t i = 0; i < n; i++) x[i] = u2f_(i < nsp ? sp[i] : (uint32_t)bits_());
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            uint16_t *ref = hnew_(n * 2), *got = hnew_(n * 2 + 16);
+            C->to_half(n, x, ref, bf16);
+            float *dx = dput_(x, n * 4);
+            uint16_t *dh = dput_(NULL, n * 2);
+            CU(ddp_cuda_to_half(n, dx, dh, bf16));
+            dget_(got, dh, n * 2);
+            same_bits_(bf16 ? "to_half bf16" : "to_half fp16", got, ref, n, 2);
+            dfree_(dx), dfree_(dh);
+            free(ref), free(got);
+        }
+        free(x);
+    }
+    /* a few by hand, so both sides being wrong the same way shows */
+    uint16_t h[8];
+    float xs[8] = {65504.0f, 65520.0f,         u2f_(0x33000000),  u2f_(0x33400000),
+                   INFINITY, u2f_(0x7f800001), 1.0f + 1.0f / 256, -0.0f};
+    float *dx = dput_(xs, sizeof xs);
+    uint16_t *dh = dput_(NULL, sizeof h);
+    CU(ddp_cuda_to_half(8, dx, dh, 0));
+    dget_(h, dh, sizeof h);
+    const uint16_t want16[8] = {0x7bff, 0x7c00, 0x0000, 0x0001, 0x7c00, 0x7e00, 0x3c04, 0x8000};
+    for (int i = 0; i < 8; i++) ck_assert_uint_eq(h[i], want16[i]);
+    CU(ddp_cuda_to_half(8, dx, dh, 1));
+    dget_(h, dh, sizeof h);
+    const uint16_t wantbf[8] = {0x4780, 0x4780, 0x3300, 0x3340, 0x7f80, 0x7fc0, 0x3f80, 0x8000};
+    for (int i = 0; i < 8; i++) ck_assert_uint_eq(h[i], wantbf[i]);
+    dfree_(dx), dfree_(dh);
+
+    /* from_half: every 16-bit pattern, both formats (and n == 0) */
+    const size_t n = 65536;
+    uint16_t *all = hnew_(n * 2);
+    for (size_t i = 0; i < n; i++) all[i] = (uint16_t)i;
+    uint16_t *dall = dput_(all, n * 2);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        float *ref = hnew_(n * 4), *got = hnew_(n * 4);
+        C->from_half(n, all, ref, bf16);
+        float *dxo = dput_(NULL, n * 4);
+        CU(ddp_cuda_from_half(n, dall, dxo, bf16));
+        CU(ddp_cuda_from_half(0, dall, dxo, bf16)); /* writes nothing */
+        dget_(got, dxo, n * 4);
+        same_bits_(bf16 ? "from_half bf16" : "from_half fp16", got, ref, n, 4);
+        ck_assert_uint_eq(f2u_(got[0x3c00]), bf16 ? 0x3c000000u : 0x3f800000u);
+        dfree_(dxo);
+        free(ref), free(got);
+    }
+    dfree_(dall);
+    free(all);
+}
+END_TEST
+
+/* ---- reductions ------------------------------------------------------- */
+
+START_TEST(sumsq_deterministic)
+{
+    const size_t sizes[] = {0, 1, 255, 256, PASS + 1, 3 * PASS + 5};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const size_t n = sizes[s];
+        seed_(60 + s);
+        float *x = fvec_(n, 3.0f);
+        for (size_t i = 0; i < n; i += 1001) x[i] *= 1e4f; /* a wide range */
+        double ref = C->sumsq(n, x), got = -1, again = -2;
+        float *d = dput_(x, n * 4);
+        CU(ddp_cuda_sumsq(n, d, &got));
+        CU(ddp_cuda_sumsq(n, d, &again));
+        rel_close_("sumsq", got, ref, 1e-12, 0);
+        ck_assert_msg(memcmp(&got, &again, sizeof got) == 0,
+                      "sumsq not deterministic: %.17g, %.17g", got, again);
+        if (n == 0) ck_assert(got == 0.0);
+        dfree_(d);
+        free(x);
+    }
+}
+END_TEST
+
+START_TEST(all_finite_matches)
+{
+    const size_t n = 2 * PASS + 77;
+    seed_(70);
+    float *x = fvec_(n, 1e30f);
+    float *d = dput_(x, n * 4);
+    int got = -1;
+    CU(ddp_cuda_all_finite(0, d, &got));
+    ck_assert_int_eq(got, 1);
+    CU(ddp_cuda_all_finite(n, d, &got));
+    ck_assert_int_eq(got, 1);
+    ck_assert_int_eq(C->all_finite(n, x), 1);
+    /* one bad value at the start, in the middle, in the last grid pass, last */
+    const size_t where[] = {0, 1, 12345, PASS + 3, n - 1};
+    const float bad[] = {NAN, INFINITY, -INFINITY, -NAN};
+    for (size_t w = 0; w < sizeof where / sizeof *where; w++)
+        for (int b = 0; b < 4; b++) {
+            float keep = x[where[w]];
+            x[where[w]] = bad[b];
+            CU(ddp_cuda_upload(d + where[w], &bad[b], 4));
+            CU(ddp_cuda_all_finite(n, d, &got));
+            ck_assert_msg(got == 0 && C->all_finite(n, x) == 0, "%g at %zu: all_finite says %d",
+                          bad[b], where[w], got);
+            /* a prefix without it is finite */
+            CU(ddp_cuda_all_finite(where[w], d, &got));
+            ck_assert_int_eq(got, 1);
+            x[where[w]] = keep;
+            CU(ddp_cuda_upload(d + where[w], &keep, 4));
+        }
+    /* finite extremes are finite */
+    const float ext[] = {3.4028235e38f, -3.4028235e38f, 1e-45f, -0.0f};
+    CU(ddp_cuda_upload(d, ext, sizeof ext));
+    CU(ddp_cuda_all_finite(4, d, &got));
+    ck_assert_int_eq(got, 1);
+    dfree_(d);
+    free(x);
+}
+END_TEST
+
+/* ---- losses ----------------------------------------------------------- */
+
+static void xent_case_(int n, int classes, float smoothing, int with_grad, int alias, int ties)
+{
+    const size_t count = (size_t)n * classes;
+    const float grad_scale = n > 0 ? 1.0f / n : 1.0f;
+    float *z = fvec_(count, 5.0f);
+    int32_t *y = hnew_((size_t)(n > 0 ? n : 1) * sizeof *y);
+    for (int i = 0; i < n; i++) {
+        y[i] = (int32_t)(bits_() % (uint64_t)classes);
+        if (i % 11 == 3) y[i] = -1; /* invalid labels: no loss, zero gradient */
+        if (i % 13 == 5) y[i] = classes;
+        if (ties && classes >= 4 && i % 3 != 2) { /* the max twice: the first one wins */
+            float *r = z + (size_t)i * classes;
+            r[1] = r[classes - 1] = 9.0f;
+            y[i] = i % 3 == 0 ? 1 : classes - 1;
+        }
+        if (ties && i % 3 == 2) /* a row of equal logits: argmax 0 */
+            for (int j = 0; j < classes; j++) z[(size_t)i * classes + j] = 0.25f;
+    }
+    double ref[2] = {1.5, 2.0}, got[2];
+    float *dl = with_grad ? hnew_(count * 4) : NULL, *gdl = hnew_(count * 4);
+    if (alias && with_grad) {
+        memcpy(dl, z, count * 4);
+        C->xent(n, classes, dl, y, smoothing, grad_scale, dl, ref);
+    } else {
+        C->xent(n, classes, z, y, smoothing, grad_scale, dl, ref);
+    }
+    float *dz = dput_(z, count * 4);
+    int32_t *dy = dput_(y, (size_t)(n > 0 ? n : 0) * sizeof *y);
+    double *dacc = dput_((double[2]){1.5, 2.0}, 2 * sizeof(double));
+    float *ddl = !with_grad ? NULL : alias ? dz : dput_(NULL, count * 4);
+    CU(ddp_cuda_xent(n, classes, dz, dy, smoothing, grad_scale, ddl, dacc));
+    dget_(got, dacc, sizeof got);
+    if (with_grad) dget_(gdl, ddl, count * 4);
+    char what[96];
+    snprintf(what, sizeof what, "xent n=%d C=%d eps=%g%s%s loss", n, classes, smoothing,
+             with_grad ? "" : " dlogits NULL", alias ? " in place" : "");
+    rel_close_(what, got[0], ref[0], EMU ? 1e-12 : 1e-6, EMU ? 0 : 1e-6 * n);
+    snprintf(what, sizeof what, "xent n=%d C=%d hits", n, classes);
+    ck_assert_msg(got[1] == ref[1], "%s: %.17g, the CPU backend %.17g", what, got[1], ref[1]);
+    if (with_grad) {
+        snprintf(what, sizeof what, "xent n=%d C=%d eps=%g%s dlogits", n, classes, smoothing,
+                 alias ? " in place" : "");
+        close_(what, gdl, dl, count, 8, 1e-6 * grad_scale, 1);
+    }
+    if (n == 0) ck_assert(got[0] == 1.5 && got[1] == 2.0);
+    dfree_(dz), dfree_(dy), dfree_(dacc);
+    if (with_grad && !alias) dfree_(ddl);
+    free(z), free(y), free(dl), free(gdl);
+}
+
+START_TEST(xent_matches)
+{
+    seed_(80);
+    xent_case_(0, 10, 0.0f, 1, 0, 0);
+    xent_case_(1, 1, 0.0f, 1, 0, 0);
+    for (int grad = 0; grad < 2; grad++)
+        for (int e = 0; e < 2; e++) {
+            const float eps = e ? 0.1f : 0.0f;
+            xent_case_(37, 10, eps, grad, 0, 1);
+            xent_case_(300, 7, eps, grad, 0, 1); /* two blocks of rows */
+            xent_case_(5, 1000, eps, grad, 0, 0);
+        }
+    xent_case_(37, 10, 0.1f, 1, 1, 1); /* dlogits == logits */
+    /* more rows than one grid pass */
+    xent_case_((int)PASS + 3, 2, 0.1f, 1, 0, 0);
+}
+END_TEST
+
+static void mse_case_(int n, int k, int with_grad)
+{
+    const size_t count = (size_t)n * k;
+    const float grad_scale = count ? 1.0f / (float)count : 1.0f;
+    float *p = fvec_(count, 2.0f), *t = fvec_(count, 2.0f);
+    float *dp = with_grad ? hnew_(count * 4) : NULL, *gdp = hnew_(count * 4);
+    double ref[1] = {0.75}, got[1];
+    C->mse(n, k, p, t, grad_scale, dp, ref);
+    float *dpd = dput_(p, count * 4), *dtd = dput_(t, count * 4);
+    double *dacc = dput_((double[1]){0.75}, sizeof(double));
+    float *ddp = with_grad ? dput_(NULL, count * 4) : NULL;
+    CU(ddp_cuda_mse(n, k, dpd, dtd, grad_scale, ddp, dacc));
+    dget_(got, dacc, sizeof got);
+    rel_close_("mse loss", got[0], ref[0], 1e-12, 0);
+    if (with_grad) {
+        dget_(gdp, ddp, count * 4);
+        same_bits_("mse dpred", gdp, dp, count, 4);
+        dfree_(ddp);
+    }
+    if (count == 0) ck_assert(got[0] == 0.75);
+    dfree_(dpd), dfree_(dtd), dfree_(dacc);
+    free(p), free(t), free(dp), free(gdp);
+}
+
+START_TEST(mse_matches)
+{
+    seed_(90);
+    mse_case_(0, 3, 1);
+    mse_case_(1, 1, 1);
+    mse_case_(7, 3, 1);
+    mse_case_(7, 3, 0);
+    mse_case_(1000, 1100, 1); /* more than one grid pass */
+}
+END_TEST
+
+/* ---- optimizers: 5 steps, compared after each ---------------------------- */
+
+static void sgd_case_(size_t n, float momentum, int nesterov, float wd, int with_buf)
+{
+    const float lr = 0.1f;
+    float *p = fvec_(n, 1.0f), *buf = hnew_(n * 4), *gp = hnew_(n * 4), *gbuf = hnew_(n * 4);
+    float *dp = dput_(p, n * 4), *dbuf = with_buf ? dput_(NULL, n * 4) : NULL;
+    for (int step = 1; step <= 5; step++) {
+        float *g = fvec_(n, 1.0f);
+        float *dg = dput_(g, n * 4);
+        C->sgd_step(n, p, g, with_buf ? buf : NULL, lr, momentum, nesterov, wd, step == 1);
+        CU(ddp_cuda_sgd_step(n, dp, dg, dbuf, lr, momentum, nesterov, wd, step == 1));
+        dget_(gp, dp, n * 4);
+        char what[96];
+        snprintf(what, sizeof what, "sgd n=%zu m=%g nesterov=%d wd=%g step %d p", n, momentum,
+                 nesterov, wd, step);
+        close_(what, gp, p, n, 16, 1e-7, 1);
+        if (with_buf && momentum != 0.0f) {
+            dget_(gbuf, dbuf, n * 4);
+            snprintf(what, sizeof what, "sgd n=%zu m=%g nesterov=%d step %d buf", n, momentum,
+                     nesterov, step);
+            close_(what, gbuf, buf, n, 16, 1e-7, 1);
+        }
+        dfree_(dg);
+        free(g);
+    }
+    dfree_(dp);
+    if (dbuf) dfree_(dbuf);
+    free(p), free(buf), free(gp), free(gbuf);
+}
+
+START_TEST(sgd_steps)
+{
+    seed_(100);
+    const size_t sizes[] = {0, 1001, LARGE};
+    for (size_t s = 0; s < 3; s++) {
+        sgd_case_(sizes[s], 0.0f, 0, 0.0f, 0);
+        sgd_case_(sizes[s], 0.9f, 0, 1e-4f, 1);
+        sgd_case_(sizes[s], 0.9f, 1, 5e-4f, 1);
+    }
+    sgd_case_(1001, 0.9f, 0, 1e-4f, 0); /* momentum without a buffer: plain SGD */
+    sgd_case_(1001, 0.0f, 0, 1e-2f, 1); /* a buffer without momentum: untouched */
+}
+END_TEST
+
+static void adamw_case_(size_t n, int64_t t0)
+{
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 1e-2f;
+    float *p = fvec_(n, 1.0f), *m = hnew_(n * 4), *v = hnew_(n * 4);
+    float *gp = hnew_(n * 4), *gm = hnew_(n * 4), *gv = hnew_(n * 4);
+    float *dp = dput_(p, n * 4), *dm = dput_(NULL, n * 4), *dv = dput_(NULL, n * 4);
+    for (int64_t t = t0; t < t0 + 5; t++) {
+        float *g = fvec_(n, t % 2 ? 1.0f : 0.01f);
+        float *dg = dput_(g, n * 4);
+        C->adamw_step(n, p, g, m, v, lr, b1, b2, eps, wd, t);
+        CU(ddp_cuda_adamw_step(n, dp, dg, dm, dv, lr, b1, b2, eps, wd, t));
+        dget_(gp, dp, n * 4);
+        dget_(gm, dm, n * 4);
+        dget_(gv, dv, n * 4);
+        char what[64];
+        snprintf(what, sizeof what, "adamw n=%zu t=%lld p", n, (long long)t);
+        close_(what, gp, p, n, 16, 1e-8, 1);
+        snprintf(what, sizeof what, "adamw n=%zu t=%lld m", n, (long long)t);
+        close_(what, gm, m, n, 16, 1e-7, 1);
+        snprintf(what, sizeof what, "adamw n=%zu t=%lld v", n, (long long)t);
+        close_(what, gv, v, n, 16, 1e-7, 1);
+        dfree_(dg);
+        free(g);
+    }
+    dfree_(dp), dfree_(dm), dfree_(dv);
+    free(p), free(m), free(v), free(gp), free(gm), free(gv);
+}
+
+START_TEST(adamw_steps)
+{
+    seed_(110);
+    adamw_case_(0, 1);
+    adamw_case_(1, 1);
+    adamw_case_(1001, 1);
+    adamw_case_(LARGE, 1);
+    adamw_case_(257, 0); /* t = 0 counts as 1 */
+    adamw_case_(257, 1000);
+}
+END_TEST
+
+/* ---- the suite -------------------------------------------------------- */
+
+START_TEST(no_error_left)
+{
+    ck_assert_str_eq(ddp_cuda_last_error(), "");
+}
+END_TEST
+
+Suite *test_suite(void)
+{
+    if (ddp_cuda_device_count() == 0) {
+        fprintf(stderr, "check_cuda_ops: no GPU visible: skipped\n");
+        exit(77);
+    }
+    if (ddp_cuda_init(0) != 0) {
+        fprintf(stderr, "check_cuda_ops: ddp_cuda_init(0) failed: %s\n", ddp_cuda_last_error());
+        exit(99);
+    }
+    Suite *s = suite_create("cuda_ops");
+    TCase *t = tcase_create("elementwise");
+    tcase_add_test(t, relu_bits);
+    tcase_add_test(t, gelu_matches);
+    tcase_add_test(t, dropout_bits);
+    tcase_add_test(t, scale_bits);
+    tcase_add_test(t, half_casts_bits);
+    suite_add_tcase(s, t);
+    t = tcase_create("reductions");
+    tcase_add_test(t, sumsq_deterministic);
+    tcase_add_test(t, all_finite_matches);
+    suite_add_tcase(s, t);
+    t = tcase_create("losses");
+    tcase_add_test(t, xent_matches);
+    tcase_add_test(t, mse_matches);
+    suite_add_tcase(s, t);
+    t = tcase_create("optimizers");
+    tcase_add_test(t, sgd_steps);
+    tcase_add_test(t, adamw_steps);
+    tcase_add_test(t, no_error_left);
+    suite_add_tcase(s, t);
+    return s;
+}
