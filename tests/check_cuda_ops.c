@@ -608,7 +608,8 @@ static void sgd_case_(size_t n, float momentum, int nesterov, float wd, int with
 {
     const float lr = 0.1f;
     float *p = fvec_(n, 1.0f), *buf = hnew_(n * 4), *gp = hnew_(n * 4), *gbuf = hnew_(n * 4);
-    float *dp = dput_(p, n * 4), *dbuf = with_buf ? dput_(NULL, n * 4) : NULL;
+    for (size_t i = 0; i < n; i++) buf[i] = NAN; /* the first step must not read it */
+    float *dp = dput_(p, n * 4), *dbuf = with_buf ? dput_(buf, n * 4) : NULL;
     for (int step = 1; step <= 5; step++) {
         float *g = fvec_(n, 1.0f);
         float *dg = dput_(g, n * 4);
@@ -687,6 +688,328 @@ START_TEST(adamw_steps)
 }
 END_TEST
 
+/* ---- layers (linear.cu, conv.cu, pool.cu, bn.cu) ----------------------- */
+
+/* A sum of K products computed in two orders differs by at most
+ * 2 (K + 1) u sum |terms| (u = 2^-24; the products' own rounding
+ * included), plus the final rounding of each side: the GEMM-based ops
+ * (cuBLAS against OpenBLAS, other blockings) are held to that, with
+ * sum |terms| from the CPU op on |inputs|. */
+static void gemm_close_(const char *what, const float *got, const float *ref, const float *absref,
+                        size_t n, size_t k)
+{
+    const double u = 1.0 / 16777216.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        double tol = 2.0 * (k + 1) * u * absref[i] + 2 * ulp_(ref[i]);
+        ck_assert_msg(d <= tol, "%s: element %zu of %zu: %.9g, the CPU backend %.9g (bound %.3g)",
+                      what, i, n, got[i], ref[i], tol);
+    }
+}
+
+static float *fabs_(const float *a, size_t n)
+{
+    float *b = fdup_(a, n);
+    for (size_t i = 0; i < n; i++) b[i] = fabsf(b[i]);
+    return b;
+}
+
+/* old gradients for the beta contract: beta = 0 must overwrite NaN */
+static float *grad_old_(size_t n, float beta)
+{
+    float *g = fvec_(n, 1.0f);
+    if (beta == 0.0f)
+        for (size_t i = 0; i < n; i++) g[i] = NAN;
+    return g;
+}
+
+static void linear_case_(int n, int in, int out, float beta, int with_dx)
+{
+    const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
+    float *x = fvec_(nx, 1.0f), *w = fvec_(nw, 0.5f), *b = fvec_((size_t)out, 1.0f);
+    float *dy = fvec_(ny, 1.0f), *dw0 = grad_old_(nw, beta), *db0 = grad_old_((size_t)out, beta);
+    float *y = hnew_(ny * 4), *dx = hnew_(nx * 4), *dw = fdup_(dw0, nw), *db = fdup_(db0, out);
+    C->linear_fwd(n, in, out, x, w, b, y);
+    C->linear_bwd(n, in, out, x, w, dy, with_dx ? dx : NULL, dw, db, beta);
+    /* the bounds' sums of |terms| */
+    float *ax = fabs_(x, nx), *aw = fabs_(w, nw), *ab = fabs_(b, out), *ady = fabs_(dy, ny);
+    float *ay = hnew_(ny * 4), *adx = hnew_(nx * 4), *adw = fabs_(dw0, nw), *adb = fabs_(db0, out);
+    C->linear_fwd(n, in, out, ax, aw, ab, ay);
+    C->linear_bwd(n, in, out, ax, aw, ady, adx, adw, adb, beta == 0.0f ? 0.0f : 1.0f);
+    float *dxd = dput_(x, nx * 4), *dwd = dput_(w, nw * 4), *dbd = dput_(b, out * 4);
+    float *dyd = dput_(dy, ny * 4), *yd = dput_(NULL, ny * 4), *dxo = dput_(NULL, nx * 4);
+    float *dwo = dput_(dw0, nw * 4), *dbo = dput_(db0, out * 4);
+    CU(ddp_cuda_linear_fwd(n, in, out, dxd, dwd, dbd, yd));
+    CU(ddp_cuda_linear_bwd(n, in, out, dxd, dwd, dyd, with_dx ? dxo : NULL, dwo, dbo, beta));
+    float *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4), *gdw = hnew_(nw * 4), *gdb = hnew_(out * 4);
+    dget_(gy, yd, ny * 4), dget_(gdx, dxo, nx * 4), dget_(gdw, dwo, nw * 4),
+        dget_(gdb, dbo, out * 4);
+    char what[96];
+    snprintf(what, sizeof what, "linear n=%d %d->%d beta=%g y", n, in, out, beta);
+    gemm_close_(what, gy, y, ay, ny, in);
+    snprintf(what, sizeof what, "linear n=%d %d->%d beta=%g dw", n, in, out, beta);
+    gemm_close_(what, gdw, dw, adw, nw, n);
+    snprintf(what, sizeof what, "linear n=%d %d->%d beta=%g db", n, in, out, beta);
+    gemm_close_(what, gdb, db, adb, out, n);
+    if (with_dx) {
+        snprintf(what, sizeof what, "linear n=%d %d->%d dx", n, in, out);
+        gemm_close_(what, gdx, dx, adx, nx, out);
+    }
+    dfree_(dxd), dfree_(dwd), dfree_(dbd), dfree_(dyd), dfree_(yd), dfree_(dxo), dfree_(dwo),
+        dfree_(dbo);
+    float *all[] = {x,  w,  b,   dy, dw0, db0, y,   dx, dw,  db,  ax,
+                    aw, ab, ady, ay, adx, adw, adb, gy, gdx, gdw, gdb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+START_TEST(linear_matches)
+{
+    seed_(120);
+    linear_case_(0, 5, 3, 0.0f, 1); /* dw = db = 0 */
+    linear_case_(0, 5, 3, 1.0f, 1); /* dw, db as they were */
+    linear_case_(1, 1, 1, 0.0f, 1);
+    linear_case_(37, 29, 11, 0.0f, 1);
+    linear_case_(37, 29, 11, 1.0f, 0);
+    linear_case_(64, 300, 257, 1.0f, 1);
+}
+END_TEST
+
+static void conv_case_(int n, int c, int h, int w, int oc, int k, int stride, int pad, float beta)
+{
+    conv_dims_t d = {n,
+                     c,
+                     h,
+                     w,
+                     oc,
+                     k,
+                     stride,
+                     pad,
+                     (h + 2 * pad - k) / stride + 1,
+                     (w + 2 * pad - k) / stride + 1};
+    ddp_cuda_conv_t g = {d.n, d.c, d.h, d.w, d.oc, d.k, d.stride, d.pad, d.oh, d.ow};
+    const size_t nx = (size_t)n * c * h * w, nw = (size_t)oc * c * k * k;
+    const size_t ny = (size_t)n * oc * d.oh * d.ow;
+    float *x = fvec_(nx, 1.0f), *wt = fvec_(nw, 0.5f), *b = fvec_((size_t)oc, 1.0f);
+    float *dy = fvec_(ny, 1.0f), *dw0 = grad_old_(nw, beta), *db0 = grad_old_((size_t)oc, beta);
+    float *y = hnew_(ny * 4), *dx = hnew_(nx * 4), *dw = fdup_(dw0, nw), *db = fdup_(db0, oc);
+    void *ws = hnew_(C->conv_ws_bytes(&d));
+    C->conv_fwd(&d, x, wt, b, y, ws);
+    C->conv_bwd(&d, x, wt, dy, dx, dw, db, beta, ws);
+    float *ax = fabs_(x, nx), *aw = fabs_(wt, nw), *ab = fabs_(b, oc), *ady = fabs_(dy, ny);
+    float *ay = hnew_(ny * 4), *adx = hnew_(nx * 4), *adw = fabs_(dw0, nw), *adb = fabs_(db0, oc);
+    C->conv_fwd(&d, ax, aw, ab, ay, ws);
+    C->conv_bwd(&d, ax, aw, ady, adx, adw, adb, beta == 0.0f ? 0.0f : 1.0f, ws);
+    float *dxd = dput_(x, nx * 4), *dwd = dput_(wt, nw * 4), *dbd = dput_(b, oc * 4);
+    float *dyd = dput_(dy, ny * 4), *yd = dput_(NULL, ny * 4), *dxo = dput_(NULL, nx * 4);
+    float *dwo = dput_(dw0, nw * 4), *dbo = dput_(db0, oc * 4);
+    void *dws = dput_(NULL, ddp_cuda_conv_ws_bytes(&g));
+    CU(ddp_cuda_conv_fwd(&g, dxd, dwd, dbd, yd, dws));
+    CU(ddp_cuda_conv_bwd(&g, dxd, dwd, dyd, dxo, dwo, dbo, beta, dws));
+    float *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4), *gdw = hnew_(nw * 4), *gdb = hnew_(oc * 4);
+    dget_(gy, yd, ny * 4), dget_(gdx, dxo, nx * 4), dget_(gdw, dwo, nw * 4),
+        dget_(gdb, dbo, oc * 4);
+    char what[128];
+    const size_t ohw = (size_t)d.oh * d.ow;
+    snprintf(what, sizeof what, "conv n=%d c=%d %dx%d oc=%d k=%d s=%d p=%d beta=%g", n, c, h, w, oc,
+             k, stride, pad, beta);
+    char part[160];
+    snprintf(part, sizeof part, "%s y", what);
+    gemm_close_(part, gy, y, ay, ny, (size_t)c * k * k);
+    snprintf(part, sizeof part, "%s dw", what);
+    gemm_close_(part, gdw, dw, adw, nw, (size_t)n * ohw);
+    snprintf(part, sizeof part, "%s db", what);
+    gemm_close_(part, gdb, db, adb, oc, (size_t)n * ohw);
+    snprintf(part, sizeof part, "%s dx", what);
+    gemm_close_(part, gdx, dx, adx, nx, (size_t)oc * k * k);
+    dfree_(dxd), dfree_(dwd), dfree_(dbd), dfree_(dyd), dfree_(yd), dfree_(dxo), dfree_(dwo),
+        dfree_(dbo), dfree_(dws);
+    float *all[] = {x,  wt, b,   dy, dw0, db0, y,   dx, dw,  db,  ax,
+                    aw, ab, ady, ay, adx, adw, adb, gy, gdx, gdw, gdb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    free(ws);
+}
+
+START_TEST(conv_matches)
+{
+    seed_(130);
+    conv_case_(0, 3, 8, 8, 4, 3, 1, 1, 0.0f);
+    conv_case_(0, 3, 8, 8, 4, 3, 1, 1, 1.0f);
+    conv_case_(2, 3, 9, 7, 5, 3, 1, 1, 0.0f);
+    conv_case_(3, 4, 11, 13, 6, 3, 2, 0, 1.0f);
+    conv_case_(2, 5, 6, 6, 3, 1, 1, 0, 1.0f);
+    conv_case_(4, 16, 8, 8, 16, 3, 1, 1, 0.0f); /* the CPU's Winograd path */
+    conv_case_(2, 2, 10, 10, 3, 5, 2, 2, 1.0f);
+}
+END_TEST
+
+static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
+{
+    pool_dims_t d = {n, c, h, w, k, stride, (h - k) / stride + 1, (w - k) / stride + 1};
+    ddp_cuda_pool_t g = {d.n, d.c, d.h, d.w, d.k, d.stride, d.oh, d.ow};
+    const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * d.oh * d.ow;
+    float *x = fvec_(nx, 2.0f), *dy = fvec_(ny, 1.0f);
+    if (ties) /* coarse values: ties in most windows */
+        for (size_t i = 0; i < nx; i++) x[i] = (float)(int)(x[i] * 1.5f);
+    float *y = hnew_(ny * 4), *dx = hnew_(nx * 4), *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4);
+    int32_t *am = hnew_(ny * 4), *gam = hnew_(ny * 4);
+    float *dxd = dput_(x, nx * 4), *dyd = dput_(dy, ny * 4), *yd = dput_(NULL, ny * 4);
+    float *dxo = dput_(NULL, nx * 4);
+    int32_t *amd = dput_(NULL, ny * 4);
+    char what[96];
+    /* max: a compare per element, dx the CPU's additions in its order */
+    C->maxpool_fwd(&d, x, y, am);
+    C->maxpool_bwd(&d, dy, am, dx);
+    CU(ddp_cuda_maxpool_fwd(&g, dxd, yd, amd));
+    CU(ddp_cuda_maxpool_bwd(&g, dyd, amd, dxo));
+    dget_(gy, yd, ny * 4), dget_(gam, amd, ny * 4), dget_(gdx, dxo, nx * 4);
+    snprintf(what, sizeof what, "maxpool n=%d c=%d %dx%d k=%d s=%d", n, c, h, w, k, stride);
+    same_bits_(what, gy, y, ny, 4);
+    same_bits_(what, gam, am, ny, 4);
+    same_bits_(what, gdx, dx, nx, 4);
+    /* average: the same float additions (pool.cu's file comment) */
+    C->avgpool_fwd(&d, x, y);
+    C->avgpool_bwd(&d, dy, dx);
+    CU(ddp_cuda_avgpool_fwd(&g, dxd, yd));
+    CU(ddp_cuda_avgpool_bwd(&g, dyd, dxo));
+    dget_(gy, yd, ny * 4), dget_(gdx, dxo, nx * 4);
+    snprintf(what, sizeof what, "avgpool n=%d c=%d %dx%d k=%d s=%d y", n, c, h, w, k, stride);
+    close_(what, gy, y, ny, 4 * k * k, 1e-6, 1);
+    snprintf(what, sizeof what, "avgpool n=%d c=%d %dx%d k=%d s=%d dx", n, c, h, w, k, stride);
+    close_(what, gdx, dx, nx, 4 * k * k, 1e-6, 1);
+    /* global average over h*w */
+    const int hw = h * w;
+    float *gy2 = hnew_((size_t)n * c * 4), *y2 = hnew_((size_t)n * c * 4);
+    float *dy2 = fvec_((size_t)n * c, 1.0f);
+    float *dy2d = dput_(dy2, (size_t)n * c * 4), *y2d = dput_(NULL, (size_t)n * c * 4);
+    C->gap_fwd(n, c, hw, x, y2);
+    C->gap_bwd(n, c, hw, dy2, dx);
+    CU(ddp_cuda_gap_fwd(n, c, hw, dxd, y2d));
+    CU(ddp_cuda_gap_bwd(n, c, hw, dy2d, dxo));
+    dget_(gy2, y2d, (size_t)n * c * 4), dget_(gdx, dxo, nx * 4);
+    float *ax = fabs_(x, nx), *ay2 = hnew_((size_t)n * c * 4);
+    C->gap_fwd(n, c, hw, ax, ay2);
+    snprintf(what, sizeof what, "gap n=%d c=%d hw=%d y", n, c, hw);
+    for (size_t i = 0; i < (size_t)n * c; i++) /* a mean in double of hw floats */
+        ck_assert_msg(fabs((double)gy2[i] - y2[i]) <= 2 * ulp_(y2[i]) + 1e-15 * hw * ay2[i],
+                      "%s: element %zu: %.9g, the CPU backend %.9g", what, i, gy2[i], y2[i]);
+    snprintf(what, sizeof what, "gap n=%d c=%d hw=%d dx", n, c, hw);
+    close_(what, gdx, dx, nx, 2, 0, 1);
+    dfree_(dxd), dfree_(dyd), dfree_(yd), dfree_(dxo), dfree_(amd), dfree_(dy2d), dfree_(y2d);
+    free(x), free(dy), free(y), free(dx), free(gy), free(gdx), free(am), free(gam);
+    free(gy2), free(y2), free(dy2), free(ax), free(ay2);
+}
+
+START_TEST(pool_matches)
+{
+    seed_(140);
+    pool_case_(0, 3, 4, 4, 2, 2, 0);
+    pool_case_(2, 3, 8, 8, 2, 2, 0);
+    pool_case_(2, 3, 9, 7, 2, 2, 1);   /* odd sizes: the last row/column dropped */
+    pool_case_(3, 2, 10, 11, 3, 2, 1); /* overlapping windows */
+    pool_case_(1, 1, 5, 5, 3, 1, 0);
+    pool_case_(2, 4, 28, 28, 2, 2, 1);
+}
+END_TEST
+
+static void bn_case_(int n, int c, int hw, float beta)
+{
+    const size_t nx = (size_t)n * c * hw;
+    const double count = (double)n * hw;
+    float *x = fvec_(nx, 2.0f), *dy = fvec_(nx, 1.0f);
+    for (size_t i = 0; i < nx; i++) x[i] += 3.0f; /* a mean away from 0 */
+    float *gamma = fvec_((size_t)c, 1.0f), *beta_ = fvec_((size_t)c, 1.0f);
+    float *rm = fvec_((size_t)c, 1.0f), *rv = fvec_((size_t)c, 1.0f);
+    for (int i = 0; i < c; i++) rv[i] = 1.0f + fabsf(rv[i]);
+    float *dg0 = grad_old_((size_t)c, beta), *dbt0 = grad_old_((size_t)c, beta);
+    /* CPU */
+    double *st = hnew_(2 * (size_t)c * 8), *gst = hnew_(2 * (size_t)c * 8);
+    float *mean = hnew_(c * 4), *inv = hnew_(c * 4), *rm1 = fdup_(rm, c), *rv1 = fdup_(rv, c);
+    float *emean = hnew_(c * 4), *einv = hnew_(c * 4), *y = hnew_(nx * 4), *dx = hnew_(nx * 4);
+    float *dg = fdup_(dg0, c), *dbt = fdup_(dbt0, c);
+    C->bn_stats(n, c, hw, x, st);
+    C->bn_finalize(c, st, count, 1e-5f, 0.1f, 1, mean, inv, rm1, rv1);
+    C->bn_eval_params(c, rm, rv, 1e-5f, emean, einv);
+    C->bn_fwd(n, c, hw, x, mean, inv, gamma, beta_, y);
+    C->bn_bwd_stats(n, c, hw, x, dy, mean, inv, gst, dg, dbt, beta);
+    C->bn_bwd_data(n, c, hw, x, dy, mean, inv, gamma, gst, count, dx);
+    /* device: stats, then finalize from the CPU's stats (one op at a time) */
+    float *xd = dput_(x, nx * 4), *dyd = dput_(dy, nx * 4), *gd = dput_(gamma, c * 4);
+    float *bd = dput_(beta_, c * 4), *rmd = dput_(rm, c * 4), *rvd = dput_(rv, c * 4);
+    float *meand = dput_(NULL, c * 4), *invd = dput_(NULL, c * 4), *yd = dput_(NULL, nx * 4);
+    float *dxd = dput_(NULL, nx * 4), *dgd = dput_(dg0, c * 4), *dbtd = dput_(dbt0, c * 4);
+    float *emd = dput_(NULL, c * 4), *eid = dput_(NULL, c * 4);
+    double *std_ = dput_(NULL, 2 * (size_t)c * 8), *gstd = dput_(NULL, 2 * (size_t)c * 8);
+    double *gst_got = hnew_(2 * (size_t)c * 8), *st_got = hnew_(2 * (size_t)c * 8);
+    CU(ddp_cuda_bn_stats(n, c, hw, xd, std_));
+    dget_(st_got, std_, 2 * (size_t)c * 8);
+    char what[96];
+    /* double sums of exact terms in another order: within 2 N 2^-53 of the
+     * sums of |terms|, which are the sums themselves (x > 0) */
+    const double ud = 1.0 / 9007199254740992.0;
+    for (int ch = 0; ch < 2 * c; ch++) {
+        snprintf(what, sizeof what, "bn_stats n=%d c=%d hw=%d [%d]", n, c, hw, ch);
+        rel_close_(what, st_got[ch], st[ch], 2 * count * ud, 0);
+    }
+    CU(ddp_cuda_upload(std_, st, 2 * (size_t)c * 8));
+    CU(ddp_cuda_bn_finalize(c, std_, count, 1e-5f, 0.1f, 1, meand, invd, rmd, rvd));
+    float *erm = dput_(rm, c * 4), *erv = dput_(rv, c * 4);
+    CU(ddp_cuda_bn_eval_params(c, erm, erv, 1e-5f, emd, eid));
+    float *got = hnew_((nx > (size_t)c ? nx : (size_t)c) * 4);
+#define BN_GET(dev, ref, len, nulp, abs_, label)                                                   \
+    do {                                                                                           \
+        dget_(got, dev, (size_t)(len)*4);                                                          \
+        snprintf(what, sizeof what, "bn n=%d c=%d hw=%d beta=%g %s", n, c, hw, beta, label);       \
+        close_(what, got, ref, (size_t)(len), nulp, abs_, 1);                                      \
+    } while (0)
+    /* finalize and eval params: double arithmetic rounded once to float */
+    BN_GET(meand, mean, c, 1, 0, "mean");
+    BN_GET(invd, inv, c, 1, 0, "invstd");
+    BN_GET(rmd, rm1, c, 1, 0, "running_mean");
+    BN_GET(rvd, rv1, c, 1, 0, "running_var");
+    BN_GET(emd, emean, c, 0, 0, "eval mean");
+    BN_GET(eid, einv, c, 1, 0, "eval invstd");
+    /* the rest from the CPU's mean and invstd */
+    CU(ddp_cuda_upload(meand, mean, c * 4));
+    CU(ddp_cuda_upload(invd, inv, c * 4));
+    CU(ddp_cuda_bn_fwd(n, c, hw, xd, meand, invd, gd, bd, yd));
+    BN_GET(yd, y, nx, 4, 1e-6, "y"); /* a*x + b per element: FMA on a GPU */
+    CU(ddp_cuda_bn_bwd_stats(n, c, hw, xd, dyd, meand, invd, gstd, dgd, dbtd, beta));
+    dget_(gst_got, gstd, 2 * (size_t)c * 8);
+    /* the same float terms, |dy| < 1 and |dy (x - mean)| < 4, summed in
+     * another order in double */
+    double max_inv = 0;
+    for (int ch = 0; ch < c; ch++) max_inv = fmax(max_inv, inv[ch]);
+    const double gbound = 2 * count * ud * count * 4 * max_inv;
+    for (int ch = 0; ch < 2 * c; ch++) {
+        snprintf(what, sizeof what, "bn_bwd_stats n=%d c=%d hw=%d [%d]", n, c, hw, ch);
+        rel_close_(what, gst_got[ch], gst[ch], 0, gbound);
+    }
+    BN_GET(dgd, dg, c, 2, gbound, "dgamma");
+    BN_GET(dbtd, dbt, c, 2, gbound, "dbeta");
+    CU(ddp_cuda_upload(gstd, gst, 2 * (size_t)c * 8));
+    CU(ddp_cuda_bn_bwd_data(n, c, hw, xd, dyd, meand, invd, gd, gstd, count, dxd));
+    BN_GET(dxd, dx, nx, 8, 1e-5, "dx");
+#undef BN_GET
+    void *devs[] = {xd,  dyd, gd,   bd,  rmd, rvd,  meand, invd, yd,
+                    dxd, dgd, dbtd, emd, eid, std_, gstd,  erm,  erv};
+    for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) dfree_(devs[i]);
+    void *hosts[] = {x,   dy,  gamma, beta_, rm, rv, dg0, dbt0, st,      gst,    mean, inv,
+                     rm1, rv1, emean, einv,  y,  dx, dg,  dbt,  gst_got, st_got, got};
+    for (size_t i = 0; i < sizeof hosts / sizeof *hosts; i++) free(hosts[i]);
+}
+
+START_TEST(bn_matches)
+{
+    seed_(150);
+    bn_case_(0, 3, 4, 1.0f);
+    bn_case_(1, 5, 1, 0.0f);
+    bn_case_(64, 300, 1, 0.0f); /* BatchNorm1d */
+    bn_case_(64, 300, 1, 1.0f);
+    bn_case_(8, 6, 49, 0.0f); /* BatchNorm2d */
+    bn_case_(3, 4, 1031, 1.0f);
+}
+END_TEST
+
 /* ---- the suite -------------------------------------------------------- */
 
 START_TEST(no_error_left)
@@ -724,6 +1047,12 @@ Suite *test_suite(void)
     t = tcase_create("optimizers");
     tcase_add_test(t, sgd_steps);
     tcase_add_test(t, adamw_steps);
+    suite_add_tcase(s, t);
+    t = tcase_create("layers");
+    tcase_add_test(t, linear_matches);
+    tcase_add_test(t, conv_matches);
+    tcase_add_test(t, pool_matches);
+    tcase_add_test(t, bn_matches);
     tcase_add_test(t, no_error_left);
     suite_add_tcase(s, t);
     return s;
