@@ -94,11 +94,11 @@ static ddp_status_t async_check_(comm_t *c)
     const char *last = ncclGetLastError(m->nccl);
     return ddp_fail(DDP_ERR_COMM,
                     "NCCL reported an asynchronous error during %s %d (step %lld): %s%s%s "
-                    "(ncclCommGetAsyncError, %s); a peer rank or the network failed: run with "
+                    "(ncclCommGetAsyncError, %s:%d); a peer rank or the network failed: run with "
                     "NCCL_DEBUG=WARN and check the other ranks' output and the network",
                     c->last.what ? c->last.what : "a collective", c->last.index,
                     (long long)c->last.step, ncclGetErrorString(a),
-                    last && last[0] ? "; NCCL: " : "", last ? last : "", base_(__FILE__));
+                    last && last[0] ? "; NCCL: " : "", last ? last : "", base_(__FILE__), __LINE__);
 }
 
 static ncclDataType_t nccl_type_(comm_dtype_t t)

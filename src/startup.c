@@ -845,10 +845,10 @@ static ddp_status_t check_devices_(trainer_t *t)
             for (int r = 0; r < ctl->size; r++)
                 n += strcmp(control_host(ctl, r), control_host(ctl, a)) == 0;
             s = ddp_fail(DDP_ERR_DEVICE,
-                         "ranks %d and %d of host %s both compute on GPU %s (%d ranks on that "
-                         "host, one GPU for two of them): start at most as many ranks per node "
-                         "as it has GPUs (Slurm: --gpus-per-task=1, or --ntasks-per-node at most "
-                         "the GPUs per node; mpirun: -npernode), or check CUDA_VISIBLE_DEVICES",
+                         "ranks %d and %d of host %s both compute on GPU %s (the host runs %d "
+                         "ranks): start at most as many ranks per node as it has GPUs (Slurm: "
+                         "--gpus-per-task=1, or --ntasks-per-node at most the GPUs per node; "
+                         "mpirun: -npernode N), or check CUDA_VISIBLE_DEVICES",
                          a, b, control_host(ctl, a), all[a].id, n);
         }
     free(all);

@@ -24,9 +24,13 @@
 # with momentum amplify.  A loss within 2e-3 of the cpu loss at every step
 # (relative to max(1, |loss|)) is that; a real fault -- a wrong gradient,
 # dropout mask, BatchNorm statistic or NCCL datatype, a missing reduction --
-# moves the loss by more than 1e-2 within a few steps.  bf16 GEMM inputs
-# round to 8 significant bits (~4e-3 relative per input): within 5e-2 of fp32
-# at every step, and not equal to it.
+# moves the loss by more than 1e-2 within a few steps.  (On the emulation
+# the cuda kernels happen to sum in the cpu backend's order: the curves
+# measured equal to all 6 digits.)  bf16 GEMM inputs round to 8 significant
+# bits (2^-9 relative per input): the first 10 steps stay within 2e-3 of fp32
+# (measured 2e-4), after which the perturbed trajectory drifts apart like any
+# two runs on 8-sample batches (measured 4e-2 by step 50): within 1e-1 at
+# every step, i.e. training, not diverging; and not equal to fp32.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -41,13 +45,15 @@ cnn="--model conv:4:3:1:1,bn,relu,maxpool:2,linear:auto --lr 0.05 --seed 5 --log
 # losses FILE: the per-step losses of a run's log, one a line
 losses() { sed -n 's/^step \([0-9]*\)\/[0-9]* epoch [0-9]* loss \([^ ]*\).*/\1 \2/p' "$1"; }
 
-# close NAME TOL A B: the loss curves of logs A and B agree within TOL at
-# every step (and both have 50 steps)
+# close NAME TOL A B [N]: the loss curves of logs A and B agree within TOL
+# (relative to max(1, |loss|)) at every step, or at the first N (both logs
+# have 50 steps)
 close() {
   losses "$3" >"$T/la"; losses "$4" >"$T/lb"
   [ "$(wc -l <"$T/la")" -eq 50 ] && [ "$(wc -l <"$T/lb")" -eq 50 ] ||
     { cat "$3" "$4"; fail "$1: not 50 logged steps"; }
-  paste "$T/la" "$T/lb" | awk -v tol="$2" -v name="$1" '
+  paste "$T/la" "$T/lb" | awk -v tol="$2" -v name="$1" -v upto="${5:-50}" '
+    $1 > upto { next }
     { d = $2 - $4; if (d < 0) d = -d; s = $4 < 0 ? -$4 : $4; if (s < 1) s = 1;
       if (d / s > worst) { worst = d / s; at = $1 } }
     END { printf "%s: largest loss difference %.3g (step %d), tolerance %s\n", name, worst, at, tol;
@@ -90,7 +96,8 @@ ddp_expect_error "$T/dup.err" $? 9 "two ranks on one GPU" "ranks 0 and 1 of host
 
 # (d) bf16: close to fp32, not equal; refused on cpu
 run "mlp-bf16" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda --precision bf16
-close "mlp bf16 vs fp32" 5e-2 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log"
+close "mlp bf16 vs fp32, steps 1-10" 2e-3 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log" 10
+close "mlp bf16 vs fp32" 1e-1 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log"
 losses "$T/mlp-bf16.log" | cmp -s - "$T/lb" && fail "bf16: the same losses as fp32 (bf16 GEMMs not in effect)"
 grep -q "precision    bf16" "$T/mlp-bf16.log" || fail "bf16: not in the start-up table"
 "$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision bf16 >"$T/bf.out" 2>"$T/bf.err"
