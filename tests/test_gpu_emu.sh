@@ -27,8 +27,8 @@
 # moves the loss by more than 1e-2 within a few steps.  (On the emulation
 # the cuda kernels happen to sum in the cpu backend's order: the curves
 # measured equal to all 6 digits.)  bf16 GEMM inputs round to 8 significant
-# bits (2^-9 relative per input): the first 10 steps stay within 2e-3 of fp32
-# (measured 2e-4), after which the perturbed trajectory drifts apart like any
+# bits (2^-9 relative per input): the first 10 steps stay within 5e-3 of fp32
+# (measured 1e-3), after which the perturbed trajectory drifts apart like any
 # two runs on 8-sample batches (measured 4e-2 by step 50): within 1e-1 at
 # every step, i.e. training, not diverging; and not equal to fp32.
 . ./testenv.sh || exit 99
@@ -96,7 +96,7 @@ ddp_expect_error "$T/dup.err" $? 9 "two ranks on one GPU" "ranks 0 and 1 of host
 
 # (d) bf16: close to fp32, not equal; refused on cpu
 run "mlp-bf16" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda --precision bf16
-close "mlp bf16 vs fp32, steps 1-10" 2e-3 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log" 10
+close "mlp bf16 vs fp32, steps 1-10" 5e-3 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log" 10
 close "mlp bf16 vs fp32" 1e-1 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log"
 losses "$T/mlp-bf16.log" | cmp -s - "$T/lb" && fail "bf16: the same losses as fp32 (bf16 GEMMs not in effect)"
 grep -q "precision    bf16" "$T/mlp-bf16.log" || fail "bf16: not in the start-up table"
