@@ -10,7 +10,8 @@ extern "C" {
 #endif
 
 /* The cuBLAS handle and operands large enough for any layer of at most
- * max_dim inputs and outputs at this batch (zero-filled). */
+ * max_dim inputs and outputs at this batch (random values in (-1, 1),
+ * finite read as bf16 or as fp32). */
 int bench_gpu_gemm_init(int max_dim, int batch);
 void bench_gpu_gemm_free(void);
 /* `steps` times the GEMMs of one training step of the MLP with layer
