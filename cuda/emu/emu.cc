@@ -45,7 +45,8 @@
 
 // ---- environment, errors, fault injection --------------------------------
 
-namespace {
+namespace
+{
 
 const unsigned kBusBase = 0x10;
 
@@ -70,12 +71,12 @@ struct Alloc {
     size_t size;
     int device; // physical
 };
-std::map<uintptr_t, Alloc> g_dev;     // device allocations by base
-std::map<uintptr_t, size_t> g_host;   // cudaMallocHost allocations
-std::vector<size_t> g_used;           // bytes allocated per physical device
-std::set<const void *> g_streams;     // live streams
-std::set<const void *> g_events;      // live events
-std::set<const void *> g_handles;     // live cuBLAS handles
+std::map<uintptr_t, Alloc> g_dev;   // device allocations by base
+std::map<uintptr_t, size_t> g_host; // cudaMallocHost allocations
+std::vector<size_t> g_used;         // bytes allocated per physical device
+std::set<const void *> g_streams;   // live streams
+std::set<const void *> g_events;    // live events
+std::set<const void *> g_handles;   // live cuBLAS handles
 unsigned long long g_launches;
 
 thread_local cudaError_t t_last_error = cudaSuccess;
@@ -89,8 +90,7 @@ long env_long(const char *name, long dflt, long lo, long hi)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || *end || v < lo || v > hi) {
-        ddp_emu_warn("%s=\"%s\" is not an integer in [%ld, %ld]; using %ld", name, s, lo, hi,
-                     dflt);
+        ddp_emu_warn("%s=\"%s\" is not an integer in [%ld, %ld]; using %ld", name, s, lo, hi, dflt);
         return dflt;
     }
     return v;
@@ -110,8 +110,8 @@ void load_locked()
         size_t pos = 0;
         while (pos <= s.size() && !s.empty()) {
             size_t comma = s.find(',', pos);
-            std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos
-                                                                         : comma - pos);
+            std::string item =
+                s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
             while (!item.empty() && item[0] == ' ') item.erase(0, 1);
             while (!item.empty() && item.back() == ' ') item.pop_back();
             char *end;
@@ -131,8 +131,8 @@ void load_locked()
         size_t pos = 0;
         while (pos < s.size()) {
             size_t comma = s.find(',', pos);
-            std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos
-                                                                         : comma - pos);
+            std::string item =
+                s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
             size_t colon = item.find(':');
             char *end = nullptr;
             long at = colon == std::string::npos ? 0 : strtol(item.c_str() + colon + 1, &end, 10);
@@ -244,7 +244,7 @@ extern "C" long ddp_emu_current_busid(void)
 {
     std::lock_guard<std::mutex> lock(g_mu);
     int phys = current_physical_locked();
-    return phys < 0 ? -1 : (long)(kBusBase + phys) << 8;
+    return phys < 0 ? -1 : (long)(kBusBase + phys) << 12; // hex digits of "0000:10:00.0"
 }
 
 extern "C" unsigned long long ddp_emu_launch_count(void)
@@ -488,7 +488,8 @@ extern "C" cudaError_t cudaFreeHost(void *p)
     return cudaSuccess;
 }
 
-namespace {
+namespace
+{
 
 cudaError_t memcpy_checked(const char *name, void *dst, const void *src, size_t count,
                            cudaMemcpyKind kind, cudaStream_t stream, bool async)
@@ -515,8 +516,8 @@ cudaError_t memcpy_checked(const char *name, void *dst, const void *src, size_t 
     return cudaSuccess;
 }
 
-cudaError_t memset_checked(const char *name, void *p, int value, size_t count,
-                           cudaStream_t stream, bool async)
+cudaError_t memset_checked(const char *name, void *p, int value, size_t count, cudaStream_t stream,
+                           bool async)
 {
     bool inject = ddp_emu_inject(name);
     {
@@ -727,7 +728,8 @@ ddp_emu_fiber_start_:
 )");
 #endif
 
-namespace {
+namespace
+{
 
 enum FiberState { kRunning, kParked, kDone };
 
@@ -758,13 +760,14 @@ struct Sched {
 #else
     void *sp = nullptr;
 #endif
-    void *fake_stack = nullptr;      // ASan: the scheduler's
+    void *fake_stack = nullptr;         // ASan: the scheduler's
     const void *sched_bottom = nullptr; // ASan: the scheduler's stack
     size_t sched_size = 0;
     size_t stack_bytes = 64 << 10;
 };
 
 thread_local Sched *t_sched = nullptr;
+std::mutex g_launch_mu; // held while a launch runs (see ddp_emu_launch_)
 
 #ifdef EMU_ASAN
 inline void asan_start(void **save, const void *bottom, size_t size)
@@ -812,11 +815,10 @@ Fiber *fiber_new(Sched *s)
     long page = sysconf(_SC_PAGESIZE);
     f->stack_size = s->stack_bytes;
     f->map_size = f->stack_size + (size_t)page;
-    void *m = mmap(nullptr, f->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                   0);
+    void *m =
+        mmap(nullptr, f->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
-        ddp_emu_warn("cannot map a %zu-byte fiber stack (%s); abort", f->map_size,
-                     strerror(errno));
+        ddp_emu_warn("cannot map a %zu-byte fiber stack (%s); abort", f->map_size, strerror(errno));
         abort();
     }
     f->map = (char *)m;
@@ -838,12 +840,12 @@ Fiber *fiber_new(Sched *s)
     asm volatile("stmxcsr %0" : "=m"(mx));
     asm volatile("fnstcw %0" : "=m"(cw));
     sp[0] = (uint64_t)mx | ((uint64_t)cw << 32);
-    sp[1] = 0;                        // r15
-    sp[2] = 0;                        // r14
-    sp[3] = (uint64_t)&fiber_main;    // r13
-    sp[4] = 0;                        // r12
-    sp[5] = 0;                        // rbx
-    sp[6] = 0;                        // rbp
+    sp[1] = 0;                     // r15
+    sp[2] = 0;                     // r14
+    sp[3] = (uint64_t)&fiber_main; // r13
+    sp[4] = 0;                     // r12
+    sp[5] = 0;                     // rbx
+    sp[6] = 0;                     // rbp
     sp[7] = (uint64_t)&ddp_emu_fiber_start_;
     f->sp = sp;
 #endif
@@ -934,8 +936,8 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void
         }
     }
     unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-    if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 ||
-        grid.z == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+    if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
         grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
         fail(cudaErrorInvalidConfiguration);
         return;
@@ -954,6 +956,8 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void
         std::lock_guard<std::mutex> lock(g_mu);
         g_launches++;
     }
+    // one launch at a time in the process: __shared__ variables are statics
+    std::lock_guard<std::mutex> one_at_a_time(g_launch_mu);
     ddp_emu_ctx_t saved = ddp_emu_ctx_;
     s->run = run;
     s->arg = arg;
@@ -1071,7 +1075,8 @@ extern "C" cublasStatus_t cublasDestroy(cublasHandle_t handle)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-namespace {
+namespace
+{
 
 bool handle_ok(cublasHandle_t h)
 {
@@ -1182,15 +1187,15 @@ extern "C" cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t 
 
 extern "C" cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
                                       cublasOperation_t transb, int m, int n, int k,
-                                      const float *alpha, const float *A, int lda,
-                                      const float *B, int ldb, const float *beta, float *C,
-                                      int ldc)
+                                      const float *alpha, const float *A, int lda, const float *B,
+                                      int ldb, const float *beta, float *C, int ldc)
 {
     const char *call = "cublasSgemm";
     bool inject = ddp_emu_inject(call);
     cublasStatus_t st = gemm_check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc);
     if (st) return st;
     if (inject) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     bool use_ab = k > 0 && *alpha != 0.0f;
     if (use_ab && (!operand_ok(call, "A", A, transa == CUBLAS_OP_N ? m : k,
                                transa == CUBLAS_OP_N ? k : m, lda, sizeof(float)) ||
@@ -1202,8 +1207,7 @@ extern "C" cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t t
     return CUBLAS_STATUS_SUCCESS;
 }
 
-extern "C" cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle,
-                                                    cublasOperation_t transa,
+extern "C" cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
                                                     cublasOperation_t transb, int m, int n, int k,
                                                     const float *alpha, const float *A, int lda,
                                                     long long int strideA, const float *B, int ldb,
@@ -1217,23 +1221,24 @@ extern "C" cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle,
     if (st) return st;
     if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (inject) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     bool use_ab = k > 0 && *alpha != 0.0f;
-    if (use_ab && (!operand_ok(call, "A", A, transa == CUBLAS_OP_N ? m : k,
-                               transa == CUBLAS_OP_N ? k : m, lda, sizeof(float), strideA,
-                               batchCount) ||
-                   !operand_ok(call, "B", B, transb == CUBLAS_OP_N ? k : n,
-                               transb == CUBLAS_OP_N ? n : k, ldb, sizeof(float), strideB,
-                               batchCount)))
+    if (use_ab &&
+        (!operand_ok(call, "A", A, transa == CUBLAS_OP_N ? m : k, transa == CUBLAS_OP_N ? k : m,
+                     lda, sizeof(float), strideA, batchCount) ||
+         !operand_ok(call, "B", B, transb == CUBLAS_OP_N ? k : n, transb == CUBLAS_OP_N ? n : k,
+                     ldb, sizeof(float), strideB, batchCount)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float), strideC, batchCount))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     for (int b = 0; b < batchCount; b++)
-        gemm_run(transa, transb, m, n, k, *alpha, A + b * strideA, lda, B + b * strideB, ldb,
-                 *beta, C + b * strideC, ldc);
+        gemm_run(transa, transb, m, n, k, *alpha, A + b * strideA, lda, B + b * strideB, ldb, *beta,
+                 C + b * strideC, ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
 
-namespace {
+namespace
+{
 
 // A bf16 operand as floats, with the same leading dimension.
 std::vector<float> bf16_to_float(const void *p, long rows, long cols, long ld)
@@ -1265,12 +1270,12 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
         return CUBLAS_STATUS_INVALID_VALUE;
     bool f32 = Atype == CUDA_R_32F && Btype == CUDA_R_32F;
     bool bf16 = Atype == CUDA_R_16BF && Btype == CUDA_R_16BF;
-    bool compute_ok = computeType == CUBLAS_COMPUTE_32F ||
-                      computeType == CUBLAS_COMPUTE_32F_PEDANTIC ||
-                      computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
-                      computeType == CUBLAS_COMPUTE_32F_FAST_16BF;
+    bool compute_ok =
+        computeType == CUBLAS_COMPUTE_32F || computeType == CUBLAS_COMPUTE_32F_PEDANTIC ||
+        computeType == CUBLAS_COMPUTE_32F_FAST_TF32 || computeType == CUBLAS_COMPUTE_32F_FAST_16BF;
     if (!(f32 || bf16) || Ctype != CUDA_R_32F || !compute_ok) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (inject) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     float a = *(const float *)alpha, b = *(const float *)beta;
     size_t elem = bf16 ? 2 : 4;
     long ra = transa == CUBLAS_OP_N ? m : k, ca = transa == CUBLAS_OP_N ? k : m;
@@ -1290,10 +1295,9 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
     return CUBLAS_STATUS_SUCCESS;
 }
 
-extern "C" cublasStatus_t cublasSgemv(cublasHandle_t handle, cublasOperation_t trans, int m,
-                                      int n, const float *alpha, const float *A, int lda,
-                                      const float *x, int incx, const float *beta, float *y,
-                                      int incy)
+extern "C" cublasStatus_t cublasSgemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n,
+                                      const float *alpha, const float *A, int lda, const float *x,
+                                      int incx, const float *beta, float *y, int incy)
 {
     const char *call = "cublasSgemv";
     bool inject = ddp_emu_inject(call);

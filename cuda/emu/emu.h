@@ -13,8 +13,9 @@ extern "C" {
 /* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation (bytes 0:
  * p itself inside one), else 0. */
 int ddp_emu_device_range(const void *p, size_t bytes);
-/* The current device's PCI bus id as NCCL prints it: (domain << 16 |
- * bus << 8 | device) = 0x10000 for bus 0x10; -1 when there is no device. */
+/* The current device's PCI bus id as NCCL prints it (the hex digits of
+ * "0000:10:00.0" as one number: 0x10000 for bus 0x10); -1 when there is no
+ * device. */
 long ddp_emu_current_busid(void);
 /* Counts a call of `name` against DDP_EMU_FAIL; 1 when this call must fail. */
 int ddp_emu_inject(const char *name);

@@ -25,8 +25,8 @@ struct ncclComm {
     MPI_Comm comm;
     int rank, nranks;
     int device;
-    long collectives;        /* collectives called so far */
-    long async_at;           /* DDP_EMU_NCCL_ASYNC_ERROR, 0 = off */
+    long collectives; /* collectives called so far */
+    long async_at;    /* DDP_EMU_NCCL_ASYNC_ERROR, 0 = off */
     ncclResult_t async_error;
     char last_error[512];
 };
@@ -52,9 +52,11 @@ const char *ncclGetErrorString(ncclResult_t r)
 {
     switch (r) {
     case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
     case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";
@@ -72,7 +74,8 @@ const char *ncclGetLastError(ncclComm_t comm)
 
 ncclResult_t ncclGetVersion(int *version)
 {
-    if (!version) return nccl_emu_fail_(NULL, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+    if (!version)
+        return nccl_emu_fail_(NULL, ncclInvalidArgument, "ncclGetVersion: version is NULL");
     *version = NCCL_VERSION_CODE;
     return ncclSuccess;
 }
@@ -82,12 +85,13 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     if (!id) return nccl_emu_fail_(NULL, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
     FILE *f = fopen("/dev/urandom", "rb");
     if (!f)
-        return nccl_emu_fail_(NULL, ncclSystemError, "ncclGetUniqueId: cannot open /dev/urandom: %s",
-                              strerror(errno));
+        return nccl_emu_fail_(NULL, ncclSystemError,
+                              "ncclGetUniqueId: cannot open /dev/urandom: %s", strerror(errno));
     size_t got = fread(id->internal, 1, sizeof id->internal, f);
     fclose(f);
     if (got != sizeof id->internal)
-        return nccl_emu_fail_(NULL, ncclSystemError, "ncclGetUniqueId: short read from /dev/urandom");
+        return nccl_emu_fail_(NULL, ncclSystemError,
+                              "ncclGetUniqueId: short read from /dev/urandom");
     return ncclSuccess;
 }
 
@@ -118,8 +122,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
         return nccl_emu_fail_(NULL, ncclSystemError,
                               "ncclCommInitRank: the NCCL emulation runs over MPI; call MPI_Init "
                               "first");
-    if (!out)
-        return nccl_emu_fail_(NULL, ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
+    if (!out) return nccl_emu_fail_(NULL, ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
     *out = NULL;
 
     MPI_Comm sub;
@@ -377,8 +380,8 @@ static uint16_t nccl_emu_float_to_half_(float f)
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to infinity */
-    if (a < 0x38800000u) {                                     /* subnormal or zero */
-        if (a < 0x33000000u) return sign;                        /* below half the least */
+    if (a < 0x38800000u) {                                   /* subnormal or zero */
+        if (a < 0x33000000u) return sign;                    /* below half the least */
         uint32_t exp = a >> 23, man = (a & 0x7fffffu) | 0x800000u;
         int shift = (int)(126 - exp); /* 14 .. 24 */
         uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
@@ -390,8 +393,8 @@ static uint16_t nccl_emu_float_to_half_(float f)
 }
 
 /* recv[i] = op over ranks r in order of in[r * n + i] */
-static void nccl_emu_reduce_(void *recv, const void *in, size_t n, int nranks,
-                             ncclDataType_t type, ncclRedOp_t op)
+static void nccl_emu_reduce_(void *recv, const void *in, size_t n, int nranks, ncclDataType_t type,
+                             ncclRedOp_t op)
 {
 #define NCCL_EMU_REDUCE(T, ACC, LOAD, STORE)                                                       \
     do {                                                                                           \
@@ -412,8 +415,8 @@ static void nccl_emu_reduce_(void *recv, const void *in, size_t n, int nranks,
             dst[i] = STORE(acc);                                                                   \
         }                                                                                          \
     } while (0)
-#define NCCL_EMU_ID(x) (x)
-#define NCCL_EMU_BF16_LOAD(x) __bfloat162float(__ushort_as_bfloat16(x))
+#define NCCL_EMU_ID(x)         (x)
+#define NCCL_EMU_BF16_LOAD(x)  __bfloat162float(__ushort_as_bfloat16(x))
 #define NCCL_EMU_BF16_STORE(x) __bfloat16_as_ushort(__float2bfloat16(x))
     switch (type) {
     case ncclInt8: NCCL_EMU_REDUCE(int8_t, int8_t, NCCL_EMU_ID, NCCL_EMU_ID); break;
@@ -482,16 +485,15 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm,
-                           cudaStream_t stream)
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
     const char *call = "ncclBroadcast";
     int skip;
     ncclResult_t r = nccl_emu_begin_(call, comm, datatype, stream, &skip);
     if (skip) return r;
     if (root < 0 || root >= comm->nranks)
-        return nccl_emu_fail_(comm, ncclInvalidArgument, "%s: root %d is not a rank of 0..%d",
-                              call, root, comm->nranks - 1);
+        return nccl_emu_fail_(comm, ncclInvalidArgument, "%s: root %d is not a rank of 0..%d", call,
+                              root, comm->nranks - 1);
     size_t bytes = count * nccl_emu_type_size_(datatype);
     if ((comm->rank == root && (r = nccl_emu_buffer_(call, comm, "sendbuff", sendbuff, bytes))) ||
         (r = nccl_emu_buffer_(call, comm, "recvbuff", recvbuff, bytes)))
@@ -505,8 +507,8 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
     return ncclSuccess;
 }
 
-ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
-                       ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream)
 {
     return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }

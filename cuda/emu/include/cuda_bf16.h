@@ -56,7 +56,10 @@ static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h)
 
 #ifdef __cplusplus
 inline __nv_bfloat16::__nv_bfloat16(float f) : __x(__float2bfloat16(f).__x) {}
-inline __nv_bfloat16::operator float() const { return __bfloat162float(*this); }
+inline __nv_bfloat16::operator float() const
+{
+    return __bfloat162float(*this);
+}
 #endif
 
 #endif

@@ -28,6 +28,10 @@
  *   grid.x >= 2^31, grid.y/z > 65535, a zero dimension) sets the launch
  *   error: cudaGetLastError returns it once and clears it.  Any failing
  *   runtime call also sets it, as CUDA does.  Errors are never sticky.
+ * - Launches may come from any OS thread (the current device and the last
+ *   error are per thread, as in CUDA); they run one at a time in the
+ *   process, each on its caller's thread.  Fiber stacks are 64 KiB
+ *   (DDP_EMU_STACK_KB), with a guard page below.
  *
  * Environment (read at the first runtime call; ddp_emu_reload_env() reads
  * it again, for tests):
@@ -64,8 +68,8 @@
 #include <stdint.h>
 
 #define DDP_CUDA_EMULATION 1
-#define CUDART_VERSION 13000
-#define CUDA_VERSION 13000
+#define CUDART_VERSION     13000
+#define CUDA_VERSION       13000
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,12 +104,12 @@ typedef enum cudaMemcpyKind {
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 
-#define cudaStreamDefault 0x00u
-#define cudaStreamNonBlocking 0x01u
-#define cudaEventDefault 0x00u
-#define cudaEventBlockingSync 0x01u
+#define cudaStreamDefault      0x00u
+#define cudaStreamNonBlocking  0x01u
+#define cudaEventDefault       0x00u
+#define cudaEventBlockingSync  0x01u
 #define cudaEventDisableTiming 0x02u
-#define cudaHostAllocDefault 0x00u
+#define cudaHostAllocDefault   0x00u
 
 struct uint3 {
     unsigned int x, y, z;
@@ -120,7 +124,10 @@ struct dim3 {
     {
     }
     constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
-    constexpr operator uint3() const { return uint3{x, y, z}; }
+    constexpr operator uint3() const
+    {
+        return uint3{x, y, z};
+    }
 #endif
 };
 typedef struct dim3 dim3;
@@ -209,9 +216,9 @@ unsigned long long ddp_emu_launch_count(void);
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
+#define __noinline__    __attribute__((noinline))
 #define __launch_bounds__(...)
-#define __shared__ static
+#define __shared__   static
 #define __constant__ static
 
 /* What a kernel reads as threadIdx, blockIdx, blockDim, gridDim: the state of
@@ -224,9 +231,9 @@ struct ddp_emu_ctx_t {
 };
 extern thread_local ddp_emu_ctx_t ddp_emu_ctx_;
 #define threadIdx (static_cast<const uint3 &>(ddp_emu_ctx_.thread_idx))
-#define blockIdx (static_cast<const uint3 &>(ddp_emu_ctx_.block_idx))
-#define blockDim (static_cast<const dim3 &>(ddp_emu_ctx_.block_dim))
-#define gridDim (static_cast<const dim3 &>(ddp_emu_ctx_.grid_dim))
+#define blockIdx  (static_cast<const uint3 &>(ddp_emu_ctx_.block_idx))
+#define blockDim  (static_cast<const dim3 &>(ddp_emu_ctx_.block_dim))
+#define gridDim   (static_cast<const dim3 &>(ddp_emu_ctx_.grid_dim))
 
 /* The block barrier: suspends this thread's fiber until every thread of the
  * block has reached a barrier. */
@@ -236,9 +243,8 @@ inline void __threadfence_block(void) {}
 
 /* Runs `run(arg)` once for every thread of the grid (see the file comment).
  * file, line and what name the launch site in diagnostics. */
-extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream,
-                                void (*run)(void *), void *arg, const char *file, int line,
-                                const char *what);
+extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void (*run)(void *),
+                                void *arg, const char *file, int line, const char *what);
 
 template <class F>
 inline void ddp_emu_launch(dim3 grid, dim3 block, cudaStream_t stream, F body,
@@ -251,14 +257,38 @@ inline void ddp_emu_launch(dim3 grid, dim3 block, cudaStream_t stream, F body,
 
 /* Device math: <math.h>'s functions, and CUDA's intrinsics as the exact
  * functions. */
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-inline float __expf(float x) { return expf(x); }
-inline float __logf(float x) { return logf(x); }
-inline float __powf(float x, float y) { return powf(x, y); }
-inline float __fdividef(float x, float y) { return x / y; }
-inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
-inline float __fmaf_rn(float x, float y, float z) { return fmaf(x, y, z); }
+inline float rsqrtf(float x)
+{
+    return 1.0f / sqrtf(x);
+}
+inline double rsqrt(double x)
+{
+    return 1.0 / sqrt(x);
+}
+inline float __expf(float x)
+{
+    return expf(x);
+}
+inline float __logf(float x)
+{
+    return logf(x);
+}
+inline float __powf(float x, float y)
+{
+    return powf(x, y);
+}
+inline float __fdividef(float x, float y)
+{
+    return x / y;
+}
+inline float __saturatef(float x)
+{
+    return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x;
+}
+inline float __fmaf_rn(float x, float y, float z)
+{
+    return fmaf(x, y, z);
+}
 inline unsigned int __float_as_uint(float x)
 {
     unsigned int u;
@@ -283,7 +313,10 @@ inline float __int_as_float(int u)
     memcpy(&x, &u, sizeof x);
     return x;
 }
-template <class T> inline T __ldg(const T *p) { return *p; }
+template <class T> inline T __ldg(const T *p)
+{
+    return *p;
+}
 
 /* min/max of CUDA's device code, for integers and floats of mixed types. */
 template <class A, class B, class C = typename std::common_type<A, B>::type>

@@ -42,10 +42,10 @@
 #include "cuda_bf16.h"
 #include "cuda_runtime.h"
 
-#define NCCL_MAJOR 2
-#define NCCL_MINOR 28
-#define NCCL_PATCH 9
-#define NCCL_SUFFIX ""
+#define NCCL_MAJOR        2
+#define NCCL_MINOR        28
+#define NCCL_PATCH        9
+#define NCCL_SUFFIX       ""
 #define NCCL_VERSION_CODE 22809
 #define NCCL_VERSION(X, Y, Z)                                                                      \
     (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
@@ -119,10 +119,9 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream);
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm,
-                           cudaStream_t stream);
-ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
-                       ncclComm_t comm, cudaStream_t stream);
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream);
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclGroupStart(void);
