@@ -18,12 +18,18 @@
 namespace
 {
 
-// Partial sums of the first pass: two per block (xent: loss and hits).
+// Partial sums of the first pass: two per block (xent: loss and hits), on
+// the bound device (allocated at the first use there, as reduce.cu's).
 double *partials_ = nullptr;
+int partials_device_ = -1;
 constexpr size_t kMaxPartials = 2 * 4096; // ddp_blocks_for's cap, twice
 
 int partials(double **out)
 {
+    if (partials_device_ != ddp_cuda_state_.device) {
+        partials_ = nullptr;
+        partials_device_ = ddp_cuda_state_.device;
+    }
     if (!partials_) DDP_CU(cudaMalloc((void **)&partials_, kMaxPartials * sizeof(double)));
     *out = partials_;
     return 0;

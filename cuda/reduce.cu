@@ -20,13 +20,21 @@ namespace
 {
 
 // Device scratch: partials_[0, 4096) the first pass's partials,
-// partials_[4096] the result; flag_ all_finite's flag.  Allocated once.
+// partials_[4096] the result; flag_ all_finite's flag.  Allocated at the
+// first use on the bound device (again after ddp_cuda_init bound another
+// one; the old scratch, 32 KiB, is left to the process's end).
 double *partials_ = nullptr;
 int *flag_ = nullptr;
+int scratch_device_ = -1;
 constexpr size_t kMaxBlocks = 4096; // ddp_blocks_for's cap
 
 int scratch()
 {
+    if (scratch_device_ != ddp_cuda_state_.device) {
+        partials_ = nullptr;
+        flag_ = nullptr;
+        scratch_device_ = ddp_cuda_state_.device;
+    }
     if (!partials_) DDP_CU(cudaMalloc((void **)&partials_, (kMaxBlocks + 1) * sizeof(double)));
     if (!flag_) DDP_CU(cudaMalloc((void **)&flag_, sizeof(int)));
     return 0;

@@ -1308,6 +1308,39 @@ START_TEST(linear_bf16)
 }
 END_TEST
 
+/* The cuda backend's convolution takes up to 2^16 GEMM columns per group
+ * of samples: 17 samples of 64x64 are a group of 16 and a group of 1 (the
+ * one-sample path), dw accumulating over both.  Against the naive loops:
+ * y and dx sum 9 products (1e-5 relative to max(1, |ref|), as conv_naive),
+ * dw and db sum 17*4096 products: 1e-4 (conv_naive's tolerance for dw and
+ * db; float error ~ sqrt(70000) * 6e-8 ~ 2e-5 of the terms' size); beta =
+ * 0.5 on a NaN-free start, same tolerances. */
+START_TEST(conv_groups)
+{
+    seed_(27);
+    conv_dims_t d = conv_dims_(17, 1, 64, 64, 2, 3, 1, 1);
+    size_t xn = conv_xn_(&d), yn = conv_yn_(&d), wn = conv_wn_(&d), on = (size_t)d.oc;
+    float *x = fvec_(xn, 1), *w = fvec_(wn, 1), *b = fvec_(on, 1), *dy = fvec_(yn, 1);
+    float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = fvec_(wn, 1), *db = fvec_(on, 1);
+    float *dw0 = malloc(wn * sizeof *dw0), *db0 = malloc(on * sizeof *db0);
+    memcpy(dw0, dw, wn * sizeof *dw), memcpy(db0, db, on * sizeof *db);
+    float *ry = fzero_(yn), *rdx = fzero_(xn), *rdw = fzero_(wn), *rdb = fzero_(on);
+    conv_naive_(&d, x, w, b, dy, ry, rdx, rdw, rdb);
+    for (size_t i = 0; i < wn; i++) rdw[i] += 0.5f * dw0[i];
+    for (size_t i = 0; i < on; i++) rdb[i] += 0.5f * db0[i];
+    void *ws = B->alloc(B->conv_ws_bytes(&d));
+    B->conv_fwd(&d, x, w, b, y, ws);
+    B->conv_bwd(&d, x, w, dy, dx, dw, db, 0.5f, ws);
+    assert_close_v_(y, ry, yn, 1e-5, "grouped conv y");
+    assert_close_v_(dx, rdx, xn, 1e-5, "grouped conv dx");
+    assert_close_v_(dw, rdw, wn, 1e-4, "grouped conv dw (beta 0.5)");
+    assert_close_v_(db, rdb, on, 1e-4, "grouped conv db (beta 0.5)");
+    B->free(ws);
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(dw0);
+    free(db0), free(ry), free(rdx), free(rdw), free(rdb);
+}
+END_TEST
+
 /* The launchers' error record: "CALL: WHY (file.cu:LINE)", the first failure
  * sticks until cleared (ddp_cuda.h).  Uses failures that leave the backend
  * usable (a second init, an unknown device). */
@@ -1658,6 +1691,7 @@ Suite *test_suite(void)
     tcase_add_checked_fixture(tb, NULL, bf16_off_);
     tcase_add_test(tb, linear_bf16);
     tcase_add_test(tb, cuda_error_record);
+    tcase_add_test(tb, conv_groups);
     suite_add_tcase(s, tb);
 #else
     Suite *s = suite_create("kernels");
