@@ -6,7 +6,8 @@
 #  (a) --device cuda and --device cpu train the same loss curve (50 steps, an
 #      MLP with BatchNorm and dropout, and a small CNN) at 1 and 2 ranks, each
 #      rank on its own emulated GPU (DDP_EMU_GPUS=2);
-#  (b) after np=2 the replicas are bit-identical (--check-replicas), and np=2
+#  (b) after np=2 the replicas are bit-identical (--check-replicas, which
+#      catches one flipped bit), and np=2
 #      at batch B follows np=1 at batch 2B;
 #  (c) two ranks of a host on one GPU are refused (exit 9);
 #  (d) --precision bf16 trains on cuda close to fp32, and is refused on cpu;
@@ -85,7 +86,11 @@ grep -q "gpus         rank 0 on " "$T/mlp-cuda-2.log" && grep -q "rank 1 on " "$
   { cat "$T/mlp-cuda-2.log"; fail "the start-up table lacks the ranks' GPUs"; }
 
 # (b) np=2 replicas identical (--check-replicas 10 above passed: hashes
-# equal every 10 steps); np=2 batch 8 follows np=1 batch 16
+# equal every 10 steps; the check sees one flipped bit on the GPU path);
+# np=2 batch 8 follows np=1 batch 16
+DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda \
+  --check-replicas 5 --inject bitflip:1:15 >"$T/flip.out" 2>"$T/flip.err"
+ddp_expect_error "$T/flip.err" $? 6 "a flipped bit on the GPU" "replicas diverged after step 15: rank 1's layers.0.weight"
 run "mlp-cuda-1-b16" 1 "$EMU" "$T/d.h5" $mlp --batch 16 --steps 50 --device cuda
 close "mlp cuda np=2 batch 8 vs np=1 batch 16" 2e-3 "$T/mlp-cuda-2.log" "$T/mlp-cuda-1-b16.log"
 
