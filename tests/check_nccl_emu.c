@@ -327,6 +327,32 @@ START_TEST(test_async_error)
 }
 END_TEST
 
+START_TEST(test_injected_failures)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
+    setenv("DDP_EMU_FAIL", "ncclCommInitRank:1,ncclAllReduce:2", 1);
+    ddp_emu_reload_env();
+    cudaSetDevice(rank_);
+    ncclComm_t comm;
+    ck_assert_int_eq(comm_init(&comm), ncclSystemError);
+    ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "DDP_EMU_FAIL"));
+    ck_assert_int_eq(comm_init(&comm), ncclSuccess);
+    float h[2] = {1, 2}, *d = dev_alloc(sizeof h);
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+    ck_assert_int_eq(ncclAllReduce(d, d, 2, ncclFloat, ncclSum, comm, 0), ncclSuccess);
+    ck_assert_int_eq(ncclAllReduce(d, d, 2, ncclFloat, ncclSum, comm, 0), ncclUnhandledCudaError);
+    ck_assert_int_eq(ncclAllReduce(d, d, 2, ncclFloat, ncclSum, comm, 0), ncclSuccess);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    ck_assert_float_eq(h[1], 2.0f * size_ * size_); /* two reductions ran */
+    unsetenv("DDP_EMU_FAIL");
+    ddp_emu_reload_env();
+    cudaFree(d);
+    ncclCommDestroy(comm);
+}
+END_TEST
+
 START_TEST(test_host_memory_refused)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -362,6 +388,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, test_broadcast_allgather);
     tcase_add_test(tc, test_duplicate_gpu);
     tcase_add_test(tc, test_async_error);
+    tcase_add_test(tc, test_injected_failures);
     tcase_add_test(tc, test_host_memory_refused);
     suite_add_tcase(s, tc);
     return s;
