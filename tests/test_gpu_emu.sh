@@ -11,7 +11,8 @@
 #      at batch B follows np=1 at batch 2B;
 #  (c) two ranks of a host on one GPU are refused (exit 9);
 #  (d) --precision bf16 trains on cuda close to fp32, and is refused on cpu;
-#  (e) an NCCL asynchronous error ends the job with one line, no hang;
+#  (e) an NCCL asynchronous error ends the job with one line, no hang, and
+#      so does a failed ncclAllReduce or ncclCommInitRank (DDP_EMU_FAIL);
 #  (f) an injected CUDA failure ends it with one line naming the call;
 #  (g) this CPU-only ddptrain refuses --device cuda (exit 2) and trains on
 #      cpu with --device auto;
@@ -112,6 +113,14 @@ ddp_expect_error "$T/bf.err" $? 2 "bf16 on cpu" "--precision bf16 needs --device
 DDP_EMU_NCCL_ASYNC_ERROR=20 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
   --steps 50 --device cuda >"$T/async.out" 2>"$T/async.err"
 ddp_expect_error "$T/async.err" $? 7 "NCCL async error" "NCCL reported an asynchronous error|ncclCommGetAsyncError"
+
+# ... and a failed NCCL call is named with NCCL's own last error
+DDP_EMU_FAIL=ncclAllReduce:30 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
+  --steps 50 --device cuda >"$T/nf.out" 2>"$T/nf.err"
+ddp_expect_error "$T/nf.err" $? 7 "failed ncclAllReduce" "ncclAllReduce failed|comm_nccl.c:"
+DDP_EMU_FAIL=ncclCommInitRank:1 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
+  --steps 5 --device cuda >"$T/ni.out" 2>"$T/ni.err"
+ddp_expect_error "$T/ni.err" $? 7 "failed ncclCommInitRank" "ncclCommInitRank("
 
 # (f) an injected CUDA failure names the call
 DDP_EMU_FAIL=cudaMalloc:12 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cuda \
