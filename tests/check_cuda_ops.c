@@ -758,8 +758,10 @@ static void linear_case_(int n, int in, int out, float beta, int with_dx)
     CU(ddp_cuda_linear_fwd(n, in, out, dxd, dwd, dbd, yd));
     CU(ddp_cuda_linear_bwd(n, in, out, dxd, dwd, dyd, with_dx ? dxo : NULL, dwo, dbo, beta));
     float *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4), *gdw = hnew_(nw * 4), *gdb = hnew_(out * 4);
-    dget_(gy, yd, ny * 4), dget_(gdx, dxo, nx * 4), dget_(gdw, dwo, nw * 4),
-        dget_(gdb, dbo, out * 4);
+    dget_(gy, yd, ny * 4);
+    dget_(gdx, dxo, nx * 4);
+    dget_(gdw, dwo, nw * 4);
+    dget_(gdb, dbo, out * 4);
     char what[96];
     snprintf(what, sizeof what, "linear n=%d %d->%d beta=%g y", n, in, out, beta);
     gemm_close_(what, gy, y, ay, ny, in);
@@ -822,8 +824,10 @@ static void conv_case_(int n, int c, int h, int w, int oc, int k, int stride, in
     CU(ddp_cuda_conv_fwd(&g, dxd, dwd, dbd, yd, dws));
     CU(ddp_cuda_conv_bwd(&g, dxd, dwd, dyd, dxo, dwo, dbo, beta, dws));
     float *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4), *gdw = hnew_(nw * 4), *gdb = hnew_(oc * 4);
-    dget_(gy, yd, ny * 4), dget_(gdx, dxo, nx * 4), dget_(gdw, dwo, nw * 4),
-        dget_(gdb, dbo, oc * 4);
+    dget_(gy, yd, ny * 4);
+    dget_(gdx, dxo, nx * 4);
+    dget_(gdw, dwo, nw * 4);
+    dget_(gdb, dbo, oc * 4);
     char what[128];
     const size_t ohw = (size_t)d.oh * d.ow;
     snprintf(what, sizeof what, "conv n=%d c=%d %dx%d oc=%d k=%d s=%d p=%d beta=%g", n, c, h, w, oc,
@@ -877,7 +881,9 @@ static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
     C->maxpool_bwd(&d, dy, am, dx);
     CU(ddp_cuda_maxpool_fwd(&g, dxd, yd, amd));
     CU(ddp_cuda_maxpool_bwd(&g, dyd, amd, dxo));
-    dget_(gy, yd, ny * 4), dget_(gam, amd, ny * 4), dget_(gdx, dxo, nx * 4);
+    dget_(gy, yd, ny * 4);
+    dget_(gam, amd, ny * 4);
+    dget_(gdx, dxo, nx * 4);
     snprintf(what, sizeof what, "maxpool n=%d c=%d %dx%d k=%d s=%d", n, c, h, w, k, stride);
     same_bits_(what, gy, y, ny, 4);
     same_bits_(what, gam, am, ny, 4);
@@ -887,7 +893,8 @@ static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
     C->avgpool_bwd(&d, dy, dx);
     CU(ddp_cuda_avgpool_fwd(&g, dxd, yd));
     CU(ddp_cuda_avgpool_bwd(&g, dyd, dxo));
-    dget_(gy, yd, ny * 4), dget_(gdx, dxo, nx * 4);
+    dget_(gy, yd, ny * 4);
+    dget_(gdx, dxo, nx * 4);
     snprintf(what, sizeof what, "avgpool n=%d c=%d %dx%d k=%d s=%d y", n, c, h, w, k, stride);
     close_(what, gy, y, ny, 4 * k * k, 1e-6, 1);
     snprintf(what, sizeof what, "avgpool n=%d c=%d %dx%d k=%d s=%d dx", n, c, h, w, k, stride);
@@ -901,7 +908,8 @@ static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
     C->gap_bwd(n, c, hw, dy2, dx);
     CU(ddp_cuda_gap_fwd(n, c, hw, dxd, y2d));
     CU(ddp_cuda_gap_bwd(n, c, hw, dy2d, dxo));
-    dget_(gy2, y2d, (size_t)n * c * 4), dget_(gdx, dxo, nx * 4);
+    dget_(gy2, y2d, (size_t)n * c * 4);
+    dget_(gdx, dxo, nx * 4);
     float *ax = fabs_(x, nx), *ay2 = hnew_((size_t)n * c * 4);
     C->gap_fwd(n, c, hw, ax, ay2);
     snprintf(what, sizeof what, "gap n=%d c=%d hw=%d y", n, c, hw);

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <thread>
 #include <vector>
 
 #include "ddp_cuda_rt.h"
@@ -153,6 +154,27 @@ START_TEST(test_missing_barrier_shows)
         double got = reduce(bx, 1, 1, false);
         ck_assert_msg(got != want, "block %u: the race did not show (sum %.1f)", bx, got);
     }
+}
+END_TEST
+
+START_TEST(test_launches_from_threads)
+{
+    emu_defaults();
+    double want = 0;
+    for (int i = 0; i < 5000; i++) want += i % 64;
+    // two OS threads launching block reductions at once: the launches take
+    // turns, so the __shared__ tree of one is not the other's
+    double got[2][8];
+    auto work = [&](int t) {
+        for (int r = 0; r < 8; r++) got[t][r] = reduce(256, 1, 1, true);
+    };
+    std::thread a(work, 0), b(work, 1);
+    a.join();
+    b.join();
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < 8; r++)
+            ck_assert_msg(got[t][r] == want, "thread %d round %d: %.1f, expected %.1f", t, r,
+                          got[t][r], want);
 }
 END_TEST
 
@@ -383,12 +405,17 @@ START_TEST(test_devices)
     ck_assert_int_eq(d, 1);
     // memory is per device
     void *a = nullptr;
-    size_t f0, f1, t;
-    ck_assert_int_eq(cudaMalloc(&a, 1 << 20), cudaSuccess);
+    size_t f0, f0_after, f1, f1_after, t;
     cudaMemGetInfo(&f1, &t);
     cudaSetDevice(0);
     cudaMemGetInfo(&f0, &t);
-    ck_assert_uint_eq(f0 - f1, 1 << 20);
+    cudaSetDevice(1);
+    ck_assert_int_eq(cudaMalloc(&a, 1 << 20), cudaSuccess);
+    cudaMemGetInfo(&f1_after, &t);
+    cudaSetDevice(0);
+    cudaMemGetInfo(&f0_after, &t);
+    ck_assert_uint_eq(f1 - f1_after, 1 << 20);
+    ck_assert_uint_eq(f0_after, f0);
     cudaFree(a);
 
     // the list stops at the first entry that is no device
@@ -815,6 +842,7 @@ Suite *test_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_block_reduction);
     tcase_add_test(tc, test_missing_barrier_shows);
+    tcase_add_test(tc, test_launches_from_threads);
     tcase_add_test(tc, test_thread_indices);
     tcase_add_test(tc, test_divergent_barrier_aborts);
     tcase_add_test(tc, test_launch_configuration);

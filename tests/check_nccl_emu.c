@@ -1,5 +1,6 @@
 /* check_nccl_emu.c -- the CPU emulation of NCCL over MPI (cuda/emu/nccl_emu.c),
- * on 2 ranks (check_nccl_emu_np2): bootstrap by MPI_Bcast of the unique id,
+ * on 2 and 3 ranks (check_nccl_emu_np2, _np3; on 3 the order of the
+ * additions shows in the float sums): bootstrap by MPI_Bcast of the unique id,
  * all-reduce sum and average for float, double and bf16 (in place and not)
  * bit-identical on every rank and equal to the rank-order sums, broadcast,
  * all-gather, the duplicate-GPU refusal, the injected asynchronous error and
@@ -17,9 +18,11 @@
 static int rank_, size_;
 
 /* An emulated machine of `gpus` GPUs, bound to `device`. */
-static void emu_machine(const char *gpus, int device)
+static void emu_machine(int gpus, int device)
 {
-    setenv("DDP_EMU_GPUS", gpus, 1);
+    char n[16];
+    snprintf(n, sizeof n, "%d", gpus);
+    setenv("DDP_EMU_GPUS", n, 1);
     unsetenv("CUDA_VISIBLE_DEVICES");
     unsetenv("DDP_EMU_NCCL_ASYNC_ERROR");
     unsetenv("DDP_EMU_HOSTNAME");
@@ -66,7 +69,8 @@ static void assert_same_everywhere(const void *host, size_t bytes)
 START_TEST(test_init_and_queries)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     int n = -1, r = -1, d = -1, v = 0;
@@ -89,7 +93,8 @@ END_TEST
 START_TEST(test_allreduce_float_double)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     cudaStream_t stream;
@@ -154,7 +159,8 @@ END_TEST
 START_TEST(test_allreduce_bf16)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     const size_t n = 4099;
@@ -188,10 +194,38 @@ START_TEST(test_allreduce_bf16)
 }
 END_TEST
 
+START_TEST(test_allreduce_fp16)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
+    ncclComm_t comm;
+    ck_assert_int_eq(comm_init(&comm), ncclSuccess);
+    /* 1 + (size - 1) 2^-11: a tie on 2 ranks (to even: 1), 1 + 2^-10 on 3
+     * (rounding after every addition would give 1 again); subnormals;
+     * overflow to infinity; negatives */
+    uint16_t h[4] = {rank_ == 0 ? 0x3c00 : 0x1000, 0x0001, 0x7bff, 0xc000};
+    uint16_t want2[4] = {0x3c00, 0x0002, 0x7c00, 0xc400},
+             want3[4] = {0x3c01, 0x0003, 0x7c00, 0xc600};
+    uint16_t *d = dev_alloc(sizeof h);
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+    ck_assert_int_eq(ncclAllReduce(d, d, 4, ncclHalf, ncclSum, comm, 0), ncclSuccess);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    if (size_ == 2 || size_ == 3)
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(h[i] == (size_ == 2 ? want2 : want3)[i], "fp16 sum[%d] = 0x%04x", i,
+                          h[i]);
+    assert_same_everywhere(h, sizeof h);
+    cudaFree(d);
+    ncclCommDestroy(comm);
+}
+END_TEST
+
 START_TEST(test_broadcast_allgather)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     const size_t n = 777;
@@ -238,7 +272,7 @@ START_TEST(test_duplicate_gpu)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     /* one GPU per host: both ranks on device 0 of the same host */
-    emu_machine("1", 0);
+    emu_machine(1, 0);
     ncclComm_t comm = (ncclComm_t)&rank_;
     ck_assert_int_eq(comm_init(&comm), ncclInvalidUsage);
     ck_assert_ptr_null(comm);
@@ -254,7 +288,7 @@ START_TEST(test_duplicate_gpu)
     ncclCommDestroy(comm);
     unsetenv("DDP_EMU_HOSTNAME");
     /* two GPUs, one per rank */
-    emu_machine("2", rank_);
+    emu_machine(size_, rank_);
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     ncclCommDestroy(comm);
     /* nranks that does not match the ranks holding the id */
@@ -268,7 +302,8 @@ END_TEST
 START_TEST(test_async_error)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     setenv("DDP_EMU_NCCL_ASYNC_ERROR", "2", 1);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
@@ -292,10 +327,37 @@ START_TEST(test_async_error)
 }
 END_TEST
 
+START_TEST(test_injected_failures)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
+    setenv("DDP_EMU_FAIL", "ncclCommInitRank:1,ncclAllReduce:2", 1);
+    ddp_emu_reload_env();
+    cudaSetDevice(rank_);
+    ncclComm_t comm;
+    ck_assert_int_eq(comm_init(&comm), ncclSystemError);
+    ck_assert_ptr_nonnull(strstr(ncclGetLastError(NULL), "DDP_EMU_FAIL"));
+    ck_assert_int_eq(comm_init(&comm), ncclSuccess);
+    float h[2] = {1, 2}, *d = dev_alloc(sizeof h);
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+    ck_assert_int_eq(ncclAllReduce(d, d, 2, ncclFloat, ncclSum, comm, 0), ncclSuccess);
+    ck_assert_int_eq(ncclAllReduce(d, d, 2, ncclFloat, ncclSum, comm, 0), ncclUnhandledCudaError);
+    ck_assert_int_eq(ncclAllReduce(d, d, 2, ncclFloat, ncclSum, comm, 0), ncclSuccess);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    ck_assert_float_eq(h[1], 2.0f * size_ * size_); /* two reductions ran */
+    unsetenv("DDP_EMU_FAIL");
+    ddp_emu_reload_env();
+    cudaFree(d);
+    ncclCommDestroy(comm);
+}
+END_TEST
+
 START_TEST(test_host_memory_refused)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    emu_machine("2", rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    emu_machine(size_, rank_);
     ncclComm_t comm;
     ck_assert_int_eq(comm_init(&comm), ncclSuccess);
     float host[16] = {0}, *d = dev_alloc(16 * sizeof(float));
@@ -322,9 +384,11 @@ Suite *test_suite(void)
     tcase_add_test(tc, test_init_and_queries);
     tcase_add_test(tc, test_allreduce_float_double);
     tcase_add_test(tc, test_allreduce_bf16);
+    tcase_add_test(tc, test_allreduce_fp16);
     tcase_add_test(tc, test_broadcast_allgather);
     tcase_add_test(tc, test_duplicate_gpu);
     tcase_add_test(tc, test_async_error);
+    tcase_add_test(tc, test_injected_failures);
     tcase_add_test(tc, test_host_memory_refused);
     suite_add_tcase(s, tc);
     return s;

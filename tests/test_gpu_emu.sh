@@ -6,11 +6,13 @@
 #  (a) --device cuda and --device cpu train the same loss curve (50 steps, an
 #      MLP with BatchNorm and dropout, and a small CNN) at 1 and 2 ranks, each
 #      rank on its own emulated GPU (DDP_EMU_GPUS=2);
-#  (b) after np=2 the replicas are bit-identical (--check-replicas), and np=2
+#  (b) after np=2 the replicas are bit-identical (--check-replicas, which
+#      catches one flipped bit), and np=2
 #      at batch B follows np=1 at batch 2B;
 #  (c) two ranks of a host on one GPU are refused (exit 9);
 #  (d) --precision bf16 trains on cuda close to fp32, and is refused on cpu;
-#  (e) an NCCL asynchronous error ends the job with one line, no hang;
+#  (e) an NCCL asynchronous error ends the job with one line, no hang, and
+#      so does a failed ncclAllReduce or ncclCommInitRank (DDP_EMU_FAIL);
 #  (f) an injected CUDA failure ends it with one line naming the call;
 #  (g) this CPU-only ddptrain refuses --device cuda (exit 2) and trains on
 #      cpu with --device auto;
@@ -85,7 +87,11 @@ grep -q "gpus         rank 0 on " "$T/mlp-cuda-2.log" && grep -q "rank 1 on " "$
   { cat "$T/mlp-cuda-2.log"; fail "the start-up table lacks the ranks' GPUs"; }
 
 # (b) np=2 replicas identical (--check-replicas 10 above passed: hashes
-# equal every 10 steps); np=2 batch 8 follows np=1 batch 16
+# equal every 10 steps; the check sees one flipped bit on the GPU path);
+# np=2 batch 8 follows np=1 batch 16
+DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda \
+  --check-replicas 5 --inject bitflip:1:15 >"$T/flip.out" 2>"$T/flip.err"
+ddp_expect_error "$T/flip.err" $? 6 "a flipped bit on the GPU" "replicas diverged after step 15: rank 1's layers.0.weight"
 run "mlp-cuda-1-b16" 1 "$EMU" "$T/d.h5" $mlp --batch 16 --steps 50 --device cuda
 close "mlp cuda np=2 batch 8 vs np=1 batch 16" 2e-3 "$T/mlp-cuda-2.log" "$T/mlp-cuda-1-b16.log"
 
@@ -108,6 +114,14 @@ DDP_EMU_NCCL_ASYNC_ERROR=20 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $m
   --steps 50 --device cuda >"$T/async.out" 2>"$T/async.err"
 ddp_expect_error "$T/async.err" $? 7 "NCCL async error" "NCCL reported an asynchronous error|ncclCommGetAsyncError"
 
+# ... and a failed NCCL call is named with NCCL's own last error
+DDP_EMU_FAIL=ncclAllReduce:30 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
+  --steps 50 --device cuda >"$T/nf.out" 2>"$T/nf.err"
+ddp_expect_error "$T/nf.err" $? 7 "failed ncclAllReduce" "ncclAllReduce failed|comm_nccl.c:"
+DDP_EMU_FAIL=ncclCommInitRank:1 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
+  --steps 5 --device cuda >"$T/ni.out" 2>"$T/ni.err"
+ddp_expect_error "$T/ni.err" $? 7 "failed ncclCommInitRank" "ncclCommInitRank("
+
 # (f) an injected CUDA failure names the call
 DDP_EMU_FAIL=cudaMalloc:12 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cuda \
   >"$T/f1.out" 2>"$T/f1.err"
@@ -116,7 +130,7 @@ rc=$?
 ddp_expect_error "$T/f1.err" $rc $rc "injected cudaMalloc failure" "cudaMalloc"
 DDP_EMU_FAIL=kernel:200 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 20 --device cuda \
   >"$T/f2.out" 2>"$T/f2.err"
-ddp_expect_error "$T/f2.err" $? 9 "injected kernel failure" "error"
+ddp_expect_error "$T/f2.err" $? 9 "injected kernel failure" "launch failure|.cu:"
 
 # (g) this ddptrain has no cuda backend
 "$DDPTRAIN" "$T/d.h5" $mlp --steps 3 --device cuda >"$T/g.out" 2>"$T/g.err"

@@ -14,6 +14,7 @@
 #include "ddp_cuda.h"
 #include "deck.h"
 #include "h5util.h"
+#include "inject.h"
 #include "log.h"
 #include "progress.h"
 #include "signals.h"
@@ -37,6 +38,7 @@ int main(int argc, char **argv)
     ddp_config_t cfg;
     config_action_t action;
     s = control_agree(&ctl, config_parse_args(&cfg, argc, argv, deck_load_config, &action));
+    if (s == DDP_OK) s = inject_setup(cfg.inject, rank); /* validated: the same on every rank */
     if (s == DDP_OK) {
         log_setup(rank, cfg.quiet ? LOG_QUIET : LOG_INFO);
         /* this binary's registry has cpu and mpi only: the emulated GPU

@@ -767,6 +767,7 @@ struct Sched {
 };
 
 thread_local Sched *t_sched = nullptr;
+std::mutex g_launch_mu; // held while a launch runs (see ddp_emu_launch_)
 
 #ifdef EMU_ASAN
 inline void asan_start(void **save, const void *bottom, size_t size)
@@ -955,6 +956,8 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void
         std::lock_guard<std::mutex> lock(g_mu);
         g_launches++;
     }
+    // one launch at a time in the process: __shared__ variables are statics
+    std::lock_guard<std::mutex> one_at_a_time(g_launch_mu);
     ddp_emu_ctx_t saved = ddp_emu_ctx_;
     s->run = run;
     s->arg = arg;

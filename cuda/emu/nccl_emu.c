@@ -124,6 +124,9 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
                               "first");
     if (!out) return nccl_emu_fail_(NULL, ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
     *out = NULL;
+    if (ddp_emu_inject("ncclCommInitRank"))
+        return nccl_emu_fail_(NULL, ncclSystemError,
+                              "ncclCommInitRank: failure injected by DDP_EMU_FAIL");
 
     MPI_Comm sub;
     if (MPI_Comm_split(MPI_COMM_WORLD, nccl_emu_colour_(&id), rank, &sub) != MPI_SUCCESS)
@@ -326,6 +329,9 @@ static ncclResult_t nccl_emu_begin_(const char *call, ncclComm_t comm, ncclDataT
                               call);
     }
     comm->collectives++;
+    if (ddp_emu_inject(call))
+        return nccl_emu_fail_(comm, ncclUnhandledCudaError, "%s: failure injected by DDP_EMU_FAIL",
+                              call);
     if (comm->async_at && comm->collectives >= comm->async_at) {
         int first = comm->async_error == ncclSuccess;
         comm->async_error = ncclRemoteError;

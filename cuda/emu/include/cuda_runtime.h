@@ -16,7 +16,9 @@
  *   cuBLAS/NCCL operand outside a device allocation, or a host pointer where
  *   a device pointer is due, fail with cudaErrorInvalidValue (or the
  *   library's error).  New device memory holds 0xFF bytes (NaN as float):
- *   real cudaMalloc does not zero.
+ *   real cudaMalloc does not zero.  Kernels index device memory unchecked,
+ *   but it is heap memory: the sanitizer build (--enable-sanitizers) finds
+ *   a kernel's out-of-bounds access.
  * - Kernels: every block runs in order (x fastest, then y, z), every thread
  *   of a block as a fiber on the calling OS thread, switched only at
  *   __syncthreads(), so __shared__ (which expands to `static`) is shared by
@@ -28,6 +30,10 @@
  *   grid.x >= 2^31, grid.y/z > 65535, a zero dimension) sets the launch
  *   error: cudaGetLastError returns it once and clears it.  Any failing
  *   runtime call also sets it, as CUDA does.  Errors are never sticky.
+ * - Launches may come from any OS thread (the current device and the last
+ *   error are per thread, as in CUDA); they run one at a time in the
+ *   process, each on its caller's thread.  Fiber stacks are 64 KiB
+ *   (DDP_EMU_STACK_KB), with a guard page below.
  *
  * Environment (read at the first runtime call; ddp_emu_reload_env() reads
  * it again, for tests):
@@ -46,7 +52,8 @@
  *                           cudaErrorLaunchFailure and does not run),
  *                           cublasCreate (ALLOC_FAILED), cublasSgemm,
  *                           cublasSgemmStridedBatched, cublasGemmEx,
- *                           cublasSgemv (EXECUTION_FAILED).
+ *                           cublasSgemv (EXECUTION_FAILED); NCCL's names
+ *                           in nccl.h.
  * Device i (after CUDA_VISIBLE_DEVICES) is named "ddptrain CUDA emulation",
  * sm 8.0, PCI bus id "0000:%02x:00.0" with bus 0x10 + its physical index.
  *

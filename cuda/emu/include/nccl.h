@@ -12,7 +12,8 @@
  *   ranks on the same GPU of the same host (host name + the PCI bus id of
  *   the current device): ncclInvalidUsage on every member, and
  *   ncclGetLastError says "Duplicate GPU detected: rank 0 and rank 1 both on
- *   CUDA device 10000".
+ *   CUDA device 10000".  DDP_EMU_HOSTNAME=NAME replaces the host name
+ *   there (to emulate ranks on several hosts).
  * - Collectives run synchronously on the calling thread (MPI, blocking):
  *   complete when they return, whatever the stream.  ncclGroupStart/End
  *   only nest (the calls inside run at once, in order).
@@ -32,6 +33,11 @@
  *   ncclCommGetAsyncError reports ncclRemoteError, and the collectives after
  *   the N-th return ncclRemoteError at once (the N-th returns ncclSuccess:
  *   the error is asynchronous).  ncclCommAbort then works without the peers.
+ * - DDP_EMU_FAIL (cuda_runtime.h) also takes ncclCommInitRank (the N-th
+ *   call returns ncclSystemError before any MPI), ncclAllReduce,
+ *   ncclBroadcast (ncclBcast counts as one) and ncclAllGather (the N-th
+ *   call returns ncclUnhandledCudaError and moves no data).  Set it alike
+ *   on every rank, or the others block.
  * ncclGetLastError(NULL) is the last error of any communicator.
  */
 #ifndef DDP_EMU_NCCL_H
