@@ -2,6 +2,7 @@
  * registry of comm backends built into this binary. */
 #include "comm.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,9 @@
 /* One line per backend, under the configure condition that builds it. */
 static const comm_backend_t backends_[] = {
     {"mpi", comm_init_mpi},
+#ifdef HAVE_NCCL
+    {"nccl", comm_init_nccl},
+#endif
 };
 
 int comm_backend_count(void)
@@ -116,8 +120,38 @@ void comm_mem_free(comm_t *c, void *p)
         free(p);
 }
 
+/* Tracked communicators (comm_track); read by comm_abort_all from any
+ * thread, so slots are atomic pointers. */
+#define COMM_TRACK_MAX 4
+static _Atomic(comm_t *) tracked_[COMM_TRACK_MAX];
+
+void comm_track(comm_t *c)
+{
+    for (int i = 0; i < COMM_TRACK_MAX; i++) {
+        comm_t *expect = NULL;
+        if (atomic_compare_exchange_strong(&tracked_[i], &expect, c)) return;
+    }
+}
+
+static void untrack_(comm_t *c)
+{
+    for (int i = 0; i < COMM_TRACK_MAX; i++) {
+        comm_t *expect = c;
+        atomic_compare_exchange_strong(&tracked_[i], &expect, NULL);
+    }
+}
+
+void comm_abort_all(void)
+{
+    for (int i = 0; i < COMM_TRACK_MAX; i++) {
+        comm_t *c = atomic_exchange(&tracked_[i], NULL);
+        if (c && c->ops && c->ops->abort) c->ops->abort(c);
+    }
+}
+
 void comm_free(comm_t *c)
 {
+    untrack_(c);
     if (c->ops && c->ops->free) c->ops->free(c);
     memset(c, 0, sizeof *c);
 }

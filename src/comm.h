@@ -88,6 +88,13 @@ typedef struct comm_apply {
  * NODE_SHARED_MEMORY: mem_alloc hands out node-shared host memory, which
  * iallreduce sums in place and iallreduce_apply updates once per node. */
 #define COMM_CAP_NODE_SHARED_MEMORY 1u
+/* STREAM_ORDERED: collectives are ordered after the compute backend's work
+ * queued before them (the NCCL backend waits on the compute stream on the
+ * device), and wait() orders the compute work queued after it behind the
+ * collective: the caller must not wait on the host for a compute event
+ * before starting one (reducer.c, model.c), and the host may read the
+ * result only through the compute backend (download waits). */
+#define COMM_CAP_STREAM_ORDERED 2u
 
 typedef struct comm_ops {
     const char *name;
@@ -144,6 +151,11 @@ typedef struct comm_ops {
     ddp_status_t (*mem_plan)(comm_t *c, size_t bytes, int nbuffers);
     void (*mem_free)(comm_t *c, void *p);
     void (*free)(comm_t *c);
+    /* The job is ending on a fatal error: cancel what is in flight without
+     * waiting for other ranks (ncclCommAbort), so the process can exit.
+     * May be called from another thread (the watchdog).  NULL: nothing to
+     * do. */
+    void (*abort)(comm_t *c);
 } comm_ops_t;
 
 struct comm {
@@ -168,6 +180,10 @@ struct comm {
  * COMM_CAP_NODE_SHARED_MEMORY when every rank is on one node (W > 1) and
  * /dev/shm has room. */
 ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
+
+/* NCCL backend (comm_nccl.h, GPU builds): device memory, bootstrapped over
+ * `world` after the compute backend has bound this rank's GPU. */
+ddp_status_t comm_init_nccl(comm_t *c, MPI_Comm world);
 
 /* The registry (comm.c): the backends built into this binary, the first one
  * the default.  `ddptrain --version` lists them. */
@@ -209,6 +225,12 @@ ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
  * in flight per all-reduce (1..16; default 2).  0 keeps the current value. */
 ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
 void comm_free(comm_t *c);
+/* Communicators to abort (ops->abort) when the job ends on a fatal error:
+ * the trainer tracks its gradient plane after init; comm_free forgets it.
+ * comm_abort_all runs from control_abort and the watchdog before
+ * MPI_Abort. */
+void comm_track(comm_t *c);
+void comm_abort_all(void);
 
 /* Host memory for the gradient buffer (see comm_ops_t.mem_alloc): the
  * backend's when it has COMM_CAP_NODE_SHARED_MEMORY, plain zero-filled

@@ -217,8 +217,10 @@ typedef struct compute_cpu_prof {
 } compute_cpu_prof_t;
 extern compute_cpu_prof_t *compute_cpu_prof;
 
-/* Backends built into this binary. */
+/* Backends: "cpu" always; "cuda" (compute_cuda.c) in CUDA builds, and in
+ * the test programs linked with the emulation (cuda/Makefile.am). */
 extern const compute_ops_t compute_cpu_ops;
+extern const compute_ops_t compute_cuda_ops;
 
 /* The registry (compute.c): the backends built into this binary, the first
  * one the default.  `ddptrain --version` lists them. */
@@ -226,5 +228,18 @@ int compute_backend_count(void);
 const compute_ops_t *compute_backend(int i); /* 0 <= i < compute_backend_count() */
 /* Look up a backend by name ("cpu", "cuda"); NULL when not built in. */
 const compute_ops_t *compute_find(const char *name);
+
+/* --device: the backend for "cpu", "cuda" or "auto" among `cpu` and `cuda`
+ * (NULL: not built in) on a machine where `gpus` GPUs are visible.  auto
+ * is cuda when it is built in and gpus > 0, else cpu.  "cuda" without the
+ * backend is DDP_ERR_USAGE (exit 2), without a GPU DDP_ERR_DEVICE (exit 9),
+ * each saying what to do.  Not collective. */
+ddp_status_t compute_pick(const char *device, const compute_ops_t *cpu, const compute_ops_t *cuda,
+                          int gpus, const compute_ops_t **out);
+/* This binary's: GPUs visible (0 without the cuda backend), and the cuda
+ * backend's switch for bf16 GEMM inputs (ddp_cuda_set_bf16_gemm; NULL
+ * without it). */
+int compute_gpu_count(void);
+int (*compute_bf16_gemm_fn(void))(int on);
 
 #endif

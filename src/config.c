@@ -71,6 +71,13 @@ const ddp_option_t ddp_options[] = {
     {"seed", OPT_INT, OFF(seed), "42", NULL, "N", 0, BIG,
      "seed of initialisation, shuffling, dropout and augmentation", NULL, 0},
 
+    {"device", OPT_CHOICE, OFF(device), "auto", "cpu|cuda|auto", NULL, 0, 0,
+     "where each rank computes: cpu, cuda (one GPU per rank; the binary must be built with the "
+     "cuda backend), auto (cuda when built in and a GPU is visible, else cpu); README, \"GPUs\"", "Device", OPT_RESUMABLE},
+    {"precision", OPT_CHOICE, OFF(precision), "fp32", "fp32|bf16", NULL, 0, 0,
+     "GEMM and convolution inputs: fp32, or bf16 with fp32 accumulation and fp32 master weights "
+     "(--device cuda only)", NULL, OPT_RESUMABLE},
+
     {"bucket-cap-mb", OPT_FLOAT, OFF(bucket_cap_mb), "25", NULL, "MB", 0.001, 4096,
      "gradient bucket size cap (MiB)", "Distributed", 1},
     {"first-bucket-mb", OPT_FLOAT, OFF(first_bucket_mb), "1", NULL, "MB", 0.001, 4096,
@@ -518,6 +525,9 @@ ddp_status_t config_validate(const ddp_config_t *c)
                             "layers.0,layers.2.bias",
                             c->freeze);
     }
+    if (c->precision == PRECISION_BF16 && c->device == DEVICE_CPU)
+        return ddp_fail(DDP_ERR_USAGE, "--precision bf16 needs --device cuda (the cpu backend "
+                                       "computes in fp32 only); drop --precision or use a GPU");
     if (c->first_bucket_mb > c->bucket_cap_mb)
         return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
                         c->first_bucket_mb, c->bucket_cap_mb);

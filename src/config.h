@@ -20,6 +20,8 @@ typedef enum optimizer_kind { OPTIM_SGD, OPTIM_ADAMW } optimizer_kind_t;
 typedef enum schedule_kind { SCHED_CONSTANT, SCHED_COSINE, SCHED_STEP } schedule_kind_t;
 typedef enum loss_kind { LOSS_AUTO, LOSS_XENT, LOSS_MSE } loss_kind_t;
 typedef enum compress_kind { COMPRESS_NONE, COMPRESS_BF16, COMPRESS_FP16 } compress_kind_t;
+typedef enum device_kind { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind_t;
+typedef enum precision_kind { PRECISION_FP32, PRECISION_BF16 } precision_kind_t;
 typedef enum nonfinite_kind { NONFINITE_ABORT, NONFINITE_SKIP } nonfinite_kind_t;
 
 #define CONFIG_STR_MAX 512
@@ -53,6 +55,9 @@ typedef struct ddp_config {
     double clip_grad_norm;
     int64_t accum;
     int64_t seed;
+    /* device */
+    int device;    /* device_kind_t */
+    int precision; /* precision_kind_t */
     /* distributed */
     double bucket_cap_mb;
     double first_bucket_mb;

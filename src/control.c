@@ -103,6 +103,7 @@ _Noreturn void control_abort(control_t *c, ddp_status_t s)
      * not at a step boundary they will not reach */
     signals_restore();
     progress_phase(PHASE_ABORTING); /* the watchdog stands down */
+    comm_abort_all();               /* an NCCL communicator: cancel, do not wait */
     if (c->rank != 0) usleep(2000000);
     log_error(ddp_error_message());
     MPI_Abort(c->mpi != MPI_COMM_NULL ? c->mpi : MPI_COMM_WORLD, ddp_exit_code(s));

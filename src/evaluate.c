@@ -121,6 +121,7 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
     double sums[4];
     t->compute->download(sums, t->loss_sums, 2 * sizeof(double));
     t->compute->upload(t->loss_sums, training, sizeof training);
+    trainer_check_device(t); /* the sums are real before they are reported */
     sums[2] = (double)count;
     sums[3] = bad.idx >= 0;
     comm_desc_t d = {"evaluation", -1, step};

@@ -472,6 +472,7 @@ ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t ste
     double loss_sums[2];
     t->compute->download(loss_sums, t->loss_sums, 2 * sizeof(double));
     t->compute->zero(t->loss_sums, 2 * sizeof(double));
+    trainer_check_device(t); /* the sums are real before they are reported */
     metrics_window_rec_t me = {
         .loss_sum = loss_sums[0],
         .samples = (double)(mt->samples - mt->window_samples),

@@ -625,7 +625,8 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
             compute->bn_stats(n, c, hw, x, L->stats);
             if (ctx->sync_bn) {
                 comm_desc_t d = {"syncbn-forward", L->index, ctx->step + 1};
-                model_ops_wait(m);
+                /* the statistics are written (a stream-ordered backend waits on the device) */
+                if (!(comm_caps(ctx->sync_bn) & COMM_CAP_STREAM_ORDERED)) model_ops_wait(m);
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
             }
             if (count <= 1)
@@ -767,7 +768,8 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             double count_bn = (double)n * hw;
             if (ctx->sync_bn) {
                 comm_desc_t d = {"syncbn-backward", L->index, ctx->step + 1};
-                model_ops_wait(m);
+                /* the statistics are written (a stream-ordered backend waits on the device) */
+                if (!(comm_caps(ctx->sync_bn) & COMM_CAP_STREAM_ORDERED)) model_ops_wait(m);
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
                 count_bn = (double)ctx->global_n * hw;
             }

@@ -109,6 +109,7 @@ static const struct {
     {"watchdog-address", PLANE_CONTROL},
     {"watchdog-connect", PLANE_CONTROL},
     {"diagnose", PLANE_CONTROL},
+    {"startup-devices", PLANE_CONTROL}, /* every rank's GPU (startup.c) */
 };
 
 int progress_plane_of(const char *what)

@@ -161,10 +161,14 @@ static ddp_status_t launch_(reducer_t *r, int b)
 }
 
 /* Launch every ready bucket in order, once the compute backend has
- * written their gradients (compute.h, "Ordering"). */
+ * written their gradients (compute.h, "Ordering"): the host waits for them
+ * here, unless the comm backend orders its collectives after the compute
+ * work on the device (COMM_CAP_STREAM_ORDERED: NCCL waits on the compute
+ * stream, and blocking the host would stall the backward pass). */
 static ddp_status_t launch_ready_(reducer_t *r)
 {
-    if (r->next_launch < r->m->nbuckets && r->pending[r->next_launch] == 0) {
+    if (r->next_launch < r->m->nbuckets && r->pending[r->next_launch] == 0 &&
+        !(comm_caps(r->comm) & COMM_CAP_STREAM_ORDERED)) {
         r->compute->event_record(r->grads_written);
         r->compute->event_wait(r->grads_written);
     }

@@ -88,16 +88,19 @@ static ddp_status_t build_model_(trainer_t *t)
  * comm backend when the trainer chose its node-shared memory
  * (choose_memory_), else from the compute backend, registered with the comm
  * backend. */
+static ddp_status_t compute_failure_(const trainer_t *t, ddp_status_t fallback);
+
 static ddp_status_t plane_alloc_(void *arg, size_t bytes, void **p)
 {
     trainer_t *t = arg;
     if (t->comm_memory) return comm_mem_alloc(&t->comm, bytes, p);
     *p = t->compute->alloc(bytes);
     if (!*p)
-        return ddp_fail(DDP_ERR_NOMEM,
+        return compute_failure_(
+            t, ddp_fail(DDP_ERR_NOMEM,
                         "out of memory allocating %zu bytes for parameters, gradients or optimizer "
                         "state; reduce the model size or run fewer ranks per node",
-                        bytes);
+                        bytes));
     ddp_status_t s = comm_register(&t->comm, *p, bytes, t->compute->mem_kind);
     if (s != DDP_OK) {
         t->compute->free(*p);
@@ -177,6 +180,8 @@ static mem_plan_t mem_plan_(const trainer_t *t)
     /* rank 0's start-up broadcast copy; checkpoints keep a snapshot */
     size_t copy = params + m->nbufs * sizeof(float) + nstate * state;
     p.resident = p.comm + m->nbufs * sizeof(float) + model_act_bytes(m) + data_bytes_(t) + copy;
+    /* device memory: the host holds the batches and the start-up copy only */
+    if (t->compute->mem_kind == DDP_MEM_DEVICE) p.resident = data_bytes_(t) + copy;
     /* the first BLAS call maps its work buffer; the loader thread and the
      * checkpoint writer each add a stack and a malloc arena; slack */
     p.address = MEMLIMIT_BLAS_BUFFER + (cfg->ckpt_dir[0] ? 2 : 1) * MEMLIMIT_THREAD +
@@ -592,7 +597,7 @@ static ddp_status_t alloc_batches_(trainer_t *t)
     h->targets = malloc(B * k * sizeof(float));
     if (!d->x || !d->labels || !d->targets || !d->sample_idx || !t->loss_sums || !t->upload_done ||
         !h->x || !h->labels || !h->targets)
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory for batch buffers");
+        return compute_failure_(t, ddp_fail(DDP_ERR_NOMEM, "out of memory for batch buffers"));
     t->data_bytes = data_bytes_(t);
     return DDP_OK;
 }
@@ -645,6 +650,19 @@ static void print_table_(trainer_t *t)
              ddp_version(), t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
              t->comm.nnodes > 1 ? "s" : "", t->comm.local_size, t->device, t->comm.ops->name,
              t->comm_memory ? " (node-shared memory)" : "");
+    if (t->rank_devices) { /* device memory: every rank's GPU */
+        int shown = t->comm.size <= 16 ? t->comm.size : 15;
+        for (int r = 0; r < shown; r++)
+            log_info("  %-12s rank %d on %s: %s", r ? "" : "gpus", r, control_host(t->ctl, r),
+                     t->rank_devices[r]);
+        if (shown < t->comm.size)
+            log_info("               ... %d more ranks (rank %d: %s on %s)", t->comm.size - shown,
+                     t->comm.size - 1, t->rank_devices[t->comm.size - 1],
+                     control_host(t->ctl, t->comm.size - 1));
+        if (cfg->precision == PRECISION_BF16)
+            log_info("  precision    bf16 GEMM and convolution inputs, fp32 accumulation and "
+                     "master weights");
+    }
     char desc[256];
     deck_describe(d, desc, sizeof desc);
     log_info("  input        %s%s: %s; %lld val samples", cfg->inputs[0],
@@ -730,19 +748,140 @@ static void print_table_(trainer_t *t)
                  "benchmark mode, not training)");
 }
 
+/* ---- the device ----------------------------------------------------------- */
+
+/* A failed compute op or allocation: the backend's own message (naming the
+ * call) when it has one, else `fallback`. */
+static ddp_status_t compute_failure_(const trainer_t *t, ddp_status_t fallback)
+{
+    if (t->compute && t->compute->check) {
+        ddp_status_t s = t->compute->check();
+        if (s != DDP_OK) return s;
+    }
+    return fallback;
+}
+
+/* --device and --precision: the compute backend (compute_pick), and the
+ * comm backend for its memory: mpi for host memory, nccl for device
+ * memory.  Not collective (agreed by the caller). */
+static ddp_status_t choose_backends_(trainer_t *t, const comm_backend_t **comm)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const train_backends_t *b = t->backends;
+    int gpus = b->cuda && b->gpu_count ? b->gpu_count() : 0;
+    DDP_TRY(compute_pick(config_choice_name("device", cfg->device), b->cpu, b->cuda, gpus,
+                         &t->compute));
+    if (cfg->precision == PRECISION_BF16 && (t->compute != b->cuda || !b->set_bf16_gemm))
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--precision bf16 needs the cuda backend, and this run computes on %s%s; "
+                        "drop --precision bf16 or run with --device cuda on a GPU node",
+                        t->compute->name,
+                        cfg->device == DEVICE_AUTO ? " (--device auto found no GPU)" : "");
+    *comm = t->compute->mem_kind == DDP_MEM_DEVICE ? b->device_comm : b->host_comm;
+    if (!*comm)
+        return ddp_fail(
+            DDP_ERR_USAGE,
+            "the %s compute backend computes in %s memory and this ddptrain has no comm "
+            "backend for it (built without NCCL?); rebuild with ./configure --with-cuda "
+            "--with-nccl, or use --device cpu",
+            t->compute->name, ddp_mem_kind_name(t->compute->mem_kind));
+    return DDP_OK;
+}
+
+/* This rank's place on its host, from the control plane's host names: the
+ * compute backend binds its device before any comm backend exists (NCCL
+ * needs the device set first). */
+static void local_rank_(const trainer_t *t, int *local_rank, int *local_size)
+{
+    const control_t *ctl = t->ctl;
+    const char *me = control_host(ctl, ctl->rank);
+    *local_rank = 0;
+    *local_size = 0;
+    for (int r = 0; r < ctl->size; r++) {
+        if (strcmp(control_host(ctl, r), me) != 0) continue;
+        if (r < ctl->rank) ++*local_rank;
+        ++*local_size;
+    }
+}
+
+/* What every rank tells the others about its device. */
+typedef struct rank_device {
+    char id[64];    /* compute->device_id(): the PCI bus id ("" for host memory) */
+    char desc[192]; /* compute->init's description */
+} rank_device_t;
+
+/* Every rank's device, gathered on the control plane: the start-up table
+ * lists them, and two ranks of one host on one GPU are refused (they would
+ * share its memory and serialise, and NCCL refuses them). */
+static ddp_status_t check_devices_(trainer_t *t)
+{
+    control_t *ctl = t->ctl;
+    if (t->compute->mem_kind != DDP_MEM_DEVICE) return DDP_OK;
+    rank_device_t mine;
+    memset(&mine, 0, sizeof mine);
+    const char *id = t->compute->device_id ? t->compute->device_id() : "";
+    snprintf(mine.id, sizeof mine.id, "%s", id ? id : "");
+    snprintf(mine.desc, sizeof mine.desc, "%s", t->device);
+    rank_device_t *all = calloc((size_t)ctl->size, sizeof *all);
+    t->rank_devices = calloc((size_t)ctl->size, sizeof *t->rank_devices);
+    ddp_status_t s = control_agree(
+        ctl, all && t->rank_devices ? DDP_OK
+                                    : ddp_fail(DDP_ERR_NOMEM, "out of memory for the device table"));
+    if (s != DDP_OK) {
+        free(all);
+        return s;
+    }
+    comm_desc_t d = {"startup-devices", -1, -1};
+    s = control_allgather(ctl, &mine, all, sizeof mine, &d);
+    if (s != DDP_OK) control_abort(ctl, s);
+    for (int r = 0; r < ctl->size; r++)
+        snprintf(t->rank_devices[r], sizeof t->rank_devices[r], "%s", all[r].desc);
+    for (int a = 0; a < ctl->size && s == DDP_OK; a++)
+        for (int b = a + 1; b < ctl->size && s == DDP_OK; b++) {
+            if (!all[a].id[0] || strcmp(all[a].id, all[b].id) != 0 ||
+                strcmp(control_host(ctl, a), control_host(ctl, b)) != 0)
+                continue;
+            int n = 0;
+            for (int r = 0; r < ctl->size; r++)
+                n += strcmp(control_host(ctl, r), control_host(ctl, a)) == 0;
+            s = ddp_fail(DDP_ERR_DEVICE,
+                         "ranks %d and %d of host %s both compute on GPU %s (the host runs %d "
+                         "ranks): start at most as many ranks per node as it has GPUs (Slurm: "
+                         "--gpus-per-task=1, or --ntasks-per-node at most the GPUs per node; "
+                         "mpirun: -npernode N), or check CUDA_VISIBLE_DEVICES",
+                         a, b, control_host(ctl, a), all[a].id, n);
+        }
+    free(all);
+    /* every rank found the same: no agreement needed */
+    return s;
+}
+
 /* ---- the sequence ----------------------------------------------------------- */
 
 ddp_status_t startup_run(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
     control_t *ctl = t->ctl;
-    /* the registries' defaults (compute.h, comm.h) unless the caller chose */
-    ddp_status_t s = control_agree(ctl, comm_backend(0)->init(&t->comm, ctl->mpi));
+    /* the compute backend first, and its device bound (NCCL needs it),
+     * then the gradient plane's comm backend for its memory */
+    const comm_backend_t *comm = NULL;
+    DDP_TRY(control_agree(ctl, choose_backends_(t, &comm)));
+    int local_rank, local_size;
+    local_rank_(t, &local_rank, &local_size);
+    DDP_TRY(
+        control_agree(ctl, t->compute->init(local_rank, local_size, t->device, sizeof t->device)));
+    if (cfg->precision == PRECISION_BF16) {
+        ddp_status_t bs = DDP_OK;
+        if (t->backends->set_bf16_gemm(1) != 0)
+            bs = compute_failure_(
+                t, ddp_fail(DDP_ERR_DEVICE, "--precision bf16: the cuda backend refused it"));
+        DDP_TRY(control_agree(ctl, bs));
+    }
+    DDP_TRY(check_devices_(t));
+    ddp_status_t s = control_agree(ctl, comm->init(&t->comm, ctl->mpi));
     t->have_comm = s == DDP_OK;
     DDP_TRY(s);
-    if (!t->compute) t->compute = compute_backend(0);
-    DDP_TRY(control_agree(ctl, t->compute->init(t->comm.local_rank, t->comm.local_size, t->device,
-                                                sizeof t->device)));
+    comm_track(&t->comm); /* a fatal error aborts it (comm_abort_all) */
     DDP_TRY(control_agree(ctl, checkpoint_startup(t)));
     DDP_TRY(control_agree(ctl, metrics_open(&t->metrics, t)));
     DDP_TRY(control_agree(ctl, open_data_(t)));
@@ -793,5 +932,6 @@ void startup_teardown(trainer_t *t)
     if (t->have_val) deck_close(&t->val);
     if (t->have_train) deck_close(&t->train);
     if (t->have_comm) comm_free(&t->comm);
+    free(t->rank_devices);
     checkpoint_free(&t->ckpt);
 }

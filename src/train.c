@@ -132,6 +132,13 @@ ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t
     return s;
 }
 
+void trainer_check_device(trainer_t *t)
+{
+    if (!t->compute->check) return;
+    ddp_status_t s = t->compute->check();
+    if (s != DDP_OK) control_abort(t->ctl, s);
+}
+
 void trainer_drop_rest_of_epoch(trainer_t *t, int64_t used_micro)
 {
     for (int64_t j = used_micro; j < t->micro_per_epoch; j++) {
@@ -207,6 +214,8 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
             /* a non-finite global gradient norm: every rank sees it and stops */
             if (st == DDP_ERR_NUMERIC) return st;
             if (st != DDP_OK) control_abort(t->ctl, st);
+            /* a device failure surfaces after the op that caused it returned */
+            trainer_check_device(t);
             /* the non-finite guard, every step: a NaN or Inf loss stays in
              * this rank's running loss sum (one read of the step's sums) */
             DDP_TRY(diagnostics_step_end(g, t, step + 1, skipped));
@@ -242,6 +251,7 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
     reducer_stats_t rs;
     reducer_get_stats(t->reducer, &rs);
     res->allreduce_bytes = rs.bytes_sent;
+    trainer_check_device(t);
     /* the replicas are identical, so every rank finds the same */
     if (!t->compute->all_finite(t->model.nparams, t->model.params))
         return ddp_fail(DDP_ERR_NUMERIC,
@@ -264,14 +274,43 @@ static ddp_status_t loop_(trainer_t *t, train_result_t *res)
     return s;
 }
 
+void train_backends_builtin(train_backends_t *b)
+{
+    memset(b, 0, sizeof *b);
+    b->cpu = compute_find("cpu");
+    b->cuda = compute_find("cuda");
+    b->gpu_count = compute_gpu_count;
+    b->set_bf16_gemm = compute_bf16_gemm_fn();
+    b->host_comm = comm_find("mpi");
+    b->device_comm = comm_find("nccl");
+}
+
 ddp_status_t ddp_train(const ddp_config_t *cfg, control_t *ctl, train_result_t *res)
 {
-    return ddp_train_on(cfg, ctl, NULL, res);
+    return ddp_train_with(cfg, ctl, NULL, res);
 }
 
 ddp_status_t ddp_train_on(const ddp_config_t *cfg, control_t *ctl, const compute_ops_t *compute,
                           train_result_t *res)
 {
+    train_backends_t b;
+    train_backends_builtin(&b);
+    if (compute) {
+        b.cpu = compute;
+        b.cuda = NULL;
+        b.set_bf16_gemm = NULL;
+    }
+    return ddp_train_with(cfg, ctl, &b, res);
+}
+
+ddp_status_t ddp_train_with(const ddp_config_t *cfg, control_t *ctl, const train_backends_t *b,
+                            train_result_t *res)
+{
+    train_backends_t builtin;
+    if (!b) {
+        train_backends_builtin(&builtin);
+        b = &builtin;
+    }
     trainer_t *t = calloc(1, sizeof *t);
     if (!t) return control_agree(ctl, ddp_fail(DDP_ERR_NOMEM, "out of memory"));
     memset(res, 0, sizeof *res);
@@ -285,7 +324,7 @@ ddp_status_t ddp_train_on(const ddp_config_t *cfg, control_t *ctl, const compute
     }
     t->cfg = cfg;
     t->ctl = ctl;
-    t->compute = compute; /* NULL: the registry's default (startup_run) */
+    t->backends = b; /* startup_run chooses among them */
     signals_install();
     ddp_status_t s = startup_run(t);
     if (s == DDP_OK) s = cfg->diagnose ? diagnose_run(t) : loop_(t, res);

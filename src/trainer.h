@@ -81,8 +81,11 @@ typedef struct trainer {
     control_t *ctl; /* control plane */
     comm_t comm;    /* gradient plane */
     int have_comm;
+    const train_backends_t *backends; /* what --device chooses from */
     const compute_ops_t *compute;
     char device[128]; /* the backend's description, for the start-up table */
+    /* device memory: every rank's host and description (the start-up table) */
+    char (*rank_devices)[256];
     /* parameters, gradients and optimizer state are the comm backend's
      * node-shared memory (host compute memory and COMM_CAP_NODE_SHARED_MEMORY:
      * the fused all-reduce + optimizer), not the compute backend's */
@@ -121,6 +124,10 @@ typedef struct trainer {
  * --diagnose (diagnose.c) run their steps with it. */
 ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t step_in_epoch,
                           int64_t global_step, int64_t *samples, int *skipped);
+/* compute->check (when the backend has one): a device failure since the
+ * last check ends the job with the backend's line (it names the call).
+ * After every step and before results are reported. */
+void trainer_check_device(trainer_t *t);
 /* This epoch's micro-batches left after the last whole step (an incomplete
  * accumulation) are read and dropped, so the loader stays in step. */
 void trainer_drop_rest_of_epoch(trainer_t *t, int64_t used_micro);

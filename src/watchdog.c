@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "comm.h"
 #include "hash.h"
 #include "log.h"
 #include "progress.h"
@@ -134,6 +135,7 @@ static _Noreturn void end_job_(const wd_text_t *t, int code)
 {
     atomic_store(&wd_.ending, 1);
     send_all_(MSG_ENDING); /* the others stand down */
+    comm_abort_all();      /* an NCCL communicator: cancel its work, do not wait */
     fflush(stdout);
     if (wd_.rank == 0)
         fprintf(stderr, "ddptrain: error: %s", t->buf);
