@@ -408,8 +408,11 @@ START_TEST(staging_memory)
             plain += !in;
             loader_release(l, b);
         }
-        ck_assert_int_gt(staged, 0);
+        /* with room for all, every batch is staged; else some are not (the
+         * loader's slots are reused last-in first-out: which ones is its) */
+        if (room >= 9) ck_assert_int_eq(plain, 0);
         if (room < 9) ck_assert_int_gt(plain, 0);
+        ck_assert_int_eq(staged + plain, 6);
         loader_stop(l);
         ck_assert_int_eq(staging_live_, 0);
     }
