@@ -144,15 +144,26 @@ static void deregister_model_buffers_(trainer_t *t)
         if (m->layers[i].kind == LAYER_BN) comm_deregister(&t->comm, m->layers[i].stats);
 }
 
-/* The batch buffers: the loader's queue (prefetch + 1), the device batches
- * (TRAINER_DEVICE_BATCHES, trainer.h), evaluation's host batch. */
-static size_t data_bytes_(const trainer_t *t)
+/* One batch buffer of --batch samples (inputs, labels, targets, indices). */
+static size_t batch_bytes_(const trainer_t *t)
 {
     size_t numel = t->train.sample_numel, B = (size_t)t->cfg->batch;
     size_t k = t->train.targets > 0 ? (size_t)t->train.targets : 1;
-    size_t per_batch =
-        B * (numel * sizeof(float) + sizeof(int32_t) + k * sizeof(float) + sizeof(int64_t));
-    return per_batch * (size_t)(t->cfg->prefetch + 1 + TRAINER_DEVICE_BATCHES);
+    return B * (numel * sizeof(float) + sizeof(int32_t) + k * sizeof(float) + sizeof(int64_t));
+}
+
+/* The batch buffers in host memory: the loader's queue (prefetch + 1) and
+ * evaluation's host batch. */
+static size_t host_data_bytes_(const trainer_t *t)
+{
+    return batch_bytes_(t) * (size_t)(t->cfg->prefetch + 2);
+}
+
+/* All batch buffers: those and the device batches (TRAINER_DEVICE_BATCHES,
+ * trainer.h). */
+static size_t data_bytes_(const trainer_t *t)
+{
+    return host_data_bytes_(t) + batch_bytes_(t) * TRAINER_DEVICE_BATCHES;
 }
 
 /* ---- memory: the estimate against the limits ------------------------------ */
@@ -182,7 +193,7 @@ static mem_plan_t mem_plan_(const trainer_t *t)
     size_t copy = params + m->nbufs * sizeof(float) + nstate * state;
     p.resident = p.comm + m->nbufs * sizeof(float) + model_act_bytes(m) + data_bytes_(t) + copy;
     /* device memory: the host holds the batches and the start-up copy only */
-    if (t->compute->mem_kind == DDP_MEM_DEVICE) p.resident = data_bytes_(t) + copy;
+    if (t->compute->mem_kind == DDP_MEM_DEVICE) p.resident = host_data_bytes_(t) + copy;
     /* the first BLAS call maps its work buffer; the loader thread and the
      * checkpoint writer each add a stack and a malloc arena; slack */
     p.address = MEMLIMIT_BLAS_BUFFER + (cfg->ckpt_dir[0] ? 2 : 1) * MEMLIMIT_THREAD +
