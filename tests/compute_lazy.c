@@ -4,9 +4,10 @@
  * than on "cpu" (tests/test_ordering.sh compares the two bit for bit):
  *
  *   - upload_async copies nothing.  The copy is made when its `done` event,
- *     or another event recorded after it, is waited for (or at sync), and only after a pause, as a
- * slow copy engine would: a loader buffer handed back before the wait has been refilled with the
- * next batch by then.  No op sees the data before the wait.
+ *     or another event recorded after it, is waited for (or at sync), and
+ *     only after a pause, as a slow copy engine would: a loader buffer
+ *     handed back before the wait has been refilled with the next batch by
+ *     then.  No op sees the data before the wait.
  *   - a device batch is wiped (zero bytes) the moment the trainer records
  *     its reuse event (the event an upload into it names, compute.h): from
  *     then on the trainer said no op uses it, so an op that still reads it
