@@ -64,7 +64,9 @@ void ddp_cuda_shutdown(void);
 /* ---- memory and ordering (runtime.cu) ---------------------------------- */
 int ddp_cuda_malloc(void **p, size_t bytes); /* zero-filled */
 int ddp_cuda_free(void *p);
-int ddp_cuda_host_alloc(void **p, size_t bytes); /* pinned host memory */
+/* Pinned host memory (cudaMallocHost); a failure is returned, not recorded
+ * as the sticky first failure (the caller falls back to pageable memory). */
+int ddp_cuda_host_alloc(void **p, size_t bytes);
 int ddp_cuda_host_free(void *p);
 /* Complete when they return (compute.h). */
 int ddp_cuda_upload(void *dst, const void *host_src, size_t bytes);
@@ -72,10 +74,15 @@ int ddp_cuda_download(void *host_dst, const void *src, size_t bytes);
 int ddp_cuda_copy(void *dst, const void *src, size_t bytes);
 int ddp_cuda_zero(void *p, size_t bytes);
 int ddp_cuda_sync(void);
-/* Queued on the copy stream; the compute stream waits for it. */
-int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes);
-
 typedef struct ddp_cuda_event ddp_cuda_event_t;
+/* Queued on the copy stream after the work marked by `reuse` (its last
+ * record on the compute stream; NULL: after all compute queued so far);
+ * `done` (may be NULL) is recorded on the copy stream after the copy, and
+ * the compute stream waits for the copy before its next op (compute.h,
+ * "Ordering"). */
+int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes,
+                          const ddp_cuda_event_t *reuse, ddp_cuda_event_t *done);
+
 int ddp_cuda_event_create(ddp_cuda_event_t **e);
 int ddp_cuda_event_destroy(ddp_cuda_event_t *e);
 int ddp_cuda_event_record(ddp_cuda_event_t *e); /* on the compute stream */

@@ -183,7 +183,14 @@ int ddp_cuda_free(void *p)
 int ddp_cuda_host_alloc(void **p, size_t bytes)
 {
     *p = nullptr;
-    DDP_CU(cudaMallocHost(p, bytes ? bytes : 1));
+    // Running out of pinned memory is not the backend's failure (the caller
+    // falls back to pageable memory): returned, not recorded, and the
+    // runtime's last error cleared so the next launch check does not see it.
+    if (cudaMallocHost(p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        *p = nullptr;
+        return -1;
+    }
     return 0;
 }
 
@@ -242,44 +249,52 @@ int ddp_cuda_sync(void)
     return 0;
 }
 
-int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes)
+int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes,
+                          const ddp_cuda_event_t *reuse, ddp_cuda_event_t *done)
 {
-    if (bytes == 0) return 0;
     if (not_bound("ddp_cuda_upload_async")) return -1;
-    // The copy stream first waits for the compute work queued so far (dst may
-    // still be read by it: the previous batch), then copies; the compute
-    // stream waits for the copy before its next op.
-    cudaEvent_t before = nullptr, after = nullptr;
-    DDP_CU(cudaEventCreateWithFlags(&before, cudaEventDisableTiming));
-    cudaError_t e = cudaEventCreateWithFlags(&after, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-        cudaEventDestroy(before);
-        return ddp_cuda_fail_("cudaEventCreateWithFlags", __FILE__, __LINE__,
-                              cudaGetErrorString(e));
+    cudaStream_t cs = ddp_cuda_state_.copy_stream;
+    if (bytes == 0) {
+        // nothing to copy; `done` still marks the uploads before it
+        if (done) DDP_CU(cudaEventRecord(done->ev, cs));
+        return 0;
     }
-    const char *call = "cudaEventRecord";
-    e = cudaEventRecord(before, ddp_cuda_state_.stream);
+    // The copy stream waits for the work that last used dst (reuse: its last
+    // record on the compute stream; an event never recorded is complete), or
+    // without one for all compute queued so far; then it copies, and the
+    // compute stream waits for the copy before its next op.  With reuse the
+    // copy overlaps the compute queued after reuse's record (the previous
+    // micro-batch, on the other device batch).
+    cudaEvent_t before = nullptr, after = nullptr;
+    cudaError_t e = cudaSuccess;
+    const char *call = "cudaEventCreateWithFlags";
+    if (!reuse) e = cudaEventCreateWithFlags(&before, cudaEventDisableTiming);
+    if (e == cudaSuccess && !done) e = cudaEventCreateWithFlags(&after, cudaEventDisableTiming);
+    cudaEvent_t wait_for = reuse ? reuse->ev : before, mark = done ? done->ev : after;
+    if (e == cudaSuccess && !reuse) {
+        call = "cudaEventRecord";
+        e = cudaEventRecord(before, ddp_cuda_state_.stream);
+    }
     if (e == cudaSuccess) {
         call = "cudaStreamWaitEvent";
-        e = cudaStreamWaitEvent(ddp_cuda_state_.copy_stream, before, 0);
+        e = cudaStreamWaitEvent(cs, wait_for, 0);
     }
     if (e == cudaSuccess) {
         call = "cudaMemcpyAsync";
-        e = cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice,
-                            ddp_cuda_state_.copy_stream);
+        e = cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cs);
     }
     if (e == cudaSuccess) {
         call = "cudaEventRecord";
-        e = cudaEventRecord(after, ddp_cuda_state_.copy_stream);
+        e = cudaEventRecord(mark, cs);
     }
     if (e == cudaSuccess) {
         call = "cudaStreamWaitEvent";
-        e = cudaStreamWaitEvent(ddp_cuda_state_.stream, after, 0);
+        e = cudaStreamWaitEvent(ddp_cuda_state_.stream, mark, 0);
     }
     // Destroying an event whose record is pending is allowed: its resources
     // are released once it completes.
-    cudaEventDestroy(before);
-    cudaEventDestroy(after);
+    if (before) cudaEventDestroy(before);
+    if (after) cudaEventDestroy(after);
     if (e != cudaSuccess) return ddp_cuda_fail_(call, __FILE__, __LINE__, cudaGetErrorString(e));
     return 0;
 }

@@ -21,11 +21,23 @@
  * each op before it returns; a GPU backend queues them on one stream).
  * Anything other than a later op -- the host, the loader, the comm backend
  * -- sees the backend's work only through events:
- *   - upload_async may return before it has read host_src.  Until an event
- *     recorded after it has been waited for (event_wait), the source must
- *     stay as it is and no op may read dst: the trainer waits before it
- *     computes on a batch and before it hands the loader's buffer back
- *     (trainer_upload_wait, train.c and evaluate.c).
+ *   - upload_async(dst, src, bytes, reuse, done) may return before it has
+ *     read host_src, and it may write dst before the ops called before it
+ *     are done -- as soon as the work marked by the last record of `reuse`
+ *     is done (an event never recorded marks nothing; reuse == NULL: all
+ *     work called before the upload).  So the caller records `reuse` after
+ *     the last op that reads or writes dst, and passes the same event with
+ *     every upload into dst; in between only ops that are complete when
+ *     they return (download, below) may touch dst.  `done` (not NULL) is
+ *     recorded after the copy: it completes when this upload and the
+ *     uploads called before it are done, not waiting for any op.  Until
+ *     `done`, or an event recorded after the upload, has been waited for
+ *     (event_wait), host_src must stay as it is and no op may read dst:
+ *     the trainer waits before it computes on a batch and before it hands
+ *     the loader's buffer back (trainer_upload_wait, train.c and
+ *     evaluate.c).  It computes on two device batches in turn, each with
+ *     its `reuse` event, so the upload of a micro-batch overlaps the
+ *     compute of the one before it on a GPU.
  *   - memory an op writes may be read other than by a later op (the
  *     all-reduce of a gradient bucket, a host read) only after an event
  *     recorded after the op has been waited for: the reducer records and
@@ -35,8 +47,14 @@
  *   - upload, download, copy and zero are complete when they return.
  * On the CPU backend the events cost nothing (its ops are done when they
  * return); the test backend in tests/compute_lazy.c delays uploads and
- * gradient writes until the event is waited for, so a missing wait changes
- * the results there.
+ * gradient writes until the event is waited for, wipes a device batch once
+ * its `reuse` event is recorded, and refuses an upload whose `reuse` was
+ * recorded before dst's last upload landed, so a missing wait or a wrong
+ * pairing of buffer and event changes the results there.
+ *
+ * Staging memory: host_alloc hands out host memory the device copies from
+ * fast and asynchronously (CUDA: pinned, cudaMallocHost); the loader keeps
+ * its batches in it (loader_opts_t).  NULL on the CPU backend: plain malloc.
  *
  * Gradient accumulation: every *_bwd that produces parameter gradients takes
  * `beta`: grad = beta * grad + new; beta = 0 overwrites (the first
@@ -95,9 +113,16 @@ typedef struct compute_ops {
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*zero)(void *p, size_t bytes);
     void (*sync)(void); /* wait for all queued work */
-    /* The upload of a batch: may still read host_src after it returns (see
-     * "Ordering"; the CPU backend copies at once). */
-    void (*upload_async)(void *dst, const void *host_src, size_t bytes);
+    /* The upload of a batch: may still read host_src after it returns, and
+     * waits only for the work marked by `reuse` before it writes dst; `done`
+     * is recorded after it (see "Ordering"; the CPU backend copies at once). */
+    void (*upload_async)(void *dst, const void *host_src, size_t bytes,
+                         const compute_event_t *reuse, compute_event_t *done);
+    /* Staging memory for upload sources ("Staging memory"): NULL when out
+     * of it, without a failure for `check` (the caller falls back to malloc);
+     * host_free frees only what host_alloc returned.  NULL: none (malloc). */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 
     /* ---- ordering (see "Ordering" above) --------------------------------- */
     compute_event_t *(*event_create)(void); /* NULL when out of memory */

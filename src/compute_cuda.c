@@ -109,9 +109,24 @@ static void cuda_sync(void)
     cuda_rc_(ddp_cuda_sync());
 }
 
-static void cuda_upload_async(void *dst, const void *host_src, size_t bytes)
+static void cuda_upload_async(void *dst, const void *host_src, size_t bytes,
+                              const compute_event_t *reuse, compute_event_t *done)
 {
-    cuda_rc_(ddp_cuda_upload_async(dst, host_src, bytes));
+    cuda_rc_(ddp_cuda_upload_async(dst, host_src, bytes, (const ddp_cuda_event_t *)reuse,
+                                   (ddp_cuda_event_t *)done));
+}
+
+/* Pinned host memory; running out of it is no device failure (the loader
+ * falls back to malloc), so it is not recorded for `check`. */
+static void *cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    return ddp_cuda_host_alloc(&p, bytes) == 0 ? p : NULL;
+}
+
+static void cuda_host_free(void *p)
+{
+    cuda_rc_(ddp_cuda_host_free(p));
 }
 
 /* compute_event_t is the launchers' event */
@@ -370,6 +385,8 @@ const compute_ops_t compute_cuda_ops = {
     .zero = cuda_zero,
     .sync = cuda_sync,
     .upload_async = cuda_upload_async,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

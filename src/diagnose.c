@@ -197,7 +197,9 @@ static ddp_status_t mode_(trainer_t *t, diagnostics_t *g, int mode, cursor_t *c,
                         .first_epoch = c->epoch,
                         .first_step = c->step * cfg->accum,
                         .epochs = (c->step + steps + spe - 1) / spe,
-                        .replay = mode == MODE_MEMORY ? DIAGNOSE_REPLAY_BATCHES : 0};
+                        .replay = mode == MODE_MEMORY ? DIAGNOSE_REPLAY_BATCHES : 0,
+                        .host_alloc = t->compute->host_alloc,
+                        .host_free = t->compute->host_free};
     DDP_TRY(control_agree(t->ctl, loader_start(&t->loader, &t->train, &t->sampler, &lo)));
     t->sync = mode == MODE_NOCOMM ? 0 : cfg->sync;
     sampler_set_epoch(&t->sampler, c->epoch);

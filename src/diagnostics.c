@@ -161,7 +161,7 @@ void diagnostics_batch(diagnostics_t *g, trainer_t *t, int64_t step, int j, int 
     g->nmicro = j + 1;
     if (j == 0 && inject_due(INJECT_NAN, step) && n > 0) {
         float v = NAN;
-        t->compute->upload(t->batch.x, &v, sizeof v);
+        t->compute->upload(t->batch->x, &v, sizeof v);
     }
 }
 
@@ -191,7 +191,7 @@ static int scan_inputs_(diagnostics_t *g, trainer_t *t, int j, int *sample, size
     size_t numel = t->train.sample_numel;
     float *x = malloc((size_t)n * numel * sizeof(float) + 1);
     if (!x) return -1;
-    t->compute->download(x, t->batch.x, (size_t)n * numel * sizeof(float));
+    t->compute->download(x, t->batch->x, (size_t)n * numel * sizeof(float));
     int found = 0;
     for (size_t k = 0; k < (size_t)n * numel && !found; k++)
         if (!isfinite(x[k])) {

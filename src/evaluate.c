@@ -106,8 +106,8 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
                           .seed = (uint64_t)cfg->seed,
                           .train = 0};
         const float *out;
-        DDP_TRY(model_forward(m, t->batch.x, &ctx, &out));
-        loss_apply(&t->loss, t->compute, n, out, t->batch.labels, t->batch.targets, 0.0f, 0.0f,
+        DDP_TRY(model_forward(m, t->batch->x, &ctx, &out));
+        loss_apply(&t->loss, t->compute, n, out, t->batch->labels, t->batch->targets, 0.0f, 0.0f,
                    NULL, t->loss_sums);
         /* one double per batch: the batch that makes the sum non-finite
          * still lies in h, so its bad sample can be named */

@@ -28,6 +28,7 @@
 
 #include "augment.h"
 #include "clock.h"
+#include "log.h"
 
 struct loader {
     deck_t *d;
@@ -172,42 +173,73 @@ static void *thread_main_(void *arg)
     return NULL;
 }
 
-static void free_batches_(loader_batch_t *b, int n)
+static void free_batch_(const loader_opts_t *o, loader_batch_t *b)
+{
+    void (*release)(void *) = b->staged ? o->host_free : free;
+    release(b->idx);
+    release(b->x);
+    release(b->labels);
+    release(b->targets);
+}
+
+static void free_batches_(const loader_opts_t *o, loader_batch_t *b, int n)
 {
     if (b)
-        for (int i = 0; i < n; i++) {
-            free(b[i].idx);
-            free(b[i].x);
-            free(b[i].labels);
-            free(b[i].targets);
-        }
+        for (int i = 0; i < n; i++) free_batch_(o, &b[i]);
     free(b);
 }
 
-/* n batch buffers of B samples; NULL when out of memory. */
-static loader_batch_t *alloc_batches_(const deck_t *d, int n, int B)
+/* The buffers of one batch of B samples, all from one allocator; 0 when
+ * out of memory. */
+static int alloc_batch_(const deck_t *d, loader_batch_t *b, int B, void *(*get)(size_t))
+{
+    b->idx = get((size_t)B * sizeof *b->idx);
+    b->x = get((size_t)B * d->sample_numel * sizeof *b->x);
+    if (d->regression)
+        b->targets = get((size_t)B * (size_t)d->targets * sizeof *b->targets);
+    else
+        b->labels = get((size_t)B * sizeof *b->labels);
+    return b->idx && b->x && (b->targets || b->labels);
+}
+
+static void *malloc_(size_t bytes)
+{
+    return malloc(bytes ? bytes : 1);
+}
+
+/* n batch buffers of B samples in staging memory (o->host_alloc), a batch
+ * that does not fit there in malloc'd memory (one warning); NULL when out
+ * of memory. */
+static loader_batch_t *alloc_batches_(const loader_opts_t *o, const deck_t *d, int n, int B)
 {
     loader_batch_t *bs = ddp_calloc((size_t)n, sizeof *bs, "the batch queue");
-    int ok = bs != NULL;
+    int ok = bs != NULL, pageable = 0;
     for (int i = 0; ok && i < n; i++) {
         loader_batch_t *b = &bs[i];
-        b->idx = ddp_malloc((size_t)B * sizeof *b->idx, "a batch");
-        b->x = ddp_malloc((size_t)B * d->sample_numel * sizeof *b->x, "a batch");
-        if (d->regression)
-            b->targets = ddp_malloc((size_t)B * (size_t)d->targets * sizeof *b->targets, "a batch");
-        else
-            b->labels = ddp_malloc((size_t)B * sizeof *b->labels, "a batch");
-        ok = b->idx && b->x && (b->targets || b->labels);
+        if (o->host_alloc && o->host_free) {
+            b->staged = 1;
+            if (alloc_batch_(d, b, B, o->host_alloc)) continue;
+            free_batch_(o, b);
+            memset(b, 0, sizeof *b);
+            pageable++;
+        }
+        ok = alloc_batch_(d, b, B, malloc_);
     }
+    if (ok && pageable)
+        log_warn("loader: %d of %d batch buffers are in pageable memory (no pinned host memory "
+                 "left): their uploads to the device are slower; a lower --prefetch or --batch "
+                 "needs less",
+                 pageable, n);
     if (ok) return bs;
-    free_batches_(bs, n);
+    if (bs) ddp_fail(DDP_ERR_NOMEM, "out of memory for a batch of the loader (%d samples)", B);
+    free_batches_(o, bs, n);
     return NULL;
 }
 
 static void free_(loader_t *l)
 {
-    free_batches_(l->slots, l->nslots);
-    free_batches_(l->kept, l->o.replay);
+    free_batches_(&l->o, l->slots, l->nslots);
+    free_batches_(&l->o, l->kept, l->o.replay);
     free(l->free_list);
     free(l->ready);
     free(l->aug_tmp);
@@ -238,8 +270,12 @@ ddp_status_t loader_start(loader_t **out, deck_t *d, const sampler_t *s, const l
     int B = s->batch;
     size_t numel = d->sample_numel;
     l->nslots = o->prefetch + 1;
-    l->slots = alloc_batches_(d, l->nslots, B);
-    if (o->replay > 0) l->kept = alloc_batches_(d, o->replay, B);
+    l->slots = alloc_batches_(&l->o, d, l->nslots, B);
+    /* the kept batches are copied from, never uploaded: plain memory */
+    loader_opts_t plain = l->o;
+    plain.host_alloc = NULL;
+    plain.host_free = NULL;
+    if (o->replay > 0) l->kept = alloc_batches_(&plain, d, o->replay, B);
     l->free_list = ddp_calloc((size_t)l->nslots, sizeof *l->free_list, "the batch queue");
     l->ready = ddp_calloc((size_t)l->nslots, sizeof *l->ready, "the batch queue");
     l->aug_tmp = ddp_malloc(numel * sizeof *l->aug_tmp, "augmentation");

@@ -20,6 +20,7 @@
 #ifndef DDP_LOADER_H
 #define DDP_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "deck.h"
@@ -34,6 +35,7 @@ typedef struct loader_batch {
     float *x;            /* [batch, sample_numel] normalised, augmented */
     int32_t *labels;     /* [batch] (classification) or NULL */
     float *targets;      /* [batch, k] (regression) or NULL */
+    int staged;          /* the loader's: the buffers are host_alloc's (loader_opts_t) */
 } loader_batch_t;
 
 typedef struct loader_opts {
@@ -48,6 +50,13 @@ typedef struct loader_opts {
      * batch step % replay, cycling its rows when it is shorter), so no
      * more I/O is done */
     int replay;
+    /* Where the batch buffers (x, labels, targets, idx) live: staging
+     * memory the device copies from fast (compute.h, host_alloc: pinned on
+     * CUDA) when host_alloc is set, freed with host_free.  A batch buffer it
+     * cannot give (NULL) is taken from malloc instead, with one warning;
+     * NULL: malloc for all (the CPU backend). */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 } loader_opts_t;
 
 typedef struct loader loader_t;

@@ -144,14 +144,26 @@ static void deregister_model_buffers_(trainer_t *t)
         if (m->layers[i].kind == LAYER_BN) comm_deregister(&t->comm, m->layers[i].stats);
 }
 
-/* The batch buffers: the loader's queue, the device copy, evaluation's. */
-static size_t data_bytes_(const trainer_t *t)
+/* One batch buffer of --batch samples (inputs, labels, targets, indices). */
+static size_t batch_bytes_(const trainer_t *t)
 {
     size_t numel = t->train.sample_numel, B = (size_t)t->cfg->batch;
     size_t k = t->train.targets > 0 ? (size_t)t->train.targets : 1;
-    size_t per_batch =
-        B * (numel * sizeof(float) + sizeof(int32_t) + k * sizeof(float) + sizeof(int64_t));
-    return per_batch * (size_t)(t->cfg->prefetch + 2);
+    return B * (numel * sizeof(float) + sizeof(int32_t) + k * sizeof(float) + sizeof(int64_t));
+}
+
+/* The batch buffers in host memory: the loader's queue (prefetch + 1) and
+ * evaluation's host batch. */
+static size_t host_data_bytes_(const trainer_t *t)
+{
+    return batch_bytes_(t) * (size_t)(t->cfg->prefetch + 2);
+}
+
+/* All batch buffers: those and the device batches (TRAINER_DEVICE_BATCHES,
+ * trainer.h). */
+static size_t data_bytes_(const trainer_t *t)
+{
+    return host_data_bytes_(t) + batch_bytes_(t) * TRAINER_DEVICE_BATCHES;
 }
 
 /* ---- memory: the estimate against the limits ------------------------------ */
@@ -181,7 +193,7 @@ static mem_plan_t mem_plan_(const trainer_t *t)
     size_t copy = params + m->nbufs * sizeof(float) + nstate * state;
     p.resident = p.comm + m->nbufs * sizeof(float) + model_act_bytes(m) + data_bytes_(t) + copy;
     /* device memory: the host holds the batches and the start-up copy only */
-    if (t->compute->mem_kind == DDP_MEM_DEVICE) p.resident = data_bytes_(t) + copy;
+    if (t->compute->mem_kind == DDP_MEM_DEVICE) p.resident = host_data_bytes_(t) + copy;
     /* the first BLAS call maps its work buffer; the loader thread and the
      * checkpoint writer each add a stack and a malloc arena; slack */
     p.address = MEMLIMIT_BLAS_BUFFER + (cfg->ckpt_dir[0] ? 2 : 1) * MEMLIMIT_THREAD +
@@ -578,25 +590,31 @@ static ddp_status_t count_steps_(trainer_t *t)
     return DDP_OK;
 }
 
-/* The device batch, the loss sums, the host evaluation batch. */
+/* The device batches, the loss sums, the host evaluation batch. */
 static ddp_status_t alloc_batches_(trainer_t *t)
 {
     const compute_ops_t *compute = t->compute;
     size_t numel = t->train.sample_numel, B = (size_t)t->cfg->batch;
     size_t k = t->train.targets > 0 ? (size_t)t->train.targets : 1;
-    device_batch_t *d = &t->batch;
     host_batch_t *h = &t->eval_host;
-    d->x = compute->alloc(B * numel * sizeof(float));
-    d->labels = compute->alloc(B * sizeof(int32_t));
-    d->targets = compute->alloc(B * k * sizeof(float));
-    d->sample_idx = compute->alloc(B * sizeof(int64_t));
+    int ok = 1;
+    for (int i = 0; i < TRAINER_DEVICE_BATCHES; i++) {
+        device_batch_t *d = &t->batches[i];
+        d->x = compute->alloc(B * numel * sizeof(float));
+        d->labels = compute->alloc(B * sizeof(int32_t));
+        d->targets = compute->alloc(B * k * sizeof(float));
+        d->sample_idx = compute->alloc(B * sizeof(int64_t));
+        t->batch_free[i] = compute->event_create();
+        ok = ok && d->x && d->labels && d->targets && d->sample_idx && t->batch_free[i];
+    }
+    t->cur = 0;
+    t->batch = &t->batches[0];
     t->loss_sums = compute->alloc(2 * sizeof(double));
     t->upload_done = compute->event_create();
     h->x = malloc(B * numel * sizeof(float));
     h->labels = malloc(B * sizeof(int32_t));
     h->targets = malloc(B * k * sizeof(float));
-    if (!d->x || !d->labels || !d->targets || !d->sample_idx || !t->loss_sums || !t->upload_done ||
-        !h->x || !h->labels || !h->targets)
+    if (!ok || !t->loss_sums || !t->upload_done || !h->x || !h->labels || !h->targets)
         return compute_failure_(t, ddp_fail(DDP_ERR_NOMEM, "out of memory for batch buffers"));
     t->data_bytes = data_bytes_(t);
     return DDP_OK;
@@ -905,7 +923,9 @@ ddp_status_t startup_run(trainer_t *t)
                         .augment = cfg->augment,
                         .first_epoch = t->first_epoch,
                         .first_step = t->first_step_in_epoch * cfg->accum,
-                        .epochs = t->end_epoch - t->first_epoch};
+                        .epochs = t->end_epoch - t->first_epoch,
+                        .host_alloc = t->compute->host_alloc,
+                        .host_free = t->compute->host_free};
     return control_agree(ctl, loader_start(&t->loader, &t->train, &t->sampler, &lo));
 }
 
@@ -917,10 +937,13 @@ void startup_teardown(trainer_t *t)
     optim_free(&t->opt);
     if (t->have_model) {
         const compute_ops_t *compute = t->compute;
-        compute->free(t->batch.x);
-        compute->free(t->batch.labels);
-        compute->free(t->batch.targets);
-        compute->free(t->batch.sample_idx);
+        for (int i = 0; i < TRAINER_DEVICE_BATCHES; i++) {
+            compute->free(t->batches[i].x);
+            compute->free(t->batches[i].labels);
+            compute->free(t->batches[i].targets);
+            compute->free(t->batches[i].sample_idx);
+            if (t->batch_free[i]) compute->event_destroy(t->batch_free[i]);
+        }
         compute->free(t->loss_sums);
         if (t->upload_done) compute->event_destroy(t->upload_done);
         if (t->registered_model) deregister_model_buffers_(t);

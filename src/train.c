@@ -22,15 +22,23 @@ void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
                     const float *targets, const int64_t *sample_idx)
 {
     const compute_ops_t *compute = t->compute;
-    device_batch_t *b = &t->batch;
-    compute->upload_async(b->x, x, (size_t)n * t->train.sample_numel * sizeof(float));
-    if (sample_idx) compute->upload_async(b->sample_idx, sample_idx, (size_t)n * sizeof(int64_t));
+    /* the device batch computed on so far is free once the work called up
+     * to here is done; the upload goes to the other one, whose copy waits
+     * only for the ops that used it the last time round */
+    compute->event_record(t->batch_free[t->cur]);
+    t->cur = (t->cur + 1) % TRAINER_DEVICE_BATCHES;
+    t->batch = &t->batches[t->cur];
+    device_batch_t *b = t->batch;
+    const compute_event_t *reuse = t->batch_free[t->cur];
+    compute_event_t *done = t->upload_done;
+    compute->upload_async(b->x, x, (size_t)n * t->train.sample_numel * sizeof(float), reuse, done);
+    if (sample_idx)
+        compute->upload_async(b->sample_idx, sample_idx, (size_t)n * sizeof(int64_t), reuse, done);
     if (t->loss.kind == LOSS_XENT)
-        compute->upload_async(b->labels, labels, (size_t)n * sizeof(int32_t));
+        compute->upload_async(b->labels, labels, (size_t)n * sizeof(int32_t), reuse, done);
     else
         compute->upload_async(b->targets, targets,
-                              (size_t)n * (size_t)t->loss.width * sizeof(float));
-    compute->event_record(t->upload_done);
+                              (size_t)n * (size_t)t->loss.width * sizeof(float), reuse, done);
 }
 
 void trainer_upload_wait(trainer_t *t)
@@ -93,7 +101,7 @@ ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t
         step_ctx_t ctx = {
             .n = n,
             .global_n = sampler_global_count(&t->sampler, first_micro + j),
-            .sample_idx = t->batch.sample_idx,
+            .sample_idx = t->batch->sample_idx,
             .step = global_step,
             .seed = (uint64_t)cfg->seed,
             .train = 1,
@@ -105,12 +113,12 @@ ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t
         reducer_begin(t->reducer, last, t->sync, global_step, ctx.grad_beta);
         if (last && per_bucket) optim_begin(&t->opt);
         const float *out;
-        DDP_TRY(model_forward(m, t->batch.x, &ctx, &out));
-        loss_apply(&t->loss, t->compute, n, out, t->batch.labels, t->batch.targets,
+        DDP_TRY(model_forward(m, t->batch->x, &ctx, &out));
+        loss_apply(&t->loss, t->compute, n, out, t->batch->labels, t->batch->targets,
                    (float)cfg->label_smoothing, scale, model_dout(m), t->loss_sums);
         diagnostics_loss(g, t, (int)j);
         progress_phase(PHASE_BACKWARD);
-        DDP_TRY(model_backward(m, t->batch.x, &ctx));
+        DDP_TRY(model_backward(m, t->batch->x, &ctx));
     }
     progress_phase(PHASE_OPTIMIZER);
     DDP_TRY(reducer_finish(t->reducer));

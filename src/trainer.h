@@ -61,7 +61,12 @@
 #include "startup.h"
 #include "train.h"
 
-/* One batch in the compute backend's memory, sized for --batch samples. */
+/* One batch in the compute backend's memory, sized for --batch samples.
+ * The trainer has TRAINER_DEVICE_BATCHES of them and uploads each
+ * micro-batch (training and evaluation) into the next in turn, so that on a
+ * GPU its copy overlaps the compute still queued on the one before (compute.h,
+ * "Ordering": upload_async's reuse event). */
+#define TRAINER_DEVICE_BATCHES 2
 typedef struct device_batch {
     float *x;            /* [batch, sample numel] */
     int32_t *labels;     /* [batch] (classification) */
@@ -91,7 +96,7 @@ typedef struct trainer {
      * the fused all-reduce + optimizer), not the compute backend's */
     int comm_memory;
     int registered_model;         /* BN buffers registered with the comm backend */
-    compute_event_t *upload_done; /* recorded after trainer_upload */
+    compute_event_t *upload_done; /* recorded after trainer_upload's copies */
     deck_t train, val;
     int have_train, have_val;
     loss_t loss;
@@ -107,8 +112,13 @@ typedef struct trainer {
     /* where the loop starts (step 0, or where --resume left off) and ends */
     int64_t first_step, first_epoch, first_step_in_epoch, end_epoch;
     checkpoint_t ckpt;
-    device_batch_t batch;
-    double *loss_sums; /* device [2]: the loss sum and argmax hits since last read */
+    device_batch_t batches[TRAINER_DEVICE_BATCHES];
+    /* batch_free[k]: recorded after the last op that used batches[k] (when
+     * the trainer turns to the next one): the reuse event of its uploads */
+    compute_event_t *batch_free[TRAINER_DEVICE_BATCHES];
+    int cur;               /* the batch of the last upload */
+    device_batch_t *batch; /* &batches[cur]: what the ops compute on */
+    double *loss_sums;     /* device [2]: the loss sum and argmax hits since last read */
     host_batch_t eval_host;
     size_t data_bytes; /* input memory per rank (for the start-up table) */
     /* the start-up memory check: address space a rank will take, its limit
@@ -136,9 +146,13 @@ void trainer_drop_rest_of_epoch(trainer_t *t, int64_t used_micro);
  * (*sig: the signal, or 0), and a failed background checkpoint write
  * (rank 0's). */
 ddp_status_t trainer_step_boundary(trainer_t *t, int64_t step, int *sig);
-/* train.c: n samples of a host batch to the device batch, asynchronously:
- * the host batch must stay as it is, and nothing may compute on the device
- * batch, until trainer_upload_wait (compute.h, "Ordering"). */
+/* train.c: n samples of a host batch to the next device batch in turn
+ * (t->batch after it), asynchronously: the copy waits only for the ops that
+ * used that device batch before (its batch_free event, recorded here for the
+ * batch left), not for those on the other; the host batch must stay as it
+ * is, and nothing may compute on t->batch, until trainer_upload_wait, which
+ * waits for the copies only (compute.h, "Ordering").  After the call no op
+ * may use the device batch left until it comes round again. */
 void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
                     const float *targets, const int64_t *sample_idx);
 void trainer_upload_wait(trainer_t *t);

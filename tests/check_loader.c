@@ -1,6 +1,7 @@
 /* check_loader.c -- the loader thread: batches in sampler order with the
  * data deck_read gives, the prefetch bound, errors from a corrupt chunk
- * handed to the consumer, stopping at any time; augmentation keyed by
+ * handed to the consumer, stopping at any time, batch buffers in staging
+ * memory (and malloc when it runs out); augmentation keyed by
  * (seed, epoch, global sample index) and independent of rank. */
 #include <stdlib.h>
 #include <string.h>
@@ -340,6 +341,85 @@ START_TEST(augment_independent_of_rank)
 }
 END_TEST
 
+/* A staging allocator (loader_opts_t.host_alloc) that counts what it holds
+ * and gives out at most `staging_room_` buffers. */
+static int staging_live_, staging_given_, staging_room_;
+static void *staging_ptrs_[64];
+
+static void *staging_alloc_(size_t bytes)
+{
+    if (staging_given_ >= staging_room_ || staging_given_ == 64) return NULL;
+    void *p = malloc(bytes ? bytes : 1);
+    staging_ptrs_[staging_given_++] = p;
+    staging_live_++;
+    return p;
+}
+
+static void staging_free_(void *p)
+{
+    if (!p) return;
+    int known = 0;
+    for (int i = 0; i < staging_given_; i++)
+        if (staging_ptrs_[i] == p) {
+            staging_ptrs_[i] = NULL; /* malloc may hand the address out again */
+            known = 1;
+        }
+    ck_assert_msg(known, "host_free got a pointer host_alloc did not give");
+    staging_live_--;
+    free(p);
+}
+
+static int staged_(const void *p)
+{
+    for (int i = 0; i < staging_given_; i++)
+        if (staging_ptrs_[i] == p) return 1;
+    return 0;
+}
+
+/* The batches come from host_alloc, are freed with host_free, and a batch
+ * it cannot give comes from malloc (freed with free); the data are the same. */
+START_TEST(staging_memory)
+{
+    deck_t d;
+    open_deck_(&d, &img_, "staging.h5");
+    sampler_t s;
+    sampler_init(&s, d.n, 1, 0, 8, 5, 1, 0);
+    for (int room = 64; room >= 5; room -= 59) {
+        staging_live_ = staging_given_ = 0;
+        staging_room_ = room; /* 5: one batch of three (3 buffers each) fits, and part of one */
+        loader_opts_t o = {.prefetch = 2,
+                           .augment = "",
+                           .first_epoch = 0,
+                           .first_step = 0,
+                           .epochs = 1,
+                           .host_alloc = staging_alloc_,
+                           .host_free = staging_free_};
+        loader_t *l;
+        ck_assert_int_eq(loader_start(&l, &d, &s, &o), DDP_OK);
+        ck_assert_int_eq(staging_live_, room == 64 ? 9 : 3); /* 3 slots x (idx, x, labels) */
+        int staged = 0, plain = 0;
+        for (int64_t t = 0; t < 6; t++) {
+            loader_batch_t *b;
+            ck_assert_msg(loader_next(l, &b) == DDP_OK, "%s", ddp_error_message());
+            int in = staged_(b->x);
+            ck_assert_int_eq(staged_(b->idx), in);
+            ck_assert_int_eq(staged_(b->labels), in);
+            staged += in;
+            plain += !in;
+            loader_release(l, b);
+        }
+        /* with room for all, every batch is staged; else some are not (the
+         * loader's slots are reused last-in first-out: which ones is its) */
+        if (room >= 9) ck_assert_int_eq(plain, 0);
+        if (room < 9) ck_assert_int_gt(plain, 0);
+        ck_assert_int_eq(staged + plain, 6);
+        loader_stop(l);
+        ck_assert_int_eq(staging_live_, 0);
+    }
+    deck_close(&d);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("loader");
@@ -349,6 +429,7 @@ Suite *test_suite(void)
     tcase_add_test(t, prefetch_bound);
     tcase_add_test(t, error_from_corrupt_chunk);
     tcase_add_test(t, stop_at_any_time);
+    tcase_add_test(t, staging_memory);
     suite_add_tcase(s, t);
     TCase *a = tcase_create("augment");
     tcase_add_test(a, augment_parse_errors);

@@ -3,11 +3,20 @@
  * so that a trainer that leaves out an event wait computes something else
  * than on "cpu" (tests/test_ordering.sh compares the two bit for bit):
  *
- *   - upload_async copies nothing.  The copy is made when an event recorded
- *     after it is waited for (or at sync), and only after a pause, as a slow
- *     copy engine would: a loader buffer handed back before the wait has
- *     been refilled with the next batch by then.  No op sees the data
- *     before the wait.
+ *   - upload_async copies nothing.  The copy is made when its `done` event,
+ *     or another event recorded after it, is waited for (or at sync), and
+ *     only after a pause, as a slow copy engine would: a loader buffer
+ *     handed back before the wait has been refilled with the next batch by
+ *     then.  No op sees the data before the wait.
+ *   - a device batch is wiped (zero bytes) the moment the trainer records
+ *     its reuse event (the event an upload into it names, compute.h): from
+ *     then on the trainer said no op uses it, so an op that still reads it
+ *     -- the wrong one of the two device batches -- computes on zeros.
+ *   - an upload whose reuse event was last recorded before dst's previous
+ *     upload landed (or never), while dst has had an upload, could overwrite
+ *     a batch that ops still read on a GPU: it is refused (the run fails,
+ *     compute_lazy_violation names the upload), as is a reuse event used
+ *     for two different buffers.
  *   - the parameter gradients a backward op writes (dw, db; dgamma, dbeta)
  *     are held back: the results are kept aside and the gradient memory
  *     holds NaN until an event recorded after the op is waited for, or the
@@ -23,6 +32,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -45,8 +55,28 @@ static uint64_t seq_;
 static int failed_; /* out of memory holding work back: results are wrong, say so */
 
 struct compute_event {
-    uint64_t seq; /* the work called before the last record */
+    uint64_t seq;  /* the work called before the last record */
+    uint64_t tick; /* when it was last recorded (0: never) */
+    /* the device memory uploads naming it as their reuse event use: wiped
+     * when it is recorded */
+    struct {
+        void *p;
+        size_t bytes;
+    } region[4];
+    int nregion;
 };
+
+/* Device memory uploads went to, and when the last one landed. */
+typedef struct landed {
+    void *p;
+    uint64_t tick; /* 0: not yet */
+} landed_t;
+static compute_event_t *events_[64]; /* the live events, for check_reuse_ */
+static int nevents_;
+static landed_t landed_[16];
+static int nlanded_;
+static uint64_t tick_;       /* event records and upload landings, in order */
+static char violation_[256]; /* the first upload that broke the pairing */
 
 static const compute_ops_t *cpu_(void)
 {
@@ -80,6 +110,8 @@ static void complete_(uint64_t seq, int uploads)
             if (!paused) usleep(COPY_PAUSE_US);
             paused = 1;
             memcpy(h->dst, h->src, h->bytes);
+            for (int k = 0; k < nlanded_; k++)
+                if (landed_[k].p == h->dst) landed_[k].tick = ++tick_;
         } else if (due) {
             memcpy(h->dst, h->saved, h->bytes);
         }
@@ -129,33 +161,95 @@ static void hold_grad_(float *p, size_t n)
     for (size_t i = 0; i < n; i++) p[i] = NAN;
 }
 
-static void lazy_upload_async_(void *dst, const void *host_src, size_t bytes)
+static landed_t *landed_of_(void *p)
 {
-    if (!bytes) return;
-    held_t *h = hold_();
-    if (!h) {
+    for (int k = 0; k < nlanded_; k++)
+        if (landed_[k].p == p) return &landed_[k];
+    if (nlanded_ == (int)(sizeof landed_ / sizeof *landed_)) return NULL;
+    landed_[nlanded_] = (landed_t){p, 0};
+    return &landed_[nlanded_++];
+}
+
+static void violate_(const char *fmt, const void *p, size_t bytes)
+{
+    if (!violation_[0]) snprintf(violation_, sizeof violation_, fmt, p, bytes);
+}
+
+/* The pairing of device batch and reuse event (compute.h, "Ordering"). */
+static void check_reuse_(void *dst, size_t bytes, const compute_event_t *reuse_c)
+{
+    compute_event_t *reuse = (compute_event_t *)reuse_c;
+    landed_t *l = landed_of_(dst);
+    if (!l) {
         failed_ = 1;
         return;
     }
-    h->upload = 1;
-    h->dst = dst;
-    h->src = host_src;
-    h->bytes = bytes;
+    if (!reuse) return; /* waits for all work before it */
+    if (l->tick > reuse->tick)
+        violate_("an upload into %p (%zu bytes) names a reuse event recorded before that "
+                 "buffer's last upload landed: ops reading it may still run on a GPU",
+                 dst, bytes);
+    int k = 0;
+    while (k < reuse->nregion && reuse->region[k].p != dst) k++;
+    if (k == reuse->nregion) {
+        if (k == (int)(sizeof reuse->region / sizeof *reuse->region)) {
+            violate_("a reuse event named by uploads into more than 4 buffers (the last %p, "
+                     "%zu bytes): one event per device batch",
+                     dst, bytes);
+            return;
+        }
+        for (int e = 0; e < nevents_; e++)
+            for (int r = 0; events_[e] != reuse && r < events_[e]->nregion; r++)
+                if (events_[e]->region[r].p == dst)
+                    violate_("an upload into %p (%zu bytes) names another reuse event than "
+                             "the uploads into it before",
+                             dst, bytes);
+        reuse->nregion++;
+    }
+    reuse->region[k].p = dst;
+    reuse->region[k].bytes = bytes;
+}
+
+static void lazy_upload_async_(void *dst, const void *host_src, size_t bytes,
+                               const compute_event_t *reuse, compute_event_t *done)
+{
+    if (bytes) {
+        check_reuse_(dst, bytes, reuse);
+        held_t *h = hold_();
+        if (!h) {
+            failed_ = 1;
+            return;
+        }
+        h->upload = 1;
+        h->dst = dst;
+        h->src = host_src;
+        h->bytes = bytes;
+    }
+    if (done) done->seq = seq_; /* the uploads so far (and held gradients) */
 }
 
 static compute_event_t *lazy_event_create_(void)
 {
-    return calloc(1, sizeof(compute_event_t));
+    if (nevents_ == (int)(sizeof events_ / sizeof *events_)) return NULL;
+    compute_event_t *e = calloc(1, sizeof(compute_event_t));
+    if (e) events_[nevents_++] = e;
+    return e;
 }
 
 static void lazy_event_destroy_(compute_event_t *e)
 {
+    for (int i = 0; i < nevents_; i++)
+        if (events_[i] == e) events_[i] = events_[--nevents_];
     free(e);
 }
 
+/* A reuse event recorded: the trainer uses its buffers no more until their
+ * next upload lands; wipe them, so an op that still reads one sees zeros. */
 static void lazy_event_record_(compute_event_t *e)
 {
     e->seq = seq_;
+    e->tick = ++tick_;
+    for (int k = 0; k < e->nregion; k++) memset(e->region[k].p, 0, e->region[k].bytes);
 }
 
 static void lazy_event_wait_(compute_event_t *e)
@@ -294,4 +388,9 @@ const compute_ops_t *compute_lazy_ops(void)
 int compute_lazy_failed(void)
 {
     return failed_;
+}
+
+const char *compute_lazy_violation(void)
+{
+    return violation_[0] ? violation_ : NULL;
 }

@@ -8,5 +8,8 @@
 const compute_ops_t *compute_lazy_ops(void);
 /* Nonzero when it ran out of memory holding work back (results are off). */
 int compute_lazy_failed(void);
+/* The first upload that broke the pairing of device buffer and reuse event
+ * (compute.h, "Ordering"), as a sentence; NULL when none. */
+const char *compute_lazy_violation(void);
 
 #endif

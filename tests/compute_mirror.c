@@ -145,10 +145,11 @@ static void m_sync(void)
     check_("sync");
 }
 
-static void m_upload_async(void *dst, const void *src, size_t bytes)
+static void m_upload_async(void *dst, const void *src, size_t bytes, const compute_event_t *reuse,
+                           compute_event_t *done)
 {
     void *d = dev_alloc_(bytes, "upload_async");
-    D->upload_async(d, src, bytes);
+    D->upload_async(d, src, bytes, reuse, done);
     D->download(dst, d, bytes); /* waits for the work before it, the copy included */
     D->free(d);
     check_("upload_async");

@@ -16,6 +16,8 @@
 #  (f) an injected CUDA failure ends it with one line naming the call;
 #  (g) this CPU-only ddptrain refuses --device cuda (exit 2) and trains on
 #      cpu with --device auto;
+#  (h) out of pinned host memory, the loader's batches fall back to malloc
+#      with one warning and train the same;
 #  and a --device cuda checkpoint resumes to the same weights as a run
 #  without the interruption.
 #
@@ -131,6 +133,15 @@ ddp_expect_error "$T/f1.err" $rc $rc "injected cudaMalloc failure" "cudaMalloc"
 DDP_EMU_FAIL=kernel:200 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 20 --device cuda \
   >"$T/f2.out" 2>"$T/f2.err"
 ddp_expect_error "$T/f2.err" $? 9 "injected kernel failure" "launch failure|.cu:"
+
+# (h) pinned host memory runs out (the 2nd cudaMallocHost: the loader's
+# first batch): that batch is in malloc'd memory, one warning, the same
+# training
+DDP_EMU_FAIL=cudaMallocHost:2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda \
+  >"$T/pin.log" 2>&1 || { cat "$T/pin.log"; fail "pinned memory out: the run failed"; }
+[ "$(grep -c "pageable memory" "$T/pin.log")" = 1 ] ||
+  { cat "$T/pin.log"; fail "pinned memory out: not one warning"; }
+close "pageable fallback vs pinned" 0 "$T/pin.log" "$T/mlp-cuda-1.log"
 
 # (g) this ddptrain has no cuda backend
 "$DDPTRAIN" "$T/d.h5" $mlp --steps 3 --device cuda >"$T/g.out" 2>"$T/g.err"

@@ -2,11 +2,14 @@
 # test_ordering.sh -- the ordering contract of the compute backend (compute.h,
 # "Ordering"): the trainer on "cpu-lazy" (tests/compute_lazy.c: uploads are
 # copied only when their event is waited for, after a pause in which a
-# loader buffer handed back too early is refilled; gradients read NaN until
-# their event is waited for) saves bit-identical weights to ddptrain on
-# "cpu" -- so every upload is waited for before its batch is computed on and
-# before the loader gets the buffer back, and every bucket's gradients
-# before its all-reduce.  At 1 rank and at 2 (the shared-memory fused
+# loader buffer handed back too early is refilled; a device batch is wiped
+# when its reuse event is recorded, and an upload whose reuse event predates
+# its buffer's last landing fails the run; gradients read NaN until their
+# event is waited for) saves bit-identical weights to ddptrain on "cpu" -- so
+# every upload is waited for before its batch is computed on and before the
+# loader gets the buffer back, no op computes on the device batch left
+# behind, no upload goes into a device batch an op may still read, and every
+# bucket's gradients are waited for before their all-reduce.  At 1 rank and at 2 (the shared-memory fused
 # all-reduce + optimizer), with accumulation, evaluation on /val, bf16
 # compression (the 16-bit copy of the gradients), gradient clipping (the
 # unfused optimizer) and a convolutional model.

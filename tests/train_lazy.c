@@ -38,6 +38,8 @@ int main(int argc, char **argv)
         train_result_t res;
         s = ddp_train_on(&cfg, &ctl, compute_lazy_ops(), &res);
     }
+    if (s == DDP_OK && compute_lazy_violation())
+        s = ddp_fail(DDP_ERR_INTERNAL, "cpu-lazy: %s", compute_lazy_violation());
     if (s == DDP_OK && compute_lazy_failed())
         s = ddp_fail(DDP_ERR_NOMEM, "cpu-lazy: out of memory holding work back");
     if (s != DDP_OK && rank == 0) log_error(ddp_error_message());
