@@ -3,25 +3,31 @@
 #include "signals.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 
 static const int handled_[] = {SIGUSR1, SIGTERM, SIGINT};
 #define NHANDLED ((int)(sizeof handled_ / sizeof handled_[0]))
 
-static volatile sig_atomic_t pending_;
+/* Lock-free, so the handlers may use it: a process-directed signal goes to
+ * any thread that does not block it (the loader's, MPI's and BLAS's threads
+ * too), so two handlers can run at once, and the first signal must win. */
+static atomic_int pending_;
 static struct sigaction previous_[NHANDLED];
 static int installed_;
 
 static void on_signal_(int signo)
 {
-    if ((pending_ == SIGTERM || pending_ == SIGINT) && signo != SIGUSR1) {
+    int first = atomic_load(&pending_);
+    if ((first == SIGTERM || first == SIGINT) && signo != SIGUSR1) {
         /* asked twice to end (not a SIGUSR1 then Slurm's SIGTERM): stop now,
          * the default way */
         signal(signo, SIG_DFL);
         raise(signo);
         return;
     }
-    if (!pending_) pending_ = signo;
+    int none = 0;
+    atomic_compare_exchange_strong(&pending_, &none, signo);
 }
 
 void signals_install(void)
@@ -33,7 +39,7 @@ void signals_install(void)
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     for (int i = 0; i < NHANDLED; i++) sigaction(handled_[i], &sa, &previous_[i]);
-    pending_ = 0;
+    atomic_store(&pending_, 0);
     installed_ = 1;
 }
 
@@ -46,7 +52,7 @@ void signals_restore(void)
 
 int signals_pending(void)
 {
-    return pending_;
+    return atomic_load(&pending_);
 }
 
 const char *signals_name(int signo)

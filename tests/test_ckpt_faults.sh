@@ -181,7 +181,9 @@ kill -USR1 "$(cat "$T/pid2")" && kill -TERM "$(cat "$T/pid2")"
 wait "$job"
 rc=$?
 [ $rc -eq 75 ] || { cat "$T/eu"; fail "SIGUSR1 then SIGTERM: exit $rc, expected 75"; }
-grep -q "stopped: SIGUSR1 at step" "$T/eu" || { cat "$T/eu"; fail "SIGUSR1 then SIGTERM: no 'stopped:' line"; }
+# the two may reach two threads' handlers at once, so either can be the
+# first one seen (the line names it); what matters is one stop, not two
+grep -q "stopped: SIG\(USR1\|TERM\) at step" "$T/eu" || { cat "$T/eu"; fail "SIGUSR1 then SIGTERM: no 'stopped:' line"; }
 ls "$T"/u/ckpt_*.h5 >/dev/null 2>&1 || fail "SIGUSR1 then SIGTERM: no checkpoint"
 echo "ok: SIGUSR1 then SIGTERM: one checkpoint, exit 75"
 
