@@ -2,8 +2,11 @@
 // per-channel sums (bn_stats, bn_bwd_stats) are one block per channel,
 // each thread adding its share in double, then a fixed tree through static
 // shared memory: deterministic (no atomics, no dependence on block order).
-// finalize, eval params and the coefficients in double, as the CPU backend.
+// finalize (the CPU backend's ddp_bn_finalize_ch, backend_math.h), eval
+// params and the coefficients in double, as the CPU backend.
 #include "ddp_cuda_rt.h"
+
+#include "backend_math.h"
 
 namespace
 {
@@ -54,23 +57,8 @@ __global__ void bn_finalize_kernel(int c, const double *stats, double count, flo
                                    float *running_mean, float *running_var)
 {
     GRID_STRIDE(ch, (size_t)c)
-    {
-        double m = 0.0, var = 0.0;
-        if (count > 0) {
-            m = stats[ch] / count;
-            var = stats[c + ch] / count - m * m;
-            if (var < 0) var = 0; // rounding
-        }
-        mean[ch] = (float)m;
-        invstd[ch] = (float)(1.0 / sqrt(var + (double)eps));
-        if (update_running && count > 0) {
-            double unbiased = count > 1 ? var * count / (count - 1) : var;
-            running_mean[ch] =
-                (float)((1.0 - momentum) * (double)running_mean[ch] + (double)momentum * m);
-            running_var[ch] =
-                (float)((1.0 - momentum) * (double)running_var[ch] + (double)momentum * unbiased);
-        }
-    }
+    ddp_bn_finalize_ch((int)ch, c, stats, count, eps, momentum, update_running, mean, invstd,
+                       running_mean, running_var);
 }
 
 __global__ void bn_eval_params_kernel(int c, const float *running_mean, const float *running_var,

@@ -1,17 +1,20 @@
 // loss.cu -- the loss launchers of ddp_cuda.h: softmax cross-entropy with
 // label smoothing (xent) and mean squared error (mse).
 //
-// xent: one thread per row runs the CPU backend's loop over the row in the
-// same order (first argmax, the sum of the logits and of exp(z - max) in
-// double, the loss in double), so a row's loss, hit and gradient agree with
-// compute_cpu.c's to the device's expf/log rounding.  mse: one thread per
-// element.  The sums over rows (elements) are deterministic, without
+// xent: one thread per row runs the CPU backend's very row function
+// (ddp_xent_row, backend_math.h), so a row's loss, hit and gradient agree
+// with compute_cpu.c's to the device's expf/log rounding.  mse: one thread
+// per element.  The sums over rows (elements) are deterministic, without
 // atomics: each block reduces its threads' partial sums in a fixed tree in
-// static shared memory and writes them to a scratch array, then one block
-// adds the partials in a fixed tree and adds the result to acc.  The
+// static shared memory (ddp_block_sum, block_reduce.h) and writes them to a
+// scratch array, then one block adds the partials in a fixed tree and adds
+// the result to acc.  The
 // partials' shape depends only on n (n * k), so the same inputs give the
 // same bits on every run.
 #include "ddp_cuda_rt.h"
+
+#include "backend_math.h"
+#include "block_reduce.h"
 
 #include <math.h>
 
@@ -35,28 +38,9 @@ int partials(double **out)
     return 0;
 }
 
-// The sum of every thread's `v` over the block, in every thread (all
-// threads of the block must call it).
-__device__ double block_sum(double *sh, double v)
-{
-    const int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int s = kDdpThreads / 2; s > 0; s >>= 1) {
-        if (t < s) sh[t] += sh[t + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads(); // sh may be reused at once
-    return r;
-}
-
-// Per row: max and the first argmax (ties and NaN as the CPU's strict >),
-// then sum exp(z - max) and log in double; loss = lse - (1-eps) z_y -
-// eps mean_j z_j; dlogits = grad_scale (softmax - (1-eps) onehot - eps/C).
-// dlogits may alias logits: each row's logits are read by its thread
-// before it writes the row.  Labels outside [0, classes) contribute
-// nothing (zero gradient).  part[2b] = sum of losses, part[2b+1] = hits.
+// One thread per row (ddp_xent_row).  dlogits may alias logits: each
+// row's logits are read by its thread before it writes the row.
+// part[2b] = the block's sum of losses, part[2b+1] = its hits.
 __global__ void xent_rows_k(int n, int classes, const float *logits, const int32_t *labels,
                             float smoothing, float grad_scale, float *dlogits, double *part)
 {
@@ -65,43 +49,11 @@ __global__ void xent_rows_k(int n, int classes, const float *logits, const int32
     double loss = 0, hits = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const float *z = logits + i * classes;
         float *dl = dlogits ? dlogits + i * classes : nullptr;
-        const int y = labels[i];
-        const int valid = y >= 0 && y < classes;
-        float zmax = z[0];
-        int arg = 0;
-        double zsum = 0;
-        for (int j = 0; j < classes; j++) {
-            if (z[j] > zmax) {
-                zmax = z[j];
-                arg = j;
-            }
-            zsum += z[j];
-        }
-        const float zy = valid ? z[y] : 0.0f;
-        double s = 0;
-        for (int j = 0; j < classes; j++) {
-            float e = expf(z[j] - zmax);
-            s += e;
-            if (dl) dl[j] = e;
-        }
-        if (!valid) {
-            if (dl)
-                for (int j = 0; j < classes; j++) dl[j] = 0.0f;
-            continue;
-        }
-        double lse = (double)zmax + log(s);
-        loss += lse - (1.0 - eps) * zy - eps * zsum / classes;
-        hits += arg == y;
-        if (dl) {
-            const float inv = (float)(1.0 / s), off = (float)(eps / classes);
-            for (int j = 0; j < classes; j++) dl[j] = (dl[j] * inv - off) * grad_scale;
-            dl[y] -= (float)(1.0 - eps) * grad_scale;
-        }
+        ddp_xent_row(classes, logits + i * classes, labels[i], eps, grad_scale, dl, &loss, &hits);
     }
-    loss = block_sum(sh, loss);
-    hits = block_sum(sh, hits);
+    loss = ddp_block_sum(sh, loss);
+    hits = ddp_block_sum(sh, hits);
     if (threadIdx.x == 0) {
         part[2 * blockIdx.x] = loss;
         part[2 * blockIdx.x + 1] = hits;
@@ -120,7 +72,7 @@ __global__ void mse_k(size_t count, const float *pred, const float *target, floa
         s += (double)t * t;
         if (dpred) dpred[i] = two * t;
     }
-    s = block_sum(sh, s);
+    s = ddp_block_sum(sh, s);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
@@ -133,7 +85,7 @@ __global__ void add_partials_k(unsigned blocks, int width, const double *part, d
         double s = 0;
         for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x)
             s += part[(size_t)b * width + a];
-        s = block_sum(sh, s);
+        s = ddp_block_sum(sh, s);
         if (threadIdx.x == 0) acc[a] += s;
     }
 }

@@ -2,15 +2,18 @@
 // Nesterov, weight decay) and AdamW over flat buffers, PyTorch semantics.
 //
 // Each element is updated by one thread of a grid-stride loop with the CPU
-// backend's float operations in its order (compute_cpu.c sgd_mom_,
-// adamw_span_); AdamW's step constants (bias corrections, decay, step
-// size) are computed on the host in double exactly as the CPU backend
-// computes them.  So the results agree with the CPU backend's to float
+// backend's float operations in its order (SGD: compute_cpu.c sgd_mom_;
+// AdamW: the CPU backend's very element function, ddp_adamw_elem of
+// backend_math.h); AdamW's step constants (bias corrections, decay, step
+// size) are computed on the host in double by the CPU backend's
+// ddp_adamw_consts.  So the results agree with the CPU backend's to float
 // rounding: bit for bit where the compiler does not contract a multiply
 // and an add into one fused operation (the emulation build), to an ulp or
 // two per step where it does (nvcc's default).  p, g, buf, m, v are
 // distinct arrays.
 #include "ddp_cuda_rt.h"
+
+#include "backend_math.h"
 
 #include <math.h>
 
@@ -53,12 +56,7 @@ __global__ void adamw_k(size_t count, float *p, const float *g, float *m, float 
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x) {
-        float gk = g[i];
-        float mk = b1 * m[i] + c1 * gk;
-        float vk = b2 * v[i] + c2 * (gk * gk);
-        m[i] = mk;
-        v[i] = vk;
-        p[i] = p[i] * decay - step_size * (mk / (sqrtf(vk) / bc2_sqrt + eps));
+        ddp_adamw_elem(p + i, m + i, v + i, g[i], decay, b1, c1, b2, c2, step_size, bc2_sqrt, eps);
     }
 }
 
@@ -85,15 +83,9 @@ extern "C" int ddp_cuda_adamw_step(size_t count, float *p, const float *g, float
                                    int64_t t)
 {
     if (count == 0) return 0;
-    if (t < 1) t = 1;
-    const double bc1 = 1.0 - pow((double)beta1, (double)t);
-    const double bc2 = 1.0 - pow((double)beta2, (double)t);
-    const float decay = (float)(1.0 - (double)lr * wd);
-    const float step_size = (float)((double)lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float c1 = (float)(1.0 - beta1), c2 = (float)(1.0 - beta2);
+    const ddp_adamw_consts_t a = ddp_adamw_consts(lr, beta1, beta2, wd, t);
     DDP_LAUNCH(adamw_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, p, g, m,
-               v, decay, beta1, c1, beta2, c2, step_size, bc2_sqrt, eps);
+               v, a.decay, beta1, a.c1, beta2, a.c2, a.step_size, a.bc2_sqrt, eps);
     DDP_CU_LAUNCHED();
     return 0;
 }

@@ -5,7 +5,8 @@
 // sumsq is deterministic without atomics: a first pass of
 // ddp_blocks_for(count) blocks, each thread summing (double)x^2 over its
 // grid-stride elements and the block reducing its threads' sums in a fixed
-// tree in static shared memory into one partial per block; a second pass
+// tree in static shared memory (ddp_block_sum, block_reduce.h) into one
+// partial per block; a second pass
 // of one block sums the partials in a fixed tree.  The shape depends only
 // on count, so the same input gives the same bits on every run; against
 // the CPU backend (another summation order) it agrees to double rounding.
@@ -13,6 +14,8 @@
 // (all writers store the same value, so the result does not depend on
 // their order).
 #include "ddp_cuda_rt.h"
+
+#include "block_reduce.h"
 
 #include <math.h>
 
@@ -40,21 +43,6 @@ int scratch()
     return 0;
 }
 
-// The sum of every thread's `v` over the block, in every thread.
-__device__ double block_sum(double *sh, double v)
-{
-    const int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int s = kDdpThreads / 2; s > 0; s >>= 1) {
-        if (t < s) sh[t] += sh[t + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 __global__ void sumsq_k(size_t count, const float *x, double *part)
 {
     __shared__ double sh[kDdpThreads];
@@ -62,7 +50,7 @@ __global__ void sumsq_k(size_t count, const float *x, double *part)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x)
         s += (double)x[i] * x[i];
-    s = block_sum(sh, s);
+    s = ddp_block_sum(sh, s);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
@@ -72,7 +60,7 @@ __global__ void sum_partials_k(unsigned blocks, const double *part, double *out)
     __shared__ double sh[kDdpThreads];
     double s = 0;
     for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) s += part[b];
-    s = block_sum(sh, s);
+    s = ddp_block_sum(sh, s);
     if (threadIdx.x == 0) *out = s;
 }
 

@@ -41,6 +41,7 @@
 #endif
 
 #include "ddp_build.h"
+#include "backend_math.h"
 #include "clock.h"
 #include "compute.h"
 #include "half.h"
@@ -1670,30 +1671,17 @@ static void cpu_bn_stats(int n, int c, int hw, const float *x, double *stats)
         }
 }
 
-/* Statistics are double; count <= 0 (no sample anywhere) gives mean 0,
- * invstd 1/sqrt(eps) and leaves the running statistics alone.  The unbiased
+/* Statistics are double (ddp_bn_finalize_ch, backend_math.h, shared with
+ * cuda/bn.cu); count <= 0 (no sample anywhere) gives mean 0, invstd
+ * 1/sqrt(eps) and leaves the running statistics alone.  The unbiased
  * variance needs count > 1; with count == 1 the biased one is used. */
 static void cpu_bn_finalize(int c, const double *stats, double count, float eps, float momentum,
                             int update_running, float *mean, float *invstd, float *running_mean,
                             float *running_var)
 {
-    for (int ch = 0; ch < c; ch++) {
-        double m = 0, var = 0;
-        if (count > 0) {
-            m = stats[ch] / count;
-            var = stats[c + ch] / count - m * m;
-            if (var < 0) var = 0; /* rounding */
-        }
-        mean[ch] = (float)m;
-        invstd[ch] = (float)(1.0 / sqrt(var + (double)eps));
-        if (update_running && count > 0) {
-            double unbiased = count > 1 ? var * count / (count - 1) : var;
-            running_mean[ch] =
-                (float)((1.0 - momentum) * (double)running_mean[ch] + (double)momentum * m);
-            running_var[ch] =
-                (float)((1.0 - momentum) * (double)running_var[ch] + (double)momentum * unbiased);
-        }
-    }
+    for (int ch = 0; ch < c; ch++)
+        ddp_bn_finalize_ch(ch, c, stats, count, eps, momentum, update_running, mean, invstd,
+                           running_mean, running_var);
 }
 
 static void cpu_bn_eval_params(int c, const float *running_mean, const float *running_var,
@@ -1968,11 +1956,12 @@ static void cpu_dropout_bwd(int n, size_t features, const float *dy, float *dx, 
 /* losses                                                                   */
 /* ======================================================================== */
 
-/* Per row: max and the first argmax, then sum exp(z - max) and log in
- * double; loss = lse - (1-eps) z_y - eps mean_j z_j (equal to the PyTorch
- * form, agreeing with it to float rounding of the logits, ~1e-6 relative).
- * dlogits = grad_scale (softmax - (1-eps) onehot - eps/C); it may alias
- * logits.  Labels outside [0, classes) contribute nothing. */
+/* Per row (ddp_xent_row, backend_math.h, shared with cuda/loss.cu): max
+ * and the first argmax, then sum exp(z - max) and log in double; loss =
+ * lse - (1-eps) z_y - eps mean_j z_j (equal to the PyTorch form, agreeing
+ * with it to float rounding of the logits, ~1e-6 relative).  dlogits =
+ * grad_scale (softmax - (1-eps) onehot - eps/C); it may alias logits.
+ * Labels outside [0, classes) contribute nothing. */
 static void cpu_xent(int n, int classes, const float *logits, const int32_t *labels,
                      float smoothing, float grad_scale, float *dlogits, double *acc)
 {
@@ -1982,37 +1971,7 @@ static void cpu_xent(int n, int classes, const float *logits, const int32_t *lab
     for (int i = 0; i < n; i++) {
         const float *z = logits + (size_t)i * classes;
         float *dl = dlogits ? dlogits + (size_t)i * classes : NULL;
-        const int y = labels[i];
-        const int valid = y >= 0 && y < classes;
-        float zmax = z[0];
-        int arg = 0;
-        double zsum = 0;
-        for (int j = 0; j < classes; j++) {
-            if (z[j] > zmax) {
-                zmax = z[j];
-                arg = j;
-            }
-            zsum += z[j];
-        }
-        const float zy = valid ? z[y] : 0.0f;
-        double s = 0;
-        for (int j = 0; j < classes; j++) {
-            float e = expf(z[j] - zmax);
-            s += e;
-            if (dl) dl[j] = e;
-        }
-        if (!valid) {
-            if (dl) memset(dl, 0, (size_t)classes * sizeof *dl);
-            continue;
-        }
-        double lse = (double)zmax + log(s);
-        loss += lse - (1.0 - eps) * zy - eps * zsum / classes;
-        hits += arg == y;
-        if (dl) {
-            const float inv = (float)(1.0 / s), off = (float)(eps / classes);
-            for (int j = 0; j < classes; j++) dl[j] = (dl[j] * inv - off) * grad_scale;
-            dl[y] -= (float)(1.0 - eps) * grad_scale;
-        }
+        ddp_xent_row(classes, z, labels[i], eps, grad_scale, dl, &loss, &hits);
     }
     acc[0] += loss;
     acc[1] += hits;
@@ -2130,29 +2089,21 @@ static inline void adamw_span_(size_t len, float *restrict p, const float *restr
         _mm_storeu_ps(p + k, pk);
     }
 #endif
-    for (; k < len; k++) {
-        float gk = g[k];
-        float mk = b1 * m[k] + c1 * gk;
-        float vk = b2 * v[k] + c2 * (gk * gk);
-        m[k] = mk;
-        v[k] = vk;
-        p[k] = p[k] * decay - step_size * (mk / (sqrtf(vk) / bc2_sqrt + eps));
-    }
+    for (; k < len; k++)
+        ddp_adamw_elem(p + k, m + k, v + k, g[k], decay, b1, c1, b2, c2, step_size, bc2_sqrt, eps);
 }
 
 /* PyTorch 1.13 AdamW: p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- * p -= lr/bc1 m / (sqrt(v)/sqrt(bc2) + eps), bc_i = 1 - beta_i^t (in double). */
+ * p -= lr/bc1 m / (sqrt(v)/sqrt(bc2) + eps), bc_i = 1 - beta_i^t (in double).
+ * The constants and the scalar element update are backend_math.h's
+ * (ddp_adamw_consts, ddp_adamw_elem), shared with cuda/optim.cu. */
 static void cpu_adamw_step(size_t count, float *p, const float *g, float *m, float *v, float lr,
                            float beta1, float beta2, float eps, float wd, int64_t t)
 {
     if (count == 0) return;
-    if (t < 1) t = 1;
-    const double bc1 = 1.0 - pow((double)beta1, (double)t);
-    const double bc2 = 1.0 - pow((double)beta2, (double)t);
-    const float decay = (float)(1.0 - (double)lr * wd);
-    const float step_size = (float)((double)lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float c1 = (float)(1.0 - beta1), c2 = (float)(1.0 - beta2);
+    const ddp_adamw_consts_t a = ddp_adamw_consts(lr, beta1, beta2, wd, t);
+    const float decay = a.decay, step_size = a.step_size, bc2_sqrt = a.bc2_sqrt, c1 = a.c1,
+                c2 = a.c2;
     size_t i = 0;
     for (; count - i >= VB; i += VB) {
         if (i + PF_DIST < count) {

@@ -12,13 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef DDP_HD /* as in rng.h */
-#ifdef __CUDACC__
-#define DDP_HD __host__ __device__ __forceinline__
-#else
-#define DDP_HD static inline
-#endif
-#endif
+#include "hostdev.h"
 
 /* The bits of a float and back: the CUDA intrinsics in device code (and in
  * the CPU emulation's C++ build of the kernels), memcpy elsewhere. */

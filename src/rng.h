@@ -14,13 +14,7 @@
 
 #include <stdint.h>
 
-#ifndef DDP_HD /* also in half.h */
-#ifdef __CUDACC__
-#define DDP_HD __host__ __device__ __forceinline__
-#else
-#define DDP_HD static inline
-#endif
-#endif
+#include "hostdev.h"
 
 typedef struct ddp_u32x4 {
     uint32_t v[4];
