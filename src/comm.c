@@ -34,6 +34,25 @@ const comm_backend_t *comm_find(const char *name)
     return NULL;
 }
 
+ddp_status_t comm_attach(comm_t *c, MPI_Comm world)
+{
+    MPI_Comm dup;
+    if (MPI_Comm_dup(world, &dup) != MPI_SUCCESS)
+        return ddp_fail(DDP_ERR_COMM, "MPI_Comm_dup failed");
+    c->mpi = dup;
+    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->mpi, &c->rank);
+    MPI_Comm_size(c->mpi, &c->size);
+    MPI_Comm node;
+    MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &c->local_rank);
+    MPI_Comm_size(node, &c->local_size);
+    int leader = c->local_rank == 0;
+    MPI_Allreduce(&leader, &c->nnodes, 1, MPI_INT, MPI_SUM, c->mpi);
+    MPI_Comm_free(&node);
+    return DDP_OK;
+}
+
 unsigned comm_caps(const comm_t *c)
 {
     return c->ops && c->ops->caps ? c->ops->caps(c) : 0u;

@@ -175,6 +175,13 @@ struct comm {
  * MPI_Init_thread and makes every comm call from that thread. */
 #define COMM_MPI_THREAD_LEVEL MPI_THREAD_FUNNELED
 
+/* For backends' init: c->mpi = a duplicate of `world` (errors returned as
+ * codes, so they are reported with context), and c's rank and size in it,
+ * its local rank and size among the ranks sharing its node, and the number
+ * of nodes.  Collective over world.  DDP_ERR_COMM when the duplicate fails
+ * (c->mpi stays as it was). */
+ddp_status_t comm_attach(comm_t *c, MPI_Comm world);
+
 /* MPI backend over (a duplicate of) `world`.  Computes rank, size, the local
  * rank (ranks sharing a node) and the number of nodes.  Host memory only;
  * COMM_CAP_NODE_SHARED_MEMORY when every rank is on one node (W > 1) and

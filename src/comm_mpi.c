@@ -957,20 +957,8 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
                         "MPI was initialised with thread level %d; the MPI comm backend needs "
                         "COMM_MPI_THREAD_LEVEL (%d): call MPI_Init_thread with it",
                         provided, COMM_MPI_THREAD_LEVEL);
-    if (MPI_Comm_dup(world, &c->mpi) != MPI_SUCCESS)
-        return ddp_fail(DDP_ERR_COMM, "MPI_Comm_dup failed");
-    /* errors come back as codes so they are reported with context */
-    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(c->mpi, &c->rank);
-    MPI_Comm_size(c->mpi, &c->size);
-
-    MPI_Comm node;
-    MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &c->local_rank);
-    MPI_Comm_size(node, &c->local_size);
-    int leader = c->local_rank == 0;
-    MPI_Allreduce(&leader, &c->nnodes, 1, MPI_INT, MPI_SUM, c->mpi);
-    MPI_Comm_free(&node);
+    ddp_status_t s = comm_attach(c, world);
+    if (s != DDP_OK) return s;
 
     mpi_impl_t *m = calloc(1, sizeof *m);
     if (!m) return ddp_fail(DDP_ERR_NOMEM, "out of memory creating the communicator");

@@ -14,8 +14,8 @@
 #ifndef DDP_SIGNALS_H
 #define DDP_SIGNALS_H
 
-/* Install the handlers (idempotent; main.c does it right after MPI_Init,
- * ddp_train again).  They stay until the process ends. */
+/* Install the handlers (idempotent; job_begin does it right after
+ * MPI_Init, ddp_train again).  They stay until the process ends. */
 void signals_install(void);
 /* Restore the previous handlers (control_abort: the job is ending, and the
  * launcher's SIGTERM must end this rank at once). */

@@ -1,8 +1,9 @@
 /* status.h -- status codes and the one error message a failing call leaves behind.
  *
  * Library code never prints or exits on error: it records one message with
- * ddp_fail() and returns the status up the stack.  One place (main.c) reports
- * it and ends the whole job (every rank), with the exit code of the status.
+ * ddp_fail() and returns the status up the stack.  One place (job_end in
+ * job.c, at the end of main()) reports it and ends the whole job (every
+ * rank), with the exit code of the status.
  */
 #ifndef DDP_STATUS_H
 #define DDP_STATUS_H

@@ -66,6 +66,7 @@
 #include "ddp_cuda.h"
 #include "half.h"
 #include "rng.h"
+#include "test_rand.h"
 #include "tests.h"
 
 #ifdef CHECK_CUDA_EMU
@@ -84,39 +85,11 @@ static const compute_ops_t *C = &compute_cpu_ops;
 
 #define CU(call) ck_assert_msg((call) == 0, "%s failed: %s", #call, ddp_cuda_last_error())
 
-static uint64_t rng_state_ = 88172645463325252ull;
-
-static void seed_(uint64_t s)
-{
-    rng_state_ = s * 2654435761ull + 88172645463325252ull;
-}
-
-static uint64_t bits_(void)
-{
-    rng_state_ ^= rng_state_ << 13;
-    rng_state_ ^= rng_state_ >> 7;
-    rng_state_ ^= rng_state_ << 17;
-    return rng_state_;
-}
-
-/* uniform in [-1, 1) */
-static float urand_(void)
-{
-    return (float)((bits_() >> 40) * (1.0 / 8388608.0) - 1.0);
-}
-
 static void *hnew_(size_t bytes)
 {
     void *p = calloc(bytes ? bytes : 1, 1);
     ck_assert_ptr_nonnull(p);
     return p;
-}
-
-static float *fvec_(size_t n, float scale)
-{
-    float *a = hnew_(n * sizeof *a);
-    for (size_t i = 0; i < n; i++) a[i] = scale * urand_();
-    return a;
 }
 
 static float *fdup_(const float *a, size_t n)
@@ -200,7 +173,7 @@ static void rel_close_(const char *what, double got, double ref, double rel, dou
 /* x with NaN, +-Inf, +-0 and negatives sprinkled in */
 static float *special_vec_(size_t n)
 {
-    float *x = fvec_(n, 4.0f);
+    float *x = test_fvec(n, 4.0f);
     const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-42f, -1e-42f};
     for (size_t i = 0; i < n; i += 97) x[i] = sp[(i / 97) % 8];
     return x;
@@ -211,8 +184,8 @@ START_TEST(relu_bits)
     const size_t sizes[] = {0, 1, 257, LARGE};
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
         const size_t n = sizes[s];
-        seed_(10 + s);
-        float *x = special_vec_(n), *dy = fvec_(n, 1.0f);
+        test_seed(10 + s);
+        float *x = special_vec_(n), *dy = test_fvec(n, 1.0f);
         float *y = hnew_(n * 4), *dx = hnew_(n * 4), *gy = hnew_(n * 4), *gdx = hnew_(n * 4);
         C->relu_fwd(n, x, y);
         C->relu_bwd(n, x, dy, dx);
@@ -254,8 +227,8 @@ START_TEST(gelu_matches)
     const size_t sizes[] = {0, 7, 255, LARGE};
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
         const size_t n = sizes[s];
-        seed_(20 + s);
-        float *x = fvec_(n, 8.0f), *dy = fvec_(n, 1.0f);
+        test_seed(20 + s);
+        float *x = test_fvec(n, 8.0f), *dy = test_fvec(n, 1.0f);
         float *y = hnew_(n * 4), *dx = hnew_(n * 4), *gy = hnew_(n * 4), *gdx = hnew_(n * 4);
         C->gelu_fwd(n, x, y);
         C->gelu_bwd(n, x, dy, dx);
@@ -280,7 +253,7 @@ static void dropout_case_(int n, size_t features, float p, int in_place)
     const uint32_t layer = 3;
     int64_t *idx = hnew_((size_t)(n > 0 ? n : 1) * sizeof *idx);
     for (int i = 0; i < n; i++) idx[i] = 1000000000000ll + 3 * i + (i % 5) * 100003;
-    float *x = fvec_(count, 2.0f), *dy = fvec_(count, 1.0f);
+    float *x = test_fvec(count, 2.0f), *dy = test_fvec(count, 1.0f);
     for (size_t i = 0; i < count; i++) /* nonzero: kept <=> y != 0 */
         if (x[i] == 0.0f) x[i] = 0.5f;
     float *y = hnew_(count * 4), *dx = hnew_(count * 4), *gy = hnew_(count * 4);
@@ -344,7 +317,7 @@ START_TEST(scale_bits)
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
         for (int a = 0; a < 3; a++) {
             const size_t n = sizes[s];
-            seed_(40 + s);
+            test_seed(40 + s);
             float *x = special_vec_(n), *ref = fdup_(x, n), *got = hnew_(n * 4 + 16);
             C->scale(n, ref, alphas[a]);
             float *d = dput_(x, n * 4);
@@ -396,9 +369,9 @@ START_TEST(half_casts_bits)
     const size_t sizes[] = {0, nsp, LARGE};
     for (size_t s = 0; s < 3; s++) {
         const size_t n = sizes[s];
-        seed_(50 + s);
+        test_seed(50 + s);
         float *x = hnew_(n * 4);
-        for (size_t i = 0; i < n; i++) x[i] = u2f_(i < nsp ? sp[i] : (uint32_t)bits_());
+        for (size_t i = 0; i < n; i++) x[i] = u2f_(i < nsp ? sp[i] : (uint32_t)test_bits());
         for (int bf16 = 0; bf16 < 2; bf16++) {
             uint16_t *ref = hnew_(n * 2), *got = hnew_(n * 2 + 16);
             C->to_half(n, x, ref, bf16);
@@ -457,8 +430,8 @@ START_TEST(sumsq_deterministic)
     const size_t sizes[] = {0, 1, 255, 256, PASS + 1, 3 * PASS + 5};
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
         const size_t n = sizes[s];
-        seed_(60 + s);
-        float *x = fvec_(n, 3.0f);
+        test_seed(60 + s);
+        float *x = test_fvec(n, 3.0f);
         for (size_t i = 0; i < n; i += 1001) x[i] *= 1e4f; /* a wide range */
         double ref = C->sumsq(n, x), got = -1, again = -2;
         float *d = dput_(x, n * 4);
@@ -477,8 +450,8 @@ END_TEST
 START_TEST(all_finite_matches)
 {
     const size_t n = 2 * PASS + 77;
-    seed_(70);
-    float *x = fvec_(n, 1e30f);
+    test_seed(70);
+    float *x = test_fvec(n, 1e30f);
     float *d = dput_(x, n * 4);
     int got = -1;
     CU(ddp_cuda_all_finite(0, d, &got));
@@ -519,10 +492,10 @@ static void xent_case_(int n, int classes, float smoothing, int with_grad, int a
 {
     const size_t count = (size_t)n * classes;
     const float grad_scale = n > 0 ? 1.0f / n : 1.0f;
-    float *z = fvec_(count, 5.0f);
+    float *z = test_fvec(count, 5.0f);
     int32_t *y = hnew_((size_t)(n > 0 ? n : 1) * sizeof *y);
     for (int i = 0; i < n; i++) {
-        y[i] = (int32_t)(bits_() % (uint64_t)classes);
+        y[i] = (int32_t)(test_bits() % (uint64_t)classes);
         if (i % 11 == 3) y[i] = -1; /* invalid labels: no loss, zero gradient */
         if (i % 13 == 5) y[i] = classes;
         if (ties && classes >= 4 && i % 3 != 2) { /* the max twice: the first one wins */
@@ -567,7 +540,7 @@ static void xent_case_(int n, int classes, float smoothing, int with_grad, int a
 
 START_TEST(xent_matches)
 {
-    seed_(80);
+    test_seed(80);
     xent_case_(0, 10, 0.0f, 1, 0, 0);
     xent_case_(1, 1, 0.0f, 1, 0, 0);
     for (int grad = 0; grad < 2; grad++)
@@ -587,7 +560,7 @@ static void mse_case_(int n, int k, int with_grad)
 {
     const size_t count = (size_t)n * k;
     const float grad_scale = count ? 1.0f / (float)count : 1.0f;
-    float *p = fvec_(count, 2.0f), *t = fvec_(count, 2.0f);
+    float *p = test_fvec(count, 2.0f), *t = test_fvec(count, 2.0f);
     float *dp = with_grad ? hnew_(count * 4) : NULL, *gdp = hnew_(count * 4);
     double ref[1] = {0.75}, got[1];
     C->mse(n, k, p, t, grad_scale, dp, ref);
@@ -609,7 +582,7 @@ static void mse_case_(int n, int k, int with_grad)
 
 START_TEST(mse_matches)
 {
-    seed_(90);
+    test_seed(90);
     mse_case_(0, 3, 1);
     mse_case_(1, 1, 1);
     mse_case_(7, 3, 1);
@@ -623,11 +596,11 @@ END_TEST
 static void sgd_case_(size_t n, float momentum, int nesterov, float wd, int with_buf)
 {
     const float lr = 0.1f;
-    float *p = fvec_(n, 1.0f), *buf = hnew_(n * 4), *gp = hnew_(n * 4), *gbuf = hnew_(n * 4);
+    float *p = test_fvec(n, 1.0f), *buf = hnew_(n * 4), *gp = hnew_(n * 4), *gbuf = hnew_(n * 4);
     for (size_t i = 0; i < n; i++) buf[i] = NAN; /* the first step must not read it */
     float *dp = dput_(p, n * 4), *dbuf = with_buf ? dput_(buf, n * 4) : NULL;
     for (int step = 1; step <= 5; step++) {
-        float *g = fvec_(n, 1.0f);
+        float *g = test_fvec(n, 1.0f);
         float *dg = dput_(g, n * 4);
         C->sgd_step(n, p, g, with_buf ? buf : NULL, lr, momentum, nesterov, wd, step == 1);
         CU(ddp_cuda_sgd_step(n, dp, dg, dbuf, lr, momentum, nesterov, wd, step == 1));
@@ -652,7 +625,7 @@ static void sgd_case_(size_t n, float momentum, int nesterov, float wd, int with
 
 START_TEST(sgd_steps)
 {
-    seed_(100);
+    test_seed(100);
     const size_t sizes[] = {0, 1001, LARGE};
     for (size_t s = 0; s < 3; s++) {
         sgd_case_(sizes[s], 0.0f, 0, 0.0f, 0);
@@ -667,11 +640,11 @@ END_TEST
 static void adamw_case_(size_t n, int64_t t0)
 {
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 1e-2f;
-    float *p = fvec_(n, 1.0f), *m = hnew_(n * 4), *v = hnew_(n * 4);
+    float *p = test_fvec(n, 1.0f), *m = hnew_(n * 4), *v = hnew_(n * 4);
     float *gp = hnew_(n * 4), *gm = hnew_(n * 4), *gv = hnew_(n * 4);
     float *dp = dput_(p, n * 4), *dm = dput_(NULL, n * 4), *dv = dput_(NULL, n * 4);
     for (int64_t t = t0; t < t0 + 5; t++) {
-        float *g = fvec_(n, t % 2 ? 1.0f : 0.01f);
+        float *g = test_fvec(n, t % 2 ? 1.0f : 0.01f);
         float *dg = dput_(g, n * 4);
         C->adamw_step(n, p, g, m, v, lr, b1, b2, eps, wd, t);
         CU(ddp_cuda_adamw_step(n, dp, dg, dm, dv, lr, b1, b2, eps, wd, t));
@@ -694,7 +667,7 @@ static void adamw_case_(size_t n, int64_t t0)
 
 START_TEST(adamw_steps)
 {
-    seed_(110);
+    test_seed(110);
     adamw_case_(0, 1);
     adamw_case_(1, 1);
     adamw_case_(1001, 1);
@@ -733,7 +706,7 @@ static float *fabs_(const float *a, size_t n)
 /* old gradients for the beta contract: beta = 0 must overwrite NaN */
 static float *grad_old_(size_t n, float beta)
 {
-    float *g = fvec_(n, 1.0f);
+    float *g = test_fvec(n, 1.0f);
     if (beta == 0.0f)
         for (size_t i = 0; i < n; i++) g[i] = NAN;
     return g;
@@ -742,8 +715,9 @@ static float *grad_old_(size_t n, float beta)
 static void linear_case_(int n, int in, int out, float beta, int with_dx)
 {
     const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
-    float *x = fvec_(nx, 1.0f), *w = fvec_(nw, 0.5f), *b = fvec_((size_t)out, 1.0f);
-    float *dy = fvec_(ny, 1.0f), *dw0 = grad_old_(nw, beta), *db0 = grad_old_((size_t)out, beta);
+    float *x = test_fvec(nx, 1.0f), *w = test_fvec(nw, 0.5f), *b = test_fvec((size_t)out, 1.0f);
+    float *dy = test_fvec(ny, 1.0f), *dw0 = grad_old_(nw, beta),
+          *db0 = grad_old_((size_t)out, beta);
     float *y = hnew_(ny * 4), *dx = hnew_(nx * 4), *dw = fdup_(dw0, nw), *db = fdup_(db0, out);
     C->linear_fwd(n, in, out, x, w, b, y);
     C->linear_bwd(n, in, out, x, w, dy, with_dx ? dx : NULL, dw, db, beta);
@@ -782,7 +756,7 @@ static void linear_case_(int n, int in, int out, float beta, int with_dx)
 
 START_TEST(linear_matches)
 {
-    seed_(120);
+    test_seed(120);
     linear_case_(0, 5, 3, 0.0f, 1); /* dw = db = 0 */
     linear_case_(0, 5, 3, 1.0f, 1); /* dw, db as they were */
     linear_case_(1, 1, 1, 0.0f, 1);
@@ -807,8 +781,8 @@ static void conv_case_(int n, int c, int h, int w, int oc, int k, int stride, in
     ddp_cuda_conv_t g = {d.n, d.c, d.h, d.w, d.oc, d.k, d.stride, d.pad, d.oh, d.ow};
     const size_t nx = (size_t)n * c * h * w, nw = (size_t)oc * c * k * k;
     const size_t ny = (size_t)n * oc * d.oh * d.ow;
-    float *x = fvec_(nx, 1.0f), *wt = fvec_(nw, 0.5f), *b = fvec_((size_t)oc, 1.0f);
-    float *dy = fvec_(ny, 1.0f), *dw0 = grad_old_(nw, beta), *db0 = grad_old_((size_t)oc, beta);
+    float *x = test_fvec(nx, 1.0f), *wt = test_fvec(nw, 0.5f), *b = test_fvec((size_t)oc, 1.0f);
+    float *dy = test_fvec(ny, 1.0f), *dw0 = grad_old_(nw, beta), *db0 = grad_old_((size_t)oc, beta);
     float *y = hnew_(ny * 4), *dx = hnew_(nx * 4), *dw = fdup_(dw0, nw), *db = fdup_(db0, oc);
     void *ws = hnew_(C->conv_ws_bytes(&d));
     C->conv_fwd(&d, x, wt, b, y, ws);
@@ -851,7 +825,7 @@ static void conv_case_(int n, int c, int h, int w, int oc, int k, int stride, in
 
 START_TEST(conv_matches)
 {
-    seed_(130);
+    test_seed(130);
     conv_case_(0, 3, 8, 8, 4, 3, 1, 1, 0.0f);
     conv_case_(0, 3, 8, 8, 4, 3, 1, 1, 1.0f);
     conv_case_(2, 3, 9, 7, 5, 3, 1, 1, 0.0f);
@@ -867,7 +841,7 @@ static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
     pool_dims_t d = {n, c, h, w, k, stride, (h - k) / stride + 1, (w - k) / stride + 1};
     ddp_cuda_pool_t g = {d.n, d.c, d.h, d.w, d.k, d.stride, d.oh, d.ow};
     const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * d.oh * d.ow;
-    float *x = fvec_(nx, 2.0f), *dy = fvec_(ny, 1.0f);
+    float *x = test_fvec(nx, 2.0f), *dy = test_fvec(ny, 1.0f);
     if (ties) /* coarse values: ties in most windows */
         for (size_t i = 0; i < nx; i++) x[i] = (float)(int)(x[i] * 1.5f);
     float *y = hnew_(ny * 4), *dx = hnew_(nx * 4), *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4);
@@ -902,7 +876,7 @@ static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
     /* global average over h*w */
     const int hw = h * w;
     float *gy2 = hnew_((size_t)n * c * 4), *y2 = hnew_((size_t)n * c * 4);
-    float *dy2 = fvec_((size_t)n * c, 1.0f);
+    float *dy2 = test_fvec((size_t)n * c, 1.0f);
     float *dy2d = dput_(dy2, (size_t)n * c * 4), *y2d = dput_(NULL, (size_t)n * c * 4);
     C->gap_fwd(n, c, hw, x, y2);
     C->gap_bwd(n, c, hw, dy2, dx);
@@ -925,7 +899,7 @@ static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
 
 START_TEST(pool_matches)
 {
-    seed_(140);
+    test_seed(140);
     pool_case_(0, 3, 4, 4, 2, 2, 0);
     pool_case_(2, 3, 8, 8, 2, 2, 0);
     pool_case_(2, 3, 9, 7, 2, 2, 1);   /* odd sizes: the last row/column dropped */
@@ -939,10 +913,10 @@ static void bn_case_(int n, int c, int hw, float beta)
 {
     const size_t nx = (size_t)n * c * hw;
     const double count = (double)n * hw;
-    float *x = fvec_(nx, 2.0f), *dy = fvec_(nx, 1.0f);
+    float *x = test_fvec(nx, 2.0f), *dy = test_fvec(nx, 1.0f);
     for (size_t i = 0; i < nx; i++) x[i] += 3.0f; /* a mean away from 0 */
-    float *gamma = fvec_((size_t)c, 1.0f), *beta_ = fvec_((size_t)c, 1.0f);
-    float *rm = fvec_((size_t)c, 1.0f), *rv = fvec_((size_t)c, 1.0f);
+    float *gamma = test_fvec((size_t)c, 1.0f), *beta_ = test_fvec((size_t)c, 1.0f);
+    float *rm = test_fvec((size_t)c, 1.0f), *rv = test_fvec((size_t)c, 1.0f);
     for (int i = 0; i < c; i++) rv[i] = 1.0f + fabsf(rv[i]);
     float *dg0 = grad_old_((size_t)c, beta), *dbt0 = grad_old_((size_t)c, beta);
     /* CPU */
@@ -1024,7 +998,7 @@ static void bn_case_(int n, int c, int hw, float beta)
 
 START_TEST(bn_matches)
 {
-    seed_(150);
+    test_seed(150);
     bn_case_(0, 3, 4, 1.0f);
     bn_case_(1, 5, 1, 0.0f);
     bn_case_(64, 300, 1, 0.0f); /* BatchNorm1d */

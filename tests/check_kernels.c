@@ -28,6 +28,7 @@
 #include "h5util.h"
 #include "half.h"
 #include "rng.h"
+#include "test_rand.h"
 #include "tests.h"
 #ifdef DDP_TEST_BACKEND_MIRROR
 #include "compute_mirror.h"
@@ -42,30 +43,6 @@
 static const compute_ops_t *B = &compute_cpu_ops;
 
 /* ---- helpers ---------------------------------------------------------- */
-
-static uint64_t rng_state_ = 88172645463325252ull;
-
-static void seed_(uint64_t s)
-{
-    rng_state_ = s * 2654435761ull + 88172645463325252ull;
-}
-
-/* uniform in [-1, 1) */
-static float urand_(void)
-{
-    rng_state_ ^= rng_state_ << 13;
-    rng_state_ ^= rng_state_ >> 7;
-    rng_state_ ^= rng_state_ << 17;
-    return (float)((rng_state_ >> 40) * (1.0 / 8388608.0) - 1.0);
-}
-
-static float *fvec_(size_t n, float scale)
-{
-    float *a = malloc((n ? n : 1) * sizeof *a);
-    ck_assert_ptr_nonnull(a);
-    for (size_t i = 0; i < n; i++) a[i] = scale * urand_();
-    return a;
-}
 
 static float *fzero_(size_t n)
 {
@@ -139,10 +116,10 @@ static double lin_obj_(void *p)
 
 START_TEST(linear_gradients)
 {
-    seed_(1);
+    test_seed(1);
     lin_ctx_t c = {.n = 5, .in = 7, .out = 4};
-    c.x = fvec_(35, 1), c.w = fvec_(28, 1), c.b = fvec_(4, 1), c.y = fzero_(20);
-    c.wo = fvec_(20, 1);
+    c.x = test_fvec(35, 1), c.w = test_fvec(28, 1), c.b = test_fvec(4, 1), c.y = fzero_(20);
+    c.wo = test_fvec(20, 1);
     float *dx = fzero_(35), *dw = fzero_(28), *db = fzero_(4);
     B->linear_bwd(c.n, c.in, c.out, c.x, c.w, c.wo, dx, dw, db, 0.0f);
     fd_check_("linear dx", lin_obj_, &c, c.x, 35, dx, FD_TOL);
@@ -161,9 +138,10 @@ END_TEST
 START_TEST(linear_forward_naive)
 {
     /* sizes off the vector width; with and without bias */
-    seed_(2);
+    test_seed(2);
     const int n = 33, in = 70, out = 19;
-    float *x = fvec_((size_t)n * in, 2), *w = fvec_((size_t)out * in, 1), *b = fvec_(out, 1);
+    float *x = test_fvec((size_t)n * in, 2), *w = test_fvec((size_t)out * in, 1),
+          *b = test_fvec(out, 1);
     float *y = fzero_((size_t)n * out), *ref = fzero_((size_t)n * out);
     for (int nb = 0; nb < 2; nb++) {
         const float *bias = nb ? NULL : b;
@@ -184,9 +162,9 @@ END_TEST
 
 START_TEST(linear_beta_and_empty)
 {
-    seed_(3);
+    test_seed(3);
     const int n = 6, in = 9, out = 17;
-    float *x = fvec_(n * in, 1), *w = fvec_(out * in, 1), *dy = fvec_(n * out, 1);
+    float *x = test_fvec(n * in, 1), *w = test_fvec(out * in, 1), *dy = test_fvec(n * out, 1);
     float *g1 = fzero_(out * in), *b1 = fzero_(out);
     float *g2 = fconst_(out * in, NAN), *b2 = fconst_(out, NAN);
     B->linear_bwd(n, in, out, x, w, dy, NULL, g1, b1, 0.0f);
@@ -300,11 +278,11 @@ static const int conv_cases_[][8] = {
 START_TEST(conv_gradients)
 {
     const int *k = conv_cases_[_i];
-    seed_(10 + (uint64_t)_i);
+    test_seed(10 + (uint64_t)_i);
     conv_ctx_t c = {.d = conv_dims_(k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7])};
     size_t xn = conv_xn_(&c.d), yn = conv_yn_(&c.d), wn = conv_wn_(&c.d);
-    c.x = fvec_(xn, 1), c.w = fvec_(wn, 1), c.b = fvec_((size_t)c.d.oc, 1);
-    c.y = fzero_(yn), c.wo = fvec_(yn, 1);
+    c.x = test_fvec(xn, 1), c.w = test_fvec(wn, 1), c.b = test_fvec((size_t)c.d.oc, 1);
+    c.y = fzero_(yn), c.wo = test_fvec(yn, 1);
     c.ws = B->alloc(B->conv_ws_bytes(&c.d));
     float *dx = fconst_(xn, NAN), *dw = fconst_(wn, NAN), *db = fconst_((size_t)c.d.oc, NAN);
     B->conv_bwd(&c.d, c.x, c.w, c.wo, dx, dw, db, 0.0f, c.ws);
@@ -348,10 +326,11 @@ static const int conv_naive_cases_[][8] = {
 START_TEST(conv_naive)
 {
     const int *k = conv_naive_cases_[_i];
-    seed_(20 + (uint64_t)_i);
+    test_seed(20 + (uint64_t)_i);
     conv_dims_t d = conv_dims_(k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
     size_t xn = conv_xn_(&d), yn = conv_yn_(&d), wn = conv_wn_(&d), on = (size_t)d.oc;
-    float *x = fvec_(xn, 1), *w = fvec_(wn, 1), *b = fvec_(on, 1), *dy = fvec_(yn, 1);
+    float *x = test_fvec(xn, 1), *w = test_fvec(wn, 1), *b = test_fvec(on, 1),
+          *dy = test_fvec(yn, 1);
     float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = fconst_(wn, NAN);
     float *db = fconst_(on, NAN);
     float *ry = fzero_(yn), *rdx = fzero_(xn), *rdw = fzero_(wn), *rdb = fzero_(on);
@@ -391,7 +370,7 @@ START_TEST(conv_empty_batch)
 {
     conv_dims_t d = conv_dims_(0, 2, 5, 5, 3, 3, 1, 1);
     size_t wn = conv_wn_(&d);
-    float *w = fvec_(wn, 1), *dw = fconst_(wn, 3.0f), *db = fconst_(3, 3.0f);
+    float *w = test_fvec(wn, 1), *dw = fconst_(wn, 3.0f), *db = fconst_(3, 3.0f);
     float *dx = fconst_(4, 7.0f), *y = fconst_(4, 7.0f);
     void *ws = B->alloc(B->conv_ws_bytes(&d));
     ck_assert_ptr_nonnull(ws);
@@ -442,7 +421,7 @@ static float *distinct_(size_t n)
     float *a = fzero_(n);
     for (size_t i = 0; i < n; i++) a[i] = 0.05f * (float)i - 0.025f * (float)n;
     for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)((urand_() + 1) * 0.5f * (float)i) % i;
+        size_t j = (size_t)((test_urand() + 1) * 0.5f * (float)i) % i;
         float t = a[i - 1];
         a[i - 1] = a[j];
         a[j] = t;
@@ -461,11 +440,11 @@ START_TEST(pool_gradients)
 {
     const int *k = pool_cases_[_i];
     for (int max = 0; max < 2; max++) {
-        seed_(30 + (uint64_t)_i);
+        test_seed(30 + (uint64_t)_i);
         pool_ctx_t c = {.d = pool_dims_(k[0], k[1], k[2], k[3], k[4], k[5]), .max = max};
         size_t xn = (size_t)c.d.n * c.d.c * c.d.h * c.d.w;
         size_t yn = (size_t)c.d.n * c.d.c * c.d.oh * c.d.ow;
-        c.x = distinct_(xn), c.y = fzero_(yn), c.wo = fvec_(yn, 1);
+        c.x = distinct_(xn), c.y = fzero_(yn), c.wo = test_fvec(yn, 1);
         c.am = calloc(yn, sizeof *c.am);
         float *dx = fconst_(xn, NAN);
         pool_obj_(&c);
@@ -521,10 +500,10 @@ static const int maxpool_naive_cases_[][6] = {
 START_TEST(maxpool_naive)
 {
     const int *k = maxpool_naive_cases_[_i];
-    seed_(50 + (uint64_t)_i);
+    test_seed(50 + (uint64_t)_i);
     pool_dims_t d = pool_dims_(k[0], k[1], k[2], k[3], k[4], k[5]);
     size_t xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.c * d.oh * d.ow;
-    float *x = fvec_(xn, 1), *dy = fvec_(yn, 1);
+    float *x = test_fvec(xn, 1), *dy = test_fvec(yn, 1);
     for (size_t i = 0; i < xn; i++) {
         x[i] = roundf(x[i] * 2.0f) * 0.5f; /* five values: many ties, +0 and -0 */
         if (i % 37 == 5) x[i] = NAN;
@@ -598,10 +577,10 @@ static double gap_obj_(void *p)
 
 START_TEST(gap_gradients)
 {
-    seed_(40);
+    test_seed(40);
     gap_ctx_t c = {.n = 3, .c = 4, .hw = 21};
     size_t xn = 3 * 4 * 21;
-    c.x = fvec_(xn, 1), c.y = fzero_(12), c.wo = fvec_(12, 1);
+    c.x = test_fvec(xn, 1), c.y = fzero_(12), c.wo = test_fvec(12, 1);
     float *dx = fconst_(xn, NAN);
     gap_obj_(&c);
     for (int i = 0; i < 12; i++) {
@@ -640,11 +619,11 @@ static const int bn_cases_[][3] = {{6, 5, 1}, {5, 300, 1}, {3, 4, 6}, {2, 3, 37}
 START_TEST(bn_gradients)
 {
     const int *k = bn_cases_[_i];
-    seed_(50 + (uint64_t)_i);
+    test_seed(50 + (uint64_t)_i);
     bn_ctx_t c = {.n = k[0], .c = k[1], .hw = k[2]};
     size_t xn = (size_t)c.n * c.c * c.hw, cn = (size_t)c.c;
-    c.x = fvec_(xn, 2), c.gamma = fvec_(cn, 1), c.beta = fvec_(cn, 1), c.y = fzero_(xn);
-    c.wo = fvec_(xn, 1), c.mean = fzero_(cn), c.invstd = fzero_(cn), c.rm = fzero_(cn);
+    c.x = test_fvec(xn, 2), c.gamma = test_fvec(cn, 1), c.beta = test_fvec(cn, 1), c.y = fzero_(xn);
+    c.wo = test_fvec(xn, 1), c.mean = fzero_(cn), c.invstd = fzero_(cn), c.rm = fzero_(cn);
     c.rv = fconst_(cn, 1);
     for (size_t i = 0; i < xn; i++) { /* means off zero, for x and for dy */
         c.x[i] += 0.5f;
@@ -701,10 +680,10 @@ END_TEST
 
 START_TEST(bn_running_and_eval)
 {
-    seed_(60);
+    test_seed(60);
     const int n = 7, c = 3, hw = 5;
     size_t xn = (size_t)n * c * hw;
-    float *x = fvec_(xn, 3), mean[3], invstd[3], rm[3] = {0.5f, -1, 2}, rv[3] = {1, 2, 0.5f};
+    float *x = test_fvec(xn, 3), mean[3], invstd[3], rm[3] = {0.5f, -1, 2}, rv[3] = {1, 2, 0.5f};
     float rm0[3], rv0[3];
     memcpy(rm0, rm, sizeof rm), memcpy(rv0, rv, sizeof rv);
     double stats[6];
@@ -765,9 +744,10 @@ START_TEST(bn_large_offset)
 {
     const int n = 64, c = 5;
     for (int hw = 1; hw <= 3; hw += 2) {
-        seed_(65 + (uint64_t)hw);
+        test_seed(65 + (uint64_t)hw);
         size_t xn = (size_t)n * c * hw;
-        float *x = fvec_(xn, 1), *dy = fvec_(xn, 1), *dx = fzero_(xn), *gamma = fvec_(c, 1);
+        float *x = test_fvec(xn, 1), *dy = test_fvec(xn, 1), *dx = fzero_(xn),
+              *gamma = test_fvec(c, 1);
         float mean[5], invstd[5], rm[5] = {0}, rv[5] = {0}, dg[5], db[5];
         double stats[10], gs[10], cnt = (double)n * hw;
         for (size_t i = 0; i < xn; i++) x[i] += 1000.0f;
@@ -833,9 +813,9 @@ static double ew_obj_(void *p)
 START_TEST(relu_gelu_gradients)
 {
     for (int gelu = 0; gelu < 2; gelu++) {
-        seed_(70 + (uint64_t)gelu);
+        test_seed(70 + (uint64_t)gelu);
         ew_ctx_t c = {.count = 77, .gelu = gelu};
-        c.x = fvec_(c.count, 3), c.y = fzero_(c.count), c.wo = fvec_(c.count, 1);
+        c.x = test_fvec(c.count, 3), c.y = fzero_(c.count), c.wo = test_fvec(c.count, 1);
         if (!gelu) /* away from the kink */
             for (size_t i = 0; i < c.count; i++) c.x[i] += c.x[i] < 0 ? -0.05f : 0.05f;
         float *dx = fconst_(c.count, NAN);
@@ -872,14 +852,15 @@ END_TEST
 
 START_TEST(dropout_mask)
 {
-    seed_(80);
+    test_seed(80);
     const int n = 64;
     const size_t f = 1001; /* not a multiple of 4: the last Philox word is partial */
     const float p = 0.3f, scale = 1.0f / (1.0f - p);
     int64_t idx[64];
     for (int i = 0; i < n; i++) idx[i] = 1000 + 7 * i;
     size_t total = (size_t)n * f;
-    float *x = fvec_(total, 1), *y = fzero_(total), *y2 = fzero_(total), *dy = fvec_(total, 1);
+    float *x = test_fvec(total, 1), *y = fzero_(total), *y2 = fzero_(total),
+          *dy = test_fvec(total, 1);
     float *dx = fzero_(total);
     B->dropout_fwd(n, f, x, y, p, 42, 9, 3, idx);
     size_t kept = 0;
@@ -942,10 +923,10 @@ START_TEST(xent_gradients_and_values)
 {
     const float smooth[] = {0.0f, 0.1f};
     for (int s = 0; s < 2; s++) {
-        seed_(90 + (uint64_t)s);
+        test_seed(90 + (uint64_t)s);
         xent_ctx_t c = {.n = 5, .classes = 7, .smoothing = smooth[s]};
         size_t ln = (size_t)c.n * c.classes;
-        c.logits = fvec_(ln, 3);
+        c.logits = test_fvec(ln, 3);
         int32_t labels[5] = {0, 6, 3, 3, 1};
         c.labels = labels;
         /* PyTorch CrossEntropyLoss(label_smoothing) in double, per sample */
@@ -1017,10 +998,10 @@ static double mse_obj_(void *v)
 
 START_TEST(mse_gradients)
 {
-    seed_(95);
+    test_seed(95);
     mse_ctx_t c = {.n = 5, .k = 7};
     size_t cnt = 35;
-    c.p = fvec_(cnt, 2), c.t = fvec_(cnt, 2);
+    c.p = test_fvec(cnt, 2), c.t = test_fvec(cnt, 2);
     double want = 0;
     for (size_t i = 0; i < cnt; i++) want += ((double)c.p[i] - c.t[i]) * (c.p[i] - c.t[i]);
     ck_assert_double_eq_tol(mse_obj_(&c), want, 1e-6 * want);
@@ -1048,12 +1029,12 @@ START_TEST(sgd_sequences)
     for (int mode = 0; mode < 6; mode++) {
         const float lr = 0.1f, mom = mode % 3 ? 0.9f : 0.0f, wd = mode >= 3 ? 1e-2f : 0.0f;
         const int nesterov = mode % 3 == 2;
-        seed_(100 + (uint64_t)mode);
-        float *p = fvec_(n, 1), *g = fzero_(n), *buf = fconst_(n, NAN);
+        test_seed(100 + (uint64_t)mode);
+        float *p = test_fvec(n, 1), *g = fzero_(n), *buf = fconst_(n, NAN);
         double rp[37], rb[37];
         for (int i = 0; i < n; i++) rp[i] = p[i];
         for (int t = 0; t < steps; t++) {
-            for (int i = 0; i < n; i++) g[i] = urand_();
+            for (int i = 0; i < n; i++) g[i] = test_urand();
             B->sgd_step(n, p, g, mom != 0 ? buf : NULL, lr, mom, nesterov, wd, t == 0);
             for (int i = 0; i < n; i++) {
                 double d = (double)g[i] + (double)wd * rp[i];
@@ -1078,12 +1059,12 @@ START_TEST(adamw_sequence)
 {
     const int n = 37, steps = 7;
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 1e-2f;
-    seed_(110);
-    float *p = fvec_(n, 1), *g = fzero_(n), *m = fzero_(n), *v = fzero_(n);
+    test_seed(110);
+    float *p = test_fvec(n, 1), *g = fzero_(n), *m = fzero_(n), *v = fzero_(n);
     double rp[37], rm[37] = {0}, rv[37] = {0};
     for (int i = 0; i < n; i++) rp[i] = p[i];
     for (int t = 1; t <= steps; t++) {
-        for (int i = 0; i < n; i++) g[i] = urand_() * (i == 3 ? 1e-3f : 1.0f);
+        for (int i = 0; i < n; i++) g[i] = test_urand() * (i == 3 ? 1e-3f : 1.0f);
         B->adamw_step(n, p, g, m, v, lr, b1, b2, eps, wd, t);
         double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
         for (int i = 0; i < n; i++) {
@@ -1107,9 +1088,9 @@ END_TEST
 
 START_TEST(scale_sumsq_finite)
 {
-    seed_(120);
+    test_seed(120);
     const size_t n = 10007;
-    float *x = fvec_(n, 2);
+    float *x = test_fvec(n, 2);
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     ck_assert_double_eq_tol(B->sumsq(n, x), s, 1e-12 * s);
@@ -1140,9 +1121,9 @@ END_TEST
 
 START_TEST(half_round_trips)
 {
-    seed_(130);
+    test_seed(130);
     const size_t n = 1000;
-    float *x = fvec_(n, 100), *back = fzero_(n);
+    float *x = test_fvec(n, 100), *back = fzero_(n);
     uint16_t *h = calloc(n, sizeof *h);
     for (int bf = 0; bf < 2; bf++) {
         B->to_half(n, x, h, bf);
@@ -1258,11 +1239,12 @@ static void bf16_off_(void)
  * to 8 significant bits moves these sums by ~1e-2). */
 START_TEST(linear_bf16)
 {
-    seed_(7);
+    test_seed(7);
     const int n = 33, in = 70, out = 19;
     const size_t xn = (size_t)n * in, wn = (size_t)out * in, yn = (size_t)n * out;
-    float *x = fvec_(xn, 2), *w = fvec_(wn, 1), *b = fvec_(out, 1), *dy = fvec_(yn, 1);
-    float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = fvec_(wn, 1), *db = fzero_(out);
+    float *x = test_fvec(xn, 2), *w = test_fvec(wn, 1), *b = test_fvec(out, 1),
+          *dy = test_fvec(yn, 1);
+    float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = test_fvec(wn, 1), *db = fzero_(out);
     float *dw0 = malloc(wn * sizeof *dw0), *ref = fzero_(yn), *ref32 = fzero_(yn);
     float *rdx = fzero_(xn), *rdw = fzero_(wn);
     memcpy(dw0, dw, wn * sizeof *dw0);
@@ -1317,11 +1299,13 @@ END_TEST
  * 0.5 on a NaN-free start, same tolerances. */
 START_TEST(conv_groups)
 {
-    seed_(27);
+    test_seed(27);
     conv_dims_t d = conv_dims_(17, 1, 64, 64, 2, 3, 1, 1);
     size_t xn = conv_xn_(&d), yn = conv_yn_(&d), wn = conv_wn_(&d), on = (size_t)d.oc;
-    float *x = fvec_(xn, 1), *w = fvec_(wn, 1), *b = fvec_(on, 1), *dy = fvec_(yn, 1);
-    float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = fvec_(wn, 1), *db = fvec_(on, 1);
+    float *x = test_fvec(xn, 1), *w = test_fvec(wn, 1), *b = test_fvec(on, 1),
+          *dy = test_fvec(yn, 1);
+    float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = test_fvec(wn, 1),
+          *db = test_fvec(on, 1);
     float *dw0 = malloc(wn * sizeof *dw0), *db0 = malloc(on * sizeof *db0);
     memcpy(dw0, dw, wn * sizeof *dw), memcpy(db0, db, on * sizeof *db);
     float *ry = fzero_(yn), *rdx = fzero_(xn), *rdw = fzero_(wn), *rdb = fzero_(on);

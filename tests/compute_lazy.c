@@ -83,18 +83,28 @@ static const compute_ops_t *cpu_(void)
     return &compute_cpu_ops;
 }
 
-static held_t *hold_(void)
+/* Hold back the next piece of work: a copy of `bytes` to dst, from src
+ * (upload) or from the entry's saved buffer (a held gradient).  NULL, and
+ * failed_ set, when out of memory. */
+static held_t *hold_(int upload, void *dst, const void *src, size_t bytes)
 {
     if (nheld_ == capheld_) {
         size_t cap = capheld_ ? 2 * capheld_ : 64;
         held_t *h = realloc(held_, cap * sizeof *h);
-        if (!h) return NULL;
+        if (!h) {
+            failed_ = 1;
+            return NULL;
+        }
         memset(h + capheld_, 0, (cap - capheld_) * sizeof *h);
         held_ = h;
         capheld_ = cap;
     }
     held_t *h = &held_[nheld_++];
     h->seq = ++seq_;
+    h->upload = upload;
+    h->dst = dst;
+    h->src = src;
+    h->bytes = bytes;
     return h;
 }
 
@@ -137,26 +147,19 @@ static void ops_in_order_(void)
 static void hold_grad_(float *p, size_t n)
 {
     if (!p || !n) return;
-    held_t *h = hold_();
     size_t bytes = n * sizeof(float);
-    if (h && h->cap < bytes) {
+    held_t *h = hold_(0, p, NULL, bytes);
+    if (!h) return;
+    if (h->cap < bytes) {
         float *s = realloc(h->saved, bytes);
         if (!s) {
             nheld_--;
-            h = NULL;
-        } else {
-            h->saved = s;
-            h->cap = bytes;
+            failed_ = 1;
+            return;
         }
+        h->saved = s;
+        h->cap = bytes;
     }
-    if (!h) {
-        failed_ = 1;
-        return;
-    }
-    h->upload = 0;
-    h->dst = p;
-    h->src = NULL;
-    h->bytes = bytes;
     memcpy(h->saved, p, bytes);
     for (size_t i = 0; i < n; i++) p[i] = NAN;
 }
@@ -215,15 +218,7 @@ static void lazy_upload_async_(void *dst, const void *host_src, size_t bytes,
 {
     if (bytes) {
         check_reuse_(dst, bytes, reuse);
-        held_t *h = hold_();
-        if (!h) {
-            failed_ = 1;
-            return;
-        }
-        h->upload = 1;
-        h->dst = dst;
-        h->src = host_src;
-        h->bytes = bytes;
+        if (!hold_(1, dst, host_src, bytes)) return;
     }
     if (done) done->seq = seq_; /* the uploads so far (and held gradients) */
 }
