@@ -71,6 +71,8 @@ int ddp_cuda_host_free(void *p);
 /* Complete when they return (compute.h). */
 int ddp_cuda_upload(void *dst, const void *host_src, size_t bytes);
 int ddp_cuda_download(void *host_dst, const void *src, size_t bytes);
+/* Device to device, queued on the compute stream like every op (compute.h):
+ * the host does not wait for them. */
 int ddp_cuda_copy(void *dst, const void *src, size_t bytes);
 int ddp_cuda_zero(void *p, size_t bytes);
 int ddp_cuda_sync(void);

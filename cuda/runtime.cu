@@ -227,7 +227,6 @@ int ddp_cuda_copy(void *dst, const void *src, size_t bytes)
     if (not_bound("ddp_cuda_copy")) return -1;
     cudaStream_t s = ddp_cuda_state_.stream;
     DDP_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-    DDP_CU(cudaStreamSynchronize(s));
     return 0;
 }
 
@@ -237,7 +236,6 @@ int ddp_cuda_zero(void *p, size_t bytes)
     if (not_bound("ddp_cuda_zero")) return -1;
     cudaStream_t s = ddp_cuda_state_.stream;
     DDP_CU(cudaMemsetAsync(p, 0, bytes, s));
-    DDP_CU(cudaStreamSynchronize(s));
     return 0;
 }
 

@@ -44,7 +44,10 @@
  *     waits for one before it starts the all-reduce of buckets whose
  *     gradients are complete (reducer.c).  download, sumsq and all_finite
  *     wait for everything before them themselves.
- *   - upload, download, copy and zero are complete when they return.
+ *   - upload and download are complete when they return; copy and zero
+ *     (device to device) are ops like the others: later ops see them, the
+ *     host and the comm backend through an event (on a GPU they do not
+ *     make the host wait, so they cost nothing on the step's path).
  * On the CPU backend the events cost nothing (its ops are done when they
  * return); the test backend in tests/compute_lazy.c delays uploads and
  * gradient writes until the event is waited for, wipes a device batch once
