@@ -20,9 +20,11 @@
 #include "ddp_cuda.h"
 
 #ifdef DDP_CUDA_EMU
-// The emulation runs every thread of the grid on the CPU (cuda/emu/emu.cc).
+// The emulation runs every thread of the grid on the CPU (cuda/emu/emu.cc);
+// the arguments are evaluated at the launch, as with <<<...>>>.
 #define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
-    ddp_emu_launch((grid), (block), (stream), [=]() { kernel(__VA_ARGS__); })
+    ddp_emu_launch((grid), (block), (stream), #kernel,                                            \
+                   ddp_emu_bind([](auto... a_) { kernel(a_...); }, __VA_ARGS__))
 #else
 #define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
     kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)

@@ -1,8 +1,9 @@
 // check_emu.cc -- the CPU emulation of the CUDA runtime and cuBLAS
 // (cuda/emu): fibers and __syncthreads (block reductions exact, a missing
 // barrier shows, a divergent barrier aborts), launch configuration errors,
-// device memory poison and tracking, devices from the environment, fault
-// injection, and cuBLAS against naive column-major loops.
+// device memory poison and tracking, devices from the environment, the
+// stream queues (DDP_EMU_STREAMS lazy and lazy-first), fault injection, and
+// cuBLAS against naive column-major loops.
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -95,6 +96,18 @@ __global__ void where_am_i(unsigned *out)
     unsigned nt = blockDim.x * blockDim.y * blockDim.z;
     out[b * nt + t] = (threadIdx.x << 24) | (threadIdx.y << 16) | (threadIdx.z << 12) |
                       (blockIdx.x << 8) | (blockIdx.y << 4) | blockIdx.z;
+}
+
+__global__ void add_one(float *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+
+__global__ void copy_floats(const float *src, float *dst, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
 }
 
 __global__ void divergent_barrier(float *x)
@@ -468,6 +481,131 @@ START_TEST(test_streams_events)
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     (void)cudaGetLastError();
+}
+END_TEST
+
+// Every element of the device buffer x (n floats) equals v.
+static void expect_all(const float *x, int n, float v, const char *what)
+{
+    std::vector<float> h = download(x, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(h[i] == v, "%s: [%d] = %g, expected %g", what, i, (double)h[i], (double)v);
+}
+
+static void expect_all_async(const float *x, int n, float v, cudaStream_t s, const char *what)
+{
+    std::vector<float> h(n, -1.0f);
+    // into pageable memory: complete when it returns (after s's work)
+    ck_assert_int_eq(cudaMemcpyAsync(h.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost, s),
+                     cudaSuccess);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(h[i] == v, "%s: [%d] = %g, expected %g", what, i, (double)h[i], (double)v);
+}
+
+START_TEST(test_stream_queues_lazy)
+{
+    setenv("DDP_EMU_STREAMS", "lazy", 1);
+    emu_defaults();
+    const int n = 8;
+    float *x = dev_floats(n), *y = dev_floats(n);
+    ck_assert_int_eq(cudaMemset(x, 0, n * sizeof(float)), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(y, 0, n * sizeof(float)), cudaSuccess);
+    cudaStream_t p, q;
+    cudaEvent_t e, t0, t1;
+    ck_assert_int_eq(cudaStreamCreateWithFlags(&p, cudaStreamNonBlocking), cudaSuccess);
+    ck_assert_int_eq(cudaStreamCreateWithFlags(&q, cudaStreamNonBlocking), cudaSuccess);
+    ck_assert_int_eq(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+    ck_assert_int_eq(cudaEventCreate(&t0), cudaSuccess);
+    ck_assert_int_eq(cudaEventCreate(&t1), cudaSuccess);
+    unsigned long long before = ddp_emu_launch_count();
+    // queued: nothing runs until something waits for it
+    ck_assert_int_eq(cudaEventRecord(t0, p), cudaSuccess);
+    float *arg = x;
+    int count = n;
+    DDP_LAUNCH(add_one, 1, n, p, arg, count);
+    arg = nullptr, count = 0; // the launch copied its arguments
+    ck_assert_int_eq(cudaEventRecord(t1, p), cudaSuccess);
+    ck_assert_uint_eq(ddp_emu_launch_count(), before);
+    float ms = -1;
+    ck_assert_int_eq(cudaEventElapsedTime(&ms, t0, t1), cudaErrorNotReady);
+    (void)cudaGetLastError();
+    // q reads x without waiting for p: the old contents
+    DDP_LAUNCH(copy_floats, 1, n, q, x, y, n);
+    expect_all_async(y, n, 0.0f, q, "a reader that did not wait");
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 1);
+    // with the wait: p runs up to the record first
+    DDP_LAUNCH(add_one, 1, n, p, x, n);
+    ck_assert_int_eq(cudaEventRecord(e, p), cudaSuccess);
+    DDP_LAUNCH(add_one, 1, n, p, x, n); // after the record: not waited for
+    ck_assert_int_eq(cudaStreamWaitEvent(q, e, 0), cudaSuccess);
+    DDP_LAUNCH(copy_floats, 1, n, q, x, y, n);
+    ck_assert_int_eq(cudaStreamSynchronize(q), cudaSuccess);
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 4);
+    ck_assert_int_eq(cudaEventElapsedTime(&ms, t0, t1), cudaSuccess);
+    expect_all_async(y, n, 2.0f, q, "a reader after the wait");
+    // a synchronous copy waits for every stream
+    expect_all(x, n, 3.0f, "cudaMemcpy after all streams");
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 5);
+    // a query runs what it asks about; the legacy stream runs at once
+    DDP_LAUNCH(add_one, 1, n, p, x, n);
+    ck_assert_int_eq(cudaEventRecord(e, p), cudaSuccess);
+    ck_assert_int_eq(cudaEventQuery(e), cudaSuccess);
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 6);
+    DDP_LAUNCH(add_one, 1, n, 0, x, n);
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 7);
+    // an event destroyed with its record pending still orders its waiter
+    DDP_LAUNCH(add_one, 1, n, p, x, n);
+    ck_assert_int_eq(cudaEventRecord(e, p), cudaSuccess);
+    ck_assert_int_eq(cudaStreamWaitEvent(q, e, 0), cudaSuccess);
+    ck_assert_int_eq(cudaEventDestroy(e), cudaSuccess);
+    DDP_LAUNCH(copy_floats, 1, n, q, x, y, n);
+    expect_all_async(y, n, 6.0f, q, "a waiter of a destroyed event");
+    // cudaFree waits for the work queued on the memory
+    DDP_LAUNCH(add_one, 1, n, p, x, n);
+    ck_assert_int_eq(cudaFree(y), cudaSuccess);
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 10);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    cudaStreamDestroy(p);
+    cudaStreamDestroy(q);
+    cudaFree(x);
+    unsetenv("DDP_EMU_STREAMS");
+    emu_defaults();
+}
+END_TEST
+
+START_TEST(test_stream_queues_lazy_first)
+{
+    setenv("DDP_EMU_STREAMS", "lazy-first", 1);
+    emu_defaults();
+    const int n = 8;
+    float *x = dev_floats(n), *y = dev_floats(n);
+    ck_assert_int_eq(cudaMemset(x, 0, n * sizeof(float)), cudaSuccess);
+    cudaStream_t first, side;
+    cudaEvent_t e;
+    ck_assert_int_eq(cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking), cudaSuccess);
+    ck_assert_int_eq(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+    ck_assert_int_eq(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+    unsigned long long before = ddp_emu_launch_count();
+    DDP_LAUNCH(add_one, 1, n, first, x, n); // lazy: queued
+    ck_assert_uint_eq(ddp_emu_launch_count(), before);
+    DDP_LAUNCH(add_one, 1, n, side, x, n); // eager: runs now, before the first stream's
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 1);
+    // the side stream waits for the first one: blocked until that runs
+    ck_assert_int_eq(cudaEventRecord(e, first), cudaSuccess);
+    ck_assert_int_eq(cudaStreamWaitEvent(side, e, 0), cudaSuccess);
+    DDP_LAUNCH(copy_floats, 1, n, side, x, y, n);
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 1);
+    ck_assert_int_eq(cudaStreamSynchronize(first), cudaSuccess);
+    ck_assert_uint_eq(ddp_emu_launch_count(), before + 3); // the side stream went on
+    expect_all(y, n, 2.0f, "the side stream after the first");
+    cudaEventDestroy(e);
+    cudaStreamDestroy(first);
+    cudaStreamDestroy(side);
+    cudaFree(x);
+    cudaFree(y);
+    unsetenv("DDP_EMU_STREAMS");
+    emu_defaults();
 }
 END_TEST
 
@@ -851,6 +989,8 @@ Suite *test_suite(void)
     tcase_add_test(tc, test_memory_accounting);
     tcase_add_test(tc, test_devices);
     tcase_add_test(tc, test_streams_events);
+    tcase_add_test(tc, test_stream_queues_lazy);
+    tcase_add_test(tc, test_stream_queues_lazy_first);
     tcase_add_test(tc, test_fault_injection);
     tcase_add_test(tc, test_bf16);
     suite_add_tcase(s, tc);

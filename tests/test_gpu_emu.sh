@@ -18,6 +18,15 @@
 #      cpu with --device auto;
 #  (h) out of pinned host memory, the loader's batches fall back to malloc
 #      with one warning and train the same;
+#  (i) the stream orderings: the emulation queues every stream's work and
+#      runs it only when something waits for it (DDP_EMU_STREAMS=lazy, its
+#      default, so (a)-(h) run that way: a missing wait for an upload or an
+#      all-reduce reads stale data); under lazy-first the copy and comm
+#      streams run as soon as they may (a copy that does not wait for the
+#      compute still reading its buffer overwrites it), here with 4
+#      micro-batches a step so the two device batches are each reused
+#      within a step; and under sync everything runs when called.  Each
+#      trains the cpu curve;
 #  and a --device cuda checkpoint resumes to the same weights as a run
 #  without the interruption.
 #
@@ -142,6 +151,22 @@ DDP_EMU_FAIL=cudaMallocHost:2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --devic
 [ "$(grep -c "pageable memory" "$T/pin.log")" = 1 ] ||
   { cat "$T/pin.log"; fail "pinned memory out: not one warning"; }
 close "pageable fallback vs pinned" 0 "$T/pin.log" "$T/mlp-cuda-1.log"
+
+# (i) the stream orderings, with gradient accumulation (4 micro-batches of 8),
+# at np=1 and np=2 (at np=2 SyncBatchNorm's all-reduce in every forward
+# runs the compute stream's queue up to it, so a write-after-read of a
+# batch shows at np=1)
+for np in 1 2; do
+  run "acc-cpu-$np" $np "$DDPTRAIN" "$T/d.h5" $mlp --batch 8 --accum 4 --steps 50 --device cpu
+  for order in lazy lazy-first sync; do
+    export DDP_EMU_STREAMS=$order
+    run "acc-$order-$np" $np "$EMU" "$T/d.h5" $mlp --batch 8 --accum 4 --steps 50 \
+      --device cuda --check-replicas 10
+    close "np=$np accum 4, streams $order, cuda vs cpu" 2e-3 "$T/acc-$order-$np.log" \
+      "$T/acc-cpu-$np.log"
+  done
+  unset DDP_EMU_STREAMS
+done
 
 # (g) this ddptrain has no cuda backend
 "$DDPTRAIN" "$T/d.h5" $mlp --steps 3 --device cuda >"$T/g.out" 2>"$T/g.err"

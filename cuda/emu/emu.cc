@@ -1,10 +1,17 @@
 // emu.cc -- the CPU emulation of the CUDA runtime and cuBLAS: devices from
-// the environment, tracked device memory, streams and events that complete
-// when recorded, kernel launches that run every GPU thread as a fiber (so
-// __syncthreads works), cuBLAS over the host CBLAS (column-major), and the
+// the environment, tracked device memory, streams as queues that run when
+// something waits for them (DDP_EMU_STREAMS), events as their markers,
+// kernel launches that run every GPU thread as a fiber (so __syncthreads
+// works), cuBLAS over the host CBLAS (column-major), and the
 // fault injection of DDP_EMU_FAIL.  The contracts are in include/
 // cuda_runtime.h and include/cublas_v2.h; nccl_emu.c uses emu.h.
 #include "emu.h"
+
+// before the CUDA headers: libstdc++ spells __noinline__, a macro there
+#include <deque>
+#include <functional>
+#include <memory>
+
 
 #include <cblas.h>
 #include <cuda_runtime.h>
@@ -62,7 +69,10 @@ struct Config {
     std::vector<int> visible; // visible ordinal -> physical index
     size_t mem_total = (size_t)16384 << 20;
     std::vector<FailRule> fail;
+    int streams = 1; // DDP_EMU_STREAMS: 0 sync, 1 lazy (the default), 2 lazy-first
 };
+
+enum { kStreamsSync, kStreamsLazy, kStreamsLazyFirst };
 
 std::mutex g_mu; // the configuration and the tables below
 Config g_cfg;
@@ -78,6 +88,9 @@ std::set<const void *> g_streams;   // live streams
 std::set<const void *> g_events;    // live events
 std::set<const void *> g_handles;   // live cuBLAS handles
 unsigned long long g_launches;
+std::recursive_mutex g_qmu;                 // the stream queues (taken before g_mu)
+std::vector<CUstream_st *> g_stream_order; // live streams, in creation order
+std::vector<int> g_streams_made;           // streams created per physical device since the load
 
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local int t_device = 0; // visible ordinal
@@ -144,6 +157,18 @@ void load_locked()
             pos = comma + 1;
         }
     }
+    const char *streams = getenv("DDP_EMU_STREAMS");
+    if (streams && *streams) {
+        if (!strcmp(streams, "sync"))
+            c.streams = kStreamsSync;
+        else if (!strcmp(streams, "lazy"))
+            c.streams = kStreamsLazy;
+        else if (!strcmp(streams, "lazy-first"))
+            c.streams = kStreamsLazyFirst;
+        else
+            ddp_emu_warn("DDP_EMU_STREAMS=\"%s\" is not sync, lazy or lazy-first; using lazy",
+                         streams);
+    }
     c.loaded = true;
     g_cfg = c;
     if (g_used.size() < (size_t)c.physical) g_used.resize(c.physical, 0);
@@ -192,6 +217,16 @@ bool is_dev_locked(const void *p)
     return find_dev_locked(p) != g_dev.end();
 }
 
+// p inside a cudaMallocHost allocation?
+bool is_pinned_locked(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_host.upper_bound(a);
+    if (it == g_host.begin()) return false;
+    --it;
+    return a >= it->first && a < it->first + std::max<size_t>(it->second, 1);
+}
+
 bool stream_ok_locked(cudaStream_t s)
 {
     return s == nullptr || s == (cudaStream_t)0x1 || s == (cudaStream_t)0x2 ||
@@ -229,8 +264,10 @@ extern "C" int ddp_emu_inject(const char *name)
 
 extern "C" void ddp_emu_reload_env(void)
 {
+    std::lock_guard<std::recursive_mutex> qlock(g_qmu);
     std::lock_guard<std::mutex> lock(g_mu);
     load_locked();
+    g_streams_made.clear(); // lazy-first: the next stream is a first one again
     t_device = 0;
 }
 
@@ -312,6 +349,166 @@ extern "C" cudaError_t cudaGetLastError(void)
 extern "C" cudaError_t cudaPeekAtLastError(void)
 {
     return t_last_error;
+}
+
+// ---- stream queues ---------------------------------------------------------
+//
+// DDP_EMU_STREAMS says when work queued on a stream runs:
+//   sync        when it is called;
+//   lazy        (the default) only when something waits for it: the host (a synchronize,
+//               a query, cudaFree, a synchronous copy, a copy into pageable
+//               memory) or another stream reaching a cudaStreamWaitEvent on
+//               it;
+//   lazy-first  the first stream created on each device is lazy; the later
+//               ones run their work as soon as the events they wait for
+//               have completed.
+// A missing cudaStreamWaitEvent then shows as a wrong result: under lazy a
+// consumer runs before its producer has written (read after write); under
+// lazy-first a side stream overwrites what the first stream has not yet
+// read (write after read).  Work on the legacy default stream runs at once,
+// after everything queued anywhere.  The queues are taken one at a time in
+// the process (g_qmu, before g_mu).
+
+namespace
+{
+
+struct Marker { // one cudaEventRecord
+    CUstream_st *stream;
+    bool done;
+    double t_ms;
+};
+
+struct StreamOp {
+    std::function<void()> run;    // may be empty
+    std::shared_ptr<Marker> wait; // run the marker's stream up to it first
+    std::shared_ptr<Marker> mark; // complete once reached
+};
+
+} // namespace
+
+struct CUstream_st {
+    unsigned flags;
+    bool queued; // false: sync mode, work runs when called
+    bool lazy;   // queued and run only when waited for
+    std::deque<StreamOp> queue;
+};
+
+struct CUevent_st {
+    unsigned flags;
+    std::shared_ptr<Marker> last; // the latest record; null: never recorded
+};
+
+namespace
+{
+
+
+bool legacy_stream(cudaStream_t s)
+{
+    return s == nullptr || s == (cudaStream_t)0x1 || s == (cudaStream_t)0x2;
+}
+
+void run_op(StreamOp &op);
+
+void run_head(CUstream_st *s)
+{
+    StreamOp op = std::move(s->queue.front());
+    s->queue.pop_front();
+    run_op(op);
+}
+
+void run_to(const std::shared_ptr<Marker> &m)
+{
+    while (!m->done) {
+        if (m->stream->queue.empty()) {
+            ddp_emu_warn("an event record was lost from its stream's queue; abort");
+            abort();
+        }
+        run_head(m->stream);
+    }
+}
+
+void run_op(StreamOp &op)
+{
+    if (op.wait) run_to(op.wait);
+    if (op.run) op.run();
+    if (op.mark) {
+        op.mark->done = true;
+        op.mark->t_ms = now_ms();
+    }
+}
+
+void drain(CUstream_st *s)
+{
+    while (!s->queue.empty()) run_head(s);
+}
+
+void drain_all()
+{
+    for (size_t i = 0; i < g_stream_order.size(); i++) drain(g_stream_order[i]);
+}
+
+// The eager streams run every operation whose wait has completed.
+void pump()
+{
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (CUstream_st *s : g_stream_order) {
+            if (s->lazy) continue;
+            while (!s->queue.empty() && (!s->queue.front().wait || s->queue.front().wait->done)) {
+                run_head(s);
+                progress = true;
+            }
+        }
+    }
+}
+
+// Run op on stream s: now (sync mode, the legacy stream) or queued.
+void submit(cudaStream_t s, StreamOp op)
+{
+    std::lock_guard<std::recursive_mutex> lock(g_qmu);
+    if (legacy_stream(s) || !s->queued) {
+        if (legacy_stream(s)) drain_all();
+        run_op(op);
+    } else {
+        s->queue.push_back(std::move(op));
+    }
+    pump();
+}
+
+void submit(cudaStream_t s, std::function<void()> run)
+{
+    submit(s, StreamOp{std::move(run), nullptr, nullptr});
+}
+
+// What the host waits for: one stream (the legacy one: all), or every one.
+void host_wait(cudaStream_t s)
+{
+    std::lock_guard<std::recursive_mutex> lock(g_qmu);
+    if (legacy_stream(s))
+        drain_all();
+    else
+        drain(s);
+    pump();
+}
+
+void host_wait_all()
+{
+    host_wait(nullptr);
+}
+
+} // namespace
+
+extern "C" void ddp_emu_stream_sync(void *stream)
+{
+    host_wait((cudaStream_t)stream);
+}
+
+extern "C" void ddp_emu_stream_deliver(void *stream, void *dst, void *src, size_t bytes)
+{
+    submit((cudaStream_t)stream, [=]() {
+        memmove(dst, src, bytes);
+        free(src);
+    });
 }
 
 // ---- devices ---------------------------------------------------------------
@@ -402,6 +599,7 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 
 extern "C" cudaError_t cudaDeviceSynchronize(void)
 {
+    host_wait_all();
     return cudaSuccess;
 }
 
@@ -451,6 +649,7 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t size)
 extern "C" cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;
+    host_wait_all(); // cudaFree waits for the device
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_dev.find((uintptr_t)p);
     if (it == g_dev.end()) return fail(cudaErrorInvalidValue);
@@ -480,6 +679,7 @@ extern "C" cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags)
 extern "C" cudaError_t cudaFreeHost(void *p)
 {
     if (!p) return cudaSuccess;
+    host_wait_all();
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_host.find((uintptr_t)p);
     if (it == g_host.end()) return fail(cudaErrorInvalidValue);
@@ -495,6 +695,7 @@ cudaError_t memcpy_checked(const char *name, void *dst, const void *src, size_t 
                            cudaMemcpyKind kind, cudaStream_t stream, bool async)
 {
     bool inject = ddp_emu_inject(name);
+    bool dst_pageable, src_pageable;
     {
         std::lock_guard<std::mutex> lock(g_mu);
         if (async && !stream_ok_locked(stream)) return fail(cudaErrorInvalidResourceHandle);
@@ -510,9 +711,23 @@ cudaError_t memcpy_checked(const char *name, void *dst, const void *src, size_t 
         }
         if (dst_dev && !dev_range_locked(dst, count)) return fail(cudaErrorInvalidValue);
         if (src_dev && !dev_range_locked(src, count)) return fail(cudaErrorInvalidValue);
+        dst_pageable = !dst_dev && !is_pinned_locked(dst);
+        src_pageable = !src_dev && !is_pinned_locked(src);
     }
     if (inject) return fail(cudaErrorLaunchFailure);
-    memmove(dst, src, count);
+    if (!async || dst_pageable) {
+        // A synchronous copy, or one into pageable memory, has finished when
+        // it returns (after the work before it).
+        host_wait(async ? stream : nullptr);
+        memmove(dst, src, count);
+    } else if (src_pageable) {
+        // From pageable memory the source is staged before the call returns.
+        auto staged = std::make_shared<std::vector<char>>((const char *)src,
+                                                          (const char *)src + count);
+        submit(stream, [=]() { memmove(dst, staged->data(), count); });
+    } else {
+        submit(stream, [=]() { memmove(dst, src, count); });
+    }
     return cudaSuccess;
 }
 
@@ -527,7 +742,7 @@ cudaError_t memset_checked(const char *name, void *p, int value, size_t count, c
         if (!dev_range_locked(p, count)) return fail(cudaErrorInvalidValue);
     }
     if (inject) return fail(cudaErrorLaunchFailure);
-    memset(p, value, count);
+    submit(async ? stream : nullptr, [=]() { memset(p, value, count); });
     return cudaSuccess;
 }
 
@@ -556,24 +771,22 @@ extern "C" cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStr
 
 // ---- streams and events ------------------------------------------------------
 
-struct CUstream_st {
-    unsigned flags;
-};
-
-struct CUevent_st {
-    unsigned flags;
-    bool recorded;
-    double t_ms;
-};
-
 extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags)
 {
     if (!stream || (flags & ~cudaStreamNonBlocking)) return fail(cudaErrorInvalidValue);
     if (ddp_emu_inject("cudaStreamCreate")) return fail(cudaErrorMemoryAllocation);
+    std::lock_guard<std::recursive_mutex> qlock(g_qmu);
     std::lock_guard<std::mutex> lock(g_mu);
-    if (current_physical_locked() < 0) return fail(cudaErrorNoDevice);
-    cudaStream_t s = new CUstream_st{flags};
+    int phys = current_physical_locked();
+    if (phys < 0) return fail(cudaErrorNoDevice);
+    if (g_streams_made.size() <= (size_t)phys) g_streams_made.resize(phys + 1, 0);
+    int mode = g_cfg.streams;
+    bool first = g_streams_made[phys]++ == 0;
+    cudaStream_t s = new CUstream_st{flags, mode != kStreamsSync,
+                                     mode == kStreamsLazy || (mode == kStreamsLazyFirst && first),
+                                     {}};
     g_streams.insert(s);
+    g_stream_order.push_back(s);
     *stream = s;
     return cudaSuccess;
 }
@@ -585,18 +798,31 @@ extern "C" cudaError_t cudaStreamCreate(cudaStream_t *stream)
 
 extern "C" cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
+    std::lock_guard<std::recursive_mutex> qlock(g_qmu);
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!stream || !g_streams.count(stream)) return fail(cudaErrorInvalidResourceHandle);
+    }
+    drain(stream); // its work still completes, as on a GPU
+    pump();
     std::lock_guard<std::mutex> lock(g_mu);
-    if (!stream || !g_streams.erase(stream)) return fail(cudaErrorInvalidResourceHandle);
+    g_streams.erase(stream);
+    g_stream_order.erase(std::find(g_stream_order.begin(), g_stream_order.end(), stream));
     delete stream;
     return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-    std::lock_guard<std::mutex> lock(g_mu);
-    return stream_ok_locked(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!stream_ok_locked(stream)) return fail(cudaErrorInvalidResourceHandle);
+    }
+    host_wait(stream);
+    return cudaSuccess;
 }
 
+// A query runs the work it asks about, then answers that it is complete.
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
     return cudaStreamSynchronize(stream);
@@ -605,9 +831,14 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t stream)
 extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                            unsigned int flags)
 {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!stream_ok_locked(stream) || !g_events.count(event))
-        return fail(cudaErrorInvalidResourceHandle);
+    std::lock_guard<std::recursive_mutex> qlock(g_qmu);
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!stream_ok_locked(stream) || !g_events.count(event))
+            return fail(cudaErrorInvalidResourceHandle);
+    }
+    // the record current at the call; an event never recorded is complete
+    if (event->last && !event->last->done) submit(stream, StreamOp{nullptr, event->last, nullptr});
     return cudaSuccess;
 }
 
@@ -617,7 +848,7 @@ extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int
         return fail(cudaErrorInvalidValue);
     if (ddp_emu_inject("cudaEventCreate")) return fail(cudaErrorMemoryAllocation);
     std::lock_guard<std::mutex> lock(g_mu);
-    cudaEvent_t e = new CUevent_st{flags, false, 0};
+    cudaEvent_t e = new CUevent_st{flags, nullptr};
     g_events.insert(e);
     *event = e;
     return cudaSuccess;
@@ -628,8 +859,11 @@ extern "C" cudaError_t cudaEventCreate(cudaEvent_t *event)
     return cudaEventCreateWithFlags(event, cudaEventDefault);
 }
 
+// Destroying an event with a record pending is allowed: the record's marker
+// lives on in the queue.
 extern "C" cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
+    std::lock_guard<std::recursive_mutex> qlock(g_qmu);
     std::lock_guard<std::mutex> lock(g_mu);
     if (!event || !g_events.erase(event)) return fail(cudaErrorInvalidResourceHandle);
     delete event;
@@ -639,19 +873,30 @@ extern "C" cudaError_t cudaEventDestroy(cudaEvent_t event)
 extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
     bool inject = ddp_emu_inject("cudaEventRecord");
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_events.count(event) || !stream_ok_locked(stream))
-        return fail(cudaErrorInvalidResourceHandle);
-    if (inject) return fail(cudaErrorLaunchFailure);
-    event->recorded = true;
-    event->t_ms = now_ms();
+    std::lock_guard<std::recursive_mutex> qlock(g_qmu);
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!g_events.count(event) || !stream_ok_locked(stream))
+            return fail(cudaErrorInvalidResourceHandle);
+        if (inject) return fail(cudaErrorLaunchFailure);
+    }
+    auto m = std::make_shared<Marker>(Marker{legacy_stream(stream) ? nullptr : stream, false, 0});
+    event->last = m;
+    submit(stream, StreamOp{nullptr, nullptr, m});
     return cudaSuccess;
 }
 
+// Like a stream query: runs the work up to the event's record.
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    std::lock_guard<std::mutex> lock(g_mu);
-    return g_events.count(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+    std::lock_guard<std::recursive_mutex> qlock(g_qmu);
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!g_events.count(event)) return fail(cudaErrorInvalidResourceHandle);
+    }
+    if (event->last) run_to(event->last);
+    pump();
+    return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event)
@@ -662,12 +907,14 @@ extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event)
 extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
     if (!ms) return fail(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> qlock(g_qmu);
     std::lock_guard<std::mutex> lock(g_mu);
     if (!g_events.count(start) || !g_events.count(end)) return fail(cudaErrorInvalidResourceHandle);
-    if (!start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
+    if (!start->last || !end->last || (start->flags & cudaEventDisableTiming) ||
         (end->flags & cudaEventDisableTiming))
         return fail(cudaErrorInvalidResourceHandle);
-    *ms = (float)(end->t_ms - start->t_ms);
+    if (!start->last->done || !end->last->done) return fail(cudaErrorNotReady);
+    *ms = (float)(end->last->t_ms - start->last->t_ms);
     return cudaSuccess;
 }
 
@@ -879,16 +1126,6 @@ Sched *sched_get()
     return t_sched;
 }
 
-// "F = <the lambda's type>" out of ddp_emu_launch's __PRETTY_FUNCTION__:
-// it names the launcher the DDP_LAUNCH is in.
-std::string launch_what(const char *pretty)
-{
-    std::string s(pretty ? pretty : "");
-    size_t a = s.find("F = ");
-    if (a == std::string::npos) return s;
-    size_t b = s.find(';', a);
-    return s.substr(a + 4, b == std::string::npos ? std::string::npos : b - a - 4);
-}
 
 [[noreturn]] void divergent(const char *file, int line, const char *what, uint3 b, unsigned done,
                             unsigned parked)
@@ -896,7 +1133,7 @@ std::string launch_what(const char *pretty)
     ddp_emu_warn("divergent __syncthreads in the kernel launched at %s:%d (%s): in block "
                  "(%u,%u,%u) %u threads returned while %u wait at a barrier (undefined on a "
                  "GPU); abort",
-                 file, line, launch_what(what).c_str(), b.x, b.y, b.z, done, parked);
+                 file, line, what, b.x, b.y, b.z, done, parked);
     abort();
 }
 
@@ -920,38 +1157,14 @@ extern "C" void __syncthreads(void)
     asan_finish(f->fake_stack, &s->sched_bottom, &s->sched_size);
 }
 
-extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void (*run)(void *),
-                                void *arg, const char *file, int line, const char *what)
+namespace
 {
-    bool inject = ddp_emu_inject("kernel");
-    {
-        std::lock_guard<std::mutex> lock(g_mu);
-        if (current_physical_locked() < 0) {
-            fail(cudaErrorNoDevice);
-            return;
-        }
-        if (!stream_ok_locked(stream)) {
-            fail(cudaErrorInvalidResourceHandle);
-            return;
-        }
-    }
-    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-    if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
-        threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
-        grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
-        fail(cudaErrorInvalidConfiguration);
-        return;
-    }
-    if (inject) {
-        fail(cudaErrorLaunchFailure);
-        return;
-    }
+
+// Every block of one launch, in order (what ddp_emu_launch_ queues).
+void run_grid(dim3 grid, dim3 block, void (*run)(void *), void *arg, const char *file, int line,
+              const char *what)
+{
     Sched *s = sched_get();
-    if (s->run) {
-        ddp_emu_warn("kernel launched from inside a kernel at %s:%d (%s); abort", file, line,
-                     launch_what(what).c_str());
-        abort();
-    }
     {
         std::lock_guard<std::mutex> lock(g_mu);
         g_launches++;
@@ -963,7 +1176,7 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void
     s->arg = arg;
     ddp_emu_ctx_.block_dim = block;
     ddp_emu_ctx_.grid_dim = grid;
-    const unsigned n = (unsigned)threads;
+    const unsigned n = block.x * block.y * block.z;
     s->parked.clear();
     s->parked.reserve(n);
     for (unsigned bz = 0; bz < grid.z; bz++)
@@ -1011,6 +1224,45 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void
     s->run = nullptr;
     s->arg = nullptr;
     ddp_emu_ctx_ = saved;
+}
+
+} // namespace
+
+extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void (*run)(void *),
+                                void (*destroy)(void *), void *arg, const char *file, int line,
+                                const char *what)
+{
+    bool inject = ddp_emu_inject("kernel");
+    cudaError_t e = cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (current_physical_locked() < 0)
+            e = cudaErrorNoDevice;
+        else if (!stream_ok_locked(stream))
+            e = cudaErrorInvalidResourceHandle;
+    }
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (e == cudaSuccess &&
+        (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 ||
+         grid.z == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+         grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535))
+        e = cudaErrorInvalidConfiguration;
+    if (e == cudaSuccess && inject) e = cudaErrorLaunchFailure;
+    if (e != cudaSuccess) {
+        destroy(arg);
+        fail(e);
+        return;
+    }
+    Sched *s = sched_get();
+    if (s->run) {
+        ddp_emu_warn("kernel launched from inside a kernel at %s:%d (%s); abort", file, line,
+                     what);
+        abort();
+    }
+    submit(stream, [=]() {
+        run_grid(grid, block, run, arg, file, line, what);
+        destroy(arg);
+    });
 }
 
 // ---- cuBLAS ------------------------------------------------------------------
@@ -1203,7 +1455,9 @@ extern "C" cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t t
                                transb == CUBLAS_OP_N ? n : k, ldb, sizeof(float))))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float))) return CUBLAS_STATUS_EXECUTION_FAILED;
-    gemm_run(transa, transb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+    float al = *alpha, be = *beta; // host pointer mode: read at the call
+    submit(handle->stream,
+           [=]() { gemm_run(transa, transb, m, n, k, al, A, lda, B, ldb, be, C, ldc); });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -1231,9 +1485,12 @@ extern "C" cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cubla
         return CUBLAS_STATUS_EXECUTION_FAILED;
     if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float), strideC, batchCount))
         return CUBLAS_STATUS_EXECUTION_FAILED;
-    for (int b = 0; b < batchCount; b++)
-        gemm_run(transa, transb, m, n, k, *alpha, A + b * strideA, lda, B + b * strideB, ldb, *beta,
-                 C + b * strideC, ldc);
+    float al = *alpha, be = *beta;
+    submit(handle->stream, [=]() {
+        for (int b = 0; b < batchCount; b++)
+            gemm_run(transa, transb, m, n, k, al, A + b * strideA, lda, B + b * strideB, ldb, be,
+                     C + b * strideC, ldc);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -1285,13 +1542,17 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
                    !operand_ok(call, "B", B, rb, cb, ldb, elem)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float))) return CUBLAS_STATUS_EXECUTION_FAILED;
-    if (bf16 && use_ab) {
-        std::vector<float> fa = bf16_to_float(A, ra, ca, lda), fb = bf16_to_float(B, rb, cb, ldb);
-        gemm_run(transa, transb, m, n, k, a, fa.data(), lda, fb.data(), ldb, b, (float *)C, ldc);
-    } else {
-        gemm_run(transa, transb, m, n, k, a, (const float *)A, lda, (const float *)B, ldb, b,
-                 (float *)C, ldc);
-    }
+    submit(handle->stream, [=]() {
+        if (bf16 && use_ab) {
+            std::vector<float> fa = bf16_to_float(A, ra, ca, lda),
+                               fb = bf16_to_float(B, rb, cb, ldb);
+            gemm_run(transa, transb, m, n, k, a, fa.data(), lda, fb.data(), ldb, b, (float *)C,
+                     ldc);
+        } else {
+            gemm_run(transa, transb, m, n, k, a, (const float *)A, lda, (const float *)B, ldb, b,
+                     (float *)C, ldc);
+        }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -1313,9 +1574,11 @@ extern "C" cublasStatus_t cublasSgemv(cublasHandle_t handle, cublasOperation_t t
         !operand_ok(call, "x", x, 1, lx, ax, sizeof(float)) ||
         !operand_ok(call, "y", y, 1, ly, ay, sizeof(float)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
-    if (*beta == 0.0f)
-        for (long i = 0; i < ly; i++) y[i * ay] = 0.0f;
-    cblas_sgemv(CblasColMajor, cblas_op(trans), m, n, *alpha, A, lda, x, incx,
-                *beta == 0.0f ? 0.0f : *beta, y, incy);
+    float al = *alpha, be = *beta;
+    submit(handle->stream, [=]() {
+        if (be == 0.0f)
+            for (long i = 0; i < ly; i++) y[i * ay] = 0.0f;
+        cblas_sgemv(CblasColMajor, cblas_op(trans), m, n, al, A, lda, x, incx, be, y, incy);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -17,6 +17,12 @@ int ddp_emu_device_range(const void *p, size_t bytes);
  * "0000:10:00.0" as one number: 0x10000 for bus 0x10); -1 when there is no
  * device. */
 long ddp_emu_current_busid(void);
+/* Runs everything queued on `stream` (a cudaStream_t; DDP_EMU_STREAMS), as
+ * the host waiting for it would. */
+void ddp_emu_stream_sync(void *stream);
+/* Copies `bytes` from `src` to `dst` as an operation of `stream`: now, or
+ * queued behind the stream's work; `src` (from malloc) is freed after. */
+void ddp_emu_stream_deliver(void *stream, void *dst, void *src, size_t bytes);
 /* Counts a call of `name` against DDP_EMU_FAIL; 1 when this call must fail. */
 int ddp_emu_inject(const char *name);
 /* One line "ddptrain CUDA emulation: <what>" on stderr. */

@@ -3,7 +3,14 @@
  * duplicate-GPU check of ncclCommInitRank, deterministic all-reduce (gather
  * to rank 0, reduce in rank order, broadcast), broadcast and all-gather on
  * tracked device memory, and the injected asynchronous error of
- * DDP_EMU_NCCL_ASYNC_ERROR.  The contract is in include/nccl.h. */
+ * DDP_EMU_NCCL_ASYNC_ERROR.  The contract is in include/nccl.h.
+ *
+ * With queued streams (DDP_EMU_STREAMS) a collective exchanges its data
+ * when it is called, in the order every rank calls it (so ranks never wait
+ * on each other's queues): it first runs the work queued on its stream (what
+ * it reads), and its result reaches recvbuff as an operation of the stream,
+ * queued.  A stream that reads recvbuff without waiting for the collective's
+ * stream reads the old contents. */
 #include <nccl.h>
 
 #include <errno.h>
@@ -465,28 +472,38 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
         return r;
     if (count == 0) return ncclSuccess;
     size_t chunk = NCCL_EMU_CHUNK / es; /* elements */
-    char *tmp = NULL;
+    char *tmp = NULL, *out = malloc(bytes);
     if (comm->rank == 0) {
         size_t n = count < chunk ? count : chunk;
         tmp = malloc(n * es * (size_t)comm->nranks);
-        if (!tmp) return nccl_emu_fail_(comm, ncclSystemError, "%s: out of host memory", call);
     }
+    /* every rank takes part even without memory, so none is left waiting */
+    int ok = out && (comm->rank != 0 || tmp), all_ok = 0;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm->comm) != MPI_SUCCESS || !all_ok) {
+        free(tmp);
+        free(out);
+        return nccl_emu_fail_(comm, ncclSystemError, "%s: out of host memory", call);
+    }
+    ddp_emu_stream_sync(stream);
     for (size_t off = 0; off < count; off += chunk) {
         size_t n = count - off < chunk ? count - off : chunk;
         int nb = (int)(n * es);
         const char *src = (const char *)sendbuff + off * es;
-        char *dst = (char *)recvbuff + off * es;
+        char *dst = out + off * es;
         if (MPI_Gather(src, nb, MPI_BYTE, tmp, nb, MPI_BYTE, 0, comm->comm) != MPI_SUCCESS) {
             free(tmp);
+            free(out);
             return nccl_emu_fail_(comm, ncclSystemError, "%s: MPI_Gather failed", call);
         }
         if (comm->rank == 0) nccl_emu_reduce_(dst, tmp, n, comm->nranks, datatype, op);
         if (MPI_Bcast(dst, nb, MPI_BYTE, 0, comm->comm) != MPI_SUCCESS) {
             free(tmp);
+            free(out);
             return nccl_emu_fail_(comm, ncclSystemError, "%s: MPI_Bcast failed", call);
         }
     }
     free(tmp);
+    ddp_emu_stream_deliver(stream, recvbuff, out, bytes);
     return ncclSuccess;
 }
 
@@ -504,12 +521,23 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
     if ((comm->rank == root && (r = nccl_emu_buffer_(call, comm, "sendbuff", sendbuff, bytes))) ||
         (r = nccl_emu_buffer_(call, comm, "recvbuff", recvbuff, bytes)))
         return r;
-    if (comm->rank == root && sendbuff != recvbuff) memmove(recvbuff, sendbuff, bytes);
+    if (bytes == 0) return ncclSuccess;
+    char *out = malloc(bytes);
+    int ok = out != NULL, all_ok = 0;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm->comm) != MPI_SUCCESS || !all_ok) {
+        free(out);
+        return nccl_emu_fail_(comm, ncclSystemError, "%s: out of host memory", call);
+    }
+    ddp_emu_stream_sync(stream);
+    if (comm->rank == root) memcpy(out, sendbuff, bytes);
     for (size_t off = 0; off < bytes; off += NCCL_EMU_CHUNK) {
         size_t n = bytes - off < NCCL_EMU_CHUNK ? bytes - off : NCCL_EMU_CHUNK;
-        if (MPI_Bcast((char *)recvbuff + off, (int)n, MPI_BYTE, root, comm->comm) != MPI_SUCCESS)
+        if (MPI_Bcast(out + off, (int)n, MPI_BYTE, root, comm->comm) != MPI_SUCCESS) {
+            free(out);
             return nccl_emu_fail_(comm, ncclSystemError, "%s: MPI_Bcast failed", call);
+        }
     }
+    ddp_emu_stream_deliver(stream, recvbuff, out, bytes);
     return ncclSuccess;
 }
 
@@ -534,9 +562,19 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
     if (bytes > INT_MAX)
         return nccl_emu_fail_(comm, ncclInvalidArgument,
                               "%s: the emulation moves at most %d bytes per rank", call, INT_MAX);
-    int in_place = (const char *)sendbuff == (const char *)recvbuff + (size_t)comm->rank * bytes;
-    if (MPI_Allgather(in_place ? MPI_IN_PLACE : sendbuff, (int)bytes, MPI_BYTE, recvbuff,
-                      (int)bytes, MPI_BYTE, comm->comm) != MPI_SUCCESS)
+    size_t total = bytes * (size_t)comm->nranks;
+    char *out = malloc(total);
+    int ok = out != NULL, all_ok = 0;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm->comm) != MPI_SUCCESS || !all_ok) {
+        free(out);
+        return nccl_emu_fail_(comm, ncclSystemError, "%s: out of host memory", call);
+    }
+    ddp_emu_stream_sync(stream);
+    if (MPI_Allgather(sendbuff, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, comm->comm) !=
+        MPI_SUCCESS) {
+        free(out);
         return nccl_emu_fail_(comm, ncclSystemError, "%s: MPI_Allgather failed", call);
+    }
+    ddp_emu_stream_deliver(stream, recvbuff, out, total);
     return ncclSuccess;
 }

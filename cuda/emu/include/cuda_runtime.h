@@ -5,12 +5,21 @@
  * ddp_emu_launch, device math) is C++ only.
  *
  * What differs from a GPU, on purpose:
- * - All work runs synchronously when it is called: a kernel launch, a
- *   cudaMemcpyAsync or a cuBLAS call has finished when it returns.  Streams
- *   are in order trivially, an event is complete once recorded
- *   (cudaEventQuery returns cudaSuccess), cudaStreamWaitEvent only checks
- *   its handles.  Code that forgets a synchronisation therefore passes here
- *   and must be checked on a GPU.
+ * - Streams are queues that run on the calling OS thread, deterministically,
+ *   when something waits for them (DDP_EMU_STREAMS below): a kernel launch,
+ *   a cudaMemcpyAsync between device and pinned memory, a cudaMemsetAsync,
+ *   a cuBLAS call and an NCCL result are queued on their stream; the host
+ *   waits in cudaStreamSynchronize, cudaEventSynchronize, the queries,
+ *   cudaFree, cudaFreeHost, cudaDeviceSynchronize, the synchronous copies
+ *   and a cudaMemcpyAsync into pageable memory (which CUDA also completes
+ *   before returning; one from pageable memory is staged at the call).  A
+ *   stream reaching a cudaStreamWaitEvent runs the event's stream up to the
+ *   record first.  A query answers cudaSuccess after running the work it
+ *   asks about.  So a missing cudaStreamWaitEvent or synchronisation gives
+ *   stale data here, as on a GPU; what the emulation cannot show is a race
+ *   whose outcome depends on timing alone, nor any overlap (speed).
+ *   Work on the legacy default stream (0) runs at once, after all queued
+ *   work.  Kernel arguments are evaluated and copied at the launch.
  * - Device memory is host memory, but tracked: every cudaMalloc'd range is
  *   in a table, so cudaFree of an unknown pointer, cudaMemcpy/cudaMemset or a
  *   cuBLAS/NCCL operand outside a device allocation, or a host pointer where
@@ -32,7 +41,7 @@
  *   runtime call also sets it, as CUDA does.  Errors are never sticky.
  * - Launches may come from any OS thread (the current device and the last
  *   error are per thread, as in CUDA); they run one at a time in the
- *   process, each on its caller's thread.  Fiber stacks are 64 KiB
+ *   process, on the thread that makes the stream run.  Fiber stacks are 64 KiB
  *   (DDP_EMU_STACK_KB), with a guard page below.
  *
  * Environment (read at the first runtime call; ddp_emu_reload_env() reads
@@ -41,6 +50,15 @@
  *   CUDA_VISIBLE_DEVICES    comma list of indices into the emulated GPUs
  *                           (stops at the first invalid entry; "" = none)
  *   DDP_EMU_GPU_MEM_MB=M    memory per GPU (default 16384 MiB)
+ *   DDP_EMU_STREAMS=MODE    when queued work runs: lazy (the default) only
+ *                           when the host or another stream waits for it
+ *                           (a consumer that does not wait reads before its
+ *                           producer wrote); lazy-first: the first stream
+ *                           created on a device is lazy, the others run as
+ *                           soon as the events they wait for are complete
+ *                           (a producer that does not wait overwrites what
+ *                           the first stream has still to read); sync: when
+ *                           called, as if every call synchronised
  *   DDP_EMU_FAIL=NAME:N[,NAME:N...]   the N-th call (1-based, counted from
  *                           the (re)load) of NAME fails: cudaMalloc
  *                           (cudaErrorMemoryAllocation), cudaMallocHost,
@@ -58,7 +76,8 @@
  * sm 8.0, PCI bus id "0000:%02x:00.0" with bus 0x10 + its physical index.
  *
  * Helpers beyond the CUDA API (emu.h has the internal ones):
- *   ddp_emu_launch(grid, block, stream, body)   C++: what DDP_LAUNCH expands to
+ *   ddp_emu_launch(grid, block, stream, name, body)   C++: what DDP_LAUNCH
+ *                           expands to (with ddp_emu_bind)
  *   ddp_emu_reload_env()    re-read the environment above, reset counters
  *   ddp_emu_device_range(p, bytes)   1 when [p, p+bytes) lies in one device
  *                           allocation (what NCCL's checks use)
@@ -246,16 +265,30 @@ inline void __threadfence_block(void) {}
 
 /* Runs `run(arg)` once for every thread of the grid (see the file comment).
  * file, line and what name the launch site in diagnostics. */
+/* arg: a heap copy of the kernel's body (its arguments, by value, as a
+ * launch copies them), run by run() and freed by destroy() after it ran or
+ * when the launch fails. */
 extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void (*run)(void *),
-                                void *arg, const char *file, int line, const char *what);
+                                void (*destroy)(void *), void *arg, const char *file, int line,
+                                const char *what);
 
+/* A launch of `kernel` (its name) whose body calls it with the arguments
+ * evaluated and copied now, as <<<...>>> does: the body may run later (a
+ * queued stream, DDP_EMU_STREAMS). */
 template <class F>
-inline void ddp_emu_launch(dim3 grid, dim3 block, cudaStream_t stream, F body,
+inline void ddp_emu_launch(dim3 grid, dim3 block, cudaStream_t stream, const char *kernel, F body,
                            const char *file = __builtin_FILE(), int line = __builtin_LINE())
 {
     ddp_emu_launch_(
-        grid, block, stream, [](void *p) { (*static_cast<F *>(p))(); }, &body, file, line,
-        __PRETTY_FUNCTION__);
+        grid, block, stream, [](void *p) { (*static_cast<F *>(p))(); },
+        [](void *p) { delete static_cast<F *>(p); }, new F(body), file, line, kernel);
+}
+
+/* A body calling k with copies of a... (what DDP_LAUNCH passes). */
+template <class K, class... A>
+inline auto ddp_emu_bind(K k, A... a)
+{
+    return [=]() { k(a...); };
 }
 
 /* Device math: <math.h>'s functions, and CUDA's intrinsics as the exact

@@ -14,9 +14,13 @@
  *   ncclGetLastError says "Duplicate GPU detected: rank 0 and rank 1 both on
  *   CUDA device 10000".  DDP_EMU_HOSTNAME=NAME replaces the host name
  *   there (to emulate ranks on several hosts).
- * - Collectives run synchronously on the calling thread (MPI, blocking):
- *   complete when they return, whatever the stream.  ncclGroupStart/End
- *   only nest (the calls inside run at once, in order).
+ * - Collectives exchange their data on the calling thread when called
+ *   (MPI, blocking), in the order the ranks call them, after running the
+ *   work queued on their stream (what they read); the result reaches
+ *   recvbuff as an operation queued on the stream (cuda_runtime.h,
+ *   DDP_EMU_STREAMS), so a stream that reads it without waiting for the
+ *   collective's stream sees the old contents.  ncclGroupStart/End only
+ *   nest (the calls inside run at once, in order).
  * - ncclAllReduce is deterministic and bit-identical on every rank: rank 0
  *   gathers the inputs, reduces them in rank order (float in float, double
  *   in double, bf16/fp16 in float rounded once, int64 in int64), ncclAvg
