@@ -18,18 +18,15 @@
 #include "signals.h"
 #include "trainer.h"
 
-void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
-                    const float *targets, const int64_t *sample_idx)
+/* The upload into the device batch after t->batch, whose copy waits only
+ * for the ops that used it the last time round (its batch_free event). */
+static void upload_next_(trainer_t *t, int n, const float *x, const int32_t *labels,
+                         const float *targets, const int64_t *sample_idx)
 {
     const compute_ops_t *compute = t->compute;
-    /* the device batch computed on so far is free once the work called up
-     * to here is done; the upload goes to the other one, whose copy waits
-     * only for the ops that used it the last time round */
-    compute->event_record(t->batch_free[t->cur]);
-    t->cur = (t->cur + 1) % TRAINER_DEVICE_BATCHES;
-    t->batch = &t->batches[t->cur];
-    device_batch_t *b = t->batch;
-    const compute_event_t *reuse = t->batch_free[t->cur];
+    int next = (t->cur + 1) % TRAINER_DEVICE_BATCHES;
+    device_batch_t *b = &t->batches[next];
+    const compute_event_t *reuse = t->batch_free[next];
     compute_event_t *done = t->upload_done;
     compute->upload_async(b->x, x, (size_t)n * t->train.sample_numel * sizeof(float), reuse, done);
     if (sample_idx)
@@ -39,6 +36,45 @@ void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
     else
         compute->upload_async(b->targets, targets,
                               (size_t)n * (size_t)t->loss.width * sizeof(float), reuse, done);
+}
+
+/* The ops turn to the next device batch: the one left is free once the work
+ * called up to here is done. */
+static void turn_(trainer_t *t)
+{
+    t->compute->event_record(t->batch_free[t->cur]);
+    t->cur = (t->cur + 1) % TRAINER_DEVICE_BATCHES;
+    t->batch = &t->batches[t->cur];
+}
+
+void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
+                    const float *targets, const int64_t *sample_idx)
+{
+    upload_next_(t, n, x, labels, targets, sample_idx);
+    turn_(t);
+}
+
+/* The loader's batch b must be micro-batch `micro` of `epoch`. */
+static ddp_status_t expect_batch_(const loader_batch_t *b, int64_t epoch, int64_t micro)
+{
+    if (b->epoch == epoch && b->step == micro) return DDP_OK;
+    return ddp_fail(DDP_ERR_INTERNAL,
+                    "loader delivered epoch %lld batch %lld, expected epoch %lld batch %lld",
+                    (long long)b->epoch, (long long)b->step, (long long)epoch,
+                    (long long)micro);
+}
+
+ddp_status_t trainer_prefetch(trainer_t *t, int64_t epoch, int64_t micro)
+{
+    loader_batch_t *b;
+    progress_phase(PHASE_DATA_WAIT);
+    DDP_TRY(loader_next(t->loader, &b));
+    DDP_TRY(expect_batch_(b, epoch, micro));
+    progress_phase(PHASE_FORWARD);
+    upload_next_(t, b->n, b->x, b->labels, b->targets, b->idx);
+    t->prefetched = b;
+    progress_phase(PHASE_OPTIMIZER); /* the step's own phase again (its wait) */
+    return DDP_OK;
 }
 
 void trainer_upload_wait(trainer_t *t)
@@ -81,17 +117,20 @@ ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t
     diagnostics_step_begin(g, t);
     for (int64_t j = 0; j < nmicro; j++) {
         loader_batch_t *b;
-        progress_phase(PHASE_DATA_WAIT);
-        DDP_TRY(loader_next(t->loader, &b));
-        if (b->epoch != epoch || b->step != first_micro + j)
-            return ddp_fail(DDP_ERR_INTERNAL,
-                            "loader delivered epoch %lld batch %lld, expected "
-                            "epoch %lld batch %lld",
-                            (long long)b->epoch, (long long)b->step, (long long)epoch,
-                            (long long)(first_micro + j));
+        if (j == 0 && t->prefetched) { /* read and uploaded by trainer_prefetch */
+            b = t->prefetched;
+            t->prefetched = NULL;
+            DDP_TRY(expect_batch_(b, epoch, first_micro));
+            progress_phase(PHASE_FORWARD);
+            turn_(t);
+        } else {
+            progress_phase(PHASE_DATA_WAIT);
+            DDP_TRY(loader_next(t->loader, &b));
+            DDP_TRY(expect_batch_(b, epoch, first_micro + j));
+            progress_phase(PHASE_FORWARD);
+            trainer_upload(t, b->n, b->x, b->labels, b->targets, b->idx);
+        }
         int n = b->n;
-        progress_phase(PHASE_FORWARD);
-        trainer_upload(t, n, b->x, b->labels, b->targets, b->idx);
         trainer_upload_wait(t); /* before the loader may refill b */
         diagnostics_batch(g, t, global_step + 1, (int)j, n, b->idx);
         *samples += n;
@@ -222,6 +261,13 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
             /* a non-finite global gradient norm: every rank sees it and stops */
             if (st == DDP_ERR_NUMERIC) return st;
             if (st != DDP_OK) control_abort(t->ctl, st);
+            /* the next step's first micro-batch, read and uploaded while this
+             * step's compute is still queued on a GPU (the host waits for it
+             * next, for the loss): its copy overlaps this step's compute */
+            if (s + 1 < t->steps_per_epoch && step + 1 < t->total_steps) {
+                st = trainer_prefetch(t, epoch, (s + 1) * cfg->accum);
+                if (st != DDP_OK) control_abort(t->ctl, st);
+            }
             /* a device failure surfaces after the op that caused it returned */
             trainer_check_device(t);
             /* the non-finite guard, every step: a NaN or Inf loss stays in

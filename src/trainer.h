@@ -116,8 +116,11 @@ typedef struct trainer {
     /* batch_free[k]: recorded after the last op that used batches[k] (when
      * the trainer turns to the next one): the reuse event of its uploads */
     compute_event_t *batch_free[TRAINER_DEVICE_BATCHES];
-    int cur;               /* the batch of the last upload */
-    device_batch_t *batch; /* &batches[cur]: what the ops compute on */
+    int cur;               /* the batch the ops compute on */
+    device_batch_t *batch; /* &batches[cur] */
+    /* the next step's first micro-batch (trainer_prefetch): read, its upload
+     * into the batch after cur started; NULL when none */
+    loader_batch_t *prefetched;
     double *loss_sums;     /* device [2]: the loss sum and argmax hits since last read */
     host_batch_t eval_host;
     size_t data_bytes; /* input memory per rank (for the start-up table) */
@@ -156,6 +159,13 @@ ddp_status_t trainer_step_boundary(trainer_t *t, int64_t step, int *sig);
 void trainer_upload(trainer_t *t, int n, const float *x, const int32_t *labels,
                     const float *targets, const int64_t *sample_idx);
 void trainer_upload_wait(trainer_t *t);
+/* Micro-batch `micro` of `epoch` (the first of the next step, in this epoch)
+ * from the loader, uploaded into the device batch after t->batch now; the
+ * next trainer_step computes on it instead of reading the loader (and turns
+ * to it, waits for its upload and hands it back then).  The loop calls it
+ * after a step's work is queued and before it waits for the step, so on a
+ * GPU the copy overlaps that step's compute. */
+ddp_status_t trainer_prefetch(trainer_t *t, int64_t epoch, int64_t micro);
 /* With local BatchNorm statistics (--no-sync-bn) the running statistics
  * differ between ranks: average them, so every rank evaluates and saves the
  * same model.  Nothing to do otherwise. */

@@ -456,6 +456,17 @@ static void nccl_emu_reduce_(void *recv, const void *in, size_t n, int nranks, n
 
 #define NCCL_EMU_CHUNK ((size_t)4 << 20) /* bytes per rank and step */
 
+/* Every rank says whether it has the memory it needs (ok), so that none
+ * goes on into an exchange that another has left. */
+static ncclResult_t nccl_emu_agree_(ncclComm_t comm, const char *call, int ok)
+{
+    int all_ok = 0;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm->comm) != MPI_SUCCESS)
+        return nccl_emu_fail_(comm, ncclSystemError, "%s: MPI_Allreduce failed", call);
+    if (!all_ok) return nccl_emu_fail_(comm, ncclSystemError, "%s: out of host memory", call);
+    return ncclSuccess;
+}
+
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream)
@@ -477,12 +488,10 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
         size_t n = count < chunk ? count : chunk;
         tmp = malloc(n * es * (size_t)comm->nranks);
     }
-    /* every rank takes part even without memory, so none is left waiting */
-    int ok = out && (comm->rank != 0 || tmp), all_ok = 0;
-    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm->comm) != MPI_SUCCESS || !all_ok) {
+    if ((r = nccl_emu_agree_(comm, call, out && (comm->rank != 0 || tmp))) != ncclSuccess) {
         free(tmp);
         free(out);
-        return nccl_emu_fail_(comm, ncclSystemError, "%s: out of host memory", call);
+        return r;
     }
     ddp_emu_stream_sync(stream);
     for (size_t off = 0; off < count; off += chunk) {
@@ -523,10 +532,9 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
         return r;
     if (bytes == 0) return ncclSuccess;
     char *out = malloc(bytes);
-    int ok = out != NULL, all_ok = 0;
-    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm->comm) != MPI_SUCCESS || !all_ok) {
+    if ((r = nccl_emu_agree_(comm, call, out != NULL)) != ncclSuccess) {
         free(out);
-        return nccl_emu_fail_(comm, ncclSystemError, "%s: out of host memory", call);
+        return r;
     }
     ddp_emu_stream_sync(stream);
     if (comm->rank == root) memcpy(out, sendbuff, bytes);
@@ -564,10 +572,9 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                               "%s: the emulation moves at most %d bytes per rank", call, INT_MAX);
     size_t total = bytes * (size_t)comm->nranks;
     char *out = malloc(total);
-    int ok = out != NULL, all_ok = 0;
-    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm->comm) != MPI_SUCCESS || !all_ok) {
+    if ((r = nccl_emu_agree_(comm, call, out != NULL)) != ncclSuccess) {
         free(out);
-        return nccl_emu_fail_(comm, ncclSystemError, "%s: out of host memory", call);
+        return r;
     }
     ddp_emu_stream_sync(stream);
     if (MPI_Allgather(sendbuff, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, comm->comm) !=
