@@ -2,6 +2,9 @@
 // per-channel sums (bn_stats, bn_bwd_stats) are one block per channel,
 // each thread adding its share in double, then a fixed tree through static
 // shared memory: deterministic (no atomics, no dependence on block order).
+// For hw = 1 a channel is a strided column of x[n, c]: there a block takes
+// 32 channels at a time with 32 lanes of rows, so that a warp reads 32
+// consecutive floats of one row.
 // finalize (the CPU backend's ddp_bn_finalize_ch, backend_math.h), eval
 // params and the coefficients in double, as the CPU backend.
 #include "ddp_cuda_rt.h"
@@ -49,6 +52,52 @@ __global__ void bn_stats_kernel(int n, int c, int hw, const float *x, double *st
             stats[c + ch] = s2[0];
         }
         __syncthreads(); // s1[0], s2[0] read before the next channel
+    }
+}
+
+// BatchNorm1d's sums: kColTile channels per block, kColLanes lanes of rows
+// each (lane r adds rows r, r + kColLanes, ... in order), then a fixed tree
+// over the lanes.
+constexpr int kColTile = 32, kColLanes = 32;
+typedef double lane_sums_t[kColLanes][kColTile + 1]; // +1: no bank conflicts
+
+// Sums a1 and a2 over the lanes into a[0][x], b[0][x]; every thread must call.
+__device__ inline void lane_sum2(lane_sums_t &a, lane_sums_t &b, double a1, double a2)
+{
+    const int col = threadIdx.x, lane = threadIdx.y;
+    a[lane][col] = a1;
+    b[lane][col] = a2;
+    __syncthreads();
+    for (int w = kColLanes / 2; w > 0; w /= 2) {
+        if (lane < w) {
+            a[lane][col] += a[lane + w][col];
+            b[lane][col] += b[lane + w][col];
+        }
+        __syncthreads();
+    }
+}
+
+// bn_stats_kernel for hw = 1
+__global__ void bn1d_stats_kernel(int n, int c, const float *x, double *stats)
+{
+    __shared__ lane_sums_t s1, s2;
+    // the loop bound is the same for every thread of the block (barriers)
+    for (size_t c0 = (size_t)blockIdx.x * kColTile; c0 < (size_t)c;
+         c0 += (size_t)gridDim.x * kColTile) {
+        const size_t ch = c0 + threadIdx.x;
+        double a1 = 0.0, a2 = 0.0;
+        if (ch < (size_t)c)
+            for (int i = threadIdx.y; i < n; i += kColLanes) {
+                double v = x[(size_t)i * c + ch];
+                a1 += v;
+                a2 += v * v;
+            }
+        lane_sum2(s1, s2, a1, a2);
+        if (threadIdx.y == 0 && ch < (size_t)c) {
+            stats[ch] = s1[0][threadIdx.x];
+            stats[c + ch] = s2[0][threadIdx.x];
+        }
+        __syncthreads(); // s1[0], s2[0] read before the next channels
     }
 }
 
@@ -114,6 +163,37 @@ __global__ void bn_bwd_stats_kernel(int n, int c, int hw, const float *x, const 
     }
 }
 
+// bn_bwd_stats_kernel for hw = 1
+__global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float *dy,
+                                      const float *mean, const float *invstd, double *gstats,
+                                      float *dgamma, float *dbeta, float beta)
+{
+    __shared__ lane_sums_t s1, s2;
+    for (size_t c0 = (size_t)blockIdx.x * kColTile; c0 < (size_t)c;
+         c0 += (size_t)gridDim.x * kColTile) {
+        const size_t ch = c0 + threadIdx.x;
+        double a1 = 0.0, a2 = 0.0;
+        if (ch < (size_t)c) {
+            const float m = mean[ch];
+            for (int i = threadIdx.y; i < n; i += kColLanes) {
+                size_t off = (size_t)i * c + ch;
+                float g = dy[off];
+                a1 += (double)g;
+                a2 += (double)(g * (x[off] - m));
+            }
+        }
+        lane_sum2(s1, s2, a1, a2);
+        if (threadIdx.y == 0 && ch < (size_t)c) {
+            double g1 = s1[0][threadIdx.x], g2 = s2[0][threadIdx.x] * (double)invstd[ch];
+            gstats[ch] = g1;
+            gstats[c + ch] = g2;
+            if (dgamma) dgamma[ch] = (float)(beta == 0.0f ? g2 : beta * dgamma[ch] + g2);
+            if (dbeta) dbeta[ch] = (float)(beta == 0.0f ? g1 : beta * dbeta[ch] + g1);
+        }
+        __syncthreads();
+    }
+}
+
 // dx = A dy + B (x - mean) + C per channel: A = gamma invstd,
 // B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU backend)
 __global__ void bn_bwd_data_kernel(int n, int c, int hw, const float *x, const float *dy,
@@ -137,6 +217,14 @@ unsigned channel_blocks(int c)
     return (unsigned)(c < 4096 ? c : 4096);
 }
 
+unsigned column_blocks(int c)
+{
+    size_t tiles = ((size_t)c + kColTile - 1) / kColTile;
+    return (unsigned)(tiles < 65535 ? tiles : 65535);
+}
+
+const dim3 kColBlock(kColTile, kColLanes);
+
 } // namespace
 
 extern "C" {
@@ -149,7 +237,10 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
         DDP_CU(cudaMemsetAsync(stats, 0, 2 * (size_t)c * sizeof *stats, s));
         return 0;
     }
-    DDP_LAUNCH(bn_stats_kernel, channel_blocks(c), kDdpThreads, s, n, c, hw, x, stats);
+    if (hw == 1)
+        DDP_LAUNCH(bn1d_stats_kernel, column_blocks(c), kColBlock, s, n, c, x, stats);
+    else
+        DDP_LAUNCH(bn_stats_kernel, channel_blocks(c), kDdpThreads, s, n, c, hw, x, stats);
     DDP_CU_LAUNCHED();
     return 0;
 }
@@ -195,8 +286,12 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
     // n == 0 or hw == 0: the block sums are 0 (no element), dgamma and dbeta
     // still take beta.
     int nn = n > 0 && hw > 0 ? n : 0, hh = hw > 0 ? hw : 1;
-    DDP_LAUNCH(bn_bwd_stats_kernel, channel_blocks(c), kDdpThreads, ddp_cuda_state_.stream, nn, c,
-               hh, x, dy, mean, invstd, gstats, dgamma, dbeta, beta);
+    if (hh == 1)
+        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, ddp_cuda_state_.stream, nn,
+                   c, x, dy, mean, invstd, gstats, dgamma, dbeta, beta);
+    else
+        DDP_LAUNCH(bn_bwd_stats_kernel, channel_blocks(c), kDdpThreads, ddp_cuda_state_.stream,
+                   nn, c, hh, x, dy, mean, invstd, gstats, dgamma, dbeta, beta);
     DDP_CU_LAUNCHED();
     return 0;
 }
