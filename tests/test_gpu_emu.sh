@@ -38,8 +38,7 @@
 # (relative to max(1, |loss|)) is that; a real fault -- a wrong gradient,
 # dropout mask, BatchNorm statistic or NCCL datatype, a missing reduction --
 # moves the loss by more than 1e-2 within a few steps.  (On the emulation
-# the cuda kernels happen to sum in the cpu backend's order: the curves
-# measured equal to all 6 digits.)  bf16 GEMM inputs round to 8 significant
+# the curves measured equal to all 6 digits.)  bf16 GEMM inputs round to 8 significant
 # bits (2^-9 relative per input): the first 10 steps stay within 5e-3 of fp32
 # (measured 1e-3), after which the perturbed trajectory drifts apart like any
 # two runs on 8-sample batches (measured 4e-2 by step 50): within 1e-1 at
