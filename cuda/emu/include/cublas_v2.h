@@ -15,8 +15,9 @@
  *   stderr naming the call and the operand;
  * - unsupported GemmEx types: CUBLAS_STATUS_NOT_SUPPORTED.
  * beta == 0 never reads C (it may hold NaN).  alpha and beta are host
- * pointers (CUBLAS_POINTER_MODE_HOST, the default).  The work runs when
- * called, whatever the handle's stream (see cuda_runtime.h).
+ * pointers (CUBLAS_POINTER_MODE_HOST, the default), read at the call.  The
+ * work is an operation of the handle's stream (queued, see cuda_runtime.h,
+ * DDP_EMU_STREAMS); the operands are checked at the call.
  * DDP_EMU_FAIL=cublasSgemm:N etc. makes the N-th call fail (cuda_runtime.h).
  */
 #ifndef DDP_EMU_CUBLAS_V2_H

@@ -5,7 +5,7 @@
  * ddp_emu_launch, device math) is C++ only.
  *
  * What differs from a GPU, on purpose:
- * - Streams are queues that run on the calling OS thread, deterministically,
+ * - Streams are queues that run on the thread that waits, deterministically,
  *   when something waits for them (DDP_EMU_STREAMS below): a kernel launch,
  *   a cudaMemcpyAsync between device and pinned memory, a cudaMemsetAsync,
  *   a cuBLAS call and an NCCL result are queued on their stream; the host
@@ -29,9 +29,10 @@
  *   but it is heap memory: the sanitizer build (--enable-sanitizers) finds
  *   a kernel's out-of-bounds access.
  * - Kernels: every block runs in order (x fastest, then y, z), every thread
- *   of a block as a fiber on the calling OS thread, switched only at
- *   __syncthreads(), so __shared__ (which expands to `static`) is shared by
- *   the block's threads and a missing barrier shows as a wrong result.  A
+ *   of a block as a fiber on the OS thread running the stream, switched
+ *   only at __syncthreads(), so __shared__ (which expands to `static`) is
+ *   shared by the block's threads and a missing barrier shows as a wrong
+ *   result.  A
  *   barrier that some threads of a block skip by returning aborts the
  *   process with the launch site (undefined behaviour on a GPU).  No warps:
  *   no shuffles, votes, atomics or dynamic shared memory.
