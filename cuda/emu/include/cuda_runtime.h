@@ -32,9 +32,9 @@
  *   of a block as a fiber on the OS thread running the stream, switched
  *   only at __syncthreads(), so __shared__ (which expands to `static`) is
  *   shared by the block's threads and a missing barrier shows as a wrong
- *   result.  A
- *   barrier that some threads of a block skip by returning aborts the
- *   process with the launch site (undefined behaviour on a GPU).  No warps:
+ *   result.  A barrier that some threads of a block skip by returning
+ *   aborts the process with the launch site (undefined behaviour on a GPU).
+ *   No warps:
  *   no shuffles, votes, atomics or dynamic shared memory.
  * - A configuration error (threads per block outside 1..1024, block.z > 64,
  *   grid.x >= 2^31, grid.y/z > 65535, a zero dimension) sets the launch
