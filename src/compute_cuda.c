@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ddp_cuda.h"
+#include "progress.h"
 
 static ddp_status_t cuda_status_ = DDP_OK;
 static char cuda_pci_[32];
@@ -84,14 +85,22 @@ static void cuda_free(void *p)
     cuda_rc_(ddp_cuda_free(p));
 }
 
+/* A launcher that makes the host wait for the device (progress.h). */
+#define DEVICE_WAIT(call)                                                                          \
+    do {                                                                                           \
+        progress_device_wait_begin();                                                              \
+        cuda_rc_(call);                                                                            \
+        progress_device_wait_end();                                                                \
+    } while (0)
+
 static void cuda_upload(void *dst, const void *host_src, size_t bytes)
 {
-    cuda_rc_(ddp_cuda_upload(dst, host_src, bytes));
+    DEVICE_WAIT(ddp_cuda_upload(dst, host_src, bytes));
 }
 
 static void cuda_download(void *host_dst, const void *src, size_t bytes)
 {
-    cuda_rc_(ddp_cuda_download(host_dst, src, bytes));
+    DEVICE_WAIT(ddp_cuda_download(host_dst, src, bytes));
 }
 
 static void cuda_copy(void *dst, const void *src, size_t bytes)
@@ -106,7 +115,7 @@ static void cuda_zero(void *p, size_t bytes)
 
 static void cuda_sync(void)
 {
-    cuda_rc_(ddp_cuda_sync());
+    DEVICE_WAIT(ddp_cuda_sync());
 }
 
 static void cuda_upload_async(void *dst, const void *host_src, size_t bytes,
@@ -153,7 +162,7 @@ static void cuda_event_record(compute_event_t *e)
 
 static void cuda_event_wait(compute_event_t *e)
 {
-    cuda_rc_(ddp_cuda_event_wait((ddp_cuda_event_t *)e));
+    DEVICE_WAIT(ddp_cuda_event_wait((ddp_cuda_event_t *)e));
 }
 
 /* ---- dense layers and convolution ---------------------------------------- */
@@ -348,16 +357,16 @@ static void cuda_scale(size_t count, float *x, float alpha)
 static double cuda_sumsq(size_t count, const float *x)
 {
     double r = 0;
-    int rc = ddp_cuda_sumsq(count, x, &r);
-    cuda_rc_(rc);
+    int rc;
+    DEVICE_WAIT(rc = ddp_cuda_sumsq(count, x, &r));
     return rc == 0 ? r : NAN;
 }
 
 static int cuda_all_finite(size_t count, const float *x)
 {
     int r = 0;
-    int rc = ddp_cuda_all_finite(count, x, &r);
-    cuda_rc_(rc);
+    int rc;
+    DEVICE_WAIT(rc = ddp_cuda_all_finite(count, x, &r));
     return rc == 0 ? r : 0;
 }
 

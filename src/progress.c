@@ -13,6 +13,11 @@ static progress_record_t rec_ = {.phase = PHASE_STARTUP};
 static _Atomic uint64_t version_;
 static uint64_t numbered_;            /* collectives started (main thread only) */
 static double waited_;                /* seconds blocked so far (main thread only) */
+/* the gradient-plane collective started last, and the newest one known
+ * complete on the device (a device wait returned after it) */
+static progress_coll_t last_gradient_;
+static uint64_t device_done_;
+static int device_blocked_; /* the block is progress_device_wait_begin's */
 static double in_phase_[PHASE_COUNT]; /* seconds spent in each phase, up to the last change */
 static progress_hook_t hook_;
 static void *hook_arg_;
@@ -140,7 +145,30 @@ uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane,
     write_begin_();
     rec_.last = c;
     write_end_();
+    if (plane == PLANE_GRADIENT) last_gradient_ = c;
     return c.number;
+}
+
+void progress_device_wait_begin(void)
+{
+    if (rec_.blocked.number || last_gradient_.number <= device_done_) return;
+    write_begin_();
+    rec_.blocked = last_gradient_;
+    rec_.blocked_since = clock_seconds();
+    rec_.on_device = 1;
+    write_end_();
+    device_blocked_ = 1;
+}
+
+void progress_device_wait_end(void)
+{
+    device_done_ = last_gradient_.number;
+    if (!device_blocked_) return;
+    device_blocked_ = 0;
+    write_begin_();
+    rec_.blocked.number = 0;
+    rec_.on_device = 0;
+    write_end_();
 }
 
 double progress_wait_seconds(void)

@@ -60,8 +60,8 @@ typedef struct progress_coll {
 } progress_coll_t;
 
 typedef struct progress_record {
-    int32_t phase; /* progress_phase_t */
-    int32_t pad_;
+    int32_t phase;     /* progress_phase_t */
+    int32_t on_device; /* the wait for `blocked` is a wait for the device */
     int64_t step;            /* the step being trained (1-based, as logged); 0 before the first */
     progress_coll_t last;    /* the collective started most recently */
     progress_coll_t blocked; /* the collective being waited for (number 0: none) */
@@ -81,6 +81,15 @@ uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane,
  * last one started when c is NULL) / is done waiting. */
 void progress_block(uint64_t number, const progress_coll_t *c);
 void progress_unblock(void);
+/* The main thread waits for the device (a GPU backend's host waits: a
+ * download, a synchronisation, an event).  A collective queued on a device
+ * stream (NCCL) returns at once and is waited for only here, so while a
+ * gradient-plane collective started since the last device wait is not
+ * known complete, the record shows the rank waiting in it: the watchdog
+ * then names a collective that hangs on the GPU.  These waits are not
+ * collective waits for progress_wait_seconds (they include compute). */
+void progress_device_wait_begin(void);
+void progress_device_wait_end(void);
 /* Seconds the main thread has spent waiting in collectives of either plane
  * (gradient buckets, SyncBatchNorm, control), the waits above summed: what
  * a step lost to other ranks (metrics.h: compute = step - waits). */

@@ -171,7 +171,8 @@ static void add_rank_state_(wd_text_t *t, int r, const wd_view_t *v, int stale)
     }
     if (v->rec.blocked.number) {
         progress_coll_format(&v->rec.blocked, last, sizeof last);
-        add_(t, "waiting in %s for %.1f s", last, v->blocked_for);
+        add_(t, "waiting in %s%s for %.1f s", last, v->rec.on_device ? " (for its GPU)" : "",
+             v->blocked_for);
     } else {
         add_(t, "in %s", progress_phase_name(v->rec.phase));
         if (v->rec.step > 0) add_(t, " of step %lld", (long long)v->rec.step);
@@ -295,6 +296,11 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
                 "complete: check the network between the hosts (and the launcher's transport "
                 "settings)\n");
     }
+    if (v[stuck].rec.on_device)
+        add_(t, "ddptrain:   rank %d waits for its GPU, where NCCL runs the collective (it is the "
+                "last one queued there): a GPU or NCCL fault, or a peer that left it; "
+                "NCCL_DEBUG=WARN shows NCCL's view\n",
+             stuck);
     free(arrived);
     free(missing);
     end_job_(t, 10);

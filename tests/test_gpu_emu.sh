@@ -14,6 +14,10 @@
 #  (e) an NCCL asynchronous error ends the job with one line, no hang, and
 #      so does a failed ncclAllReduce or ncclCommInitRank (DDP_EMU_FAIL);
 #  (f) an injected CUDA failure ends it with one line naming the call;
+#  (j) a collective that never completes on the GPU (the host's wait for
+#      the device never returns, DDP_EMU_HANG): the watchdog names the
+#      gradient collective queued last and says the ranks wait for their
+#      GPUs (exit 10, no hang);
 #  (g) this CPU-only ddptrain refuses --device cuda (exit 2) and trains on
 #      cpu with --device auto;
 #  (h) out of pinned host memory, the loader's batches fall back to malloc
@@ -131,6 +135,13 @@ ddp_expect_error "$T/nf.err" $? 7 "failed ncclAllReduce" "ncclAllReduce failed|c
 DDP_EMU_FAIL=ncclCommInitRank:1 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
   --steps 5 --device cuda >"$T/ni.out" 2>"$T/ni.err"
 ddp_expect_error "$T/ni.err" $? 7 "failed ncclCommInitRank" "ncclCommInitRank("
+
+# (j) a hang on the GPU: every rank's 200th cudaStreamSynchronize (step 85's
+# loss read, after its buckets were queued) never returns
+DDP_EMU_HANG=cudaStreamSynchronize:200 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp \
+  --batch 8 --steps 200 --device cuda --timeout 3 >"$T/hang.out" 2>"$T/hang.err"
+ddp_expect_error "$T/hang.err" $? 10 "a collective hanging on the GPU" \
+  "watchdog: gradient-bucket|has not completed in|every rank started it|waits for its GPU"
 
 # (f) an injected CUDA failure names the call
 DDP_EMU_FAIL=cudaMalloc:12 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cuda \

@@ -69,6 +69,7 @@ struct Config {
     std::vector<int> visible; // visible ordinal -> physical index
     size_t mem_total = (size_t)16384 << 20;
     std::vector<FailRule> fail;
+    std::vector<FailRule> hang; // DDP_EMU_HANG
     int streams = 1; // DDP_EMU_STREAMS: 0 sync, 1 lazy (the default), 2 lazy-first
 };
 
@@ -109,6 +110,28 @@ long env_long(const char *name, long dflt, long lo, long hi)
     return v;
 }
 
+// NAME:N[,NAME:N...] from the environment variable `var`.
+void parse_rules(const char *var, std::vector<FailRule> &out)
+{
+    const char *env = getenv(var);
+    if (!env || !*env) return;
+    std::string s(env);
+    size_t pos = 0;
+    while (pos < s.size()) {
+        size_t comma = s.find(',', pos);
+        std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        size_t colon = item.find(':');
+        char *end = nullptr;
+        long at = colon == std::string::npos ? 0 : strtol(item.c_str() + colon + 1, &end, 10);
+        if (colon == std::string::npos || colon == 0 || at < 1 || *end)
+            ddp_emu_warn("%s: \"%s\" is not NAME:N (N >= 1); ignored", var, item.c_str());
+        else
+            out.push_back(FailRule{item.substr(0, colon), at, 0});
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+    }
+}
+
 void load_locked()
 {
     Config c;
@@ -138,25 +161,8 @@ void load_locked()
             pos = comma + 1;
         }
     }
-    const char *fail = getenv("DDP_EMU_FAIL");
-    if (fail && *fail) {
-        std::string s(fail);
-        size_t pos = 0;
-        while (pos < s.size()) {
-            size_t comma = s.find(',', pos);
-            std::string item =
-                s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-            size_t colon = item.find(':');
-            char *end = nullptr;
-            long at = colon == std::string::npos ? 0 : strtol(item.c_str() + colon + 1, &end, 10);
-            if (colon == std::string::npos || colon == 0 || at < 1 || *end)
-                ddp_emu_warn("DDP_EMU_FAIL: \"%s\" is not NAME:N (N >= 1); ignored", item.c_str());
-            else
-                c.fail.push_back(FailRule{item.substr(0, colon), at, 0});
-            if (comma == std::string::npos) break;
-            pos = comma + 1;
-        }
-    }
+    parse_rules("DDP_EMU_FAIL", c.fail);
+    parse_rules("DDP_EMU_HANG", c.hang);
     const char *streams = getenv("DDP_EMU_STREAMS");
     if (streams && *streams) {
         if (!strcmp(streams, "sync"))
@@ -260,6 +266,21 @@ extern "C" int ddp_emu_inject(const char *name)
     for (FailRule &r : c.fail)
         if (r.name == name && ++r.count == r.at) hit = 1;
     return hit;
+}
+
+// DDP_EMU_HANG: the N-th call of `name` never returns, as a host wait for a
+// GPU whose collective never completes (a peer gone, a mismatched NCCL call).
+static void hang_point(const char *name)
+{
+    bool hit = false;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        for (FailRule &r : cfg_locked().hang)
+            if (r.name == name && ++r.count == r.at) hit = true;
+    }
+    if (!hit) return;
+    ddp_emu_warn("%s hangs here (DDP_EMU_HANG)", name);
+    for (;;) pause();
 }
 
 extern "C" void ddp_emu_reload_env(void)
@@ -812,7 +833,7 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t stream)
     return cudaSuccess;
 }
 
-extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+static cudaError_t stream_wait(cudaStream_t stream)
 {
     {
         std::lock_guard<std::mutex> lock(g_mu);
@@ -822,10 +843,16 @@ extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     return cudaSuccess;
 }
 
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+    hang_point("cudaStreamSynchronize");
+    return stream_wait(stream);
+}
+
 // A query runs the work it asks about, then answers that it is complete.
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-    return cudaStreamSynchronize(stream);
+    return stream_wait(stream);
 }
 
 extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
@@ -887,7 +914,14 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 }
 
 // Like a stream query: runs the work up to the event's record.
+static cudaError_t event_wait(cudaEvent_t event);
+
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+    return event_wait(event);
+}
+
+static cudaError_t event_wait(cudaEvent_t event)
 {
     std::lock_guard<std::recursive_mutex> qlock(g_qmu);
     {
@@ -901,7 +935,8 @@ extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
 
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    return cudaEventQuery(event);
+    hang_point("cudaEventSynchronize");
+    return event_wait(event);
 }
 
 extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)

@@ -73,6 +73,9 @@
  *                           cublasSgemmStridedBatched, cublasGemmEx,
  *                           cublasSgemv (EXECUTION_FAILED); NCCL's names
  *                           in nccl.h.
+ *   DDP_EMU_HANG=NAME:N[,...]   the N-th call of cudaStreamSynchronize or
+ *                           cudaEventSynchronize never returns (a host
+ *                           waiting for a GPU whose collective hangs)
  * Device i (after CUDA_VISIBLE_DEVICES) is named "ddptrain CUDA emulation",
  * sm 8.0, PCI bus id "0000:%02x:00.0" with bus 0x10 + its physical index.
  *
