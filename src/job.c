@@ -10,6 +10,7 @@
 #include "log.h"
 #include "progress.h"
 #include "signals.h"
+#include "watchdog.h"
 
 ddp_status_t job_begin(job_t *j, int *argc, char ***argv)
 {
@@ -30,11 +31,14 @@ ddp_status_t job_begin(job_t *j, int *argc, char ***argv)
     /* validated: the same on every rank */
     if (s == DDP_OK) s = inject_setup(j->cfg.inject, j->rank);
     if (s == DDP_OK) log_setup(j->rank, j->cfg.quiet ? LOG_QUIET : LOG_INFO);
+    if (s == DDP_OK)
+        s = control_agree(&j->ctl, watchdog_start(&j->ctl, j->cfg.timeout, j->cfg.debug_collectives));
     return s;
 }
 
 int job_end(job_t *j, ddp_status_t s)
 {
+    watchdog_stop();
     if (s == DDP_STOP_REQUEUE || s == DDP_STOP_INTERRUPT)
         log_stopped(ddp_error_message());
     else if (s != DDP_OK && j->rank == 0)

@@ -20,11 +20,13 @@ typedef struct job {
  * progress record, the log, HDF5's own messages off, the control plane
  * over MPI_COMM_WORLD (when that fails: the error on every rank, then
  * MPI_Abort with its exit code -- nothing could agree on it), the options
- * parsed and agreed on by every rank, --inject armed and --quiet applied.
+ * parsed and agreed on by every rank, --inject armed, --quiet applied and
+ * the watchdog started (--timeout, --debug-collectives; watchdog.h).
  * The status is the same on every rank; whatever it is, end with job_end. */
 ddp_status_t job_begin(job_t *j, int *argc, char ***argv);
 /* Report s (a stop request as "stopped", another failure as the error, on
- * rank 0), free what job_begin made, MPI_Finalize; the exit code for s. */
+ * rank 0), stop the watchdog, free what job_begin made, MPI_Finalize; the
+ * exit code for s. */
 int job_end(job_t *j, ddp_status_t s);
 
 #endif

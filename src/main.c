@@ -1,5 +1,5 @@
 /* main.c -- ddptrain: --help and --version, then start MPI, the control
- * plane and the options (job.h), the watchdog, train, and report (job_end:
+ * plane, the options and the watchdog (job.h), train, and report (job_end:
  * the one place a failure is reported and mapped to the exit code).
  * Everything else lives in libddp (trainer.h lists the rooms). */
 #include <stdio.h>
@@ -9,7 +9,6 @@
 #include "job.h"
 #include "train.h"
 #include "version.h"
-#include "watchdog.h"
 
 int main(int argc, char **argv)
 {
@@ -27,13 +26,9 @@ int main(int argc, char **argv)
 
     job_t job;
     ddp_status_t s = job_begin(&job, &argc, &argv);
-    if (s == DDP_OK)
-        s = control_agree(&job.ctl,
-                          watchdog_start(&job.ctl, job.cfg.timeout, job.cfg.debug_collectives));
     if (s == DDP_OK) {
         train_result_t res;
         s = ddp_train(&job.cfg, &job.ctl, &res);
     }
-    watchdog_stop();
     return job_end(&job, s);
 }

@@ -2,22 +2,18 @@
  * the "nccl" comm backend built against the CPU emulation of CUDA, cuBLAS
  * and NCCL (cuda/emu, libddpcuda_emu.a), for tests/test_gpu_emu.sh: the
  * options of ddptrain (--device cpu|cuda|auto, --precision), the same exit
- * codes and messages (job.h) and the watchdog, as main.c.  The emulation's
- * GPUs: DDP_EMU_GPUS per host. */
+ * codes, messages and watchdog (job.h).  The emulation's GPUs:
+ * DDP_EMU_GPUS per host. */
 #include "comm_nccl.h"
 #include "compute.h"
 #include "ddp_cuda.h"
 #include "job.h"
 #include "train.h"
-#include "watchdog.h"
 
 int main(int argc, char **argv)
 {
     job_t job;
     ddp_status_t s = job_begin(&job, &argc, &argv);
-    if (s == DDP_OK)
-        s = control_agree(&job.ctl,
-                          watchdog_start(&job.ctl, job.cfg.timeout, job.cfg.debug_collectives));
     if (s == DDP_OK) {
         /* this binary's registry has cpu and mpi only: the emulated GPU
          * backends come from here */
@@ -30,6 +26,5 @@ int main(int argc, char **argv)
         train_result_t res;
         s = ddp_train_with(&job.cfg, &job.ctl, &b, &res);
     }
-    watchdog_stop();
     return job_end(&job, s);
 }

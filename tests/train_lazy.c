@@ -1,6 +1,6 @@
 /* train_lazy.c -- ddptrain's training on the "cpu-lazy" test backend
  * (compute_lazy.c), for tests/test_ordering.sh: the options of ddptrain,
- * the same exit codes and messages (job.h), no watchdog. */
+ * the same exit codes, messages and watchdog (job.h). */
 #include "compute_lazy.h"
 #include "job.h"
 #include "train.h"
