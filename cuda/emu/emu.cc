@@ -913,14 +913,8 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     return cudaSuccess;
 }
 
-// Like a stream query: runs the work up to the event's record.
-static cudaError_t event_wait(cudaEvent_t event);
-
-extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
-{
-    return event_wait(event);
-}
-
+// Runs the work up to the event's record (a query, like a stream query,
+// then answers that it is complete).
 static cudaError_t event_wait(cudaEvent_t event)
 {
     std::lock_guard<std::recursive_mutex> qlock(g_qmu);
@@ -931,6 +925,11 @@ static cudaError_t event_wait(cudaEvent_t event)
     if (event->last) run_to(event->last);
     pump();
     return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+    return event_wait(event);
 }
 
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event)
