@@ -34,7 +34,7 @@ from torch import nn
 
 
 def load(deck, split):
-    """x = raw * float32(scale / std) + float32(-mean / std), as src/deck.c."""
+    """x = raw * float32(scale / std) + float32(-mean / std), as src/data/deck.c."""
     with h5py.File(deck, "r") as d:
         raw, y = d[split + "/x"][()], d[split + "/y"][()]
         at = d["train/x"].attrs
@@ -84,7 +84,7 @@ def main():
     total = len(loader) * a.epochs
     w = a.warmup_steps
 
-    def lr_factor(t):  # src/optim.c optim_lr
+    def lr_factor(t):  # src/train/optim.c optim_lr
         if w > 0 and t < w:
             return (t + 1) / w
         return 0.5 * (1 + math.cos(math.pi * min(1.0, (t - w) / max(1, total - w))))

@@ -1,5 +1,5 @@
 /* ddp_cuda.h -- the C face of the CUDA compute backend: extern "C" launchers
- * only.  src/compute_cuda.c builds the compute ops table (compute.h) over
+ * only.  src/compute/compute_cuda.c builds the compute ops table (compute.h) over
  * them; nothing else of CUDA crosses into the C code.
  *
  * One device per process: ddp_cuda_init binds it and creates the compute

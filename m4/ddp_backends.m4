@@ -3,8 +3,8 @@
 # DDP_BACKEND(KIND, NAME, [CONDITION])
 #   KIND is compute or comm.  NAME is built when the shell test CONDITION
 #   holds (always without one) and is then appended to ddp_KIND_backends,
-#   the list configure's summary prints.  The registries (src/compute.c,
-#   src/comm.c) list the backends under the C macros of the same
+#   the list configure's summary prints.  The registries (src/compute/compute.c,
+#   src/comm/comm.c) list the backends under the C macros of the same
 #   conditions, and `ddptrain --version` prints the registries.
 # DDP_BACKENDS_OUTPUT
 #   DDP_COMPUTE_BACKENDS and DDP_COMM_BACKENDS, the two lists, as
@@ -24,7 +24,7 @@ AC_DEFUN([DDP_BACKENDS_OUTPUT], [
   AC_SUBST([DDP_COMPUTE_BACKENDS])
   AC_SUBST([DDP_COMM_BACKENDS])
   AC_DEFINE_UNQUOTED([DDP_COMPUTE_BACKENDS], ["$ddp_compute_backends"],
-                     [compute backends built in (the registry in src/compute.c)])
+                     [compute backends built in (the registry in src/compute/compute.c)])
   AC_DEFINE_UNQUOTED([DDP_COMM_BACKENDS], ["$ddp_comm_backends"],
-                     [comm backends built in (the registry in src/comm.c)])
+                     [comm backends built in (the registry in src/comm/comm.c)])
 ])

@@ -8,7 +8,7 @@
 #include "h5util.h"
 #include "inject.h"
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 #include "signals.h"
 #include "watchdog.h"
 
@@ -17,7 +17,7 @@ ddp_status_t job_begin(job_t *j, int *argc, char ***argv)
     int provided;
     MPI_Init_thread(argc, argv, COMM_MPI_THREAD_LEVEL, &provided);
     signals_install();
-    progress_begin();
+    activity_begin();
     MPI_Comm_rank(MPI_COMM_WORLD, &j->rank);
     log_setup(j->rank, LOG_INFO);
     h5_quiet();

@@ -1,4 +1,4 @@
-/* check_comm_nccl.c -- the NCCL comm backend (src/comm_nccl.c) through its
+/* check_comm_nccl.c -- the NCCL comm backend (src/comm/comm_nccl.c) through its
  * ops table, with the cases of check_comm.c that apply to a device-memory,
  * stream-ordered backend (comm_cases.h): all-reduce of every dtype
  * with exact sums and the same bits on every rank, several in flight

@@ -1,6 +1,6 @@
 #!/bin/sh
 # test_planes.sh -- every collective runs on the plane its name belongs to
-# (trainer.h; the table in progress.c): with --debug-collectives a job
+# (trainer.h; the table in activity.c): with --debug-collectives a job
 # whose control collective (metrics, evaluation sums, replica hashes,
 # checkpoint agreement...) is started on the gradient plane, or a bucket on
 # the control plane, stops with exit 6 naming both planes.  The runs cover

@@ -8,7 +8,7 @@
 # weights comparison catches an lr that is off at any single step: one
 # step's update at a wrong lr moves the weights by far more than 1e-5.
 #
-# ddptrain's warm-up (src/optim.c optim_lr) is lr * (t+1)/W for the steps
+# ddptrain's warm-up (src/train/optim.c optim_lr) is lr * (t+1)/W for the steps
 # t = 0 .. W-1, then the schedule.  In torch terms:
 #   constant + warm-up  LinearLR(start_factor=1/W, total_iters=W-1)
 #   cosine              CosineAnnealingLR(T_max=T), or, with warm-up,

@@ -17,7 +17,7 @@ import torch
 def _stat(v, sample_shape):
     """A mean/std/scale attribute (float64) shaped to broadcast over samples:
     one value, one per element of a sample, or one per channel of
-    [C, H, W] images (src/deck.h)."""
+    [C, H, W] images (src/data/deck.h)."""
     v = np.atleast_1d(np.asarray(v, dtype=np.float64))
     if v.size == 1:
         return v.reshape(())
@@ -33,7 +33,7 @@ def load_split(deck, split="train", dtype=torch.float32):
 
     x = (raw * scale - mean) / std with the attributes of /<split>/x (for a
     split other than train that has none of mean, std, scale: those of
-    /train/x, as src/deck.c does); mean and std are read as float32, scale
+    /train/x, as src/data/deck.c does); mean and std are read as float32, scale
     (uint8 decks only; default 1/255) as float64.  With dtype float32 the
     values are ddptrain's to the bit: raw * a + b in float32 with
     a = float32(scale / std) and b = float32(-mean / std).  With float64 the

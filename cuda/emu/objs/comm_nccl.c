@@ -1,3 +1,3 @@
-/* the emulation build of src/comm_nccl.c, against cuda/emu/include/nccl.h
+/* the emulation build of src/comm/comm_nccl.c, against cuda/emu/include/nccl.h
  * (see cuda/Makefile.am) */
-#include "../../../src/comm_nccl.c"
+#include "../../../src/comm/comm_nccl.c"

@@ -1,2 +1,2 @@
-/* the emulation build of src/compute_cuda.c (see cuda/Makefile.am) */
-#include "../../../src/compute_cuda.c"
+/* the emulation build of src/compute/compute_cuda.c (see cuda/Makefile.am) */
+#include "../../../src/compute/compute_cuda.c"

@@ -18,7 +18,7 @@
  * event that says the memory is written, compute.h).  Control values that
  * live in compute memory are downloaded first (the model broadcast, the
  * evaluation sums).  Each descriptor name belongs to one plane (the table
- * in progress.c); --debug-collectives stops a job that breaks the rule
+ * in activity.c); --debug-collectives stops a job that breaks the rule
  * (tests/test_planes.sh).
  *
  * Every collective carries a descriptor (comm_desc_t) and is numbered (seq),

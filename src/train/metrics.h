@@ -14,7 +14,7 @@
  * a "config" record when the loop starts ("resume" after it when the run
  * resumed from a checkpoint), a "step" record per progress line (the step
  * time split into data wait, forward, backward, exposed communication and
- * optimizer, from the phases of progress.h: means over the ranks of each
+ * optimizer, from the phases of activity.h: means over the ranks of each
  * rank's mean over the window, and the minimum and maximum over ranks of
  * the step time; they travel in the progress line's all-gather), an "eval"
  * record per evaluation and a "summary" record at the end.  The keys are
@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "progress.h"
+#include "activity.h"
 #include "status.h"
 #include "train.h"
 
@@ -60,7 +60,7 @@ typedef struct metrics {
     double check_compute; /* their compute seconds (step - data wait - comm wait) */
     double check_dwait;   /* their data-wait seconds */
     /* the step being timed: clock, loader wait, reducer wait at its start */
-    double step_start, step_wait, step_comm; /* step_comm: progress_wait_seconds() */
+    double step_start, step_wait, step_comm; /* step_comm: activity_wait_seconds() */
     /* per-step times of the first `cap` steps, for the medians */
     double *step_s, *wait_s, *compute_s;
     size_t nsteps, cap;
@@ -75,7 +75,7 @@ typedef struct metrics {
     int64_t win_steps;
     double win_step_s, win_data_s, win_forward_s, win_backward_s, win_comm_s, win_optim_s;
     uint64_t window_bytes;          /* reducer bytes at the window's start */
-    double step_phase[PHASE_COUNT]; /* progress_phase_seconds() at the step's start */
+    double step_phase[PHASE_COUNT]; /* activity_phase_seconds() at the step's start */
     double step_rwait;              /* reducer wait at the step's start */
     double grad_norm;               /* of the last step (NaN: not computed) */
     metrics_split_t last;           /* the last step timed (metrics_step_end) */

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ddp_cuda.h"
-#include "progress.h"
+#include "activity.h"
 
 struct comm_req {
     ddp_cuda_event_t *done; /* recorded on the comm stream after the collective */
@@ -169,7 +169,7 @@ static ddp_status_t compute_after_(comm_t *c, comm_req_t *q)
 /* The host waits for q, watching for NCCL's asynchronous errors. */
 static ddp_status_t host_wait_(comm_t *c, comm_req_t *q, uint64_t number)
 {
-    progress_block(number, NULL);
+    activity_block(number, NULL);
     for (;;) {
         cudaError_t e = cudaEventQuery((cudaEvent_t)ddp_cuda_event_handle(q->done));
         if (e == cudaSuccess) break;
@@ -177,7 +177,7 @@ static ddp_status_t host_wait_(comm_t *c, comm_req_t *q, uint64_t number)
         DDP_TRY(async_check_(c));
         sched_yield();
     }
-    progress_unblock();
+    activity_unblock();
     return async_check_(c);
 }
 

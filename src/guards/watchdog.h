@@ -1,5 +1,5 @@
 /* watchdog.h -- no hang outlives --timeout: a thread per rank that watches
- * the progress record (progress.h) and ends the job with one report when a
+ * the progress record (activity.h) and ends the job with one report when a
  * collective does not complete, a rank stops responding, or a rank vanishes.
  *
  * The channel does not need the stuck rank's cooperation: every rank's

@@ -14,7 +14,7 @@
 #include "diagnose.h"
 #include "inject.h"
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 #include "signals.h"
 #include "trainer.h"
 
@@ -67,13 +67,13 @@ static ddp_status_t expect_batch_(const loader_batch_t *b, int64_t epoch, int64_
 ddp_status_t trainer_prefetch(trainer_t *t, int64_t epoch, int64_t micro)
 {
     loader_batch_t *b;
-    progress_phase(PHASE_DATA_WAIT);
+    activity_phase(PHASE_DATA_WAIT);
     DDP_TRY(loader_next(t->loader, &b));
     DDP_TRY(expect_batch_(b, epoch, micro));
-    progress_phase(PHASE_FORWARD);
+    activity_phase(PHASE_FORWARD);
     upload_next_(t, b->n, b->x, b->labels, b->targets, b->idx);
     t->prefetched = b;
-    progress_phase(PHASE_OPTIMIZER); /* the step's own phase again (its wait) */
+    activity_phase(PHASE_OPTIMIZER); /* the step's own phase again (its wait) */
     return DDP_OK;
 }
 
@@ -113,7 +113,7 @@ ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t
     int per_bucket = optim_can_apply_per_bucket(&t->opt);
     t->metrics.grad_norm = NAN;
     inject_step_begin(global_step + 1);
-    progress_step(global_step + 1);
+    activity_step(global_step + 1);
     diagnostics_step_begin(g, t);
     for (int64_t j = 0; j < nmicro; j++) {
         loader_batch_t *b;
@@ -121,13 +121,13 @@ ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t
             b = t->prefetched;
             t->prefetched = NULL;
             DDP_TRY(expect_batch_(b, epoch, first_micro));
-            progress_phase(PHASE_FORWARD);
+            activity_phase(PHASE_FORWARD);
             turn_(t);
         } else {
-            progress_phase(PHASE_DATA_WAIT);
+            activity_phase(PHASE_DATA_WAIT);
             DDP_TRY(loader_next(t->loader, &b));
             DDP_TRY(expect_batch_(b, epoch, first_micro + j));
-            progress_phase(PHASE_FORWARD);
+            activity_phase(PHASE_FORWARD);
             trainer_upload(t, b->n, b->x, b->labels, b->targets, b->idx);
         }
         int n = b->n;
@@ -156,10 +156,10 @@ ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t
         loss_apply(&t->loss, t->compute, n, out, t->batch->labels, t->batch->targets,
                    (float)cfg->label_smoothing, scale, model_dout(m), t->loss_sums);
         diagnostics_loss(g, t, (int)j);
-        progress_phase(PHASE_BACKWARD);
+        activity_phase(PHASE_BACKWARD);
         DDP_TRY(model_backward(m, t->batch->x, &ctx));
     }
-    progress_phase(PHASE_OPTIMIZER);
+    activity_phase(PHASE_OPTIMIZER);
     DDP_TRY(reducer_finish(t->reducer));
     if (per_bucket) return DDP_OK; /* every bucket was applied as it became final */
     /* --on-nonfinite skip: the optimizer waits for every reduced gradient
@@ -274,7 +274,7 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
              * this rank's running loss sum (one read of the step's sums) */
             DDP_TRY(diagnostics_step_end(g, t, step + 1, skipped));
             metrics_step_end(&t->metrics, t, epoch, step + 1);
-            progress_phase(PHASE_STEP_END);
+            activity_phase(PHASE_STEP_END);
             used_micro = (s + 1) * cfg->accum;
             step++;
             diagnostics_inject_bitflip(t, step);
@@ -286,7 +286,7 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
             if (cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0 && step < t->total_steps)
                 DDP_TRY(checkpoint_write(t, &here));
             int sig;
-            progress_phase(PHASE_STEP_END);
+            activity_phase(PHASE_STEP_END);
             DDP_TRY(trainer_step_boundary(t, step, &sig));
             /* at the last step there is nothing to stop: finish as usual */
             if (sig && step < t->total_steps) return stop_(t, sig, &here);
@@ -299,7 +299,7 @@ static ddp_status_t steps_(trainer_t *t, diagnostics_t *g, train_result_t *res)
             step < t->total_steps && t->ckpt.last_step != step)
             DDP_TRY(checkpoint_write(t, &here));
     }
-    progress_phase(PHASE_FINISHING);
+    activity_phase(PHASE_FINISHING);
     double elapsed = clock_seconds() - t->metrics.t_start;
     res->steps = step;
     reducer_stats_t rs;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "ddp_build.h"
-#include "progress.h"
+#include "activity.h"
 
 /* One line per backend, under the configure condition that builds it. */
 static const comm_backend_t backends_[] = {
@@ -94,7 +94,7 @@ uint64_t comm_note_start(comm_t *c, const comm_desc_t *d, const char *op, size_t
         c->allreduce_bytes += bytes;
         c->allreduce_calls++;
     }
-    return progress_collective_start(&c->last, PLANE_GRADIENT, op, bytes);
+    return activity_collective_start(&c->last, PLANE_GRADIENT, op, bytes);
 }
 
 ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,

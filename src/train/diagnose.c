@@ -10,7 +10,7 @@
 #include "clock.h"
 #include "jsonl.h"
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 #include "signals.h"
 #include "trainer.h"
 
@@ -218,7 +218,7 @@ static ddp_status_t mode_(trainer_t *t, diagnostics_t *g, int mode, cursor_t *c,
         if (st != DDP_OK) control_abort(t->ctl, st);
         DDP_TRY(diagnostics_step_end(g, t, c->global + 1, skipped));
         metrics_step_end(&t->metrics, t, c->epoch, c->global + 1);
-        progress_phase(PHASE_STEP_END);
+        activity_phase(PHASE_STEP_END);
         if (i >= DIAGNOSE_WARMUP_STEPS) sp[i - DIAGNOSE_WARMUP_STEPS] = t->metrics.last;
         c->global++;
         c->step++;
@@ -469,7 +469,7 @@ static ddp_status_t run_(trainer_t *t, diagnostics_t *g)
         if (s != DDP_OK) control_abort(ctl, s);
         report_(t, all, bytes, scratch);
     }
-    progress_phase(PHASE_FINISHING);
+    activity_phase(PHASE_FINISHING);
     free(sp);
     free(scratch);
     free(all);

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ddp_cuda.h"
-#include "progress.h"
+#include "activity.h"
 
 static ddp_status_t cuda_status_ = DDP_OK;
 static char cuda_pci_[32];
@@ -85,12 +85,12 @@ static void cuda_free(void *p)
     cuda_rc_(ddp_cuda_free(p));
 }
 
-/* A launcher that makes the host wait for the device (progress.h). */
+/* A launcher that makes the host wait for the device (activity.h). */
 #define DEVICE_WAIT(call)                                                                          \
     do {                                                                                           \
-        progress_device_wait_begin();                                                              \
+        activity_device_wait_begin();                                                              \
         cuda_rc_(call);                                                                            \
-        progress_device_wait_end();                                                                \
+        activity_device_wait_end();                                                                \
     } while (0)
 
 static void cuda_upload(void *dst, const void *host_src, size_t bytes)

@@ -18,7 +18,7 @@
  *                  boundaries (the loop checkpoints and stops)
  *   loss.c         the loss, one place for training and evaluation
  *
- * Beside the trainer, for the whole process: progress.c (what this rank is
+ * Beside the trainer, for the whole process: activity.c (what this rank is
  * doing: phase, step, collectives), watchdog.c (--timeout, which reads it
  * from another thread, and --debug-collectives), inject.c (--inject).
  *
@@ -28,7 +28,7 @@
  * compute memory and must be summed: gradient buckets, SyncBatchNorm
  * statistics and the --no-sync-bn average of the running statistics, on
  * the selected backend.  A collective's descriptor names its plane
- * (progress_plane_of); --debug-collectives stops a job whose collective
+ * (activity_plane_of); --debug-collectives stops a job whose collective
  * runs on the other plane.
  *
  * Memory: everything a step computes on lives in the compute backend's

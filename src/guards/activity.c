@@ -1,7 +1,7 @@
-/* progress.c -- the per-rank progress record (see progress.h).  A sequence
+/* activity.c -- the per-rank progress record (see activity.h).  A sequence
  * lock: the main thread is the only writer; a reader retries while a write
  * is under way. */
-#include "progress.h"
+#include "activity.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -9,17 +9,17 @@
 
 #include "clock.h"
 
-static progress_record_t rec_ = {.phase = PHASE_STARTUP};
+static activity_record_t rec_ = {.phase = PHASE_STARTUP};
 static _Atomic uint64_t version_;
 static uint64_t numbered_;            /* collectives started (main thread only) */
 static double waited_;                /* seconds blocked so far (main thread only) */
 /* the gradient-plane collective started last, and the newest one known
  * complete on the device (a device wait returned after it) */
-static progress_coll_t last_gradient_;
+static activity_coll_t last_gradient_;
 static uint64_t device_done_;
-static int device_blocked_; /* the block is progress_device_wait_begin's */
+static int device_blocked_; /* the block is activity_device_wait_begin's */
 static double in_phase_[PHASE_COUNT]; /* seconds spent in each phase, up to the last change */
-static progress_hook_t hook_;
+static activity_hook_t hook_;
 static void *hook_arg_;
 
 static void write_begin_(void)
@@ -33,7 +33,7 @@ static void write_end_(void)
     atomic_fetch_add_explicit(&version_, 1, memory_order_release);
 }
 
-void progress_snapshot(progress_record_t *out)
+void activity_snapshot(activity_record_t *out)
 {
     for (;;) {
         uint64_t v = atomic_load_explicit(&version_, memory_order_acquire);
@@ -44,7 +44,7 @@ void progress_snapshot(progress_record_t *out)
     }
 }
 
-void progress_begin(void)
+void activity_begin(void)
 {
     write_begin_();
     rec_.phase = PHASE_STARTUP;
@@ -52,7 +52,7 @@ void progress_begin(void)
     write_end_();
 }
 
-void progress_phase(progress_phase_t p)
+void activity_phase(activity_phase_t p)
 {
     if (rec_.phase == (int32_t)p) return;
     double now = clock_seconds();
@@ -64,30 +64,30 @@ void progress_phase(progress_phase_t p)
     write_end_();
 }
 
-void progress_phase_seconds(double out[PHASE_COUNT])
+void activity_phase_seconds(double out[PHASE_COUNT])
 {
     memcpy(out, in_phase_, sizeof in_phase_);
     if (rec_.phase >= 0 && rec_.phase < PHASE_COUNT)
         out[rec_.phase] += clock_seconds() - rec_.phase_since;
 }
 
-void progress_step(int64_t step)
+void activity_step(int64_t step)
 {
     write_begin_();
     rec_.step = step;
     write_end_();
 }
 
-void progress_set_start_hook(progress_hook_t fn, void *arg)
+void activity_set_start_hook(activity_hook_t fn, void *arg)
 {
     hook_ = fn;
     hook_arg_ = arg;
 }
 
-/* Every collective name in the program, with its plane (progress.h). */
+/* Every collective name in the program, with its plane (activity.h). */
 static const struct {
     const char *what;
-    progress_plane_t plane;
+    activity_plane_t plane;
 } planes_[] = {
     /* gradient plane: comm.h */
     {"gradient-bucket", PLANE_GRADIENT},
@@ -117,22 +117,22 @@ static const struct {
     {"startup-devices", PLANE_CONTROL}, /* every rank's GPU (startup.c) */
 };
 
-int progress_plane_of(const char *what)
+int activity_plane_of(const char *what)
 {
     for (size_t i = 0; what && i < sizeof planes_ / sizeof planes_[0]; i++)
         if (strcmp(planes_[i].what, what) == 0) return (int)planes_[i].plane;
     return -1;
 }
 
-const char *progress_plane_name(int plane)
+const char *activity_plane_name(int plane)
 {
     return plane == PLANE_CONTROL ? "control" : plane == PLANE_GRADIENT ? "gradient" : "no";
 }
 
-uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane, const char *op,
+uint64_t activity_collective_start(const comm_desc_t *d, activity_plane_t plane, const char *op,
                                    uint64_t bytes)
 {
-    progress_coll_t c;
+    activity_coll_t c;
     memset(&c, 0, sizeof c);
     c.number = ++numbered_;
     c.bytes = bytes;
@@ -149,7 +149,7 @@ uint64_t progress_collective_start(const comm_desc_t *d, progress_plane_t plane,
     return c.number;
 }
 
-void progress_device_wait_begin(void)
+void activity_device_wait_begin(void)
 {
     if (rec_.blocked.number || last_gradient_.number <= device_done_) return;
     write_begin_();
@@ -160,7 +160,7 @@ void progress_device_wait_begin(void)
     device_blocked_ = 1;
 }
 
-void progress_device_wait_end(void)
+void activity_device_wait_end(void)
 {
     device_done_ = last_gradient_.number;
     if (!device_blocked_) return;
@@ -171,17 +171,17 @@ void progress_device_wait_end(void)
     write_end_();
 }
 
-double progress_wait_seconds(void)
+double activity_wait_seconds(void)
 {
     return waited_;
 }
 
-progress_coll_t progress_last(void)
+activity_coll_t activity_last(void)
 {
     return rec_.last;
 }
 
-void progress_block(uint64_t number, const progress_coll_t *c)
+void activity_block(uint64_t number, const activity_coll_t *c)
 {
     write_begin_();
     rec_.blocked = c ? *c : rec_.last;
@@ -190,7 +190,7 @@ void progress_block(uint64_t number, const progress_coll_t *c)
     write_end_();
 }
 
-void progress_unblock(void)
+void activity_unblock(void)
 {
     if (rec_.blocked.number) waited_ += clock_seconds() - rec_.blocked_since;
     write_begin_();
@@ -198,7 +198,7 @@ void progress_unblock(void)
     write_end_();
 }
 
-const char *progress_phase_name(int phase)
+const char *activity_phase_name(int phase)
 {
     static const char *names[PHASE_COUNT] = {
         [PHASE_STARTUP] = "start-up",
@@ -216,7 +216,7 @@ const char *progress_phase_name(int phase)
     return phase >= 0 && phase < PHASE_COUNT ? names[phase] : "unknown";
 }
 
-void progress_coll_format(const progress_coll_t *c, char *buf, size_t n)
+void activity_coll_format(const activity_coll_t *c, char *buf, size_t n)
 {
     char idx[24] = "", size[32] = "", step[32] = "";
     if (c->index >= 0) snprintf(idx, sizeof idx, " %d", (int)c->index);

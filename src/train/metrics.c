@@ -18,7 +18,7 @@
 #include "clock.h"
 #include "jsonl.h"
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 #include "trainer.h"
 #include "version.h"
 
@@ -275,8 +275,8 @@ void metrics_step_begin(metrics_t *mt, const trainer_t *t)
 {
     mt->step_start = clock_seconds();
     mt->step_wait = loader_wait_seconds(t->loader);
-    mt->step_comm = progress_wait_seconds();
-    progress_phase_seconds(mt->step_phase); /* after step_start (metrics_step_end) */
+    mt->step_comm = activity_wait_seconds();
+    activity_phase_seconds(mt->step_phase); /* after step_start (metrics_step_end) */
     mt->step_rwait = reducer_wait_(t);
 }
 
@@ -314,12 +314,12 @@ void metrics_step_end(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t 
      * inside the step's (metrics_step_begin reads them in the other order),
      * so the parts never sum to more than the step */
     double ph[PHASE_COUNT];
-    progress_phase_seconds(ph);
+    activity_phase_seconds(ph);
     double seconds = clock_seconds() - mt->step_start;
     double wait = loader_wait_seconds(t->loader) - mt->step_wait;
     /* every wait in a collective, SyncBatchNorm's included: with SyncBN the
      * others wait for a slow rank inside the forward pass */
-    double compute = seconds - wait - (progress_wait_seconds() - mt->step_comm);
+    double compute = seconds - wait - (activity_wait_seconds() - mt->step_comm);
     if (compute < 0) compute = 0;
     mt->check_steps++;
     mt->check_compute += compute;

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 #include "signals.h"
 
 #define BCAST_PIECE ((size_t)1 << 30) /* MPI counts are ints */
@@ -22,18 +22,18 @@ static ddp_status_t mpi_failed_(control_t *c, int rc, const char *call)
                     c->last.what ? c->last.what : "?", (unsigned long long)c->seq, err);
 }
 
-/* Number a collective and mark this rank as waiting in it (progress.h):
+/* Number a collective and mark this rank as waiting in it (activity.h):
  * every control call blocks until it completes (done_). */
 static void note_(control_t *c, const comm_desc_t *d, const char *op, size_t bytes)
 {
     c->seq++;
     c->last = d ? *d : (comm_desc_t){"unnamed", -1, -1};
-    progress_block(progress_collective_start(&c->last, PLANE_CONTROL, op, bytes), NULL);
+    activity_block(activity_collective_start(&c->last, PLANE_CONTROL, op, bytes), NULL);
 }
 
 static ddp_status_t done_(ddp_status_t s)
 {
-    progress_unblock();
+    activity_unblock();
     return s;
 }
 
@@ -90,7 +90,7 @@ ddp_status_t control_agree(control_t *c, ddp_status_t s)
     }
     rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, c->mpi);
     if (rc != MPI_SUCCESS) control_abort(c, mpi_failed_(c, rc, "MPI_Bcast"));
-    progress_unblock();
+    activity_unblock();
     ddp_clear_error();
     if (first == 0 || c->size == 1) return ddp_fail((ddp_status_t)e.status, "%s", e.msg);
     return ddp_fail((ddp_status_t)e.status, "rank %d (%s): %s", first, control_host(c, first),
@@ -102,7 +102,7 @@ _Noreturn void control_abort(control_t *c, ddp_status_t s)
     /* the job ends: the launcher's SIGTERM to the other ranks ends them now,
      * not at a step boundary they will not reach */
     signals_restore();
-    progress_phase(PHASE_ABORTING); /* the watchdog stands down */
+    activity_phase(PHASE_ABORTING); /* the watchdog stands down */
     comm_abort_all();               /* an NCCL communicator: cancel, do not wait */
     if (c->rank != 0) usleep(2000000);
     log_error(ddp_error_message());

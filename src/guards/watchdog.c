@@ -29,7 +29,7 @@
 #include "comm.h"
 #include "hash.h"
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 
 #define WD_MAGIC          0x64647764u /* "ddwd" */
 #define WD_ADDRS          8           /* addresses of rank 0 tried by the others */
@@ -47,7 +47,7 @@ typedef struct wd_msg {
     uint32_t magic;
     int32_t kind, rank, pad_;
     double blocked_for, phase_for; /* seconds, measured by the sender as it sends */
-    progress_record_t rec;
+    activity_record_t rec;
 } wd_msg_t;
 
 /* A connection and its partly received message. */
@@ -149,7 +149,7 @@ static _Noreturn void end_job_(const wd_text_t *t, int code)
 /* One rank's state as the watchdog saw it. */
 typedef struct wd_view {
     int known;
-    progress_record_t rec;
+    activity_record_t rec;
     double blocked_for, phase_for, silent_for;
     double closed_for; /* its connection closed this long ago without a goodbye (0: open) */
 } wd_view_t;
@@ -170,15 +170,15 @@ static void add_rank_state_(wd_text_t *t, int r, const wd_view_t *v, int stale)
         return;
     }
     if (v->rec.blocked.number) {
-        progress_coll_format(&v->rec.blocked, last, sizeof last);
+        activity_coll_format(&v->rec.blocked, last, sizeof last);
         add_(t, "waiting in %s%s for %.1f s", last, v->rec.on_device ? " (for its GPU)" : "",
              v->blocked_for);
     } else {
-        add_(t, "in %s", progress_phase_name(v->rec.phase));
+        add_(t, "in %s", activity_phase_name(v->rec.phase));
         if (v->rec.step > 0) add_(t, " of step %lld", (long long)v->rec.step);
         add_(t, " for %.1f s", v->phase_for);
         if (v->rec.last.number) {
-            progress_coll_format(&v->rec.last, last, sizeof last);
+            activity_coll_format(&v->rec.last, last, sizeof last);
             add_(t, "; its last collective was %s", last);
         } else {
             add_(t, "; no collective started yet");
@@ -197,7 +197,7 @@ static void add_rank_state_(wd_text_t *t, int r, const wd_view_t *v, int stale)
     add_(t, "\n");
 }
 
-static int same_coll_(const progress_coll_t *a, const progress_coll_t *b)
+static int same_coll_(const activity_coll_t *a, const activity_coll_t *b)
 {
     return a->step == b->step && a->index == b->index && a->plane == b->plane &&
            strcmp(a->what, b->what) == 0 && strcmp(a->op, b->op) == 0;
@@ -227,7 +227,7 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
              silent);
         end_job_(t, 10);
     }
-    const progress_coll_t *S = &v[stuck].rec.blocked;
+    const activity_coll_t *S = &v[stuck].rec.blocked;
     int nmissing = 0, narrived = 0, desync = -1, nsilent = 0, first_silent = -1;
     for (int r = 0; r < W; r++) {
         /* an arrived rank may have stopped inside the collective */
@@ -244,7 +244,7 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
             missing[r] = 1, nmissing++;
         }
     }
-    progress_coll_format(S, what, sizeof what);
+    activity_coll_format(S, what, sizeof what);
     add_(t, "watchdog: %s has not completed in %.1f s (--timeout %g): ", what, v[stuck].blocked_for,
          wd_.timeout);
     if (nmissing == 0 && nsilent)
@@ -273,7 +273,7 @@ static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
         if (arrived[r] && v[r].known && silent_(&v[r])) add_rank_state_(t, r, &v[r], 0), listed++;
     if (desync >= 0) {
         char other[192];
-        progress_coll_format(&v[desync].rec.blocked, other, sizeof other);
+        activity_coll_format(&v[desync].rec.blocked, other, sizeof other);
         add_(t,
              "ddptrain:   desync: rank %d (%s) waits in %s, rank %d (%s) in %s: the ranks called "
              "different collectives\n",
@@ -332,7 +332,7 @@ static void msg_fill_(wd_msg_t *m, int kind)
     m->magic = WD_MAGIC;
     m->kind = kind;
     m->rank = wd_.rank;
-    progress_snapshot(&m->rec);
+    activity_snapshot(&m->rec);
     double now = clock_seconds();
     m->blocked_for = m->rec.blocked.number ? now - m->rec.blocked_since : 0;
     m->phase_for = now - m->rec.phase_since;
@@ -404,7 +404,7 @@ static void hub_accept_(void)
     }
 }
 
-static int standing_down_(const progress_record_t *self)
+static int standing_down_(const activity_record_t *self)
 {
     return atomic_load(&wd_.ending) || self->phase == PHASE_ABORTING;
 }
@@ -413,8 +413,8 @@ static void hub_check_(double now)
 {
     int W = wd_.size;
     wd_view_t *v = wd_.views;
-    progress_record_t self;
-    progress_snapshot(&self);
+    activity_record_t self;
+    activity_snapshot(&self);
     if (standing_down_(&self)) return;
     v[0] = (wd_view_t){.known = 1,
                        .rec = self,
@@ -520,8 +520,8 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
                     .blocked_for = hub->msg.blocked_for,
                     .phase_for = hub->msg.phase_for};
     add_rank_state_(&t, 0, &v0, 1);
-    progress_record_t self;
-    progress_snapshot(&self);
+    activity_record_t self;
+    activity_snapshot(&self);
     double now = clock_seconds();
     wd_view_t me = {.known = 1,
                     .rec = self,
@@ -533,11 +533,11 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
     end_job_(&t, 10);
 }
 
-static _Noreturn void report_local_(const progress_record_t *self, double blocked_for)
+static _Noreturn void report_local_(const activity_record_t *self, double blocked_for)
 {
     static wd_text_t t;
     char what[192];
-    progress_coll_format(&self->blocked, what, sizeof what);
+    activity_coll_format(&self->blocked, what, sizeof what);
     add_(&t,
          "watchdog: %s has not completed in %.1f s (--timeout %g); the watchdog of rank 0 "
          "cannot be reached, so what the other ranks are doing is unknown\n",
@@ -550,8 +550,8 @@ static _Noreturn void report_local_(const progress_record_t *self, double blocke
 static void client_check_(double now)
 {
     wd_peer_t *hub = &wd_.hub_peer;
-    progress_record_t self;
-    progress_snapshot(&self);
+    activity_record_t self;
+    activity_snapshot(&self);
     if (standing_down_(&self)) return;
     double delay = wd_.rank == 1 ? 0 : WD_DEPUTY_DELAY_S;
     int hub_ok = wd_.hub.fd >= 0 && !hub->bye && hub->msg.rec.phase != PHASE_ABORTING;
@@ -685,26 +685,26 @@ static int client_connect_(const wd_addr_t *a)
 /* --debug-collectives: every rank hashes the descriptor of the collective
  * it is about to start; the minimum and maximum over ranks agree when every
  * rank is in the same one. */
-static void debug_check_(void *arg, const progress_coll_t *c)
+static void debug_check_(void *arg, const activity_coll_t *c)
 {
     (void)arg;
-    /* the collective runs on the plane its name belongs to (progress.h) */
-    int plane = progress_plane_of(c->what);
+    /* the collective runs on the plane its name belongs to (activity.h) */
+    int plane = activity_plane_of(c->what);
     if (plane != c->plane) {
         static wd_text_t t;
         char what[192];
-        progress_coll_format(c, what, sizeof what);
+        activity_coll_format(c, what, sizeof what);
         if (plane < 0)
             add_(&t,
                  "--debug-collectives: %s, on the %s plane, has a name that the table of "
-                 "planes does not know; add it (progress.c)\n",
-                 what, progress_plane_name(c->plane));
+                 "planes does not know; add it (activity.c)\n",
+                 what, activity_plane_name(c->plane));
         else
             add_(&t,
                  "--debug-collectives: %s was started on the %s plane, but it belongs to the "
                  "%s plane (trainer.h: control collectives on control_*, gradient buckets and "
                  "SyncBatchNorm on comm_*)\n",
-                 what, progress_plane_name(c->plane), progress_plane_name(plane));
+                 what, activity_plane_name(c->plane), activity_plane_name(plane));
         if (wd_.rank != 0) usleep(2000000); /* rank 0's line first */
         end_job_(&t, 6);
     }
@@ -714,13 +714,13 @@ static void debug_check_(void *arg, const progress_coll_t *c)
     int64_t fields[3] = {c->step, c->index, c->plane};
     h = hash_bytes(h, fields, sizeof fields);
     uint64_t mine[2] = {h, ~h}, agg[2];
-    progress_block(c->number, c);
+    activity_block(c->number, c);
     int rc = MPI_Allreduce(mine, agg, 2, MPI_UINT64_T, MPI_MIN, wd_.debug_comm);
-    progress_unblock();
+    activity_unblock();
     if (rc == MPI_SUCCESS && agg[0] == ~agg[1]) return;
     /* they differ: everyone learns everyone's descriptor, rank 0 reports */
     char mine_text[192];
-    progress_coll_format(c, mine_text, sizeof mine_text);
+    activity_coll_format(c, mine_text, sizeof mine_text);
     char *all = calloc((size_t)wd_.size, sizeof mine_text);
     if (rc != MPI_SUCCESS || !all ||
         MPI_Allgather(mine_text, sizeof mine_text, MPI_CHAR, all, sizeof mine_text, MPI_CHAR,
@@ -778,7 +778,7 @@ ddp_status_t watchdog_start(control_t *ctl, double timeout, int debug_collective
     if (debug_collectives) {
         if (MPI_Comm_dup(ctl->mpi, &wd_.debug_comm) != MPI_SUCCESS)
             return ddp_fail(DDP_ERR_COMM, "MPI_Comm_dup failed for --debug-collectives");
-        progress_set_start_hook(debug_check_, NULL);
+        activity_set_start_hook(debug_check_, NULL);
     }
     if (timeout <= 0) return DDP_OK;
     /* a heartbeat several times per timeout, at most one a second */
@@ -838,7 +838,7 @@ ddp_status_t watchdog_start(control_t *ctl, double timeout, int debug_collective
 
 void watchdog_stop(void)
 {
-    progress_set_start_hook(NULL, NULL);
+    activity_set_start_hook(NULL, NULL);
     if (wd_.running) {
         atomic_store(&wd_.stop, 1);
         pthread_join(wd_.thread, NULL);

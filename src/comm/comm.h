@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "collective.h"
 #include "memkind.h"
 #include "status.h"
 
@@ -61,13 +62,6 @@ typedef enum comm_dtype {
 } comm_dtype_t;
 
 size_t comm_dtype_size(comm_dtype_t t);
-
-/* What a collective is, for diagnostics and the start-up table. */
-typedef struct comm_desc {
-    const char *what; /* "bucket", "syncbn-fwd", "syncbn-bwd", "metrics", ... */
-    int index;        /* bucket number or layer index; -1 if none */
-    int64_t step;     /* training step; -1 outside the loop */
-} comm_desc_t;
 
 typedef struct comm comm_t;
 typedef struct comm_req comm_req_t; /* an in-flight collective (backend-defined) */
@@ -257,7 +251,7 @@ ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
 
 /* Bookkeeping every backend calls when it starts a collective: op is
  * "all-reduce", "broadcast", "all-gather" or "barrier", bytes this rank's
- * payload.  Numbers it for the watchdog (progress.h): the job-wide number. */
+ * payload.  Numbers it for the watchdog (activity.h): the job-wide number. */
 uint64_t comm_note_start(comm_t *c, const comm_desc_t *d, const char *op, size_t bytes);
 
 #endif

@@ -17,7 +17,7 @@
 #include "clock.h"
 #include "h5util.h"
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 #include "trainer.h"
 #include "version.h"
 
@@ -801,7 +801,7 @@ ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
 {
     checkpoint_t *c = &t->ckpt;
     const model_t *m = &t->model;
-    progress_phase(PHASE_CHECKPOINT);
+    activity_phase(PHASE_CHECKPOINT);
     /* one write in flight at most: the previous one first */
     DDP_TRY(checkpoint_settle(t));
     double t0 = clock_seconds();
@@ -840,7 +840,7 @@ ddp_status_t checkpoint_save_final(trainer_t *t, const train_result_t *res)
 {
     const ddp_config_t *cfg = t->cfg;
     if (!cfg->save[0]) return DDP_OK;
-    progress_phase(PHASE_SAVE);
+    activity_phase(PHASE_SAVE);
     DDP_TRY(trainer_average_bn_buffers(t));
     ddp_status_t s = DDP_OK;
     if (t->ctl->rank == 0) {

@@ -23,7 +23,7 @@
 
 #include "comm.h"
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 #include "sum_kernels.h"
 
 /* "mpi": largest MPI_Iallreduce (Open MPI 4.1's default all-reduce collapses
@@ -91,7 +91,7 @@ struct comm_req {
     algo_t algo;
     comm_desc_t desc;
     uint64_t seq;        /* collective number (comm_t.seq) */
-    progress_coll_t job; /* what the watchdog knows it as (progress.h) */
+    activity_coll_t job; /* what the watchdog knows it as (activity.h) */
     int done;
     ddp_status_t err; /* sticky failure */
     char *buf;
@@ -581,7 +581,7 @@ static ddp_status_t allreduce_start_(comm_t *c, void *buf, size_t count, comm_dt
     if (!q) return ddp_fail(DDP_ERR_NOMEM, "out of memory starting an all-reduce");
     size_t esz = comm_dtype_size(t);
     comm_note_start(c, d, "all-reduce", count * esz);
-    q->job = progress_last();
+    q->job = activity_last();
     q->algo = m->algo == ALGO_AUTO ? ALGO_RING : m->algo;
     q->desc = c->last;
     q->seq = c->seq;
@@ -648,16 +648,16 @@ static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
     mpi_impl_t *m = c->impl;
     ddp_status_t s = mpi_progress_(c);
     if (!req->done && s == DDP_OK) {
-        /* the watchdog thread sees this wait (progress.h) and ends the job
+        /* the watchdog thread sees this wait (activity.h) and ends the job
          * when it outlasts --timeout */
-        progress_block(req->job.number, &req->job);
+        activity_block(req->job.number, &req->job);
         for (long spin = 0; !req->done && s == DDP_OK; spin++) {
             s = mpi_progress_(c);
             if (req->err) s = req->err;
             /* with more ranks than cores, let the rank we wait for run */
             if (m->oversubscribed && spin % 64 == 63) sched_yield();
         }
-        progress_unblock();
+        activity_unblock();
     }
     if (req->err) s = req->err;
     unlink_(m, req);
@@ -668,14 +668,14 @@ static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
 static ddp_status_t mpi_bcast_(comm_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d)
 {
     DDP_TRY(mpi_progress_(c));
-    progress_block(comm_note_start(c, d, "broadcast", bytes), NULL);
+    activity_block(comm_note_start(c, d, "broadcast", bytes), NULL);
     for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += COMM_MPI_CHUNK) {
         size_t len = bytes - off < COMM_MPI_CHUNK ? bytes - off : COMM_MPI_CHUNK;
         int rc = MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, c->mpi);
         if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Bcast", &c->last, c->seq);
         if (bytes == 0) break;
     }
-    progress_unblock();
+    activity_unblock();
     return DDP_OK;
 }
 
@@ -683,10 +683,10 @@ static ddp_status_t mpi_allgather_(comm_t *c, const void *send, void *recv, size
                                    const comm_desc_t *d)
 {
     DDP_TRY(mpi_progress_(c));
-    progress_block(comm_note_start(c, d, "all-gather", bytes), NULL);
+    activity_block(comm_note_start(c, d, "all-gather", bytes), NULL);
     int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mpi);
     if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Allgather", &c->last, c->seq);
-    progress_unblock();
+    activity_unblock();
     return DDP_OK;
 }
 
@@ -694,10 +694,10 @@ static ddp_status_t mpi_barrier_(comm_t *c)
 {
     DDP_TRY(mpi_progress_(c));
     comm_desc_t d = {"barrier", -1, -1};
-    progress_block(comm_note_start(c, &d, "barrier", 0), NULL);
+    activity_block(comm_note_start(c, &d, "barrier", 0), NULL);
     int rc = MPI_Barrier(c->mpi);
     if (rc != MPI_SUCCESS) return mpi_err_(rc, "MPI_Barrier", &d, c->seq);
-    progress_unblock();
+    activity_unblock();
     return DDP_OK;
 }
 
@@ -730,9 +730,9 @@ static uint64_t shm_free_(comm_t *c)
     uint64_t mine = statvfs(shm_dir_(), &v) == 0 ? (uint64_t)v.f_bavail * v.f_frsize : UINT64_MAX,
              least = 0;
     comm_desc_t d = {"shared-memory-check", -1, -1};
-    progress_block(comm_note_start(c, &d, "all-reduce", sizeof mine), NULL);
+    activity_block(comm_note_start(c, &d, "all-reduce", sizeof mine), NULL);
     MPI_Allreduce(&mine, &least, 1, MPI_UINT64_T, MPI_MIN, c->mpi);
-    progress_unblock();
+    activity_unblock();
     return least;
 }
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "log.h"
-#include "progress.h"
+#include "activity.h"
 #include "trainer.h"
 
 /* The first non-finite evaluation loss a rank saw: the val sample and
@@ -147,7 +147,7 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
 void evaluate_run(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
 {
     if (!t->have_val) return;
-    progress_phase(PHASE_EVALUATION);
+    activity_phase(PHASE_EVALUATION);
     /* With local BatchNorm statistics (--no-sync-bn) every rank evaluates the
      * model with their average, as saved; the ranks' own statistics are put
      * back afterwards, so evaluating changes nothing in training (and a run
