@@ -4,7 +4,7 @@
  * step's time can be put next to what its GEMMs cost by themselves.
  *
  * Built like the .cu files of cuda/: with nvcc in CUDA builds, and with the C++ compiler
- * against the CPU emulation of the runtime and cuBLAS (cuda/emu) otherwise
+ * against the CPU emulation of the runtime and cuBLAS (tests/emu) otherwise
  * (bench_gpu_gemm_emu.cc), where it checks only that the shapes and the
  * FLOP accounting run.  Only the extern "C" functions below cross into C. */
 #include <cublas_v2.h>

@@ -18,7 +18,7 @@
  *
  * The same sources build two ways (cuda/Makefile.am): with nvcc against the
  * CUDA toolkit (libddpcuda.a, the real backend), and with the C++ compiler
- * against the CPU emulation of the runtime, cuBLAS and NCCL in cuda/emu
+ * against the CPU emulation of the runtime, cuBLAS and NCCL in tests/emu
  * (libddpcuda_emu.a, for the tests on machines without a GPU). */
 #ifndef DDP_CUDA_H
 #define DDP_CUDA_H

@@ -4,7 +4,7 @@
 //
 // Every kernel is a grid-stride loop over ddp_blocks_for(count) blocks of
 // kDdpThreads threads, computing each element with the same float
-// operations as the CPU backend (compute_cpu.c):
+// operations as the CPU backend (src/compute/cpu/cpu_elementwise.c):
 //   - ReLU, scale, the casts and dropout give the CPU's bits: the casts are
 //     half.h's functions and the dropout mask is rng.h's Philox draw, both
 //     compiled for the device (DDP_HD), so CPU and GPU keep the same

@@ -3,7 +3,7 @@
 //
 // xent: one thread per row runs the CPU backend's very row function
 // (ddp_xent_row, backend_math.h), so a row's loss, hit and gradient agree
-// with compute_cpu.c's to the device's expf/log rounding.  mse: one thread
+// with cpu_loss.c's to the device's expf/log rounding.  mse: one thread
 // per element.  The sums over rows (elements) are deterministic, without
 // atomics: each block reduces its threads' partial sums in a fixed tree in
 // static shared memory (ddp_block_sum, block_reduce.h) and writes them to a

@@ -2,7 +2,7 @@
 // Nesterov, weight decay) and AdamW over flat buffers, PyTorch semantics.
 //
 // Each element is updated by one thread of a grid-stride loop with the CPU
-// backend's float operations in its order (SGD: compute_cpu.c sgd_mom_;
+// backend's float operations in its order (SGD: cpu_optim.c sgd_mom_;
 // AdamW: the CPU backend's very element function, ddp_adamw_elem of
 // backend_math.h); AdamW's step constants (bias corrections, decay, step
 // size) are computed on the host in double by the CPU backend's

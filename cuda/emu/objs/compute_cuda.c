@@ -1,2 +1,0 @@
-/* the emulation build of src/compute/compute_cuda.c (see cuda/Makefile.am) */
-#include "../../../src/compute/compute_cuda.c"

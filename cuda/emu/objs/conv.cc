@@ -1,2 +1,0 @@
-// the emulation build of conv.cu (see cuda/Makefile.am)
-#include "../../conv.cu"

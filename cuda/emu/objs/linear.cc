@@ -1,2 +1,0 @@
-// the emulation build of linear.cu (see cuda/Makefile.am)
-#include "../../linear.cu"

@@ -1,2 +1,0 @@
-// the emulation build of optim.cu (see cuda/Makefile.am)
-#include "../../optim.cu"

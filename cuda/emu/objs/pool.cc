@@ -1,2 +1,0 @@
-// the emulation build of pool.cu (see cuda/Makefile.am)
-#include "../../pool.cu"

@@ -1,2 +1,0 @@
-// the emulation build of reduce.cu (see cuda/Makefile.am)
-#include "../../reduce.cu"

@@ -1,2 +1,0 @@
-// the emulation build of runtime.cu (see cuda/Makefile.am)
-#include "../../runtime.cu"

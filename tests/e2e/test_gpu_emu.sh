@@ -1,0 +1,196 @@
+#!/bin/sh
+# test_gpu_emu.sh -- the GPU path end to end without a GPU: the trainer with
+# the "cuda" compute backend and the "nccl" comm backend built against the
+# CPU emulation of CUDA, cuBLAS and NCCL (tests/doubles/train_emu, tests/emu), against
+# ddptrain on "cpu":
+#  (a) --device cuda and --device cpu train the same loss curve (50 steps, an
+#      MLP with BatchNorm and dropout, and a small CNN) at 1 and 2 ranks, each
+#      rank on its own emulated GPU (DDP_EMU_GPUS=2);
+#  (b) after np=2 the replicas are bit-identical (--check-replicas, which
+#      catches one flipped bit), and np=2
+#      at batch B follows np=1 at batch 2B;
+#  (c) two ranks of a host on one GPU are refused (exit 9);
+#  (d) --precision bf16 trains on cuda close to fp32, and is refused on cpu;
+#  (e) an NCCL asynchronous error ends the job with one line, no hang, and
+#      so does a failed ncclAllReduce or ncclCommInitRank (DDP_EMU_FAIL);
+#  (f) an injected CUDA failure ends it with one line naming the call;
+#  (j) a collective that never completes on the GPU (the host's wait for
+#      the device never returns, DDP_EMU_HANG): the watchdog names the
+#      gradient collective queued last and says the ranks wait for their
+#      GPUs (exit 10, no hang);
+#  (g) this CPU-only ddptrain refuses --device cuda (exit 2) and trains on
+#      cpu with --device auto;
+#  (h) out of pinned host memory, the loader's batches fall back to malloc
+#      with one warning and train the same;
+#  (i) the stream orderings: the emulation queues every stream's work and
+#      runs it only when something waits for it (DDP_EMU_STREAMS=lazy, its
+#      default, so (a)-(h) run that way: a missing wait for an upload or an
+#      all-reduce reads stale data); under lazy-first the copy and comm
+#      streams run as soon as they may (a copy that does not wait for the
+#      compute still reading its buffer overwrites it), here with 4
+#      micro-batches a step so the two device batches are each reused
+#      within a step; and under sync everything runs when called.  Each
+#      trains the cpu curve;
+#  and a --device cuda checkpoint resumes to the same weights as a run
+#  without the interruption.
+#
+# Tolerances (fp32 losses as printed, 6 significant digits): the cuda
+# kernels sum in other orders than the cpu backend (block reductions, the
+# emulated cuBLAS GEMM, BatchNorm statistics in double), so every step
+# differs by a few float32 roundings (~1e-7 relative), which 50 steps of SGD
+# with momentum amplify.  A loss within 2e-3 of the cpu loss at every step
+# (relative to max(1, |loss|)) is that; a real fault -- a wrong gradient,
+# dropout mask, BatchNorm statistic or NCCL datatype, a missing reduction --
+# moves the loss by more than 1e-2 within a few steps.  (On the emulation
+# the curves measured equal to all 6 digits.)  bf16 GEMM inputs round to 8 significant
+# bits (2^-9 relative per input): the first 10 steps stay within 5e-3 of fp32
+# (measured 1e-3), after which the perturbed trajectory drifts apart like any
+# two runs on 8-sample batches (measured 4e-2 by step 50): within 1e-1 at
+# every step, i.e. training, not diverging; and not equal to fp32.
+. ./testenv.sh || exit 99
+set -u
+ddp_tmpdir
+EMU="$top_builddir/tests/doubles/train_emu"
+export DDP_TEST_TIMEOUT=300
+"$DDPPREP" synthetic --classes 4 --features 12 --samples 800 --val 100 --seed 3 -o "$T/d.h5" \
+  >/dev/null || fail "ddptrain-prep synthetic"
+"$MAKE_DECK" images "$T/img.h5" 512 || fail "make_deck images"
+mlp="--model linear:32,bn,relu,dropout:0.1,linear:auto --lr 0.05 --seed 5 --log-every 1 --eval-every 0"
+cnn="--model conv:4:3:1:1,bn,relu,maxpool:2,linear:auto --lr 0.05 --seed 5 --log-every 1 --eval-every 0"
+
+# losses FILE: the per-step losses of a run's log, one a line
+losses() { sed -n 's/^step \([0-9]*\)\/[0-9]* epoch [0-9]* loss \([^ ]*\).*/\1 \2/p' "$1"; }
+
+# close NAME TOL A B [N]: the loss curves of logs A and B agree within TOL
+# (relative to max(1, |loss|)) at every step, or at the first N (both logs
+# have 50 steps)
+close() {
+  losses "$3" >"$T/la"; losses "$4" >"$T/lb"
+  [ "$(wc -l <"$T/la")" -eq 50 ] && [ "$(wc -l <"$T/lb")" -eq 50 ] ||
+    { cat "$3" "$4"; fail "$1: not 50 logged steps"; }
+  paste "$T/la" "$T/lb" | awk -v tol="$2" -v name="$1" -v upto="${5:-50}" '
+    $1 > upto { next }
+    { d = $2 - $4; if (d < 0) d = -d; s = $4 < 0 ? -$4 : $4; if (s < 1) s = 1;
+      if (d / s > worst) { worst = d / s; at = $1 } }
+    END { printf "%s: largest loss difference %.3g (step %d), tolerance %s\n", name, worst, at, tol;
+          exit worst > tol }' || fail "$1: loss curves differ beyond $2"
+}
+
+# run NAME NP PROGRAM OPTIONS...: train, the log in $T/NAME.log
+run() {
+  name=$1 np=$2 prog=$3; shift 3
+  mpirun_np "$np" "$prog" "$@" >"$T/$name.log" 2>&1 || { cat "$T/$name.log"; fail "$name failed"; }
+}
+
+export DDP_EMU_GPUS=2
+# (a) cuda == cpu within tolerance, MLP and CNN, np=1 and np=2
+for np in 1 2; do
+  run "mlp-cpu-$np" $np "$DDPTRAIN" "$T/d.h5" $mlp --batch 8 --steps 50 --device cpu
+  run "mlp-cuda-$np" $np "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda \
+    --check-replicas 10 --save "$T/mlp-cuda-$np.h5"
+  grep -q "device cuda\|, comm nccl" "$T/mlp-cuda-$np.log" && grep -q "comm nccl" "$T/mlp-cuda-$np.log" ||
+    { cat "$T/mlp-cuda-$np.log"; fail "np=$np: not the cuda + nccl path"; }
+  close "mlp np=$np cuda vs cpu" 2e-3 "$T/mlp-cuda-$np.log" "$T/mlp-cpu-$np.log"
+  run "cnn-cpu-$np" $np "$DDPTRAIN" "$T/img.h5" $cnn --batch 8 --steps 50 --device cpu
+  run "cnn-cuda-$np" $np "$EMU" "$T/img.h5" $cnn --batch 8 --steps 50 --device cuda \
+    --check-replicas 10
+  close "cnn np=$np cuda vs cpu" 2e-3 "$T/cnn-cuda-$np.log" "$T/cnn-cpu-$np.log"
+done
+# the start-up table names every rank's GPU
+grep -q "gpus         rank 0 on " "$T/mlp-cuda-2.log" && grep -q "rank 1 on " "$T/mlp-cuda-2.log" ||
+  { cat "$T/mlp-cuda-2.log"; fail "the start-up table lacks the ranks' GPUs"; }
+
+# (b) np=2 replicas identical (--check-replicas 10 above passed: hashes
+# equal every 10 steps; the check sees one flipped bit on the GPU path);
+# np=2 batch 8 follows np=1 batch 16
+DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda \
+  --check-replicas 5 --inject bitflip:1:15 >"$T/flip.out" 2>"$T/flip.err"
+ddp_expect_error "$T/flip.err" $? 6 "a flipped bit on the GPU" "replicas diverged after step 15: rank 1's layers.0.weight"
+run "mlp-cuda-1-b16" 1 "$EMU" "$T/d.h5" $mlp --batch 16 --steps 50 --device cuda
+close "mlp cuda np=2 batch 8 vs np=1 batch 16" 2e-3 "$T/mlp-cuda-2.log" "$T/mlp-cuda-1-b16.log"
+
+# (c) two ranks on one GPU
+DDP_EMU_GPUS=1 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cuda \
+  >"$T/dup.out" 2>"$T/dup.err"
+ddp_expect_error "$T/dup.err" $? 9 "two ranks on one GPU" "ranks 0 and 1 of host|both compute on GPU|--gpus-per-task=1"
+
+# (d) bf16: close to fp32, not equal; refused on cpu
+run "mlp-bf16" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda --precision bf16
+close "mlp bf16 vs fp32, steps 1-10" 5e-3 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log" 10
+close "mlp bf16 vs fp32" 1e-1 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log"
+losses "$T/mlp-bf16.log" | cmp -s - "$T/lb" && fail "bf16: the same losses as fp32 (bf16 GEMMs not in effect)"
+grep -q "precision    bf16" "$T/mlp-bf16.log" || fail "bf16: not in the start-up table"
+"$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision bf16 >"$T/bf.out" 2>"$T/bf.err"
+ddp_expect_error "$T/bf.err" $? 2 "bf16 on cpu" "--precision bf16 needs --device cuda"
+
+# (e) an NCCL asynchronous error: one line, a non-zero exit, no hang
+DDP_EMU_NCCL_ASYNC_ERROR=20 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
+  --steps 50 --device cuda >"$T/async.out" 2>"$T/async.err"
+ddp_expect_error "$T/async.err" $? 7 "NCCL async error" "NCCL reported an asynchronous error|ncclCommGetAsyncError"
+
+# ... and a failed NCCL call is named with NCCL's own last error
+DDP_EMU_FAIL=ncclAllReduce:30 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
+  --steps 50 --device cuda >"$T/nf.out" 2>"$T/nf.err"
+ddp_expect_error "$T/nf.err" $? 7 "failed ncclAllReduce" "ncclAllReduce failed|comm_nccl.c:"
+DDP_EMU_FAIL=ncclCommInitRank:1 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
+  --steps 5 --device cuda >"$T/ni.out" 2>"$T/ni.err"
+ddp_expect_error "$T/ni.err" $? 7 "failed ncclCommInitRank" "ncclCommInitRank("
+
+# (j) a hang on the GPU: every rank's 200th cudaStreamSynchronize (step 85's
+# loss read, after its buckets were queued) never returns
+DDP_EMU_HANG=cudaStreamSynchronize:200 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp \
+  --batch 8 --steps 200 --device cuda --timeout 3 >"$T/hang.out" 2>"$T/hang.err"
+ddp_expect_error "$T/hang.err" $? 10 "a collective hanging on the GPU" \
+  "watchdog: gradient-bucket|has not completed in|every rank started it|waits for its GPU"
+
+# (f) an injected CUDA failure names the call
+DDP_EMU_FAIL=cudaMalloc:12 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cuda \
+  >"$T/f1.out" 2>"$T/f1.err"
+rc=$?
+[ $rc -ne 0 ] || fail "cudaMalloc failure: exit 0"
+ddp_expect_error "$T/f1.err" $rc $rc "injected cudaMalloc failure" "cudaMalloc"
+DDP_EMU_FAIL=kernel:200 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 20 --device cuda \
+  >"$T/f2.out" 2>"$T/f2.err"
+ddp_expect_error "$T/f2.err" $? 9 "injected kernel failure" "launch failure|.cu:"
+
+# (h) pinned host memory runs out (the 2nd cudaMallocHost: the loader's
+# first batch): that batch is in malloc'd memory, one warning, the same
+# training
+DDP_EMU_FAIL=cudaMallocHost:2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda \
+  >"$T/pin.log" 2>&1 || { cat "$T/pin.log"; fail "pinned memory out: the run failed"; }
+[ "$(grep -c "pageable memory" "$T/pin.log")" = 1 ] ||
+  { cat "$T/pin.log"; fail "pinned memory out: not one warning"; }
+close "pageable fallback vs pinned" 0 "$T/pin.log" "$T/mlp-cuda-1.log"
+
+# (i) the stream orderings, with gradient accumulation (4 micro-batches of 8),
+# at np=1 and np=2 (at np=2 SyncBatchNorm's all-reduce in every forward
+# runs the compute stream's queue up to it, so a write-after-read of a
+# batch shows at np=1)
+for np in 1 2; do
+  run "acc-cpu-$np" $np "$DDPTRAIN" "$T/d.h5" $mlp --batch 8 --accum 4 --steps 50 --device cpu
+  for order in lazy lazy-first sync; do
+    export DDP_EMU_STREAMS=$order
+    run "acc-$order-$np" $np "$EMU" "$T/d.h5" $mlp --batch 8 --accum 4 --steps 50 \
+      --device cuda --check-replicas 10
+    close "np=$np accum 4, streams $order, cuda vs cpu" 2e-3 "$T/acc-$order-$np.log" \
+      "$T/acc-cpu-$np.log"
+  done
+  unset DDP_EMU_STREAMS
+done
+
+# (g) this ddptrain has no cuda backend
+"$DDPTRAIN" "$T/d.h5" $mlp --steps 3 --device cuda >"$T/g.out" 2>"$T/g.err"
+ddp_expect_error "$T/g.err" $? 2 "--device cuda without the backend" "built without the cuda backend|--device cpu"
+run "auto" 1 "$DDPTRAIN" "$T/d.h5" $mlp --steps 3 --device auto
+grep -q "device cpu" "$T/auto.log" || { cat "$T/auto.log"; fail "--device auto: not on cpu"; }
+
+# checkpoints on cuda: 30 steps straight == 15, then resumed to 30 (the
+# weights go through download and upload)
+run "ck-full" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 30 --device cuda --save "$T/full.h5"
+run "ck-a" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 15 --device cuda --ckpt-dir "$T/ck"
+run "ck-b" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 30 --device cuda --ckpt-dir "$T/ck" \
+  --resume auto --save "$T/resumed.h5"
+grep -q "resume       .*step 15" "$T/ck-b.log" || { cat "$T/ck-b.log"; fail "did not resume at step 15"; }
+"$WEIGHTS_CMP" "$T/resumed.h5" "$T/full.h5" 0 >"$T/cmp" ||
+  { cat "$T/cmp"; fail "resumed cuda run: other weights than the uninterrupted one"; }
+exit 0
