@@ -24,6 +24,7 @@
 
 #include "clock.h"
 #include "compute.h"
+#include "compute_cpu.h"
 #include "bench_common.h"
 #include "ddp_build.h"
 
@@ -265,7 +266,7 @@ static double net_step_(net_t *m, int first)
     return acc[0] / n;
 }
 
-/* Samples per convolution GEMM of the CPU backend (compute_cpu.c's
+/* Samples per convolution GEMM of the CPU backend (cpu/cpu_conv.c's
  * conv_group_: GEMMs of up to CONV_COLS columns; -DBENCH_CONV_COLS=N to time
  * a backend built with another CONV_COLS). */
 #ifndef BENCH_CONV_COLS
@@ -323,6 +324,31 @@ static void gemm_pass_(net_t *m, float *A, float *Bm, float *C)
     op_gemm[OP_LIN_BWD] += t2 - t1;
 }
 
+/* The timed cases (bench_common.h): the training step, and sgemm alone on
+ * its GEMM shapes as the reference. */
+typedef struct run {
+    net_t *m;
+    int warmup;
+    float *A, *Bm, *C;  /* scratch of the sgemm-alone pass */
+    double loss0, loss; /* the first warm-up step's loss, the last step's */
+} run_t;
+
+static void step_case_(void *arg, long it)
+{
+    run_t *r = arg;
+    timing = it >= 0; /* the per-op table counts the timed steps only */
+    double l = net_step_(r->m, it == -r->warmup);
+    timing = 0;
+    if (it < 0 && it == -r->warmup) r->loss0 = l;
+    if (it >= 0) r->loss = l;
+}
+
+static void gemm_case_(void *arg, long it)
+{
+    run_t *r = arg;
+    gemm_pass_(r->m, r->A, r->Bm, r->C);
+}
+
 int main(int argc, char **argv)
 {
     int batch = 64, steps = 100, warmup = 5;
@@ -337,26 +363,17 @@ int main(int argc, char **argv)
     float *C = bench_alloc(compute, "bench_cnn", big * sizeof(float));
     for (size_t i = 0; i < big; i++) A[i] = Bm[i] = C[i] = 1e-3f;
 
-    double loss0 = 0, loss = 0;
-    for (int i = 0; i < warmup; i++) {
-        double l = net_step_(&m, i == 0);
-        if (i == 0) loss0 = l;
-    }
     /* steps and sgemm-alone passes alternate in blocks of 10 (the machine is
-     * shared: both see the same load) */
+     * shared: both see the same load); the passes add their time per op to
+     * op_gemm themselves */
+    run_t r = {.m = &m, .warmup = warmup, .A = A, .Bm = Bm, .C = C};
     double *tstep = malloc((size_t)steps * sizeof *tstep);
-    int gemm_passes = 0;
-    for (int i0 = 0; i0 < steps; i0 += 10) {
-        int i1 = i0 + 10 < steps ? i0 + 10 : steps;
-        timing = 1;
-        for (int i = i0; i < i1; i++) {
-            double t0 = clock_seconds();
-            loss = net_step_(&m, warmup == 0 && i == 0);
-            tstep[i] = clock_seconds() - t0;
-        }
-        timing = 0;
-        for (int i = i0; i < i1; i++, gemm_passes++) gemm_pass_(&m, A, Bm, C);
-    }
+    double *tgemm = malloc((size_t)steps * sizeof *tgemm);
+    bench_case_t cases[2] = {{.run = step_case_, .arg = &r, .warmup = warmup, .t = tstep},
+                             {.run = gemm_case_, .arg = &r, .t = tgemm}};
+    bench_loop_run(&(bench_loop_t){.samples = steps, .block = 10}, cases, 2);
+    double loss0 = r.loss0, loss = r.loss;
+    int gemm_passes = steps;
     double step_med = bench_median(tstep, steps), total = 0, gemm_total = 0, flop = 0;
     for (int k = 0; k < NOPS; k++) {
         total += op_time[k];
@@ -402,7 +419,7 @@ int main(int argc, char **argv)
     int ok = compute->all_finite(m.nparams, m.params) && loss < loss0;
     printf("# check: loss %.4f -> %.4f, weights finite: %s -> %s\n", loss0, loss,
            compute->all_finite(m.nparams, m.params) ? "yes" : "NO", ok ? "OK" : "WRONG");
-    free(tstep);
+    free(tstep), free(tgemm);
     compute->free(A), compute->free(Bm), compute->free(C);
     net_free_(&m);
     return ok ? 0 : 1;

@@ -1,7 +1,7 @@
-/* backend_math.h -- the arithmetic that the CPU backend (compute_cpu.c) and
- * the CUDA kernels (cuda/loss.cu, cuda/bn.cu, cuda/optim.cu) share, one
- * definition each (DDP_HD, hostdev.h), so both backends do the same
- * operations in the same order:
+/* backend_math.h -- the arithmetic that the CPU backend (cpu/cpu_loss.c,
+ * cpu_bn.c, cpu_optim.c) and the CUDA kernels (cuda/loss.cu, cuda/bn.cu,
+ * cuda/optim.cu) share, one definition each (DDP_HD, hostdev.h), so both
+ * backends do the same operations in the same order:
  *   ddp_xent_row        one row of softmax cross-entropy with label smoothing
  *   ddp_bn_finalize_ch  one channel of BatchNorm's statistics finalize
  *   ddp_adamw_consts    AdamW's per-step constants (host code, in double)

@@ -2,8 +2,8 @@
  *
  * Every layer, loss and optimizer kernel the trainer runs goes through one
  * of these tables, so the training loop never branches on the device.  The
- * CPU backend (compute_cpu.c) uses BLAS and plain loops; a CUDA backend
- * would fill the same table over the kernels in cuda/.  All pointers are
+ * CPU backend (cpu/compute_cpu.c) uses BLAS and plain loops; the CUDA
+ * backend (compute_cuda.c) fills the same table over the kernels in cuda/.  All pointers are
  * device pointers of the backend (host memory for "cpu"); all tensors are
  * dense row-major float32, images NCHW.
  *
@@ -34,7 +34,7 @@
  *     `done`, or an event recorded after the upload, has been waited for
  *     (event_wait), host_src must stay as it is and no op may read dst:
  *     the trainer waits before it computes on a batch and before it hands
- *     the loader's buffer back (trainer_upload_wait, train.c and
+ *     the loader's buffer back (trainer_upload_wait, step.c and
  *     evaluate.c).  It computes on two device batches in turn, each with
  *     its `reuse` event, so the upload of a micro-batch overlaps the
  *     compute of the one before it on a GPU.
@@ -49,7 +49,7 @@
  *     host and the comm backend through an event (on a GPU they do not
  *     make the host wait, so they cost nothing on the step's path).
  * On the CPU backend the events cost nothing (its ops are done when they
- * return); the test backend in tests/compute_lazy.c delays uploads and
+ * return); the test backend in tests/doubles/compute_lazy.c delays uploads and
  * gradient writes until the event is waited for, wipes a device batch once
  * its `reuse` event is recorded, and refuses an upload whose `reuse` was
  * recorded before dst's last upload landed, so a missing wait or a wrong
@@ -107,6 +107,14 @@ typedef struct compute_ops {
      * id ("0000:19:00.0"), so start-up can refuse two ranks of a node on one
      * GPU; "" for host memory.  NULL: host memory. */
     const char *(*device_id)(void);
+    /* Devices this backend can see (before init too); a device backend
+     * with none cannot run (compute_pick).  NULL: a host backend, which
+     * always can. */
+    int (*device_count)(void);
+    /* --precision bf16: GEMM and convolution inputs in bf16 with fp32
+     * accumulation (on != 0), after init; 0 when it took effect.  NULL: the
+     * backend has no bf16 path (--precision bf16 is refused). */
+    int (*set_bf16)(int on);
 
     /* ---- memory ---------------------------------------------------------- */
     void *(*alloc)(size_t bytes); /* zero-filled; NULL when out of memory */
@@ -233,41 +241,34 @@ typedef struct compute_ops {
     void (*from_half)(size_t count, const uint16_t *h, float *x, int bf16);
 } compute_ops_t;
 
-/* Phase timers of the CPU convolution, for bench/bench_cnn.c: while
- * compute_cpu_prof is non-NULL, conv_fwd and conv_bwd of the "cpu" backend
- * add the seconds each phase took to it (NULL, the default, costs one test
- * per phase).  im2col and col2im include their zero fill (for a Winograd
- * convolution they are its input and output transforms); bias is the bias
- * add (forward) or the bias gradient (backward); copy is moving outputs and
- * output gradients between [n, oc, oh*ow] and the GEMM's [oc, n*oh*ow]. */
-typedef struct compute_cpu_prof {
-    double im2col, gemm, col2im, bias, copy;
-} compute_cpu_prof_t;
-extern compute_cpu_prof_t *compute_cpu_prof;
-
 /* Backends: "cpu" always; "cuda" (compute_cuda.c) in CUDA builds, and in
- * the test programs linked with the emulation (cuda/Makefile.am). */
+ * the test programs linked with the emulation. */
 extern const compute_ops_t compute_cpu_ops;
 extern const compute_ops_t compute_cuda_ops;
 
-/* The registry (compute.c): the backends built into this binary, the first
- * one the default.  `ddptrain --version` lists them. */
+/* The registry (compute.c): the backends of this binary by name, "cpu"
+ * first, then what configure built in; `ddptrain --version` lists them.  A
+ * program may register another before it trains -- a test double, under
+ * the name of the backend it stands in for, or a name of its own --
+ * replacing an entry of that name or adding one.  A table with a required
+ * op missing (every op but those documented as optional: check,
+ * device_id, device_count, set_bf16, host_alloc, host_free) is refused
+ * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
+ * the backend is registered, never a NULL call in a step. */
+ddp_status_t compute_register(const char *name, const compute_ops_t *ops);
 int compute_backend_count(void);
-const compute_ops_t *compute_backend(int i); /* 0 <= i < compute_backend_count() */
-/* Look up a backend by name ("cpu", "cuda"); NULL when not built in. */
+/* 0 <= i < compute_backend_count(): the entry's name and table */
+const char *compute_backend_name(int i);
+const compute_ops_t *compute_backend(int i);
+/* The table registered as `name` ("cpu", "cuda"); NULL when none. */
 const compute_ops_t *compute_find(const char *name);
 
-/* --device: the backend for "cpu", "cuda" or "auto" among `cpu` and `cuda`
- * (NULL: not built in) on a machine where `gpus` GPUs are visible.  auto
- * is cuda when it is built in and gpus > 0, else cpu.  "cuda" without the
- * backend is DDP_ERR_USAGE (exit 2), without a GPU DDP_ERR_DEVICE (exit 9),
- * each saying what to do.  Not collective. */
-ddp_status_t compute_pick(const char *device, const compute_ops_t *cpu, const compute_ops_t *cuda,
-                          int gpus, const compute_ops_t **out);
-/* This binary's: GPUs visible (0 without the cuda backend), and the cuda
- * backend's switch for bf16 GEMM inputs (ddp_cuda_set_bf16_gemm; NULL
- * without it). */
-int compute_gpu_count(void);
-int (*compute_bf16_gemm_fn(void))(int on);
+/* --device: the backend registered as `device`, or for "auto" the first
+ * backend with device memory that sees a device (device_count() > 0), else
+ * "cpu".  A name with no backend is DDP_ERR_USAGE (exit 2), a device
+ * backend that sees no device DDP_ERR_DEVICE (exit 9), each saying what to
+ * do; a builtin table refused at registration, its DDP_ERR_INTERNAL.  Not
+ * collective. */
+ddp_status_t compute_pick(const char *device, const compute_ops_t **out);
 
 #endif
