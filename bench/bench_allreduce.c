@@ -27,7 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "bench_common.h"
+#include "comm_mpi.h"
 #include "half.h"
 
 static size_t parse_size_(const char *s)
@@ -51,12 +52,6 @@ static void die_(ddp_status_t s, const char *what)
     if (s == DDP_OK) return;
     fprintf(stderr, "bench_allreduce: %s: %s\n", what, ddp_error_message());
     MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static int cmp_double_(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* small integers: every partial sum is exact in float, bf16 and fp16 */
@@ -118,28 +113,24 @@ static void allreduce_(const path_t *p, void *buf, size_t n)
     }
 }
 
-/* average seconds per memcpy of bytes (every rank at once), slowest rank */
-static double time_memcpy_(char *dst, const char *src, size_t bytes, int iters)
-{
-    memcpy(dst, src, bytes);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < iters; i++) memcpy(dst, src, bytes);
-    double dt = (MPI_Wtime() - t0) / iters, worst = 0;
-    MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return worst;
-}
+/* The timed cases (bench_common.h): an in-place all-reduce of n elements
+ * of buf on a path, and a memcpy of as many bytes (every rank at once). */
+typedef struct run {
+    const path_t *p; /* NULL: the memcpy */
+    void *buf;
+    size_t n;
+    char *dst;
+    const char *src;
+    size_t bytes;
+} run_t;
 
-/* average seconds per all-reduce on the slowest rank */
-static double time_(const path_t *p, void *buf, size_t n, int warmup, int iters)
+static void run_case_(void *arg, long it)
 {
-    for (int i = 0; i < warmup; i++) allreduce_(p, buf, n);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < iters; i++) allreduce_(p, buf, n);
-    double dt = (MPI_Wtime() - t0) / iters, worst = 0;
-    MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return worst;
+    const run_t *r = arg;
+    if (r->p)
+        allreduce_(r->p, r->buf, r->n);
+    else
+        memcpy(r->dst, r->src, r->bytes);
 }
 
 /* the reference's 16-bit sums: scalar, one rounding per addition */
@@ -270,16 +261,27 @@ int main(int argc, char **argv)
         }
         total_wrong += wrong[0] + wrong[1] + !ident;
         memset(buf, 0, bytes);
-        for (int r = 0; r < reps; r++) {
-            for (int p = 0; p < 2; p++) rt[p][r] = time_(&paths[p], buf, n, warmup, it);
-            rt[2][r] = time_memcpy_(dst, src, n * esz, it);
-        }
+        /* --reps rounds, each: per path --warmup untimed and `it` timed
+         * all-reduces of zeros, then `it` memcpys after one untimed; a
+         * barrier before each clock; the slowest rank's averages */
+        run_t runs[3] = {{.p = &paths[0], .buf = buf, .n = n},
+                         {.p = &paths[1], .buf = buf, .n = n},
+                         {.dst = dst, .src = src, .bytes = n * esz}};
+        bench_case_t cases[3];
+        for (int p = 0; p < 3; p++)
+            cases[p] = (bench_case_t){.run = run_case_,
+                                      .arg = &runs[p],
+                                      .warmup = p < 2 ? warmup : 1,
+                                      .iters = it,
+                                      .t = rt[p]};
+        bench_loop_t loop = {.samples = reps,
+                             .warm_every = 1,
+                             .before = bench_mpi_barrier,
+                             .combine = bench_mpi_slowest};
+        bench_loop_run(&loop, cases, 3);
         if (c.rank == 0) {
             double tm[3];
-            for (int p = 0; p < 3; p++) {
-                qsort(rt[p], (size_t)reps, sizeof(double), cmp_double_);
-                tm[p] = rt[p][reps / 2];
-            }
+            for (int p = 0; p < 3; p++) tm[p] = bench_median(rt[p], reps);
             double f = 2.0 * (W - 1) / W;
             printf(" %11zu %10zu %5d | %10.1f %8.2f %8.2f %6ld %5s | %10.1f %8.2f %8.2f %6ld | "
                    "%7.2f\n",

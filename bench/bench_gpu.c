@@ -26,8 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_common.h"
 #include "bench_gpu_gemm.h"
 #include "compute.h"
 #include "compute_cuda.h"
@@ -56,13 +56,6 @@ typedef struct bench_gpu_net {
 } bench_gpu_net_t;
 
 static const compute_ops_t *ops_;
-
-static double now_(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void die_(const char *what)
 {
@@ -185,20 +178,42 @@ static double loss_(bench_gpu_net_t *n, int batch)
     return acc[0] / batch;
 }
 
-static int cmp_(const void *x, const void *y)
+/* The timed cases (bench_common.h): the whole step through the ops table,
+ * and the step's GEMMs through cuBLAS alone as the reference. */
+typedef struct run {
+    bench_gpu_net_t *n;
+    const bench_gpu_args_t *a;
+    int bf16;
+    int64_t *t;   /* AdamW's step */
+    double first; /* the loss after the first warm-up step */
+    int failed;   /* cuBLAS alone failed: the other calls do nothing */
+} run_t;
+
+static void step_case_(void *arg, long it)
 {
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
+    run_t *r = arg;
+    if (r->failed) return;
+    net_step_(r->n, r->a->layers, r->a->batch, ++*r->t);
+    if (it < 0 && it == -r->a->warmup) r->first = loss_(r->n, r->a->batch);
 }
 
-/* min, median, max of v[0..k) (the median of an even count: the mean of the
- * middle two, as bench/lib.sh's) */
-static void stats_(const double *v, int k, double out[3])
+static void gemm_case_(void *arg, long it)
 {
-    double s[BENCH_GPU_MAX_ROUNDS];
-    memcpy(s, v, (size_t)k * sizeof *s);
-    qsort(s, (size_t)k, sizeof *s, cmp_);
-    out[0] = s[0], out[1] = k % 2 ? s[k / 2] : (s[k / 2 - 1] + s[k / 2]) / 2, out[2] = s[k - 1];
+    run_t *r = arg;
+    if (r->failed) return;
+    /* warm-up: one step's GEMMs; a sample: --steps steps' in one call */
+    if (bench_gpu_gemm_steps(r->a->layers, r->n->dims, r->a->batch, r->bf16,
+                             it < 0 ? 1 : r->a->steps) != 0) {
+        fprintf(stderr, "bench_gpu: cuBLAS alone: %s\n", bench_gpu_gemm_error());
+        r->failed = 1;
+    }
+}
+
+/* The clock starts and stops with the GPU idle. */
+static void sync_(void *arg)
+{
+    (void)arg;
+    ops_->sync();
 }
 
 static void csv_row_(FILE *f, const char *cas, const char *impl, const char *metric,
@@ -214,42 +229,31 @@ static int run_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int bf1
     double peak = bf16 ? a->peak_bf16 : a->peak_fp32;
     double flops = step_flops_(n, a->layers, a->batch);
     if (ddp_cuda_set_bf16_gemm(bf16) != 0) die_("ddp_cuda_set_bf16_gemm");
-    double first = 0;
-    for (int i = 0; i < a->warmup; i++) {
-        net_step_(n, a->layers, a->batch, ++*t);
-        if (i == 0) first = loss_(n, a->batch);
-    }
-    if (bench_gpu_gemm_steps(a->layers, n->dims, a->batch, bf16, 1) != 0) {
-        fprintf(stderr, "bench_gpu: cuBLAS alone: %s\n", bench_gpu_gemm_error());
-        return 1;
-    }
-    ops_->sync();
+    /* rounds of --steps steps alternate with --steps times the GEMMs alone */
+    run_t run = {.n = n, .a = a, .bf16 = bf16, .t = t};
     double step_ms[BENCH_GPU_MAX_ROUNDS], gemm_ms[BENCH_GPU_MAX_ROUNDS];
+    bench_case_t cases[2] = {
+        {.run = step_case_, .arg = &run, .warmup = a->warmup, .iters = a->steps, .t = step_ms},
+        {.run = gemm_case_, .arg = &run, .warmup = 1, .t = gemm_ms}};
+    bench_loop_run(&(bench_loop_t){.samples = a->rounds, .before = sync_, .after = sync_}, cases,
+                   2);
+    if (run.failed) return 1;
     for (int r = 0; r < a->rounds; r++) {
-        double t0 = now_();
-        for (int i = 0; i < a->steps; i++) net_step_(n, a->layers, a->batch, ++*t);
-        ops_->sync();
-        double t1 = now_();
-        if (bench_gpu_gemm_steps(a->layers, n->dims, a->batch, bf16, a->steps) != 0) {
-            fprintf(stderr, "bench_gpu: cuBLAS alone: %s\n", bench_gpu_gemm_error());
-            return 1;
-        }
-        double t2 = now_();
-        step_ms[r] = 1e3 * (t1 - t0) / a->steps;
-        gemm_ms[r] = 1e3 * (t2 - t1) / a->steps;
+        step_ms[r] *= 1e3;
+        gemm_ms[r] *= 1e3 / a->steps;
     }
     if (ops_->check && ops_->check() != DDP_OK) die_("a CUDA call failed");
-    double last = loss_(n, a->batch);
+    double first = run.first, last = loss_(n, a->batch);
     if (a->warmup == 0) first = last;
     int finite = isfinite(first) && isfinite(last) && ops_->all_finite(n->params, n->p);
 
     double s[3], g[3], v[3];
-    stats_(step_ms, a->rounds, s);
-    stats_(gemm_ms, a->rounds, g);
+    bench_summary(step_ms, a->rounds, s);
+    bench_summary(gemm_ms, a->rounds, g);
     double ratio[BENCH_GPU_MAX_ROUNDS];
     for (int r = 0; r < a->rounds; r++) ratio[r] = gemm_ms[r] / step_ms[r];
     double rt[3];
-    stats_(ratio, a->rounds, rt);
+    bench_summary(ratio, a->rounds, rt);
     /* rates from the medians; the CSV's min/max from the slowest/fastest round */
     double step_tf = flops / (s[1] * 1e-3) / 1e12, gemm_tf = flops / (g[1] * 1e-3) / 1e12;
     printf("%-5s  %-20s %10.3f %12.0f %10.2f %8.1f%% %9.1f%%\n", prec, "training step", s[1],

@@ -69,7 +69,6 @@ typedef struct net {
     float *dlogits;
 } net_t;
 
-
 static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
 {
     memset(m, 0, sizeof *m);
@@ -107,13 +106,15 @@ static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
         m->act[l] = bench_alloc(compute, "bench_kernels", (size_t)batch * c * sizeof(float));
     }
     for (int l = 0; l < NLIN; l++)
-        m->h[l] = bench_alloc(compute, "bench_kernels", (size_t)batch * dims[l + 1] * sizeof(float));
+        m->h[l] =
+            bench_alloc(compute, "bench_kernels", (size_t)batch * dims[l + 1] * sizeof(float));
     m->x = bench_alloc(compute, "bench_kernels", (size_t)batch * dims[0] * sizeof(float));
     for (size_t i = 0; i < (size_t)batch * dims[0]; i++) m->x[i] = bench_urand(&s);
     m->labels = bench_alloc(compute, "bench_kernels", (size_t)batch * sizeof(int32_t));
     for (int i = 0; i < batch; i++) m->labels[i] = (int32_t)((bench_urand(&s) + 1.0f) * 5.0f) % 10;
     m->dlogits = bench_alloc(compute, "bench_kernels", (size_t)batch * dims[NLIN] * sizeof(float));
-    for (int k = 0; k < 2; k++) m->dbuf[k] = bench_alloc(compute, "bench_kernels", (size_t)batch * 1024 * sizeof(float));
+    for (int k = 0; k < 2; k++)
+        m->dbuf[k] = bench_alloc(compute, "bench_kernels", (size_t)batch * 1024 * sizeof(float));
 }
 
 static void net_free_(net_t *m)
@@ -177,11 +178,12 @@ static double net_step_(net_t *m, int first)
     return acc[0] / n;
 }
 
-/* the step's GEMMs alone, same shapes and buffers, cblas_sgemm directly */
-static double gemm_step_(net_t *m, double *flop)
+/* the step's GEMMs alone, same shapes and buffers, cblas_sgemm directly;
+ * returns their FLOPs */
+static double gemm_step_(net_t *m)
 {
     const int n = m->batch;
-    double t0 = clock_seconds(), f = 0;
+    double f = 0;
     const float *in = m->x;
     for (int l = 0; l < NLIN; l++) {
         int fi = dims[l], fo = dims[l + 1];
@@ -203,8 +205,37 @@ static double gemm_step_(net_t *m, double *flop)
             f += 2.0 * n * fi * fo;
         }
     }
-    *flop = f;
-    return clock_seconds() - t0;
+    return f;
+}
+
+/* The timed cases (bench_common.h): the training step, and its GEMMs alone
+ * as the reference. */
+typedef struct run {
+    net_t *m;
+    int warmup;
+    double loss0, loss, gflop; /* the first warm-up step's loss, the last step's */
+} run_t;
+
+static void step_case_(void *arg, long it)
+{
+    run_t *r = arg;
+    timing = it >= 0; /* the per-op table counts the timed steps only */
+    double l = net_step_(r->m, it == -r->warmup);
+    timing = 0;
+    if (it < 0 && it == -r->warmup) r->loss0 = l;
+    if (it >= 0) r->loss = l;
+}
+
+static void gemm_case_(void *arg, long it)
+{
+    run_t *r = arg;
+    r->gflop = gemm_step_(r->m);
+}
+
+static void copy_case_(void *arg, long it)
+{
+    net_t *m = arg;
+    memcpy(m->grads, m->params, m->nparams * sizeof(float));
 }
 
 int main(int argc, char **argv)
@@ -216,38 +247,24 @@ int main(int argc, char **argv)
     net_t m;
     net_init_(&m, compute, batch);
 
-    double loss0 = 0, loss = 0;
-    for (int i = 0; i < warmup; i++) {
-        double l = net_step_(&m, i == 0);
-        if (i == 0) loss0 = l;
-    }
     /* full steps and GEMM-only steps alternate in blocks of 10, so both see
      * the same machine (it is shared) without the GEMM-only pass evicting the
-     * training state before every step */
+     * training state before every step; the GEMM-only pass overwrites
+     * activations and gradients, the next step recomputes all of them from
+     * the weights */
+    run_t r = {.m = &m, .warmup = warmup};
     double *tstep = malloc((size_t)steps * sizeof *tstep);
     double *tgemm = malloc((size_t)steps * sizeof *tgemm);
-    double gflop = 0;
-    for (int i0 = 0; i0 < steps; i0 += 10) {
-        int i1 = i0 + 10 < steps ? i0 + 10 : steps;
-        timing = 1;
-        for (int i = i0; i < i1; i++) {
-            double t0 = clock_seconds();
-            loss = net_step_(&m, warmup == 0 && i == 0);
-            tstep[i] = clock_seconds() - t0;
-        }
-        timing = 0;
-        /* the GEMM-only pass overwrites activations and gradients; the next
-         * step recomputes all of them from the weights */
-        for (int i = i0; i < i1; i++) tgemm[i] = gemm_step_(&m, &gflop);
-    }
-    /* memory reference for sgd_step: a copy of the parameter buffer */
-    double tcopy = 1e9;
-    for (int i = 0; i < 20; i++) {
-        double t0 = clock_seconds();
-        memcpy(m.grads, m.params, m.nparams * sizeof(float));
-        double t = clock_seconds() - t0;
-        tcopy = t < tcopy ? t : tcopy;
-    }
+    bench_case_t cases[2] = {{.run = step_case_, .arg = &r, .warmup = warmup, .t = tstep},
+                             {.run = gemm_case_, .arg = &r, .t = tgemm}};
+    bench_loop_run(&(bench_loop_t){.samples = steps, .block = 10}, cases, 2);
+    double loss0 = r.loss0, loss = r.loss, gflop = r.gflop;
+    /* memory reference for sgd_step: a copy of the parameter buffer, the
+     * best of 20 */
+    double tcopies[20];
+    bench_case_t copy = {.run = copy_case_, .arg = &m, .t = tcopies};
+    bench_loop_run(&(bench_loop_t){.samples = 20}, &copy, 1);
+    double tcopy = bench_min(tcopies, 20);
     double step_med = bench_median(tstep, steps), gemm_med = bench_median(tgemm, steps);
     double step_flop = op_flop[OP_LIN_FWD] / steps + op_flop[OP_LIN_BWD] / steps;
 

@@ -36,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "bench_common.h"
 #include "deck.h"
 #include "h5util.h"
 #include "loader.h"
@@ -224,18 +224,49 @@ static void convert_(float *restrict dst, const unsigned char *restrict src, flo
     for (; e < n; e++) dst[e] = (float)src[e] * a + b;
 }
 
-static double run_mode_(int mode, deck_t *d, raw_t *r, sampler_t *s, int batch)
+/* The buffers of a batch, shared by the modes. */
+typedef struct bufs {
+    int64_t *idx, *sorted;
+    unsigned char *stage, *ystage;
+    float *x;
+    int32_t *lab;
+    pos_pair_t *pairs;
+} bufs_t;
+
+/* One mode, a case of the timing loop (bench_common.h): a call reads one
+ * epoch. */
+typedef struct mode_run {
+    int mode, batch;
+    deck_t *d;
+    raw_t *r;
+    sampler_t *s;
+    bufs_t *b;
+} mode_run_t;
+
+/* Before the clock: the mode's I/O path and the epoch's permutation. */
+static void mode_prepare_(void *arg)
 {
+    mode_run_t *c = arg;
+    int mode = c->mode;
+    deck_set_io(c->d, mode == M_RUNS    ? DECK_IO_RUNS
+                      : mode == M_UNION ? DECK_IO_UNION
+                                        : DECK_IO_AUTO);
+    sampler_set_epoch(c->s, 0);
+}
+
+static void mode_epoch_(void *arg, long it)
+{
+    mode_run_t *c = arg;
+    int mode = c->mode;
+    deck_t *d = c->d;
+    raw_t *r = c->r;
+    sampler_t *s = c->s;
     size_t numel = d->sample_numel;
-    int64_t *idx = malloc((size_t)batch * sizeof *idx), *sorted = malloc((size_t)batch * 8);
-    unsigned char *stage = malloc((size_t)batch * r->x.row);
-    unsigned char *ystage = malloc((size_t)batch * r->y.row);
-    float *x = malloc((size_t)batch * numel * sizeof *x);
-    int32_t *lab = malloc((size_t)batch * sizeof *lab);
-    pos_pair_t *pairs = malloc((size_t)batch * sizeof *pairs);
-    deck_set_io(d, mode == M_RUNS ? DECK_IO_RUNS : mode == M_UNION ? DECK_IO_UNION : DECK_IO_AUTO);
-    sampler_set_epoch(s, 0);
-    double t0 = clock_seconds();
+    int64_t *idx = c->b->idx, *sorted = c->b->sorted;
+    unsigned char *stage = c->b->stage, *ystage = c->b->ystage;
+    float *x = c->b->x;
+    int32_t *lab = c->b->lab;
+    pos_pair_t *pairs = c->b->pairs;
     if (mode == M_LOADER) {
         loader_t *l;
         loader_opts_t o = {.prefetch = 4, .augment = "", .epochs = 1};
@@ -272,15 +303,6 @@ static double run_mode_(int mode, deck_t *d, raw_t *r, sampler_t *s, int batch)
             }
         }
     }
-    double dt = clock_seconds() - t0;
-    free(idx);
-    free(sorted);
-    free(stage);
-    free(ystage);
-    free(pairs);
-    free(x);
-    free(lab);
-    return dt;
 }
 
 static int run_(const char *path, int batch, const char *order, int reps)
@@ -293,14 +315,42 @@ static int run_(const char *path, int batch, const char *order, int reps)
     int shuffle = strcmp(order, "seq") != 0;
     sampler_t s;
     sampler_init(&s, d.n, 1, 0, batch, 1, shuffle, 1);
-    double best[M_COUNT];
-    for (int m = 0; m < M_COUNT; m++) best[m] = 1e30;
-    for (int rep = 0; rep < reps; rep++)
-        for (int m = 0; m < M_COUNT; m++) {
-            if ((m == M_PERSAMPLE || m == M_UNION) && rep > 0) continue; /* slow: one pass */
-            double t = run_mode_(m, &d, &r, &s, batch);
-            if (t < best[m]) best[m] = t;
-        }
+    size_t numel = d.sample_numel;
+    bufs_t b = {.idx = malloc((size_t)batch * sizeof *b.idx),
+                .sorted = malloc((size_t)batch * 8),
+                .stage = malloc((size_t)batch * r.x.row),
+                .ystage = malloc((size_t)batch * r.y.row),
+                .x = malloc((size_t)batch * numel * sizeof *b.x),
+                .lab = malloc((size_t)batch * sizeof *b.lab),
+                .pairs = malloc((size_t)batch * sizeof *b.pairs)};
+    /* R rounds of one epoch per mode, in turn; per-sample and h5-union are
+     * slow: one epoch each, in the first round */
+    mode_run_t runs[M_COUNT];
+    bench_case_t cases[M_COUNT];
+    double *times[M_COUNT], best[M_COUNT];
+    for (int m = 0; m < M_COUNT; m++) {
+        int slow = m == M_PERSAMPLE || m == M_UNION;
+        runs[m] = (mode_run_t){m, batch, &d, &r, &s, &b};
+        times[m] = malloc((size_t)(reps > 1 ? reps : 1) * sizeof *times[m]);
+        cases[m] = (bench_case_t){.run = mode_epoch_,
+                                  .arg = &runs[m],
+                                  .samples = slow ? 1 : 0,
+                                  .t = times[m],
+                                  .prepare = mode_prepare_};
+    }
+    bench_loop_run(&(bench_loop_t){.samples = reps}, cases, M_COUNT);
+    for (int m = 0; m < M_COUNT; m++) {
+        int n = m == M_PERSAMPLE || m == M_UNION ? (reps < 1 ? reps : 1) : reps;
+        best[m] = n > 0 ? bench_min(times[m], n) : 1e30;
+        free(times[m]);
+    }
+    free(b.idx);
+    free(b.sorted);
+    free(b.stage);
+    free(b.ystage);
+    free(b.pairs);
+    free(b.x);
+    free(b.lab);
     double samples = (double)(s.steps * batch);
     char desc[256];
     deck_describe(&d, desc, sizeof desc);

@@ -43,7 +43,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm.h"
+#include "bench_common.h"
+#include "comm_mpi.h"
 
 /* ---- the model ----------------------------------------------------------------- */
 
@@ -363,10 +364,9 @@ static void wait_all_(run_t *r, model_t *m, int64_t step)
     }
 }
 
-/* One training step; returns its time in seconds. */
-static double step_(run_t *r, model_t *m, int64_t step)
+/* One training step (the timing loop times it). */
+static void step_(run_t *r, model_t *m, int64_t step)
 {
-    double t0 = MPI_Wtime();
     float *g = m->grad, *p = m->param;
     /* forward */
     gemm_(r, 0, 0, 1, BATCH, HID, IN, m->x0, IN, p + O_W1, IN, m->h1);
@@ -402,33 +402,58 @@ static double step_(run_t *r, model_t *m, int64_t step)
     /* SGD: p -= lr g / W */
     float lr = 1e-6f;
     for (size_t i = 0; i < NPARAM; i++) p[i] -= lr * g[i];
-    return MPI_Wtime() - t0;
 }
 
 /* The same collectives without compute (the denominator of the overlap). */
-static double comm_alone_(run_t *r, model_t *m, int64_t step)
+static void comm_alone_(run_t *r, model_t *m, int64_t step)
 {
-    double t0 = MPI_Wtime();
     for (int l = 0; l < 4; l++) syncbn_(r, m, l, step);
     for (int b = 0; b < m->nbuckets; b++) bucket_ready_(r, m, b, step);
     wait_all_(r, m, step);
-    return MPI_Wtime() - t0;
 }
 
-/* ---- statistics ------------------------------------------------------------------- */
+/* ---- the timed cases (bench_common.h) --------------------------------------------- */
 
-static int cmp_double_(const void *a, const void *b)
+/* A strategy's step, then (unless it is a reference) the same collectives
+ * alone. */
+typedef struct strat_run {
+    run_t r;
+    model_t *m;
+    int64_t *step; /* the step counter all strategies share */
+    double *tail;  /* [iters] r.tail_s of the timed steps */
+    int alone;     /* the communication-alone case follows the step */
+} strat_run_t;
+
+/* Before the step (outside the clock): ring-thread's thread polls. */
+static void strat_begin_(void *arg)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    strat_run_t *x = arg;
+    if (x->r.s == S_RING_THREAD) cthread_enable_(&x->r.th[1], 1);
 }
 
-static double quantile_(double *v, int n, double q)
+/* After the step and its communication alone (outside the clock). */
+static void strat_end_(void *arg)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_double_);
-    int i = (int)(q * (n - 1) + 0.5);
-    return v[i];
+    strat_run_t *x = arg;
+    if (x->r.s == S_RING_THREAD) cthread_enable_(&x->r.th[1], 0);
+    die_(x->r.th[1].err, "progress thread");
+    (*x->step)++;
 }
+
+static void step_case_(void *arg, long it)
+{
+    strat_run_t *x = arg;
+    step_(&x->r, x->m, *x->step);
+    if (it >= 0) x->tail[it] = x->r.tail_s;
+}
+
+static void alone_case_(void *arg, long it)
+{
+    strat_run_t *x = arg;
+    comm_alone_(&x->r, x->m, *x->step);
+}
+
+/* ---- main -------------------------------------------------------------------------- */
 
 static uint64_t fnv1a_(const void *p, size_t bytes)
 {
@@ -437,8 +462,6 @@ static uint64_t fnv1a_(const void *p, size_t bytes)
     for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
-
-/* ---- main -------------------------------------------------------------------------- */
 
 static void usage_(void)
 {
@@ -508,40 +531,48 @@ int main(int argc, char **argv)
         tw[s] = calloc((size_t)nt, sizeof(double));
         ta[s] = calloc((size_t)nt, sizeof(double));
     }
+    /* every strategy's step, then its collectives alone, in turn, each
+     * after a barrier; the slowest rank's time per iteration */
     int64_t step = 0;
-    for (int it = -warmup; it < iters; it++) {
-        for (int s = 0; s < NSTRAT; s++) {
-            if (!on[s]) continue;
-            strat_t st = (strat_t)s;
-            comm_t *use = st == S_NBC_POLL || st == S_THREAD_MPI                            ? &cnbc
-                          : st == S_SERIAL_RING || st == S_RING_POLL || st == S_RING_THREAD ? &cring
-                                                                                            : &c;
-            run_t r = {.s = st, .c = use, .pieces = pieces};
-            r.th = th;
-            if (s == S_RING_THREAD) cthread_enable_(&th[1], 1);
-            MPI_Barrier(MPI_COMM_WORLD);
-            double dt = step_(&r, &m, step);
-            double dw = r.tail_s;
-            MPI_Barrier(MPI_COMM_WORLD);
-            double da = s <= S_COMPUTE_BN ? 0 : comm_alone_(&r, &m, step);
-            if (s == S_RING_THREAD) cthread_enable_(&th[1], 0);
-            die_(th[1].err, "progress thread");
-            step++;
-            if (it >= 0) t[s][it] = dt, tw[s][it] = dw, ta[s][it] = da;
-            if (it == iters - 1) {
-                /* gradients after the last step: identical on every rank? */
-                MPI_Barrier(MPI_COMM_WORLD);
-                step_(&r, &m, step);
-                hash[s] = fnv1a_(m.grad, NPARAM * sizeof(float));
-            }
-        }
-    }
-    /* slowest rank per iteration */
+    strat_run_t runs[NSTRAT];
+    bench_case_t cases[2 * NSTRAT];
+    int ncases = 0;
     for (int s = 0; s < NSTRAT; s++) {
         if (!on[s]) continue;
-        MPI_Allreduce(MPI_IN_PLACE, t[s], nt, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        MPI_Allreduce(MPI_IN_PLACE, tw[s], nt, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        MPI_Allreduce(MPI_IN_PLACE, ta[s], nt, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        strat_t st = (strat_t)s;
+        comm_t *use = st == S_NBC_POLL || st == S_THREAD_MPI                            ? &cnbc
+                      : st == S_SERIAL_RING || st == S_RING_POLL || st == S_RING_THREAD ? &cring
+                                                                                        : &c;
+        runs[s] = (strat_run_t){.r = {.s = st, .c = use, .th = th, .pieces = pieces},
+                                .m = &m,
+                                .step = &step,
+                                .tail = tw[s],
+                                .alone = s > S_COMPUTE_BN};
+        int alone = runs[s].alone;
+        cases[ncases++] = (bench_case_t){.run = step_case_,
+                                         .arg = &runs[s],
+                                         .warmup = warmup,
+                                         .t = t[s],
+                                         .prepare = strat_begin_,
+                                         .finish = alone ? NULL : strat_end_};
+        if (alone)
+            cases[ncases++] = (bench_case_t){.run = alone_case_,
+                                             .arg = &runs[s],
+                                             .warmup = warmup,
+                                             .t = ta[s],
+                                             .finish = strat_end_};
+    }
+    bench_loop_t loop = {
+        .samples = iters, .before = bench_mpi_barrier, .combine = bench_mpi_slowest};
+    bench_loop_run(&loop, cases, ncases);
+    for (int s = 0; s < NSTRAT; s++)
+        if (on[s]) bench_mpi_slowest(tw[s], nt, NULL);
+    /* gradients after one more step: identical on every rank? */
+    for (int s = 0; s < NSTRAT; s++) {
+        if (!on[s]) continue;
+        MPI_Barrier(MPI_COMM_WORLD);
+        step_(&runs[s].r, &m, step);
+        hash[s] = fnv1a_(m.grad, NPARAM * sizeof(float));
     }
     int identical[NSTRAT];
     for (int s = 0; s < NSTRAT; s++) {
@@ -571,9 +602,9 @@ int main(int argc, char **argv)
         double ref = 0;
         for (int s = 0; s < NSTRAT; s++) {
             if (!on[s]) continue;
-            double med = quantile_(t[s], nt, 0.5), p10 = quantile_(t[s], nt, 0.1),
-                   p90 = quantile_(t[s], nt, 0.9), w = quantile_(tw[s], nt, 0.5),
-                   a = quantile_(ta[s], nt, 0.5);
+            double med = bench_quantile(t[s], nt, 0.5), p10 = bench_quantile(t[s], nt, 0.1),
+                   p90 = bench_quantile(t[s], nt, 0.9), w = bench_quantile(tw[s], nt, 0.5),
+                   a = bench_quantile(ta[s], nt, 0.5);
             if (s == S_COMPUTE) ref = med;
             char ov[16] = "-", ex[16] = "-", al[16] = "-", ws[16] = "-";
             if (s != S_COMPUTE) snprintf(ex, sizeof ex, "%.3f", (med - ref) * 1e3);

@@ -1,6 +1,6 @@
 /* deck.h -- input decks: one or several HDF5 files holding /train and /val.
  *
- * Format (README "Input format"): /<split>/x [N, ...] uint8 or float32,
+ * Format (docs/input.md): /<split>/x [N, ...] uint8 or float32,
  * chunked along dimension 0; /<split>/y [N] integer labels or [N, k] float32
  * targets; optional attributes on /<split>/x: mean, std (per channel or per
  * feature), scale (uint8 only; default 1/255); optional group /config whose
@@ -9,6 +9,11 @@
  *
  * Values the model sees: x = (raw * scale - mean[ch]) / std[ch].
  * All HDF5 calls are made under h5util's global lock.
+ *
+ * Rooms: deck_open.c opens and validates (and reads /config), deck_read.c
+ * reads batches (the direct pread path included), deck_check.c scans and
+ * checks (labels, finite values, sizes), deck_fingerprint.c fingerprints;
+ * deck_internal.h is what they share beyond this header.
  *
  * Details:
  *   - x ranks: [N, F] features (shape c = F, h = w = 1, image = 0);
@@ -57,7 +62,7 @@ typedef struct deck_shard {
     int64_t n;        /* samples in this shard */
     int64_t first;    /* global index of its first sample */
 
-    /* private (deck.c): direct reads at the file addresses of rows */
+    /* private (deck_read.c): direct reads at the file addresses of rows */
     int fd;                                  /* own read-only descriptor, -1 if none */
     struct deck_direct *direct_x, *direct_y; /* NULL: read through HDF5 */
 } deck_shard_t;
@@ -99,7 +104,7 @@ typedef struct deck {
     float *mean, *std; /* per channel (images) or per feature; NULL = 0 / 1 */
     int nstat;         /* entries in mean/std (1, channels or features) */
 
-    /* private (deck.c) */
+    /* private (deck_open.c, deck_read.c, deck_check.c) */
     int64_t label_min, label_max; /* over all shards (labels only) */
     int label_max_shard;          /* the shard holding label_max */
     int64_t label_max_row;        /* its row in that shard */

@@ -1,0 +1,749 @@
+/* watchdog.c -- the collective watchdog (see watchdog.h).  One thread per
+ * rank: on rank 0 the hub, which accepts a TCP connection from every other
+ * rank, keeps each rank's latest progress record and decides; on the other
+ * ranks a client, which sends its record and watches the hub.  Messages are
+ * fixed-size records (every rank runs the same binary). */
+#define _GNU_SOURCE
+#include "watchdog.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "comm.h"
+#include "jobreport.h"
+#include "log.h"
+#include "activity.h"
+
+#define WD_MAGIC          0x64647764u /* "ddwd" */
+#define WD_ADDRS          8           /* addresses of rank 0 tried by the others */
+#define WD_CONNECT_S      3.0         /* connect timeout per address */
+#define WD_VANISH_GRACE_S 3.0 /* a connection closed without goodbye is reported after this */
+#define WD_DEPUTY_DELAY_S 5.0 /* ranks other than 1 report a silent hub this much later */
+#define WD_LOCAL_GRACE_S  5.0 /* a rank's own view, after the hub had its turn */
+#define WD_LIST_MAX       8   /* ranks described one by one in a report */
+
+/* BYE: the rank finished normally; ENDING: it is ending the job (its report
+ * is out): no more reports from anyone */
+enum { MSG_HELLO = 1, MSG_BEAT, MSG_BYE, MSG_ENDING };
+
+typedef struct wd_msg {
+    uint32_t magic;
+    int32_t kind, rank, pad_;
+    double blocked_for, phase_for; /* seconds, measured by the sender as it sends */
+    activity_record_t rec;
+} wd_msg_t;
+
+/* A connection and its partly received message. */
+typedef struct wd_conn {
+    int fd;   /* -1: none */
+    int rank; /* -1 until its hello */
+    size_t have;
+    unsigned char buf[sizeof(wd_msg_t)];
+} wd_conn_t;
+
+/* What the hub (or a client, of the hub) knows of a rank. */
+typedef struct wd_peer {
+    int hello, bye, ending;
+    double heard;     /* clock of its last message */
+    double closed_at; /* its connection closed without a goodbye (0: no) */
+    wd_msg_t msg;     /* its last message */
+} wd_peer_t;
+
+static struct {
+    int rank, size;
+    double timeout, beat; /* seconds: the limit, the heartbeat period */
+    const control_t *ctl; /* its host names (read-only: any thread) */
+    pthread_t thread;
+    int running;
+    atomic_int stop;
+    /* hub (rank 0) */
+    int listen_fd;
+    wd_conn_t *conns; /* [size + spare] accepted connections */
+    int nconns;
+    wd_peer_t *peers;      /* [size] */
+    struct wd_view *views; /* [size]: hub_check_'s picture */
+    atomic_int ending;     /* a report is out, or the job is being ended: stand down */
+    /* client (rank > 0) */
+    int hub_connected; /* the connection to the hub was made */
+    wd_conn_t hub;
+    wd_peer_t hub_peer;
+} wd_ = {.listen_fd = -1, .hub = {.fd = -1}};
+
+static const char *host_(int r)
+{
+    return wd_.ctl ? control_host(wd_.ctl, r) : "?";
+}
+
+/* ---- reports -------------------------------------------------------------- */
+
+static void send_all_(int kind);
+
+/* Print the report and end the job (watchdog.h). */
+_Noreturn void watchdog_end_job(const jobreport_t *t, int code)
+{
+    atomic_store(&wd_.ending, 1);
+    send_all_(MSG_ENDING); /* the others stand down */
+    comm_abort_all();      /* an NCCL communicator: cancel its work, do not wait */
+    fflush(stdout);
+    if (wd_.rank == 0)
+        fprintf(stderr, "ddptrain: error: %s", t->buf);
+    else
+        fprintf(stderr, "ddptrain: rank %d (%s): error: %s", wd_.rank, log_host(), t->buf);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    _exit(code); /* not reached */
+}
+
+/* One rank's state as the watchdog saw it. */
+typedef struct wd_view {
+    int known;
+    activity_record_t rec;
+    double blocked_for, phase_for, silent_for;
+    double closed_for; /* its connection closed this long ago without a goodbye (0: open) */
+} wd_view_t;
+
+/* Nothing heard from the rank for longer than a few heartbeats. */
+static int silent_(const wd_view_t *v)
+{
+    return !v->closed_for && v->silent_for > 2 * wd_.beat + 1;
+}
+
+/* One line on rank r; `stale`: the rank is gone, v is its last report. */
+static void add_rank_state_(jobreport_t *t, int r, const wd_view_t *v, int stale)
+{
+    char last[192];
+    jobreport_add(t, "ddptrain:   rank %d (%s): %s", r, host_(r), stale ? "its last report: " : "");
+    if (!v->known) {
+        jobreport_add(t, "state unknown (it never reached the watchdog)\n");
+        return;
+    }
+    if (v->rec.blocked.number) {
+        activity_coll_format(&v->rec.blocked, last, sizeof last);
+        jobreport_add(t, "waiting in %s%s for %.1f s", last,
+                      v->rec.on_device ? " (for its GPU)" : "", v->blocked_for);
+    } else {
+        jobreport_add(t, "in %s", activity_phase_name(v->rec.phase));
+        if (v->rec.step > 0) jobreport_add(t, " of step %lld", (long long)v->rec.step);
+        jobreport_add(t, " for %.1f s", v->phase_for);
+        if (v->rec.last.number) {
+            activity_coll_format(&v->rec.last, last, sizeof last);
+            jobreport_add(t, "; its last collective was %s", last);
+        } else {
+            jobreport_add(t, "; no collective started yet");
+        }
+    }
+    if (v->closed_for > 0)
+        jobreport_add(
+            t,
+            "; its connection closed %.1f s ago without a goodbye: the process exited or was "
+            "killed",
+            v->closed_for);
+    else if (silent_(v))
+        jobreport_add(t,
+                      "; nothing heard from it for %.1f s: its process is stopped or its node is "
+                      "unreachable",
+                      v->silent_for);
+    jobreport_add(t, "\n");
+}
+
+static int same_coll_(const activity_coll_t *a, const activity_coll_t *b)
+{
+    return a->step == b->step && a->index == b->index && a->plane == b->plane &&
+           strcmp(a->what, b->what) == 0 && strcmp(a->op, b->op) == 0;
+}
+
+/* The hub's verdict: `stuck` waited too long (or -1), `silent` fell silent
+ * (or -1). */
+static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
+{
+    int W = wd_.size;
+    jobreport_t *t = calloc(1, sizeof *t);
+    unsigned char *arrived = calloc((size_t)W, 1), *missing = calloc((size_t)W, 1);
+    if (!t || !arrived || !missing) {
+        static jobreport_t oom = {"watchdog: a collective did not complete within --timeout\n", 0};
+        watchdog_end_job(&oom, 10);
+    }
+    char what[192];
+    if (stuck < 0) {
+        jobreport_add(
+            t,
+            "watchdog: nothing heard from rank %d (%s) for %.1f s (--timeout %g): its process is "
+            "stopped or its node is unreachable\n",
+            silent, host_(silent), v[silent].silent_for, wd_.timeout);
+        add_rank_state_(t, silent, &v[silent], 0);
+        jobreport_add(
+            t,
+            "ddptrain:   what to do: look at rank %d's host (is the process stopped, the node "
+            "down, the network partitioned?)\n",
+            silent);
+        watchdog_end_job(t, 10);
+    }
+    const activity_coll_t *S = &v[stuck].rec.blocked;
+    int nmissing = 0, narrived = 0, desync = -1, nsilent = 0, first_silent = -1;
+    for (int r = 0; r < W; r++) {
+        /* an arrived rank may have stopped inside the collective */
+        if (v[r].known && silent_(&v[r])) {
+            nsilent++;
+            if (first_silent < 0) first_silent = r;
+        }
+        if (v[r].known && v[r].rec.last.number >= S->number) {
+            arrived[r] = 1, narrived++;
+            if (desync < 0 && v[r].rec.blocked.number == S->number &&
+                !same_coll_(&v[r].rec.blocked, S))
+                desync = r;
+        } else {
+            missing[r] = 1, nmissing++;
+        }
+    }
+    activity_coll_format(S, what, sizeof what);
+    jobreport_add(t, "watchdog: %s has not completed in %.1f s (--timeout %g): ", what,
+                  v[stuck].blocked_for, wd_.timeout);
+    if (nmissing == 0 && nsilent)
+        jobreport_add(t, "every rank started it, but %d fell silent inside it\n", nsilent);
+    else if (nmissing == 0)
+        jobreport_add(t, "every rank started it%s\n",
+                      desync >= 0 ? ", but not every rank is in the same collective" : "");
+    else if (nmissing == 1)
+        for (int r = 0; r < W; r++) {
+            if (missing[r]) jobreport_add(t, "rank %d (%s) did not arrive\n", r, host_(r));
+        }
+    else {
+        jobreport_add(t, "%d of %d ranks did not arrive: ", nmissing, W);
+        jobreport_add_ranks(t, missing, W);
+        jobreport_add(t, "\n");
+    }
+    jobreport_add(t, "ddptrain:   arrived (%d of %d): ", narrived, W);
+    jobreport_add_ranks(t, arrived, W);
+    jobreport_add(t, "\n");
+    int listed = 0;
+    for (int r = 0; r < W && listed < WD_LIST_MAX; r++)
+        if (missing[r]) add_rank_state_(t, r, &v[r], 0), listed++;
+    if (nmissing > listed)
+        jobreport_add(t, "ddptrain:   ... and %d more missing ranks\n", nmissing - listed);
+    for (int r = 0; r < W && listed < WD_LIST_MAX; r++)
+        if (arrived[r] && v[r].known && silent_(&v[r])) add_rank_state_(t, r, &v[r], 0), listed++;
+    if (desync >= 0) {
+        char other[192];
+        activity_coll_format(&v[desync].rec.blocked, other, sizeof other);
+        jobreport_add(
+            t,
+            "ddptrain:   desync: rank %d (%s) waits in %s, rank %d (%s) in %s: the ranks called "
+            "different collectives\n",
+            stuck, host_(stuck), what, desync, host_(desync), other);
+        jobreport_add(t,
+                      "ddptrain:   what to do: rerun with --debug-collectives to stop at the first "
+                      "collective where the ranks differ\n");
+    } else if (nmissing == 0 && nsilent) {
+        jobreport_add(
+            t,
+            "ddptrain:   what to do: look at rank %d's host (is the process stopped, the node "
+            "down, the network partitioned?)\n",
+            first_silent);
+    } else if (nmissing) {
+        jobreport_add(
+            t,
+            "ddptrain:   what to do: find out what the missing rank%s doing on %s host "
+            "(a stuck file system, swapping, a debugger; py-spy or gdb -p shows the stack); "
+            "if that work legitimately takes longer, raise --timeout\n",
+            nmissing > 1 ? "s are" : " is", nmissing > 1 ? "their" : "its");
+    } else {
+        jobreport_add(t,
+                      "ddptrain:   what to do: every rank is in the collective but it does not "
+                      "complete: check the network between the hosts (and the launcher's transport "
+                      "settings)\n");
+    }
+    if (v[stuck].rec.on_device)
+        jobreport_add(
+            t,
+            "ddptrain:   rank %d waits for its GPU, where NCCL runs the collective (it is the "
+            "last one queued there): a GPU or NCCL fault, or a peer that left it; "
+            "NCCL_DEBUG=WARN shows NCCL's view\n",
+            stuck);
+    free(arrived);
+    free(missing);
+    watchdog_end_job(t, 10);
+}
+
+static _Noreturn void report_vanished_(const wd_view_t *v, int r, double ago)
+{
+    static jobreport_t t;
+    jobreport_add(
+        &t,
+        "watchdog: rank %d (%s) vanished: its connection closed %.1f s ago without a goodbye (the "
+        "process exited or was killed; the launcher's message, if any, says how)\n",
+        r, host_(r), ago);
+    const wd_msg_t *m = &wd_.peers[r].msg;
+    wd_view_t last = {
+        .known = 1, .rec = m->rec, .blocked_for = m->blocked_for, .phase_for = m->phase_for};
+    add_rank_state_(&t, r, &last, 1);
+    jobreport_add(
+        &t,
+        "ddptrain:   what to do: look for rank %d's own error, a crash or the out-of-memory "
+        "killer in its host's log\n",
+        r);
+    watchdog_end_job(&t, 10);
+}
+
+/* ---- messages ------------------------------------------------------------- */
+
+static void msg_fill_(wd_msg_t *m, int kind)
+{
+    memset(m, 0, sizeof *m);
+    m->magic = WD_MAGIC;
+    m->kind = kind;
+    m->rank = wd_.rank;
+    activity_snapshot(&m->rec);
+    double now = clock_seconds();
+    m->blocked_for = m->rec.blocked.number ? now - m->rec.blocked_since : 0;
+    m->phase_for = now - m->rec.phase_since;
+}
+
+static void send_(int fd, int kind)
+{
+    if (fd < 0) return;
+    wd_msg_t m;
+    msg_fill_(&m, kind);
+    /* never block: a peer that does not read loses beats, not us */
+    ssize_t n = send(fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)n;
+}
+
+/* To every connection: the hub's clients, or a client's hub. */
+static void send_all_(int kind)
+{
+    if (wd_.rank > 0) {
+        send_(wd_.hub.fd, kind);
+        return;
+    }
+    for (int i = 0; i < wd_.nconns; i++) send_(wd_.conns[i].fd, kind);
+}
+
+/* Read what is there; returns 1 for each complete message (in *out), 0 for
+ * nothing more now, -1 when the connection closed or failed. */
+static int recv_(wd_conn_t *c, wd_msg_t *out)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, MSG_DONTWAIT);
+        if (n == 0) return -1;
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        c->have += (size_t)n;
+        if (c->have == sizeof c->buf) {
+            c->have = 0;
+            memcpy(out, c->buf, sizeof *out);
+            return out->magic == WD_MAGIC ? 1 : -1;
+        }
+    }
+}
+
+static void note_msg_(wd_peer_t *p, const wd_msg_t *m, double now)
+{
+    p->heard = now;
+    p->msg = *m;
+    if (m->kind == MSG_HELLO) p->hello = 1;
+    if (m->kind == MSG_BYE) p->bye = 1;
+    if (m->kind == MSG_ENDING) {
+        p->ending = 1;
+        atomic_store(&wd_.ending, 1);
+    }
+}
+
+/* ---- the hub (rank 0) ---------------------------------------------------- */
+
+static void hub_accept_(void)
+{
+    for (;;) {
+        int fd = accept4(wd_.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        if (wd_.nconns == wd_.size + 16) {
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        wd_.conns[wd_.nconns++] = (wd_conn_t){.fd = fd, .rank = -1};
+    }
+}
+
+static int standing_down_(const activity_record_t *self)
+{
+    return atomic_load(&wd_.ending) || self->phase == PHASE_ABORTING;
+}
+
+static void hub_check_(double now)
+{
+    int W = wd_.size;
+    wd_view_t *v = wd_.views;
+    activity_record_t self;
+    activity_snapshot(&self);
+    if (standing_down_(&self)) return;
+    v[0] = (wd_view_t){.known = 1,
+                       .rec = self,
+                       .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
+                       .phase_for = now - self.phase_since};
+    int stuck = -1, silent = -1, vanished = -1;
+    for (int r = 1; r < W; r++) {
+        wd_peer_t *p = &wd_.peers[r];
+        memset(&v[r], 0, sizeof v[r]);
+        if (!p->hello) continue;
+        /* a closed connection: what it said last, as of its closing */
+        double age = (p->closed_at ? p->closed_at : now) - p->heard;
+        v[r].closed_for = p->closed_at ? now - p->closed_at : 0;
+        v[r].known = 1;
+        v[r].rec = p->msg.rec;
+        v[r].blocked_for = p->msg.rec.blocked.number ? p->msg.blocked_for + age : 0;
+        v[r].phase_for = p->msg.phase_for + age;
+        v[r].silent_for = age;
+        if (p->bye) continue;
+        if (p->msg.rec.phase == PHASE_ABORTING) return; /* its own error ends the job */
+        if (p->closed_at && now - p->closed_at >= WD_VANISH_GRACE_S && vanished < 0) vanished = r;
+        if (!p->closed_at && age >= wd_.timeout && silent < 0) silent = r;
+    }
+    for (int r = 0; r < W; r++)
+        if (v[r].known && !v[r].closed_for && v[r].blocked_for >= wd_.timeout &&
+            (stuck < 0 || v[r].blocked_for > v[stuck].blocked_for))
+            stuck = r;
+    /* a collective stuck while a rank is gone: the rank that vanished is the
+     * news, whether or not its grace period is over */
+    for (int r = 1; r < W && (stuck >= 0 || silent >= 0) && vanished < 0; r++)
+        if (v[r].closed_for > 0) vanished = r;
+    if (vanished >= 0) report_vanished_(v, vanished, now - wd_.peers[vanished].closed_at);
+    if (stuck >= 0 || silent >= 0) report_stuck_(v, stuck, silent);
+}
+
+static void hub_loop_(void)
+{
+    int W = wd_.size;
+    struct pollfd *pfd = calloc((size_t)W + 17, sizeof *pfd);
+    if (!pfd) return;
+    double next_beat = 0, next_check = 0;
+    while (!atomic_load(&wd_.stop)) {
+        pfd[0] = (struct pollfd){.fd = wd_.listen_fd, .events = POLLIN};
+        for (int i = 0; i < wd_.nconns; i++)
+            pfd[1 + i] = (struct pollfd){.fd = wd_.conns[i].fd, .events = POLLIN};
+        poll(pfd, (nfds_t)wd_.nconns + 1, (int)(1000 * wd_.beat / 2));
+        double now = clock_seconds();
+        if (pfd[0].revents) hub_accept_();
+        for (int i = 0; i < wd_.nconns; i++) {
+            wd_conn_t *c = &wd_.conns[i];
+            if (c->fd < 0) continue;
+            wd_msg_t m;
+            int got;
+            while ((got = recv_(c, &m)) == 1) {
+                if (m.rank <= 0 || m.rank >= W || (c->rank >= 0 && m.rank != c->rank)) {
+                    got = -1;
+                    break;
+                }
+                c->rank = m.rank;
+                note_msg_(&wd_.peers[m.rank], &m, now);
+            }
+            if (got < 0) {
+                if (c->rank >= 0 && !wd_.peers[c->rank].bye) wd_.peers[c->rank].closed_at = now;
+                close(c->fd);
+                c->fd = -1;
+            }
+        }
+        if (now >= next_beat) {
+            for (int i = 0; i < wd_.nconns; i++) send_(wd_.conns[i].fd, MSG_BEAT);
+            next_beat = now + wd_.beat;
+        }
+        /* a check looks at every rank: twice per heartbeat period at most,
+         * not once per message */
+        if (now >= next_check) {
+            hub_check_(now);
+            next_check = now + wd_.beat / 2;
+        }
+    }
+    for (int i = 0; i < wd_.nconns; i++) {
+        send_(wd_.conns[i].fd, MSG_BYE);
+        if (wd_.conns[i].fd >= 0) close(wd_.conns[i].fd);
+    }
+    free(pfd);
+}
+
+/* ---- a client (rank > 0) ------------------------------------------------- */
+
+static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_for)
+{
+    static jobreport_t t;
+    if (gone)
+        jobreport_add(
+            &t,
+            "watchdog: rank 0 (%s) vanished: its connection closed %.1f s ago without a goodbye "
+            "(the process exited or was killed)\n",
+            host_(0), quiet_for);
+    else
+        jobreport_add(
+            &t,
+            "watchdog: nothing heard from rank 0 (%s) for %.1f s (--timeout %g): its process is "
+            "stopped or its node is unreachable\n",
+            host_(0), quiet_for, wd_.timeout);
+    wd_view_t v0 = {.known = 1,
+                    .rec = hub->msg.rec,
+                    .blocked_for = hub->msg.blocked_for,
+                    .phase_for = hub->msg.phase_for};
+    add_rank_state_(&t, 0, &v0, 1);
+    activity_record_t self;
+    activity_snapshot(&self);
+    double now = clock_seconds();
+    wd_view_t me = {.known = 1,
+                    .rec = self,
+                    .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
+                    .phase_for = now - self.phase_since};
+    add_rank_state_(&t, wd_.rank, &me, 0);
+    jobreport_add(&t,
+                  "ddptrain:   what to do: look at rank 0's host (is the process stopped, the node "
+                  "down, the network partitioned?)\n");
+    watchdog_end_job(&t, 10);
+}
+
+static _Noreturn void report_local_(const activity_record_t *self, double blocked_for)
+{
+    static jobreport_t t;
+    char what[192];
+    activity_coll_format(&self->blocked, what, sizeof what);
+    jobreport_add(&t,
+                  "watchdog: %s has not completed in %.1f s (--timeout %g); the watchdog of rank 0 "
+                  "cannot be reached, so what the other ranks are doing is unknown\n",
+                  what, blocked_for, wd_.timeout);
+    jobreport_add(&t,
+                  "ddptrain:   what to do: look at rank 0's host, and at the network between the "
+                  "hosts\n");
+    watchdog_end_job(&t, 10);
+}
+
+static void client_check_(double now)
+{
+    wd_peer_t *hub = &wd_.hub_peer;
+    activity_record_t self;
+    activity_snapshot(&self);
+    if (standing_down_(&self)) return;
+    double delay = wd_.rank == 1 ? 0 : WD_DEPUTY_DELAY_S;
+    int hub_ok = wd_.hub.fd >= 0 && !hub->bye && hub->msg.rec.phase != PHASE_ABORTING;
+    if (hub_ok && hub->hello && now - hub->heard >= wd_.timeout + delay)
+        report_hub_(hub, 0, now - hub->heard);
+    if (hub->closed_at && !hub->bye && hub->msg.rec.phase != PHASE_ABORTING &&
+        now - hub->closed_at >= WD_VANISH_GRACE_S + delay)
+        report_hub_(hub, 1, now - hub->closed_at);
+    /* its own view only: at once when the hub was never reached, else after
+     * the hub (and rank 1) had their turn */
+    double blocked_for = self.blocked.number ? now - self.blocked_since : 0;
+    if (blocked_for >= wd_.timeout + (wd_.hub_connected ? WD_LOCAL_GRACE_S + delay : 0))
+        report_local_(&self, blocked_for);
+}
+
+static void client_loop_(void)
+{
+    double next_beat = 0;
+    while (!atomic_load(&wd_.stop)) {
+        struct pollfd pfd = {.fd = wd_.hub.fd, .events = POLLIN};
+        poll(&pfd, wd_.hub.fd >= 0 ? 1 : 0, (int)(1000 * wd_.beat / 2));
+        double now = clock_seconds();
+        if (wd_.hub.fd >= 0) {
+            wd_msg_t m;
+            int got;
+            while ((got = recv_(&wd_.hub, &m)) == 1) {
+                if (m.rank != 0) {
+                    got = -1;
+                    break;
+                }
+                note_msg_(&wd_.hub_peer, &m, now);
+                wd_.hub_peer.hello = 1;
+            }
+            if (got < 0) {
+                if (!wd_.hub_peer.bye) wd_.hub_peer.closed_at = now;
+                close(wd_.hub.fd);
+                wd_.hub.fd = -1;
+            }
+        }
+        if (now >= next_beat) {
+            send_(wd_.hub.fd, MSG_BEAT);
+            next_beat = now + wd_.beat;
+        }
+        client_check_(now);
+    }
+    send_(wd_.hub.fd, MSG_BYE);
+    if (wd_.hub.fd >= 0) close(wd_.hub.fd);
+    wd_.hub.fd = -1;
+}
+
+static void *thread_main_(void *arg)
+{
+    (void)arg;
+    if (wd_.rank == 0)
+        hub_loop_();
+    else
+        client_loop_();
+    return NULL;
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+/* Where the other ranks can reach rank 0's hub. */
+typedef struct wd_addr {
+    int32_t port, naddr;
+    uint32_t addr[WD_ADDRS]; /* IPv4, network order; loopback last */
+} wd_addr_t;
+
+static int hub_listen_(wd_addr_t *a)
+{
+    memset(a, 0, sizeof *a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof sa;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, SOMAXCONN) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    a->port = ntohs(sa.sin_port);
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i && a->naddr < WD_ADDRS - 1; i = i->ifa_next)
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+                !(i->ifa_flags & IFF_LOOPBACK))
+                a->addr[a->naddr++] = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        freeifaddrs(ifs);
+    }
+    a->addr[a->naddr++] = htonl(INADDR_LOOPBACK);
+    return fd;
+}
+
+static int connect_one_(uint32_t addr, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (poll(&p, 1, (int)(1000 * WD_CONNECT_S)) != 1 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+        close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static int client_connect_(const wd_addr_t *a)
+{
+    /* on rank 0's host the loopback first */
+    if (strcmp(host_(0), log_host()) == 0) {
+        int fd = connect_one_(a->addr[a->naddr - 1], a->port);
+        if (fd >= 0) return fd;
+    }
+    for (int i = 0; i < a->naddr; i++) {
+        int fd = connect_one_(a->addr[i], a->port);
+        if (fd >= 0) return fd;
+    }
+    return -1;
+}
+
+/* The hub's socket and tables (rank 0). */
+static void hub_free_(void)
+{
+    if (wd_.listen_fd >= 0) close(wd_.listen_fd);
+    wd_.listen_fd = -1;
+    free(wd_.peers);
+    free(wd_.conns);
+    free(wd_.views);
+    wd_.peers = NULL;
+    wd_.conns = NULL;
+    wd_.views = NULL;
+}
+
+ddp_status_t watchdog_start(control_t *ctl, double timeout)
+{
+    wd_.rank = ctl->rank;
+    wd_.size = ctl->size;
+    wd_.timeout = timeout;
+    wd_.ctl = ctl;
+    if (ctl->size == 1) return DDP_OK;
+    if (timeout <= 0) return DDP_OK;
+    /* a heartbeat several times per timeout, at most one a second */
+    wd_.beat = timeout / 5 < 1.0 ? timeout / 5 : 1.0;
+    if (wd_.beat < 0.05) wd_.beat = 0.05;
+
+    wd_addr_t addr;
+    int64_t unreachable = 0;
+    if (ctl->rank == 0) {
+        wd_.listen_fd = hub_listen_(&addr);
+        wd_.peers = calloc((size_t)ctl->size, sizeof *wd_.peers);
+        wd_.conns = calloc((size_t)ctl->size + 16, sizeof *wd_.conns);
+        wd_.views = calloc((size_t)ctl->size, sizeof *wd_.views);
+        if (wd_.listen_fd < 0 || !wd_.peers || !wd_.conns || !wd_.views) addr.port = -1;
+    }
+    comm_desc_t d = {"watchdog-address", -1, -1};
+    DDP_TRY(control_bcast(ctl, &addr, sizeof addr, 0, &d));
+    if (ctl->rank > 0 && addr.port > 0) {
+        wd_.hub.fd = client_connect_(&addr);
+        wd_msg_t hello;
+        msg_fill_(&hello, MSG_HELLO);
+        if (wd_.hub.fd >= 0 &&
+            send(wd_.hub.fd, &hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
+            close(wd_.hub.fd);
+            wd_.hub.fd = -1;
+        }
+        wd_.hub_peer.heard = clock_seconds();
+        wd_.hub_connected = wd_.hub.fd >= 0;
+    }
+    int64_t counts[1] = {ctl->rank > 0 && wd_.hub.fd < 0};
+    d = (comm_desc_t){"watchdog-connect", -1, -1};
+    DDP_TRY(control_allreduce(ctl, counts, 1, COMM_INT64, &d));
+    unreachable = counts[0];
+    if (ctl->rank == 0 && addr.port <= 0)
+        log_warn("watchdog: rank 0 cannot listen on a TCP port; each rank watches only its own "
+                 "collectives (--timeout still ends a hang, with less detail)");
+    else if (ctl->rank == 0 && unreachable)
+        log_warn("watchdog: %lld rank(s) cannot reach rank 0's watchdog on TCP port %d; they watch "
+                 "only their own collectives (--timeout still ends a hang, with less detail)",
+                 (long long)unreachable, (int)addr.port);
+    if (ctl->rank == 0 && addr.port <= 0) {
+        hub_free_();
+        return DDP_OK; /* rank 0 has no hub; clients fall back on their own view */
+    }
+
+    /* the thread takes no signals: they stay with the main thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&wd_.thread, NULL, thread_main_, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return ddp_fail(DDP_ERR_INTERNAL, "cannot start the watchdog thread: %s", strerror(rc));
+    wd_.running = 1;
+    return DDP_OK;
+}
+
+void watchdog_stop(void)
+{
+    if (wd_.running) {
+        atomic_store(&wd_.stop, 1);
+        pthread_join(wd_.thread, NULL);
+        wd_.running = 0;
+    }
+    hub_free_();
+    wd_.ctl = NULL;
+}
