@@ -10,7 +10,7 @@
 #   DDP_COMPUTE_BACKENDS and DDP_COMM_BACKENDS, the two lists, as
 #   substitutions (tests/testenv.sh) and as C strings (ddp_build.h), so the
 #   tests check that configure, the registries and --version agree
-#   (tests/test_cli.sh, check_kernels, check_comm).
+#   (tests/e2e/test_cli.sh, check_kernels, check_comm).
 AC_DEFUN([DDP_BACKEND], [
   m4_if([$3], [], [ddp_backend_ok=yes],
         [AS_IF([$3], [ddp_backend_ok=yes], [ddp_backend_ok=no])])

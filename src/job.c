@@ -3,12 +3,13 @@
 
 #include <mpi.h>
 
-#include "comm.h"
+#include "comm_mpi.h"
 #include "deck.h"
 #include "h5util.h"
 #include "inject.h"
 #include "log.h"
 #include "activity.h"
+#include "collcheck.h"
 #include "signals.h"
 #include "watchdog.h"
 
@@ -31,14 +32,18 @@ ddp_status_t job_begin(job_t *j, int *argc, char ***argv)
     /* validated: the same on every rank */
     if (s == DDP_OK) s = inject_setup(j->cfg.inject, j->rank);
     if (s == DDP_OK) log_setup(j->rank, j->cfg.quiet ? LOG_QUIET : LOG_INFO);
-    if (s == DDP_OK)
-        s = control_agree(&j->ctl, watchdog_start(&j->ctl, j->cfg.timeout, j->cfg.debug_collectives));
+    if (s == DDP_OK) {
+        s = collcheck_start(&j->ctl, j->cfg.debug_collectives);
+        if (s == DDP_OK) s = watchdog_start(&j->ctl, j->cfg.timeout);
+        s = control_agree(&j->ctl, s);
+    }
     return s;
 }
 
 int job_end(job_t *j, ddp_status_t s)
 {
     watchdog_stop();
+    collcheck_stop();
     if (s == DDP_STOP_REQUEUE || s == DDP_STOP_INTERRUPT)
         log_stopped(ddp_error_message());
     else if (s != DDP_OK && j->rank == 0)

@@ -1,7 +1,7 @@
 /* job.h -- the start and the end of a trainer's main(): ddptrain's
- * (src/main.c) and the test trainers' (tests/train_emu.c,
- * tests/train_lazy.c), which train between the two with backends of their
- * own. */
+ * (src/main.c) and the test trainers' (tests/doubles/train_emu.c,
+ * tests/doubles/train_lazy.c), which register test doubles of the backends
+ * and train between the two. */
 #ifndef DDP_JOB_H
 #define DDP_JOB_H
 
@@ -21,12 +21,13 @@ typedef struct job {
  * over MPI_COMM_WORLD (when that fails: the error on every rank, then
  * MPI_Abort with its exit code -- nothing could agree on it), the options
  * parsed and agreed on by every rank, --inject armed, --quiet applied and
- * the watchdog started (--timeout, --debug-collectives; watchdog.h).
+ * the watchdog (--timeout; watchdog.h) and the --debug-collectives check
+ * (collcheck.h) started.
  * The status is the same on every rank; whatever it is, end with job_end. */
 ddp_status_t job_begin(job_t *j, int *argc, char ***argv);
 /* Report s (a stop request as "stopped", another failure as the error, on
- * rank 0), stop the watchdog, free what job_begin made, MPI_Finalize; the
- * exit code for s. */
+ * rank 0), stop the watchdog and the check, free what job_begin made,
+ * MPI_Finalize; the exit code for s. */
 int job_end(job_t *j, ddp_status_t s);
 
 #endif

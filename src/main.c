@@ -1,14 +1,14 @@
 /* main.c -- ddptrain: --help and --version, then start MPI, the control
  * plane, the options and the watchdog (job.h), train, and report (job_end:
  * the one place a failure is reported and mapped to the exit code).
- * Everything else lives in libddp (trainer.h lists the rooms). */
+ * Everything else lives in libddp (run.h lists the trainer's rooms). */
 #include <stdio.h>
 #include <string.h>
 
 #include "config.h"
 #include "job.h"
-#include "train.h"
-#include "version.h"
+#include "loop.h"
+#include "about.h"
 
 int main(int argc, char **argv)
 {

@@ -1,37 +1,119 @@
 /* comm.c -- backend-independent parts of the communicator, and the
- * registry of comm backends built into this binary. */
+ * registry of comm backends (see comm.h). */
 #include "comm.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ddp_build.h"
 #include "activity.h"
+#include "ddp_build.h"
+#include "opstable.h"
 
-/* One line per backend, under the configure condition that builds it. */
-static const comm_backend_t backends_[] = {
-    {"mpi", comm_init_mpi},
+/* The builtins, one line per backend under the configure condition that
+ * builds it ("mpi" first). */
+static const comm_backend_t *const builtin_[] = {
+    &comm_mpi_backend,
 #ifdef HAVE_NCCL
-    {"nccl", comm_init_nccl},
+    &comm_nccl_backend,
 #endif
 };
 
+#define REGISTRY_MAX 8
+static const comm_backend_t *registry_[REGISTRY_MAX];
+static int nregistry_ = -1;                   /* -1: the builtins not registered yet */
+static ddp_status_t builtin_failed_ = DDP_OK; /* a builtin refused at registration */
+
+/* The ops every backend must have (comm.h marks the optional ones). */
+#define REQUIRED(f) OPS_FIELD(comm_ops_t, f)
+static const ops_field_t required_[] = {
+    REQUIRED(iallreduce), REQUIRED(ireduce_scatter), REQUIRED(iallgather),
+    REQUIRED(test),       REQUIRED(wait),            REQUIRED(progress),
+    REQUIRED(bcast),      REQUIRED(allgather),       REQUIRED(barrier),
+    REQUIRED(free),
+};
+
+static void builtins_(void);
+
+ddp_status_t comm_register_backend(const comm_backend_t *b)
+{
+    builtins_();
+    if (!b || !b->name || !b->name[0] || !b->ops || !b->init || !b->moves)
+        return ddp_fail(DDP_ERR_INTERNAL,
+                        "comm backend registered without a name, ops table, init or memory kind");
+    const char *missing = ops_missing(b->ops, required_, sizeof required_ / sizeof required_[0]);
+    if (missing)
+        return ddp_fail(DDP_ERR_INTERNAL,
+                        "comm backend '%s' has no %s op: every op but the optional ones of "
+                        "comm.h is required",
+                        b->name, missing);
+    int at = 0;
+    while (at < nregistry_ && strcmp(registry_[at]->name, b->name) != 0) at++;
+    if (at == REGISTRY_MAX)
+        return ddp_fail(DDP_ERR_INTERNAL, "more than %d comm backends registered", REGISTRY_MAX);
+    registry_[at] = b;
+    if (at == nregistry_) nregistry_++;
+    return DDP_OK;
+}
+
+static void builtins_(void)
+{
+    if (nregistry_ >= 0) return;
+    nregistry_ = 0;
+    for (size_t i = 0; i < sizeof builtin_ / sizeof builtin_[0]; i++) {
+        ddp_status_t s = comm_register_backend(builtin_[i]);
+        if (s != DDP_OK && builtin_failed_ == DDP_OK) builtin_failed_ = s;
+    }
+}
+
 int comm_backend_count(void)
 {
-    return (int)(sizeof backends_ / sizeof backends_[0]);
+    builtins_();
+    return nregistry_;
 }
 
 const comm_backend_t *comm_backend(int i)
 {
-    return i >= 0 && i < comm_backend_count() ? &backends_[i] : NULL;
+    return i >= 0 && i < comm_backend_count() ? registry_[i] : NULL;
 }
 
 const comm_backend_t *comm_find(const char *name)
 {
     for (int i = 0; i < comm_backend_count(); i++)
-        if (strcmp(backends_[i].name, name) == 0) return &backends_[i];
+        if (strcmp(registry_[i]->name, name) == 0) return registry_[i];
     return NULL;
+}
+
+ddp_status_t comm_pick(const char *name, ddp_mem_kind_t kind, const char *compute_name,
+                       const comm_backend_t **out)
+{
+    *out = NULL;
+    builtins_();
+    if (builtin_failed_ != DDP_OK) return builtin_failed_;
+    if (strcmp(name, "auto") == 0) {
+        for (int i = 0; i < nregistry_ && !*out; i++)
+            if (registry_[i]->moves & COMM_MOVES(kind)) *out = registry_[i];
+        if (*out) return DDP_OK;
+        return ddp_fail(DDP_ERR_USAGE,
+                        "the %s compute backend computes in %s memory and this ddptrain has no "
+                        "comm backend for it (built without NCCL?); rebuild with ./configure "
+                        "--with-cuda --with-nccl, or use --device cpu",
+                        compute_name, ddp_mem_kind_name(kind));
+    }
+    const comm_backend_t *b = comm_find(name);
+    if (!b)
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--comm %s: this ddptrain has no %s comm backend (ddptrain --version "
+                        "lists them); use --comm auto",
+                        name, name);
+    if (!(b->moves & COMM_MOVES(kind)))
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--comm %s cannot move %s memory, and the %s compute backend computes "
+                        "there; use --comm auto (it picks the backend for the compute memory)",
+                        name, ddp_mem_kind_name(kind), compute_name);
+    *out = b;
+    return DDP_OK;
 }
 
 ddp_status_t comm_attach(comm_t *c, MPI_Comm world)
@@ -40,17 +122,42 @@ ddp_status_t comm_attach(comm_t *c, MPI_Comm world)
     if (MPI_Comm_dup(world, &dup) != MPI_SUCCESS)
         return ddp_fail(DDP_ERR_COMM, "MPI_Comm_dup failed");
     c->mpi = dup;
+    c->node_comm = c->cross_comm = MPI_COMM_NULL;
     MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->mpi, &c->rank);
     MPI_Comm_size(c->mpi, &c->size);
-    MPI_Comm node;
-    MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &c->local_rank);
-    MPI_Comm_size(node, &c->local_size);
-    int leader = c->local_rank == 0;
+    if (MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                            &c->node_comm) != MPI_SUCCESS ||
+        MPI_Comm_rank(c->node_comm, &c->local_rank) != MPI_SUCCESS ||
+        MPI_Comm_size(c->node_comm, &c->local_size) != MPI_SUCCESS)
+        return ddp_fail(DDP_ERR_COMM, "MPI_Comm_split_type (the ranks of a node) failed");
+    /* nodes are numbered in the order of their first ranks: a leader's
+     * number is the count of leaders before it, which its node learns */
+    int leader = c->local_rank == 0, before = 0;
+    MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, c->mpi);
+    if (c->rank == 0) before = 0; /* MPI_Exscan leaves rank 0's undefined */
+    c->node = before;
+    MPI_Bcast(&c->node, 1, MPI_INT, 0, c->node_comm);
     MPI_Allreduce(&leader, &c->nnodes, 1, MPI_INT, MPI_SUM, c->mpi);
-    MPI_Comm_free(&node);
+    if (MPI_Comm_split(c->mpi, c->local_rank, c->node, &c->cross_comm) != MPI_SUCCESS)
+        return ddp_fail(DDP_ERR_COMM, "MPI_Comm_split (the ranks across nodes) failed");
+    MPI_Comm_set_errhandler(c->node_comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(c->cross_comm, MPI_ERRORS_RETURN);
     return DDP_OK;
+}
+
+void comm_detach(comm_t *c)
+{
+    if (c->cross_comm != MPI_COMM_NULL) MPI_Comm_free(&c->cross_comm);
+    if (c->node_comm != MPI_COMM_NULL) MPI_Comm_free(&c->node_comm);
+    if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+}
+
+void comm_block(size_t count, int size, int rank, size_t *first, size_t *n)
+{
+    size_t base = count / (size_t)size, rem = count % (size_t)size, b = (size_t)rank;
+    *first = b * base + (b < rem ? b : rem);
+    *n = base + (b < rem ? 1 : 0);
 }
 
 unsigned comm_caps(const comm_t *c)
@@ -102,6 +209,22 @@ ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
 {
     comm_req_t *req = NULL;
     DDP_TRY(c->ops->iallreduce(c, buf, count, t, d, &req));
+    return c->ops->wait(c, req);
+}
+
+ddp_status_t comm_reduce_scatter(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                 const comm_apply_t *a, const comm_desc_t *d)
+{
+    comm_req_t *req = NULL;
+    DDP_TRY(c->ops->ireduce_scatter(c, buf, count, t, a, d, &req));
+    return c->ops->wait(c, req);
+}
+
+ddp_status_t comm_allgather_blocks(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                   const comm_desc_t *d)
+{
+    comm_req_t *req = NULL;
+    DDP_TRY(c->ops->iallgather(c, buf, count, t, d, &req));
     return c->ops->wait(c, req);
 }
 

@@ -114,6 +114,21 @@ typedef struct comm_ops {
      * iallreduce, then fn over the whole range on every rank. */
     ddp_status_t (*iallreduce_apply)(comm_t *c, float *buf, size_t count, const comm_apply_t *a,
                                      const comm_desc_t *d, comm_req_t **req);
+    /* Reduce-scatter, in place, the first half of ZeRO's exchange: count
+     * elements of buf on every rank; when req completes, this rank's block
+     * of buf (comm_block) holds the sum over the ranks of that block, the
+     * rest of buf is scratch.  With a != NULL the owner then applies
+     * a->fn(a->arg, first, n) to its block [first, first + n) -- the
+     * optimizer step of the shard it owns (a->extra is not used).  Each
+     * block's sum is computed by its owner in an order fixed by the
+     * algorithm and the number of ranks. */
+    ddp_status_t (*ireduce_scatter)(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                    const comm_apply_t *a, const comm_desc_t *d, comm_req_t **req);
+    /* All-gather, in place, the second half: every rank's block of buf
+     * (comm_block) goes to every rank; when req completes, buf holds every
+     * block, bit for bit as its owner had it. */
+    ddp_status_t (*iallgather)(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                               const comm_desc_t *d, comm_req_t **req);
     /* Drive progress of every in-flight collective; *done = 1 when req has
      * completed (req stays valid until wait). */
     ddp_status_t (*test)(comm_t *c, comm_req_t *req, int *done);
@@ -125,7 +140,8 @@ typedef struct comm_ops {
      * between compute pieces (layers) while all-reduces are in flight. */
     ddp_status_t (*progress)(comm_t *c);
     ddp_status_t (*bcast)(comm_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d);
-    /* recv holds size * bytes; rank r's `send` lands at recv + r * bytes. */
+    /* Blocking, of one record per rank: recv holds size * bytes; rank r's
+     * `send` lands at recv + r * bytes. */
     ddp_status_t (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes,
                               const comm_desc_t *d);
     ddp_status_t (*barrier)(comm_t *c);
@@ -157,7 +173,11 @@ struct comm {
     int rank, size;             /* in this communicator */
     int local_rank, local_size; /* on this node */
     int nnodes;
+    int node;                 /* this rank's node, 0 .. nnodes-1 (in the order of their first ranks) */
     MPI_Comm mpi;             /* duplicate of the communicator given to comm_init_* */
+    MPI_Comm node_comm;       /* the ranks of this node, by rank (local_rank in it) */
+    MPI_Comm cross_comm;      /* the ranks of this local_rank on every node that has one, by
+                               * node; for local rank 0, the node leaders */
     uint64_t seq;             /* collectives started so far (same on every rank) */
     comm_desc_t last;         /* the most recently started collective */
     uint64_t allreduce_bytes; /* payload bytes all-reduced so far */
@@ -165,66 +185,62 @@ struct comm {
     void *impl; /* backend state */
 };
 
-/* MPI thread level the MPI backend needs: main() passes it (or more) to
- * MPI_Init_thread and makes every comm call from that thread. */
-#define COMM_MPI_THREAD_LEVEL MPI_THREAD_FUNNELED
-
 /* For backends' init: c->mpi = a duplicate of `world` (errors returned as
  * codes, so they are reported with context), and c's rank and size in it,
- * its local rank and size among the ranks sharing its node, and the number
- * of nodes.  Collective over world.  DDP_ERR_COMM when the duplicate fails
- * (c->mpi stays as it was). */
+ * its local rank and size among the ranks sharing its node, the number of
+ * nodes and this rank's node, and the per-node and cross-node
+ * communicators (comm_free frees them).  Collective over world.
+ * DDP_ERR_COMM when a communicator cannot be made (c->mpi stays as it
+ * was). */
 ddp_status_t comm_attach(comm_t *c, MPI_Comm world);
+/* The frees of comm_attach (backends' free calls it). */
+void comm_detach(comm_t *c);
 
-/* MPI backend over (a duplicate of) `world`.  Computes rank, size, the local
- * rank (ranks sharing a node) and the number of nodes.  Host memory only;
- * COMM_CAP_NODE_SHARED_MEMORY when every rank is on one node (W > 1) and
- * /dev/shm has room. */
-ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
+/* The block of `count` elements that rank `rank` of `size` owns under
+ * ireduce_scatter and iallgather: [*first, *first + *n); lengths differ by
+ * at most one element, the first count % size blocks are the longer ones. */
+void comm_block(size_t count, int size, int rank, size_t *first, size_t *n);
 
-/* NCCL backend (comm_nccl.h, GPU builds): device memory, bootstrapped over
- * `world` after the compute backend has bound this rank's GPU. */
-ddp_status_t comm_init_nccl(comm_t *c, MPI_Comm world);
-
-/* The registry (comm.c): the backends built into this binary, the first one
- * the default.  `ddptrain --version` lists them. */
+/* A comm backend: its name (--comm NAME), the kinds of memory its gradient
+ * plane moves (COMM_MOVES bits), its ops table and its init, which sets
+ * c->ops to that table.  init is collective over `world` (the control
+ * plane's communicator). */
+#define COMM_MOVES(kind) (1u << (kind))
 typedef struct comm_backend {
     const char *name;
-    ddp_status_t (*init)(comm_t *c, MPI_Comm world); /* collective over world */
+    unsigned moves;
+    const comm_ops_t *ops;
+    ddp_status_t (*init)(comm_t *c, MPI_Comm world);
 } comm_backend_t;
+
+/* The registry (comm.c): the backends of this binary, "mpi" first, then
+ * what configure built in; `ddptrain --version` lists them.  A program may
+ * register another before it trains (a test program, the emulated "nccl"),
+ * replacing an entry of the same name or adding one.  A backend whose table
+ * lacks a required op (every op but the optional ones, marked "NULL: ..."
+ * above) is refused with DDP_ERR_INTERNAL naming it. */
+ddp_status_t comm_register_backend(const comm_backend_t *b);
+/* The builtins' entries, each defined in its backend's file (comm_mpi.c;
+ * comm_nccl.c in GPU builds and in the emulation). */
+extern const comm_backend_t comm_mpi_backend;
+extern const comm_backend_t comm_nccl_backend;
 int comm_backend_count(void);
 /* 0 <= i < comm_backend_count() */
 const comm_backend_t *comm_backend(int i);
-/* NULL when not built in */
+/* NULL when none is registered under `name` */
 const comm_backend_t *comm_find(const char *name);
+/* --comm: the backend named `name`, or for "auto" the first registered one
+ * that moves `kind` (the compute backend's memory, compute_name).  A name
+ * with no backend, or a backend that cannot move that kind, is
+ * DDP_ERR_USAGE saying what to use instead.  Not collective. */
+ddp_status_t comm_pick(const char *name, ddp_mem_kind_t kind, const char *compute_name,
+                       const comm_backend_t **out);
 
 /* See comm_ops_t.caps / mem_register / mem_deregister. */
 unsigned comm_caps(const comm_t *c);
 ddp_status_t comm_register(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind);
 void comm_deregister(comm_t *c, void *p);
 
-/* All-reduce algorithm of the MPI backend, set on every rank alike before
- * the first collective:
- *   "auto" (default)  shared memory for a slice of comm_mem_alloc memory
- *                     when all ranks are on one node: every rank sums its
- *                     block straight from the others' buffers and copies
- *                     the other blocks from their owners (about 2x faster
- *                     than message passing here); "ring" for everything
- *                     else (other buffers, several nodes).  Every rank must
- *                     then pass the same slice (offset and count) of its
- *                     comm-allocated buffer -- checked, DDP_ERR_MISMATCH --
- *                     or all ranks a buffer of their own.
- *   "ring"            reduce-scatter + allgather over MPI_Isend/Irecv in
- *                     pieces of at most 4 MB, progressed by comm calls.
- *   "mpi"             MPI_Iallreduce in pieces of at most 8 MB (Open MPI's
- *                     own algorithms; identical results in practice but
- *                     not by construction).  For comparison.
- * DDP_ERR_USAGE for another name. */
-ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
-/* Ring tuning (benchmarks): piece = bytes one ring message carries at most
- * (rounded down to whole elements; default 4 MB), depth = slices of W pieces
- * in flight per all-reduce (1..16; default 2).  0 keeps the current value. */
-ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
 void comm_free(comm_t *c);
 /* Communicators to abort (ops->abort) when the job ends on a fatal error:
  * the trainer tracks its gradient plane after init; comm_free forgets it.
@@ -248,10 +264,15 @@ ddp_status_t comm_mem_alloc_host(size_t bytes, void **p);
 /* Blocking all-reduce: start + wait.  Drives the in-flight ones too. */
 ddp_status_t comm_allreduce(comm_t *c, void *buf, size_t count, comm_dtype_t t,
                             const comm_desc_t *d);
+/* Blocking reduce-scatter and all-gather (start + wait; see the ops). */
+ddp_status_t comm_reduce_scatter(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                 const comm_apply_t *a, const comm_desc_t *d);
+ddp_status_t comm_allgather_blocks(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                   const comm_desc_t *d);
 
 /* Bookkeeping every backend calls when it starts a collective: op is
- * "all-reduce", "broadcast", "all-gather" or "barrier", bytes this rank's
- * payload.  Numbers it for the watchdog (activity.h): the job-wide number. */
+ * "all-reduce", "reduce-scatter", "all-gather", "broadcast" or "barrier",
+ * bytes this rank's payload.  Numbers it for the watchdog (activity.h): the job-wide number. */
 uint64_t comm_note_start(comm_t *c, const comm_desc_t *d, const char *op, size_t bytes);
 
 #endif

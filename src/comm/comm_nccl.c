@@ -17,6 +17,11 @@
 struct comm_req {
     ddp_cuda_event_t *done; /* recorded on the comm stream after the collective */
     struct comm_req *next;  /* the free list */
+    /* ireduce_scatter's update of this rank's block, queued on the compute
+     * stream by wait (has_apply 0: none) */
+    int has_apply;
+    comm_apply_t apply;
+    size_t first, n;
 };
 
 typedef struct nccl_impl {
@@ -130,6 +135,7 @@ static ddp_status_t req_get_(comm_t *c, comm_req_t **out)
         }
     }
     q->next = NULL;
+    q->has_apply = 0;
     *out = q;
     return DDP_OK;
 }
@@ -219,6 +225,80 @@ static ddp_status_t nccl_iallreduce_(comm_t *c, void *buf, size_t count, comm_dt
     return DDP_OK;
 }
 
+/* The blocks of comm_block reduced to, or sent from, their owners: one
+ * ncclReduceScatter / ncclAllGather in place when the blocks are equal
+ * (count a multiple of the ranks), else one ncclReduce / ncclBroadcast per
+ * block, rooted at its owner, in one group (NCCL's reduce-scatter and
+ * all-gather take equal blocks only). */
+static ddp_status_t blocks_(comm_t *c, void *buf, size_t count, comm_dtype_t t, int reduce)
+{
+    nccl_impl_t *m = c->impl;
+    size_t esz = comm_dtype_size(t), W = (size_t)c->size;
+    char *b = buf;
+    ncclDataType_t type = nccl_type_(t);
+    if (count % W == 0) {
+        size_t n = count / W;
+        char *mine = b + (size_t)c->rank * n * esz;
+        if (reduce)
+            NCCL_TRY(c, ncclReduceScatter(b, mine, n, type, ncclSum, m->nccl, m->stream));
+        else
+            NCCL_TRY(c, ncclAllGather(mine, b, n, type, m->nccl, m->stream));
+        return DDP_OK;
+    }
+    NCCL_TRY(c, ncclGroupStart());
+    ncclResult_t r = ncclSuccess;
+    for (int k = 0; k < c->size && r == ncclSuccess; k++) {
+        size_t first, n;
+        comm_block(count, c->size, k, &first, &n);
+        char *p = b + first * esz;
+        if (n == 0) continue; /* the same blocks are empty on every rank */
+        r = reduce ? ncclReduce(p, p, n, type, ncclSum, k, m->nccl, m->stream)
+                   : ncclBroadcast(p, p, n, type, k, m->nccl, m->stream);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r != ncclSuccess)
+        return nccl_fail_(c, reduce ? "ncclReduce" : "ncclBroadcast", __FILE__, __LINE__, r);
+    if (e != ncclSuccess) return nccl_fail_(c, "ncclGroupEnd", __FILE__, __LINE__, e);
+    return DDP_OK;
+}
+
+static ddp_status_t start_blocks_(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                  const comm_apply_t *a, const comm_desc_t *d, int reduce,
+                                  comm_req_t **req)
+{
+    *req = NULL;
+    comm_req_t *q;
+    DDP_TRY(req_get_(c, &q));
+    comm_note_start(c, d, reduce ? "reduce-scatter" : "all-gather", count * comm_dtype_size(t));
+    ddp_status_t s = after_compute_(c);
+    if (s == DDP_OK) s = blocks_(c, buf, count, t, reduce);
+    if (s == DDP_OK) s = record_done_(c, q);
+    if (s != DDP_OK) {
+        req_put_(c, q);
+        return s;
+    }
+    if (a) {
+        q->has_apply = 1;
+        q->apply = *a;
+        comm_block(count, c->size, c->rank, &q->first, &q->n);
+    }
+    *req = q;
+    return DDP_OK;
+}
+
+static ddp_status_t nccl_ireduce_scatter_(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                          const comm_apply_t *a, const comm_desc_t *d,
+                                          comm_req_t **req)
+{
+    return start_blocks_(c, buf, count, t, a, d, 1, req);
+}
+
+static ddp_status_t nccl_iallgather_(comm_t *c, void *buf, size_t count, comm_dtype_t t,
+                                     const comm_desc_t *d, comm_req_t **req)
+{
+    return start_blocks_(c, buf, count, t, NULL, d, 0, req);
+}
+
 static ddp_status_t nccl_test_(comm_t *c, comm_req_t *req, int *done)
 {
     *done = 0;
@@ -236,6 +316,8 @@ static ddp_status_t nccl_wait_(comm_t *c, comm_req_t *req)
     if (!req) return DDP_OK;
     ddp_status_t s = compute_after_(c, req);
     if (s == DDP_OK) s = async_check_(c);
+    /* the owner's update, queued on the compute stream after the sums */
+    if (s == DDP_OK && req->has_apply && req->n) req->apply.fn(req->apply.arg, req->first, req->n);
     req_put_(c, req);
     return s;
 }
@@ -337,7 +419,7 @@ static void nccl_free_(comm_t *c)
     if (m->stream) cudaStreamDestroy(m->stream);
     free(m);
     c->impl = NULL;
-    if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+    comm_detach(c);
 }
 
 const comm_ops_t comm_nccl_ops = {
@@ -345,6 +427,8 @@ const comm_ops_t comm_nccl_ops = {
     .caps = nccl_caps_,
     .mem_register = nccl_register_,
     .iallreduce = nccl_iallreduce_,
+    .ireduce_scatter = nccl_ireduce_scatter_,
+    .iallgather = nccl_iallgather_,
     .test = nccl_test_,
     .wait = nccl_wait_,
     .progress = nccl_progress_,
@@ -429,4 +513,9 @@ ddp_status_t comm_init_nccl(comm_t *c, MPI_Comm world)
     return s;
 }
 
-const comm_backend_t comm_nccl_backend = {"nccl", comm_init_nccl};
+const comm_backend_t comm_nccl_backend = {
+    .name = "nccl",
+    .moves = COMM_MOVES(DDP_MEM_DEVICE),
+    .ops = &comm_nccl_ops,
+    .init = comm_init_nccl,
+};

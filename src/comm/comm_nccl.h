@@ -29,8 +29,11 @@
 /* The backend's ops table (comm_init_nccl sets it on the communicator). */
 extern const comm_ops_t comm_nccl_ops;
 
-/* For test programs whose registry lacks "nccl" (the emulation build):
- * the same entry the registry of a GPU build holds. */
-extern const comm_backend_t comm_nccl_backend;
+/* Its registry entry, comm_nccl_backend, is comm.h's: in the registry of a
+ * GPU build; a test program linked with the emulation registers it. */
+
+/* NCCL backend over (a duplicate of) `world`, bootstrapped over it after
+ * the compute backend has bound this rank's GPU. */
+ddp_status_t comm_init_nccl(comm_t *c, MPI_Comm world);
 
 #endif

@@ -19,7 +19,7 @@
  * live in compute memory are downloaded first (the model broadcast, the
  * evaluation sums).  Each descriptor name belongs to one plane (the table
  * in activity.c); --debug-collectives stops a job that breaks the rule
- * (tests/test_planes.sh).
+ * (tests/e2e/test_planes.sh).
  *
  * Every collective carries a descriptor (comm_desc_t) and is numbered (seq),
  * so a rank's position in the job can be named when something hangs.  All

@@ -1,5 +1,5 @@
 /* half.h -- float <-> bfloat16 / IEEE fp16 conversions (round to nearest
- * even), one value at a time, for the CPU kernels (compute_cpu.c), the
+ * even), one value at a time, for the CPU kernels (cpu_elementwise.c), the
  * all-reduce sums (sum_kernels.c, whose vector versions must give the same
  * bits), the CUDA kernels (cuda/elementwise.cu: the very same functions in
  * device code, DDP_HD) and the tests.  Inline: they run once per element in

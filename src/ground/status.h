@@ -1,9 +1,14 @@
 /* status.h -- status codes and the one error message a failing call leaves behind.
  *
  * Library code never prints or exits on error: it records one message with
- * ddp_fail() and returns the status up the stack.  One place (job_end in
- * job.c, at the end of main()) reports it and ends the whole job (every
- * rank), with the exit code of the status.
+ * ddp_fail() and returns the status up the stack.  Two places report it and
+ * end the job with the exit code of the status: job_end (job.c, at the end
+ * of main()) for a status every rank returns alike -- agreed with
+ * control_agree -- and control_abort (control.h: print, then MPI_Abort of
+ * the whole job) for a failure the other ranks may not share, where they
+ * may be waiting in a collective; the trainer's rooms call it where a
+ * collective has already begun (a failed start-up broadcast, a read that
+ * failed on one rank during a step, a device failure after a step).
  */
 #ifndef DDP_STATUS_H
 #define DDP_STATUS_H

@@ -1,4 +1,4 @@
-/* activity.c -- the per-rank progress record (see activity.h).  A sequence
+/* activity.c -- the per-rank activity record (see activity.h).  A sequence
  * lock: the main thread is the only writer; a reader retries while a write
  * is under way. */
 #include "activity.h"

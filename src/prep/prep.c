@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "deck.h"
-#include "version.h"
+#include "about.h"
 
 static const char usage_[] =
     "Usage: ddptrain-prep COMMAND [ARGS]  -- make and inspect ddptrain input decks\n"

@@ -18,7 +18,6 @@
 #include "h5util.h"
 #include "log.h"
 #include "activity.h"
-#include "trainer.h"
 #include "version.h"
 
 #define CKPT_PREFIX     "ckpt_"
@@ -167,9 +166,9 @@ static ddp_status_t prepare_dir_(const char *dir)
     return DDP_OK;
 }
 
-ddp_status_t checkpoint_startup(trainer_t *t)
+ddp_status_t checkpoint_startup(checkpoint_t *c, trainer_t *t)
 {
-    t->ckpt.last_step = -1;
+    c->last_step = -1;
     if (t->ctl->rank != 0) return DDP_OK;
     DDP_TRY(probe_save_(t));
     if (t->cfg->ckpt_dir[0]) DDP_TRY(prepare_dir_(t->cfg->ckpt_dir));
@@ -259,11 +258,10 @@ static ddp_status_t compare_data_(const trainer_t *t, hid_t f, const char *path)
 }
 
 /* The optimizer state of every trainable tensor: /optimizer/<name>/<state>. */
-static ddp_status_t read_optimizer_(trainer_t *t, hid_t f, const char *path, int *damaged)
+static ddp_status_t read_optimizer_(checkpoint_t *c, trainer_t *t, hid_t f, const char *path, int *damaged)
 {
     const model_t *m = &t->model;
     const ddp_config_t *cfg = t->cfg;
-    checkpoint_t *c = &t->ckpt;
     const char *names[2];
     int nstate = optim_state_names((optimizer_kind_t)cfg->optimizer, cfg->momentum, names);
     char type[32] = "";
@@ -324,9 +322,8 @@ static ddp_status_t read_optimizer_(trainer_t *t, hid_t f, const char *path, int
 
 /* Every rank's BatchNorm statistics when they differ between ranks: used
  * when resuming at the same world size, else their average in /model. */
-static ddp_status_t read_local_bn_(trainer_t *t, hid_t f, const char *path, int *damaged)
+static ddp_status_t read_local_bn_(checkpoint_t *c, trainer_t *t, hid_t f, const char *path, int *damaged)
 {
-    checkpoint_t *c = &t->ckpt;
     const model_t *m = &t->model;
     if (c->resume.local_bn_ranks == 0) return DDP_OK;
     if (c->resume.local_bn_ranks != t->ctl->size || t->sync_bn || m->nbufs == 0) {
@@ -351,9 +348,8 @@ static ddp_status_t read_local_bn_(trainer_t *t, hid_t f, const char *path, int 
 
 /* Read and check one checkpoint; *damaged tells a damaged file (which
  * --resume auto skips) from one that does not fit this run (refused). */
-static ddp_status_t read_open_(trainer_t *t, hid_t f, const char *path, int *damaged)
+static ddp_status_t read_open_(checkpoint_t *c, trainer_t *t, hid_t f, const char *path, int *damaged)
 {
-    checkpoint_t *c = &t->ckpt;
     ckpt_resume_t *r = &c->resume;
     const model_t *m = &t->model;
     *damaged = 1;
@@ -396,8 +392,8 @@ static ddp_status_t read_open_(trainer_t *t, hid_t f, const char *path, int *dam
     memset(c->host.params, 0, m->nparams * sizeof(float));
     memset(c->host.bufs, 0, m->nbufs * sizeof(float));
     DDP_TRY(weights_read_group(f, "/model", m, &c->host, "--resume", path, damaged));
-    DDP_TRY(read_optimizer_(t, f, path, damaged));
-    return read_local_bn_(t, f, path, damaged);
+    DDP_TRY(read_optimizer_(c, t, f, path, damaged));
+    return read_local_bn_(c, t, f, path, damaged);
 }
 
 static void drop_contents_(checkpoint_t *c)
@@ -411,29 +407,29 @@ static void drop_contents_(checkpoint_t *c)
     c->local_bn = NULL;
 }
 
-static ddp_status_t read_(trainer_t *t, const char *path, int *damaged)
+static ddp_status_t read_(checkpoint_t *c, trainer_t *t, const char *path, int *damaged)
 {
     hid_t f;
     *damaged = 1;
     if (h5_open_read(path, &f) != DDP_OK)
         return ddp_fail_override(DDP_ERR_INPUT, "--resume %s: %s", path, ddp_error_message());
-    ddp_status_t s = read_open_(t, f, path, damaged);
+    ddp_status_t s = read_open_(c, t, f, path, damaged);
     h5_lock();
     H5Fclose(f);
     h5_unlock();
-    if (s != DDP_OK) drop_contents_(&t->ckpt);
+    if (s != DDP_OK) drop_contents_(c);
     return s;
 }
 
 /* --resume auto: the newest checkpoint in --ckpt-dir that is not damaged. */
-static ddp_status_t find_and_read_(trainer_t *t)
+static ddp_status_t find_and_read_(checkpoint_t *c, trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
-    ckpt_resume_t *r = &t->ckpt.resume;
+    ckpt_resume_t *r = &c->resume;
     if (strcmp(cfg->resume, "auto") != 0) {
         int damaged;
         snprintf(r->path, sizeof r->path, "%s", cfg->resume);
-        DDP_TRY(read_(t, cfg->resume, &damaged));
+        DDP_TRY(read_(c, t, cfg->resume, &damaged));
         r->active = 1;
         return DDP_OK;
     }
@@ -447,7 +443,7 @@ static ddp_status_t find_and_read_(trainer_t *t)
         ckpt_path_(cfg->ckpt_dir, steps[i], r->path, sizeof r->path);
         int damaged;
         ddp_clear_error();
-        s = read_(t, r->path, &damaged);
+        s = read_(c, t, r->path, &damaged);
         if (s == DDP_OK) {
             r->active = 1;
         } else if (damaged) {
@@ -468,18 +464,17 @@ static ddp_status_t find_and_read_(trainer_t *t)
                         skipped, cfg->ckpt_dir, first_reason);
     if (!r->active) {
         r->path[0] = '\0';
-        snprintf(t->ckpt.note, sizeof t->ckpt.note, "no checkpoint in %s: starting at step 0",
+        snprintf(c->note, sizeof c->note, "no checkpoint in %s: starting at step 0",
                  cfg->ckpt_dir);
     }
     return DDP_OK;
 }
 
-ddp_status_t checkpoint_resume_open(trainer_t *t)
+ddp_status_t checkpoint_resume_open(checkpoint_t *c, trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
-    checkpoint_t *c = &t->ckpt;
     if (!cfg->resume[0]) return DDP_OK;
-    ddp_status_t s = t->ctl->rank == 0 ? find_and_read_(t) : DDP_OK;
+    ddp_status_t s = t->ctl->rank == 0 ? find_and_read_(c, t) : DDP_OK;
     DDP_TRY(control_agree(t->ctl, s));
     comm_desc_t d = {"resume", -1, -1};
     s = control_bcast(t->ctl, &c->resume, sizeof c->resume, 0, &d);
@@ -493,14 +488,13 @@ ddp_status_t checkpoint_resume_open(trainer_t *t)
     return DDP_OK;
 }
 
-void checkpoint_resume_model(trainer_t *t)
+void checkpoint_resume_model(checkpoint_t *c, trainer_t *t)
 {
-    if (t->ckpt.resume.active && t->ctl->rank == 0) weights_host_upload(&t->ckpt.host, &t->model);
+    if (c->resume.active && t->ctl->rank == 0) weights_host_upload(&c->host, &t->model);
 }
 
-ddp_status_t checkpoint_resume_state(trainer_t *t)
+ddp_status_t checkpoint_resume_state(checkpoint_t *c, trainer_t *t)
 {
-    checkpoint_t *c = &t->ckpt;
     const model_t *m = &t->model;
     if (!c->resume.active) return DDP_OK;
     comm_desc_t d = {"resume-optimizer", -1, -1};
@@ -580,10 +574,9 @@ static void iso_time_(char *buf, size_t n)
 }
 
 /* Rank 0: the checkpoint's HDF5 image in memory (c->image). */
-static ddp_status_t build_image_(trainer_t *t, const ckpt_position_t *pos, const weights_host_t *h,
+static ddp_status_t build_image_(checkpoint_t *c, trainer_t *t, const ckpt_position_t *pos, const weights_host_t *h,
                                  const float *local_bn)
 {
-    checkpoint_t *c = &t->ckpt;
     const ddp_config_t *cfg = t->cfg;
     const model_t *m = &t->model;
     const optim_t *o = &t->opt;
@@ -751,18 +744,16 @@ static ddp_status_t writer_join_(checkpoint_t *c)
     return writer_report_(c);
 }
 
-int checkpoint_poll(trainer_t *t)
+int checkpoint_poll(checkpoint_t *c, trainer_t *t)
 {
-    checkpoint_t *c = &t->ckpt;
     struct ckpt_writer *w = c->writer;
     if (t->ctl->rank != 0 || !w || !w->running || !atomic_load(&w->done)) return 0;
     c->failed = writer_join_(c);
     return c->failed != DDP_OK;
 }
 
-ddp_status_t checkpoint_settle(trainer_t *t)
+ddp_status_t checkpoint_settle(checkpoint_t *c, trainer_t *t)
 {
-    checkpoint_t *c = &t->ckpt;
     ddp_status_t s = DDP_OK;
     if (t->ctl->rank == 0) {
         s = c->failed != DDP_OK ? c->failed : writer_join_(c);
@@ -773,9 +764,8 @@ ddp_status_t checkpoint_settle(trainer_t *t)
 
 /* Rank 0: hand the image to the writer thread (or write it here if no
  * thread can be started). */
-static ddp_status_t writer_start_(trainer_t *t, const char *path, int64_t step, double build_s)
+static ddp_status_t writer_start_(checkpoint_t *c, trainer_t *t, const char *path, int64_t step, double build_s)
 {
-    checkpoint_t *c = &t->ckpt;
     if (!c->writer && !(c->writer = calloc(1, sizeof *c->writer)))
         return ddp_fail(DDP_ERR_NOMEM, "out of memory writing a checkpoint");
     struct ckpt_writer *w = c->writer;
@@ -797,13 +787,12 @@ static ddp_status_t writer_start_(trainer_t *t, const char *path, int64_t step, 
     return DDP_OK;
 }
 
-ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
+ddp_status_t checkpoint_write(checkpoint_t *c, trainer_t *t, const ckpt_position_t *pos)
 {
-    checkpoint_t *c = &t->ckpt;
     const model_t *m = &t->model;
     activity_phase(PHASE_CHECKPOINT);
     /* one write in flight at most: the previous one first */
-    DDP_TRY(checkpoint_settle(t));
+    DDP_TRY(checkpoint_settle(c, t));
     double t0 = clock_seconds();
     /* rank 0 keeps its host copies for the next checkpoint (warm pages);
      * the other ranks only lend their BN statistics */
@@ -824,8 +813,8 @@ ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
     if (s == DDP_OK && t->ctl->rank == 0) {
         char path[4200];
         ckpt_path_(t->cfg->ckpt_dir, pos->step, path, sizeof path);
-        s = build_image_(t, pos, h, local);
-        if (s == DDP_OK) s = writer_start_(t, path, pos->step, clock_seconds() - t0);
+        s = build_image_(c, t, pos, h, local);
+        if (s == DDP_OK) s = writer_start_(c, t, path, pos->step, clock_seconds() - t0);
         if (s != DDP_OK)
             s = ddp_fail_override(s, "checkpoint at step %lld: %s", (long long)pos->step,
                                   ddp_error_message());
@@ -836,7 +825,7 @@ ddp_status_t checkpoint_write(trainer_t *t, const ckpt_position_t *pos)
     return s;
 }
 
-ddp_status_t checkpoint_save_final(trainer_t *t, const train_result_t *res)
+ddp_status_t checkpoint_save_final(checkpoint_t *c, trainer_t *t, const train_result_t *res)
 {
     const ddp_config_t *cfg = t->cfg;
     if (!cfg->save[0]) return DDP_OK;

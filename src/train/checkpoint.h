@@ -30,13 +30,13 @@
 
 #include "h5util.h"
 #include "status.h"
-#include "train.h"
+#include "step.h"
+#include "train_result.h"
 #include "weights.h"
 
 #define CKPT_FORMAT         "ddptrain-checkpoint"
 #define CKPT_FORMAT_VERSION 1
 
-struct trainer;
 struct ckpt_writer;
 
 /* Where training stands: optimizer steps taken, the epoch in progress, and
@@ -79,32 +79,32 @@ typedef struct checkpoint {
  * --save probe, and on rank 0 --ckpt-dir: created if its parent exists,
  * probed for writing, cleared of temporary files an interrupted write of
  * ours left behind. */
-ddp_status_t checkpoint_startup(struct trainer *t);
+ddp_status_t checkpoint_startup(checkpoint_t *c, trainer_t *t);
 /* Collective, once the model's layout is known: find (--resume auto) and
  * read the checkpoint on rank 0, validate it against the options, the data
  * and the model, and tell every rank where training resumes.  Agreed. */
-ddp_status_t checkpoint_resume_open(struct trainer *t);
+ddp_status_t checkpoint_resume_open(checkpoint_t *c, trainer_t *t);
 /* Rank 0: the checkpoint's model into the model (before the start-up
  * broadcast of rank 0's model). */
-void checkpoint_resume_model(struct trainer *t);
+void checkpoint_resume_model(checkpoint_t *c, trainer_t *t);
 /* Collective, once the optimizer exists: its state and step count, and
  * per-rank BatchNorm statistics, to every rank.  Frees the host copies. */
-ddp_status_t checkpoint_resume_state(struct trainer *t);
+ddp_status_t checkpoint_resume_state(checkpoint_t *c, trainer_t *t);
 void checkpoint_free(checkpoint_t *c);
 
 /* Collective: the state at position pos becomes DIR/ckpt_<step>.h5.  Waits
  * for the write in flight first; returns once the new file is built in
  * memory (agreed), its write goes on in the background. */
-ddp_status_t checkpoint_write(struct trainer *t, const ckpt_position_t *pos);
+ddp_status_t checkpoint_write(checkpoint_t *c, trainer_t *t, const ckpt_position_t *pos);
 /* Local, every step boundary: rank 0 returns 1 when the background write
  * finished and failed (then every rank must call checkpoint_settle);
  * reports a finished write's line.  0 on the other ranks. */
-int checkpoint_poll(struct trainer *t);
+int checkpoint_poll(checkpoint_t *c, trainer_t *t);
 /* Collective: wait for the write in flight; its agreed status. */
-ddp_status_t checkpoint_settle(struct trainer *t);
+ddp_status_t checkpoint_settle(checkpoint_t *c, trainer_t *t);
 
 /* --save after training: every rank averages local BN statistics if any,
  * rank 0 writes; the result is agreed. */
-ddp_status_t checkpoint_save_final(struct trainer *t, const train_result_t *res);
+ddp_status_t checkpoint_save_final(checkpoint_t *c, trainer_t *t, const train_result_t *res);
 
 #endif

@@ -12,7 +12,8 @@
 #include "log.h"
 #include "activity.h"
 #include "signals.h"
-#include "trainer.h"
+#include "boundary.h"
+#include "run.h"
 
 /* ---- the verdict ---------------------------------------------------------- */
 
@@ -185,9 +186,10 @@ static void summarise_(const metrics_split_t *sp, int64_t n, rank_rec_t *rec, in
 
 /* One turn of a mode: a fresh loader at the cursor (replaying batches in
  * memory for the in-memory mode), warm-up steps, measured steps into sp. */
-static ddp_status_t mode_(trainer_t *t, diagnostics_t *g, int mode, cursor_t *c,
+static ddp_status_t mode_(run_t *r, int mode, cursor_t *c,
                           metrics_split_t *sp, int64_t nmeasured)
 {
+    trainer_t *t = &r->t;
     const ddp_config_t *cfg = t->cfg;
     int64_t steps = DIAGNOSE_WARMUP_STEPS + nmeasured, spe = t->steps_per_epoch;
     loader_stop(t->loader);
@@ -210,20 +212,12 @@ static ddp_status_t mode_(trainer_t *t, diagnostics_t *g, int mode, cursor_t *c,
             c->step = 0;
             sampler_set_epoch(&t->sampler, c->epoch);
         }
-        metrics_step_begin(&t->metrics, t);
-        int skipped = 0;
-        ddp_status_t st =
-            trainer_step(t, g, c->epoch, c->step, c->global, &t->metrics.samples, &skipped);
-        if (st == DDP_ERR_NUMERIC) return st;
-        if (st != DDP_OK) control_abort(t->ctl, st);
-        DDP_TRY(diagnostics_step_end(g, t, c->global + 1, skipped));
-        metrics_step_end(&t->metrics, t, c->epoch, c->global + 1);
-        activity_phase(PHASE_STEP_END);
-        if (i >= DIAGNOSE_WARMUP_STEPS) sp[i - DIAGNOSE_WARMUP_STEPS] = t->metrics.last;
+        DDP_TRY(run_step(r, c->epoch, c->step, c->global, -1));
+        if (i >= DIAGNOSE_WARMUP_STEPS) sp[i - DIAGNOSE_WARMUP_STEPS] = r->metrics.last;
         c->global++;
         c->step++;
         int sig;
-        DDP_TRY(trainer_step_boundary(t, c->global, &sig));
+        DDP_TRY(boundary_agree(&r->ckpt, t, c->global, &sig));
         if (sig)
             return ddp_fail(DDP_STOP_INTERRUPT,
                             "%s at step %lld of --diagnose (%s mode): stopped before the verdict",
@@ -338,7 +332,7 @@ static void print_(const trainer_t *t, const rank_rec_t *all, const report_t *rp
     log_result("next: %s", rp->next);
 }
 
-static void record_(trainer_t *t, const rank_rec_t *all, const report_t *rp)
+static void record_(metrics_t *mt, const trainer_t *t, const rank_rec_t *all, const report_t *rp)
 {
     static const char *keys[NPARTS] = {"step_ms",     "data_wait_ms",    "forward_ms",
                                        "backward_ms", "comm_exposed_ms", "optimizer_ms",
@@ -376,12 +370,13 @@ static void record_(trainer_t *t, const rank_rec_t *all, const report_t *rp)
     else
         jsonl_null(&r, "straggler_rank");
     jsonl_str(&r, "next", rp->next);
-    metrics_write(&t->metrics, t, &r);
+    metrics_write(mt, t, &r);
 }
 
 /* The gathered records to the verdict and the report (every rank computes
  * the same; rank 0 prints). */
-static void report_(trainer_t *t, const rank_rec_t *all, uint64_t bytes, double *scratch)
+static void report_(trainer_t *t, metrics_t *mt, const rank_rec_t *all, uint64_t bytes,
+                    double *scratch)
 {
     int n = t->ctl->size;
     report_t rp;
@@ -418,11 +413,12 @@ static void report_(trainer_t *t, const rank_rec_t *all, uint64_t bytes, double 
     diagnose_next(&rp.verdict, x, s >= 0 ? control_host(t->ctl, s) : "", rp.next, sizeof rp.next);
     if (t->ctl->rank != 0) return;
     print_(t, all, &rp);
-    record_(t, all, &rp);
+    record_(mt, t, all, &rp);
 }
 
-static ddp_status_t run_(trainer_t *t, diagnostics_t *g)
+static ddp_status_t run_(run_t *r)
 {
+    trainer_t *t = &r->t;
     const ddp_config_t *cfg = t->cfg;
     control_t *ctl = t->ctl;
     int n = ctl->size;
@@ -432,7 +428,7 @@ static ddp_status_t run_(trainer_t *t, diagnostics_t *g)
     /* the steps this run takes, for the status line and the step statistics */
     t->total_steps = (int64_t)nmodes * (rounds * DIAGNOSE_WARMUP_STEPS + nmeasured);
     t->end_epoch = (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch;
-    DDP_TRY(control_agree(ctl, metrics_init(&t->metrics, t)));
+    DDP_TRY(control_agree(ctl, metrics_init(&r->metrics, t, NULL)));
     t->compute->zero(t->loss_sums, 2 * sizeof(double));
     metrics_split_t *sp = malloc(NMODES * (size_t)nmeasured * sizeof *sp);
     double *scratch = malloc(2 * (size_t)n * sizeof *scratch);
@@ -456,7 +452,7 @@ static ddp_status_t run_(trainer_t *t, diagnostics_t *g)
         for (int m = 0; m < NMODES && s == DDP_OK; m++) {
             if (m == MODE_NOCOMM && n == 1) continue;
             int64_t share = nmeasured * (k + 1) / rounds - nmeasured * k / rounds;
-            s = mode_(t, g, m, &c, sp + (size_t)m * (size_t)nmeasured + done[m], share);
+            s = mode_(r, m, &c, sp + (size_t)m * (size_t)nmeasured + done[m], share);
             done[m] += share;
         }
     for (int m = 0; m < NMODES && s == DDP_OK; m++)
@@ -467,7 +463,7 @@ static ddp_status_t run_(trainer_t *t, diagnostics_t *g)
         comm_desc_t d = {"diagnose", -1, -1};
         s = control_allgather(ctl, &me, all, sizeof me, &d);
         if (s != DDP_OK) control_abort(ctl, s);
-        report_(t, all, bytes, scratch);
+        report_(t, &r->metrics, all, bytes, scratch);
     }
     activity_phase(PHASE_FINISHING);
     free(sp);
@@ -476,11 +472,10 @@ static ddp_status_t run_(trainer_t *t, diagnostics_t *g)
     return s;
 }
 
-ddp_status_t diagnose_run(trainer_t *t)
+ddp_status_t diagnose_run(run_t *r)
 {
-    diagnostics_t g;
-    DDP_TRY(control_agree(t->ctl, diagnostics_init(&g, t)));
-    ddp_status_t s = run_(t, &g);
-    diagnostics_free(&g, t);
+    DDP_TRY(run_guards_init(r));
+    ddp_status_t s = run_(r);
+    run_guards_free(r);
     return s;
 }

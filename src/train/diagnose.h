@@ -1,6 +1,6 @@
 /* diagnose.h -- --diagnose: instead of training, a short measured sequence
  * that says what limits the job, with the user's own options, data and
- * ranks (README, "Diagnose mode").
+ * ranks (docs/diagnostics.md, "Diagnose mode").
  *
  * Three training modes, --diagnose-steps measured steps each of the
  * trainer's own step (trainer_step) timed with the phase clocks of
@@ -55,7 +55,7 @@
 #include "config.h"
 #include "status.h"
 
-struct trainer;
+struct run;
 
 #define DIAGNOSE_ROUNDS                 3 /* turns of each mode (fewer with fewer measured steps) */
 #define DIAGNOSE_WARMUP_STEPS           3 /* unmeasured steps at the start of every turn */
@@ -119,6 +119,6 @@ void diagnose_next(const diagnose_verdict_t *v, const diagnose_numbers_t *n, con
  * resumes nothing). */
 void diagnose_config(const ddp_config_t *cfg, ddp_config_t *out, int rank);
 /* The measured sequence and the report (collective), after startup_run. */
-ddp_status_t diagnose_run(struct trainer *t);
+ddp_status_t diagnose_run(struct run *r);
 
 #endif

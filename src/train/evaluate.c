@@ -7,7 +7,7 @@
 
 #include "log.h"
 #include "activity.h"
-#include "trainer.h"
+#include "nonfinite.h"
 
 /* The first non-finite evaluation loss a rank saw: the val sample and
  * what in it is not finite.  Gathered from every rank when any saw one. */
@@ -62,23 +62,24 @@ static ddp_status_t fail_nonfinite_(trainer_t *t, const eval_bad_t *mine, double
     free(all);
     const deck_t *v = &t->val;
     char sample[4200], where[4300];
-    diagnostics_sample_name(v, b.idx, sample, sizeof sample);
+    nonfinite_sample_name(v, b.idx, sample, sizeof sample);
     snprintf(where, sizeof where, "/val sample %s", sample);
     if (b.what == 3)
         return ddp_fail(DDP_ERR_NUMERIC,
                         "the validation loss is %s at step %lld, first in the batch from %s; "
                         "its inputs are finite: " DDP_DIVERGED_ADVICE,
-                        diagnostics_nonfinite_name(loss), (long long)step, where);
+                        nonfinite_value_name(loss), (long long)step, where);
     return ddp_fail(DDP_ERR_NUMERIC,
                     "the validation loss is %s at step %lld: %s holds a non-finite %s "
                     "(%s at value %lld of %zu): the input is bad; --check-data finds such "
                     "samples in the files at start-up (fix or drop them)",
-                    diagnostics_nonfinite_name(loss), (long long)step, where,
-                    b.what == 1 ? "input value" : "target", diagnostics_nonfinite_name(b.value),
+                    nonfinite_value_name(loss), (long long)step, where,
+                    b.what == 1 ? "input value" : "target", nonfinite_value_name(b.value),
                     (long long)b.elem, b.what == 1 ? v->sample_numel : (size_t)v->targets);
 }
 
-static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
+static ddp_status_t evaluate_local_(trainer_t *t, metrics_t *mt, int64_t epoch, int64_t step,
+                                    train_result_t *res)
 {
     const ddp_config_t *cfg = t->cfg;
     model_t *m = &t->model;
@@ -140,11 +141,11 @@ static ddp_status_t evaluate_local_(trainer_t *t, int64_t epoch, int64_t step, t
         log_result("eval epoch=%lld step=%lld val_loss=%.6f samples=%lld", (long long)epoch,
                    (long long)step, loss, (long long)samples);
     }
-    metrics_eval(&t->metrics, t, epoch, step, loss, res->val_acc, (int64_t)samples);
+    metrics_eval(mt, t, epoch, step, loss, res->val_acc, (int64_t)samples);
     return DDP_OK;
 }
 
-void evaluate_run(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res)
+void evaluate_run(trainer_t *t, metrics_t *mt, int64_t epoch, int64_t step, train_result_t *res)
 {
     if (!t->have_val) return;
     activity_phase(PHASE_EVALUATION);
@@ -160,7 +161,7 @@ void evaluate_run(trainer_t *t, int64_t epoch, int64_t step, train_result_t *res
                       ddp_fail(DDP_ERR_NOMEM, "out of memory for the BatchNorm statistics"));
     if (own) t->compute->download(own, m->bufs, m->nbufs * sizeof(float));
     ddp_status_t s = trainer_average_bn_buffers(t);
-    if (s == DDP_OK) s = evaluate_local_(t, epoch, step, res);
+    if (s == DDP_OK) s = evaluate_local_(t, mt, epoch, step, res);
     if (s != DDP_OK) control_abort(t->ctl, s);
     if (own) t->compute->upload(m->bufs, own, m->nbufs * sizeof(float));
     free(own);

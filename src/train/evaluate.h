@@ -6,16 +6,16 @@
 
 #include <stdint.h>
 
-#include "train.h"
-
-struct trainer;
+#include "metrics.h"
+#include "step.h"
+#include "train_result.h"
 
 /* Fills res->val_loss, val_acc and val_count.  Nothing without /val.  A read
  * failure is local (ranks read different ranges): it ends the job rather
  * than leave the other ranks in the final sum.  A non-finite loss on any
  * rank ends the job with DDP_ERR_NUMERIC (exit 8), agreed between the ranks:
  * one line naming the /val sample (file and row) whose input or target is
- * not finite. */
-void evaluate_run(struct trainer *t, int64_t epoch, int64_t step, train_result_t *res);
+ * not finite.  The "eval" record goes to mt (metrics.h). */
+void evaluate_run(trainer_t *t, metrics_t *mt, int64_t epoch, int64_t step, train_result_t *res);
 
 #endif

@@ -19,7 +19,6 @@
 #include "jsonl.h"
 #include "log.h"
 #include "activity.h"
-#include "trainer.h"
 #include "version.h"
 
 #define METRICS_MAX_STEPS ((size_t)1 << 20) /* steps whose times are kept for medians */
@@ -170,7 +169,7 @@ static void time_text_(char *buf, size_t n)
 }
 
 /* The run's configuration and machine, and where it resumed. */
-static void start_records_(metrics_t *mt, const trainer_t *t)
+static void start_records_(metrics_t *mt, const trainer_t *t, const ckpt_resume_t *resume)
 {
     const ddp_config_t *cfg = t->cfg;
     char when[32];
@@ -200,13 +199,13 @@ static void start_records_(metrics_t *mt, const trainer_t *t)
     for (int k = 0; k < ddp_noptions; k++) option_(&r, cfg, &ddp_options[k]);
     jsonl_close(&r, '}');
     write_(mt, t, &r);
-    if (!t->ckpt.resume.active) return;
+    if (!resume || !resume->active) return;
     jsonl_begin(&r, "resume");
-    jsonl_int(&r, "step", t->ckpt.resume.pos.step);
-    jsonl_int(&r, "epoch", t->ckpt.resume.pos.epoch + 1);
-    jsonl_int(&r, "sample_in_epoch", t->ckpt.resume.pos.sample_in_epoch);
-    jsonl_str(&r, "checkpoint", t->ckpt.resume.path);
-    jsonl_int(&r, "world_size_at_save", t->ckpt.resume.world_size);
+    jsonl_int(&r, "step", resume->pos.step);
+    jsonl_int(&r, "epoch", resume->pos.epoch + 1);
+    jsonl_int(&r, "sample_in_epoch", resume->pos.sample_in_epoch);
+    jsonl_str(&r, "checkpoint", resume->path);
+    jsonl_int(&r, "world_size_at_save", resume->world_size);
     jsonl_str(&r, "time", when);
     write_(mt, t, &r);
 }
@@ -225,7 +224,7 @@ void metrics_eval(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t step
     write_(mt, t, &r);
 }
 
-ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t)
+ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t, const ckpt_resume_t *resume)
 {
     FILE *jsonl = mt->jsonl; /* opened at start-up (metrics_open) */
     memset(mt, 0, sizeof *mt);
@@ -255,7 +254,7 @@ ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t)
     mt->window_comm = reducer_wait_(t);
     mt->check_first = t->first_step + 1;
     mt->window_bytes = reducer_bytes_(t);
-    start_records_(mt, t);
+    start_records_(mt, t, resume);
     return DDP_OK;
 }
 

@@ -18,7 +18,7 @@
  * rank's mean over the window, and the minimum and maximum over ranks of
  * the step time; they travel in the progress line's all-gather), an "eval"
  * record per evaluation and a "summary" record at the end.  The keys are
- * listed in the README ("Metrics file").
+ * listed in docs/outputs.md ("Metrics file").
  *
  * When rank 0's stderr is a terminal the progress shows there as one line
  * redrawn in place (log_status): the global loss and samples/s of the last
@@ -33,9 +33,10 @@
 
 #include "activity.h"
 #include "status.h"
-#include "train.h"
+#include "checkpoint.h"
+#include "step.h"
+#include "train_result.h"
 
-struct trainer;
 
 /* One step's time split (seconds), as metrics_step_end measured it: the
  * parts data .. optim sum to at most step; compute is the step less its
@@ -91,15 +92,15 @@ typedef struct metrics {
  * opens --metrics for appending.  A path that cannot be opened is
  * DDP_ERR_IO; one that is an input of the run, or not a regular file, is
  * DDP_ERR_USAGE.  metrics_init keeps the file. */
-ddp_status_t metrics_open(metrics_t *mt, const struct trainer *t);
-/* Local (agree on the result); rank 0 writes the "config" (and "resume")
- * records. */
-ddp_status_t metrics_init(metrics_t *mt, const struct trainer *t);
+ddp_status_t metrics_open(metrics_t *mt, const trainer_t *t);
+/* Local (agree on the result); rank 0 writes the "config" record, and
+ * the "resume" record when resume is active (where the run goes on from). */
+ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t, const ckpt_resume_t *resume);
 void metrics_free(metrics_t *mt);
-void metrics_step_begin(metrics_t *mt, const struct trainer *t);
+void metrics_step_begin(metrics_t *mt, const trainer_t *t);
 /* After the step `step` (1-based) of epoch `epoch` (0-based); on rank 0
  * with a status line (log.h) it is redrawn, at most 5 times a second. */
-void metrics_step_end(metrics_t *mt, const struct trainer *t, int64_t epoch, int64_t step);
+void metrics_step_end(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t step);
 /* The progress line at `step` (collective): the global mean loss since the
  * last line (res->last_loss), lr, samples/s, data and comm wait; then a
  * warning naming the ranks whose busy time per step, over the last 10 or
@@ -107,20 +108,20 @@ void metrics_step_end(metrics_t *mt, const struct trainer *t, int64_t epoch, int
  * the median by more than 1 ms), each rank at most once per 10 progress
  * lines.  A non-finite
  * loss is DDP_ERR_NUMERIC on every rank. */
-ddp_status_t metrics_log(metrics_t *mt, struct trainer *t, int64_t epoch, int64_t step,
+ddp_status_t metrics_log(metrics_t *mt, trainer_t *t, int64_t epoch, int64_t step,
                          train_result_t *res);
 /* The closing lines (collective): throughput over all ranks, rank 0's
  * medians, traffic, memory, and the minimum, median and maximum over ranks
  * of each rank's median step, compute and data-wait time, naming the ranks
  * of the minimum and the maximum. */
-void metrics_summary(metrics_t *mt, struct trainer *t, int64_t steps, double elapsed);
+void metrics_summary(metrics_t *mt, trainer_t *t, int64_t steps, double elapsed);
 /* Rank 0 with --metrics: one more record (diagnose.c's) to the file, as
  * the others (a failed write is warned about once); frees r. */
 struct jsonl_rec;
-void metrics_write(metrics_t *mt, const struct trainer *t, struct jsonl_rec *r);
+void metrics_write(metrics_t *mt, const trainer_t *t, struct jsonl_rec *r);
 /* An evaluation's global result (rank 0 writes the "eval" record; val_acc
  * NaN for regression). */
-void metrics_eval(metrics_t *mt, const struct trainer *t, int64_t epoch, int64_t step,
+void metrics_eval(metrics_t *mt, const trainer_t *t, int64_t epoch, int64_t step,
                   double val_loss, double val_acc, int64_t samples);
 
 /* The status line's text: "epoch E/N  step S/T  loss L  X samples/s  ETA

@@ -22,6 +22,7 @@ typedef enum loss_kind { LOSS_AUTO, LOSS_XENT, LOSS_MSE } loss_kind_t;
 typedef enum compress_kind { COMPRESS_NONE, COMPRESS_BF16, COMPRESS_FP16 } compress_kind_t;
 typedef enum device_kind { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind_t;
 typedef enum precision_kind { PRECISION_FP32, PRECISION_BF16 } precision_kind_t;
+typedef enum comm_kind { COMM_KIND_AUTO, COMM_KIND_MPI, COMM_KIND_NCCL } comm_kind_t;
 typedef enum nonfinite_kind { NONFINITE_ABORT, NONFINITE_SKIP } nonfinite_kind_t;
 
 #define CONFIG_STR_MAX 512
@@ -58,6 +59,7 @@ typedef struct ddp_config {
     /* device */
     int device;    /* device_kind_t */
     int precision; /* precision_kind_t */
+    int comm;      /* comm_kind_t */
     /* distributed */
     double bucket_cap_mb;
     double first_bucket_mb;

@@ -1,6 +1,7 @@
-/* version.c -- version and build configuration (backends and library versions). */
+/* about.c -- `--version`: the program's version, the backends of its
+ * registries and the libraries it was built with. */
 #include "ddp_build.h"
-#include "version.h"
+#include "about.h"
 
 #include <hdf5.h>
 #include <mpi.h>
@@ -8,6 +9,7 @@
 
 #include "comm.h"
 #include "compute.h"
+#include "version.h"
 #ifdef HAVE_OPENBLAS_GET_CONFIG
 char *openblas_get_config(void);
 #endif
@@ -17,11 +19,6 @@ char *openblas_get_config(void);
 #ifdef HAVE_NCCL
 #include <nccl.h>
 #endif
-
-const char *ddp_version(void)
-{
-    return PACKAGE_VERSION;
-}
 
 void ddp_print_version(FILE *f, const char *prog)
 {
@@ -34,10 +31,10 @@ void ddp_print_version(FILE *f, const char *prog)
     unsigned hmaj, hmin, hrel;
     H5get_libversion(&hmaj, &hmin, &hrel);
 
-    fprintf(f, "%s %s\n", prog, PACKAGE_VERSION);
+    fprintf(f, "%s %s\n", prog, ddp_version());
     /* the registries (compute.c, comm.c): what this binary can run on */
     fprintf(f, "  compute backends :");
-    for (int i = 0; i < compute_backend_count(); i++) fprintf(f, " %s", compute_backend(i)->name);
+    for (int i = 0; i < compute_backend_count(); i++) fprintf(f, " %s", compute_backend_name(i));
     fprintf(f, "\n  comm backends    :");
     for (int i = 0; i < comm_backend_count(); i++) fprintf(f, " %s", comm_backend(i)->name);
     fprintf(f, "\n");

@@ -73,10 +73,14 @@ const ddp_option_t ddp_options[] = {
 
     {"device", OPT_CHOICE, OFF(device), "auto", "cpu|cuda|auto", NULL, 0, 0,
      "where each rank computes: cpu, cuda (one GPU per rank; the binary must be built with the "
-     "cuda backend), auto (cuda when built in and a GPU is visible, else cpu); README, \"GPUs\"", "Device", OPT_RESUMABLE},
+     "cuda backend), auto (cuda when built in and a GPU is visible, else cpu); docs/gpus.md", "Device", OPT_RESUMABLE},
     {"precision", OPT_CHOICE, OFF(precision), "fp32", "fp32|bf16", NULL, 0, 0,
      "GEMM and convolution inputs: fp32, or bf16 with fp32 accumulation and fp32 master weights "
      "(--device cuda only)", NULL, OPT_RESUMABLE},
+    {"comm", OPT_CHOICE, OFF(comm), "auto", "auto|mpi|nccl", NULL, 0, 0,
+     "the gradient plane's comm backend: mpi (host memory: MPI messages, and node-shared memory "
+     "on one node), nccl (GPU memory); auto: the one for the memory --device computes in",
+     NULL, OPT_RESUMABLE},
 
     {"bucket-cap-mb", OPT_FLOAT, OFF(bucket_cap_mb), "25", NULL, "MB", 0.001, 4096,
      "gradient bucket size cap (MiB)", "Distributed", 1},
@@ -99,7 +103,7 @@ const ddp_option_t ddp_options[] = {
      "write the final weights here (HDF5, /model/<name> as PyTorch state_dict)", "Output", 1},
     {"metrics", OPT_STRING, OFF(metrics), "", NULL, "FILE", 0, 0,
      "append JSON lines to FILE (rank 0): the run's configuration, a record per progress line "
-     "and per evaluation, the summary; README, \"Metrics file\"", NULL, 1},
+     "and per evaluation, the summary; docs/outputs.md, \"Metrics file\"", NULL, 1},
     {"config", OPT_STRING, OFF(config), "", NULL, "FILE", 0, 0,
      "read options from FILE (key = value lines; keys are the long option names)", NULL, 1},
     {"log-every", OPT_INT, OFF(log_every), "50", NULL, "N", 0, BIG,
@@ -141,12 +145,12 @@ const ddp_option_t ddp_options[] = {
      "--on-nonfinite skip: abort after N skipped steps in a row", NULL, 1},
     {"inject", OPT_STRING, OFF(inject), "", NULL, "KIND:RANK:STEP[:ARG]", 0, 0,
      "fault injection for testing the diagnostics (repeatable): hang, exit, kill, slow, bitflip, "
-     "nan, skipgrad, desync; README, \"Diagnostics\"", NULL, OPT_RESUMABLE | OPT_REPEATABLE},
+     "nan, skipgrad, desync; docs/diagnostics.md", NULL, OPT_RESUMABLE | OPT_REPEATABLE},
     {"diagnose", OPT_BOOL, OFF(diagnose), "false", NULL, NULL, 0, 0,
      "instead of training, measure a few steps in four modes (normal, no communication, input "
      "from memory, communication alone) and print a per-rank table and a verdict: input-bound, "
-     "straggler, communication-bound or compute-bound; writes no checkpoint or --save; README, "
-     "\"Diagnose mode\"", NULL, 1},
+     "straggler, communication-bound or compute-bound; writes no checkpoint or --save; "
+     "docs/diagnostics.md, \"Diagnose mode\"", NULL, 1},
     {"diagnose-steps", OPT_INT, OFF(diagnose_steps), "30", NULL, "N", 1, 100000,
      "--diagnose: measured steps per mode (in 3 rounds, each after 3 warm-up steps)", NULL, 1},
 };

@@ -1,26 +1,16 @@
-/* trainer.h -- the state of one training run, shared by the rooms of the
- * trainer:
+/* step.h -- one optimizer step of data-parallel training, and the state
+ * of the run it belongs to (trainer_t): the step's rooms below it (data,
+ * model, compute, comm, the reducer and the optimizer) and what the rooms
+ * above it read (evaluation, metrics, checkpoints, the guards, start-up,
+ * the loop: run.h lists them).
  *
- *   startup.c      build everything, agreed on by every rank: data, model,
- *                  the start-up consistency check, the broadcast of rank 0's
- *                  model, the start-up table; and the teardown
- *   train.c        the training loop and its step (ddp_train)
- *   evaluate.c     evaluation on the /val split
- *   metrics.c      timers, the progress line (and the status line on a
- *                  terminal), the --metrics records, the summary, memory
- *                  probes
- *   checkpoint.c   what is written to disk (--save, checkpoints) and resumed
- *   diagnose.c     --diagnose: steps measured in four modes, a verdict
- *   diagnostics.c  the replica check (--check-replicas), the non-finite
- *                  guard (--on-nonfinite) and the faults injected into the
- *                  model (--inject bitflip, nan)
- *   signals.c      SIGUSR1/SIGTERM/SIGINT: stop requests seen at step
- *                  boundaries (the loop checkpoints and stops)
- *   loss.c         the loss, one place for training and evaluation
- *
- * Beside the trainer, for the whole process: activity.c (what this rank is
- * doing: phase, step, collectives), watchdog.c (--timeout, which reads it
- * from another thread, and --debug-collectives), inject.c (--inject).
+ * A step: K micro-batches from the loader, each uploaded to the compute
+ * backend's memory, forward, the loss, backward; the last micro-batch's
+ * backward overlaps the bucketed all-reduce of the gradients (reducer.h),
+ * and the optimizer runs bucket by bucket as each bucket becomes final
+ * (trainer_apply_range, the hook the reducer is given) or, with clipping or
+ * --on-nonfinite skip, after the last one.  Whatever watches a step from
+ * above (the non-finite guard) is handed to it as a step_watch_t.
  *
  * Planes: `ctl` (control.h) carries agreement, the start-up checks and
  * broadcast, metrics, evaluation sums, replica hashes and checkpoint
@@ -37,29 +27,23 @@
  * touches compute memory only through upload/download, ordered by events
  * (compute.h, "Ordering").
  */
-#ifndef DDP_TRAINER_H
-#define DDP_TRAINER_H
+#ifndef DDP_STEP_H
+#define DDP_STEP_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "checkpoint.h"
 #include "comm.h"
 #include "compute.h"
 #include "config.h"
 #include "control.h"
 #include "deck.h"
-#include "diagnostics.h"
-#include "evaluate.h"
 #include "loader.h"
 #include "loss.h"
-#include "metrics.h"
 #include "model.h"
 #include "optim.h"
 #include "reducer.h"
 #include "sampler.h"
-#include "startup.h"
-#include "train.h"
 
 /* One batch in the compute backend's memory, sized for --batch samples.
  * The trainer has TRAINER_DEVICE_BATCHES of them and uploads each
@@ -86,7 +70,6 @@ typedef struct trainer {
     control_t *ctl; /* control plane */
     comm_t comm;    /* gradient plane */
     int have_comm;
-    const train_backends_t *backends; /* what --device chooses from */
     const compute_ops_t *compute;
     char device[128]; /* the backend's description, for the start-up table */
     /* device memory: every rank's host and description (the start-up table) */
@@ -111,7 +94,6 @@ typedef struct trainer {
     int64_t micro_per_epoch, steps_per_epoch, total_steps;
     /* where the loop starts (step 0, or where --resume left off) and ends */
     int64_t first_step, first_epoch, first_step_in_epoch, end_epoch;
-    checkpoint_t ckpt;
     device_batch_t batches[TRAINER_DEVICE_BATCHES];
     /* batch_free[k]: recorded after the last op that used batches[k] (when
      * the trainer turns to the next one): the reuse event of its uploads */
@@ -127,16 +109,47 @@ typedef struct trainer {
     /* the start-up memory check: address space a rank will take, its limit
      * (MEMLIMIT_NONE: unlimited) */
     uint64_t mem_need_address, mem_limit_address;
-    metrics_t metrics;
 } trainer_t;
 
-/* train.c: one optimizer step (0-based global_step; step_in_epoch of
- * epoch): K micro-batches from the loader, the last one all-reduced when
- * t->sync.  *samples grows by this rank's samples; *skipped: --on-nonfinite
- * skip dropped its update (diagnostics.h).  The training loop and
- * --diagnose (diagnose.c) run their steps with it. */
-ddp_status_t trainer_step(trainer_t *t, diagnostics_t *g, int64_t epoch, int64_t step_in_epoch,
-                          int64_t global_step, int64_t *samples, int *skipped);
+/* This rank's part of a step, for the loop and its reports. */
+typedef struct step_result {
+    int64_t samples; /* this rank's samples in the step */
+    int skipped;     /* --on-nonfinite skip dropped its update (nonfinite.h) */
+    double grad_norm; /* global gradient L2 norm (computed with clipping only; NaN otherwise) */
+} step_result_t;
+
+/* What watches a step from above, called at fixed points of trainer_step
+ * (the non-finite guard, nonfinite.h; step: 1-based, as logged).  NULL
+ * members: nothing to call. */
+typedef struct step_watch {
+    void *arg;
+    /* before the first micro-batch */
+    void (*begin)(void *arg, trainer_t *t);
+    /* micro-batch j (n samples, global indices idx) is in t->batch */
+    void (*batch)(void *arg, trainer_t *t, int64_t step, int j, int n, const int64_t *idx);
+    /* micro-batch j's loss was added to t->loss_sums */
+    void (*loss)(void *arg, trainer_t *t, int j);
+    /* the reduced gradients are final: 0 drops the update (weights and
+     * optimizer state untouched), 1 applies it.  Set, the optimizer waits
+     * for every bucket instead of running bucket by bucket (the fused
+     * per-bucket update would have changed the weights before the last
+     * gradient was known): optim_can_apply_per_bucket says no then. */
+    int (*update_ok)(void *arg, trainer_t *t);
+} step_watch_t;
+
+/* One optimizer step (0-based global_step; step_in_epoch of epoch): K
+ * micro-batches from the loader, the last one all-reduced when t->sync.
+ * The training loop and --diagnose (diagnose.c) run their steps with it.
+ * watch: NULL for none. */
+ddp_status_t trainer_step(trainer_t *t, const step_watch_t *watch, int64_t epoch,
+                          int64_t step_in_epoch, int64_t global_step, step_result_t *res);
+/* The optimizer over [offset, offset + count) of the trainable range: the
+ * update hook the reducer runs per bucket (reducer_apply_t.fn; arg: the
+ * trainer_t). */
+void trainer_apply_range(void *arg, size_t offset, size_t count);
+/* A failed compute op or allocation: the backend's own message (naming the
+ * call, compute->check) when it has one, else `fallback`. */
+ddp_status_t trainer_compute_failure(const trainer_t *t, ddp_status_t fallback);
 /* compute->check (when the backend has one): a device failure since the
  * last check ends the job with the backend's line (it names the call).
  * After every step and before results are reported. */
@@ -144,12 +157,7 @@ void trainer_check_device(trainer_t *t);
 /* This epoch's micro-batches left after the last whole step (an incomplete
  * accumulation) are read and dropped, so the loader stays in step. */
 void trainer_drop_rest_of_epoch(trainer_t *t, int64_t used_micro);
-/* What every rank learns at a step boundary (1-based step), with one small
- * all-reduce: a stop request (signals.h) that one or more ranks received
- * (*sig: the signal, or 0), and a failed background checkpoint write
- * (rank 0's). */
-ddp_status_t trainer_step_boundary(trainer_t *t, int64_t step, int *sig);
-/* train.c: n samples of a host batch to the next device batch in turn
+/* n samples of a host batch to the next device batch in turn
  * (t->batch after it), asynchronously: the copy waits only for the ops that
  * used that device batch before (its batch_free event, recorded here for the
  * batch left), not for those on the other; the host batch must stay as it

@@ -1,0 +1,49 @@
+/* comm_mpi.h -- the "mpi" comm backend: the gradient plane on host memory,
+ * over MPI point-to-point messages and, when every rank is on one node,
+ * node-shared memory (comm.h).  Its own settings live here, not in the
+ * generic comm.h: the thread level it needs and the algorithm choice. */
+#ifndef DDP_COMM_MPI_H
+#define DDP_COMM_MPI_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "comm.h"
+
+/* MPI thread level the MPI backend needs: main() passes it (or more) to
+ * MPI_Init_thread and makes every comm call from that thread. */
+#define COMM_MPI_THREAD_LEVEL MPI_THREAD_FUNNELED
+
+/* Its ops table (the registry entry comm_mpi_backend is comm.h's). */
+extern const comm_ops_t comm_mpi_ops;
+
+/* MPI backend over (a duplicate of) `world`.  Computes rank, size, the local
+ * rank (ranks sharing a node) and the number of nodes.  Host memory only;
+ * COMM_CAP_NODE_SHARED_MEMORY when every rank is on one node (W > 1) and
+ * /dev/shm has room. */
+ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
+
+/* All-reduce algorithm of the MPI backend, set on every rank alike before
+ * the first collective:
+ *   "auto" (default)  shared memory for a slice of comm_mem_alloc memory
+ *                     when all ranks are on one node: every rank sums its
+ *                     block straight from the others' buffers and copies
+ *                     the other blocks from their owners (about 2x faster
+ *                     than message passing here); "ring" for everything
+ *                     else (other buffers, several nodes).  Every rank must
+ *                     then pass the same slice (offset and count) of its
+ *                     comm-allocated buffer -- checked, DDP_ERR_MISMATCH --
+ *                     or all ranks a buffer of their own.
+ *   "ring"            reduce-scatter + allgather over MPI_Isend/Irecv in
+ *                     pieces of at most 4 MB, progressed by comm calls.
+ *   "mpi"             MPI_Iallreduce in pieces of at most 8 MB (Open MPI's
+ *                     own algorithms; identical results in practice but
+ *                     not by construction).  For comparison.
+ * DDP_ERR_USAGE for another name. */
+ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
+/* Ring tuning (benchmarks): piece = bytes one ring message carries at most
+ * (rounded down to whole elements; default 4 MB), depth = slices of W pieces
+ * in flight per all-reduce (1..16; default 2).  0 keeps the current value. */
+ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
+
+#endif
