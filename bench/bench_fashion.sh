@@ -1,9 +1,10 @@
 #!/bin/sh
 # bench_fashion.sh -- time-to-accuracy on real data: Fashion-MNIST (Debian's
-# dataset-fashion-mnist, converted by `ddptrain-prep idx`), one of README's
-# recipes at np=2 with ddptrain and with PyTorch DDP (gloo, ranks started by
-# hand, one thread per rank: bench/torch_fashion.py), in alternating rounds of
-# the same run.  Cases (--case):
+# dataset-fashion-mnist, converted by `ddptrain-prep idx`), one of the
+# recipes of docs/usage.md ("Examples") at np=2 with ddptrain and with
+# PyTorch DDP (gloo, ranks started by hand, one thread per rank:
+# bench/torch_fashion.py), in alternating rounds of the same run.  Cases
+# (--case):
 #   mlp  784-1024-1024-10 with BatchNorm, 5 epochs, target 0.89
 #   cnn  conv:32:3:1:1,bn,relu,maxpool:2,conv:64:3:1:1,bn,relu,maxpool:2,
 #        linear:128,relu,linear:10, 6 epochs, target 0.92

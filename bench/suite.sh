@@ -132,7 +132,7 @@ fi
 if wanted fashion && [ "$fashion_rounds" -gt 0 ]; then
   if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
     for c in mlp cnn; do
-      section "Fashion-MNIST time to accuracy, $c" "README's $c recipe at np=2, ddptrain against PyTorch DDP (bench/torch_fashion.py, the same model and recipe), alternating; seconds from the launch (start-up and reading the deck included) to the first evaluation at or above the target." \
+      section "Fashion-MNIST time to accuracy, $c" "The $c recipe of docs/usage.md (\"Examples\") at np=2, ddptrain against PyTorch DDP (bench/torch_fashion.py, the same model and recipe), alternating; seconds from the launch (start-up and reading the deck included) to the first evaluation at or above the target." \
         sh "$src/bench/bench_fashion.sh" --case "$c" "$fashion_rounds"
     done
   else

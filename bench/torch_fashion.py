@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """torch_fashion.py -- PyTorch DDP reference for the Fashion-MNIST
-time-to-accuracy in bench/results.md: the recipes of README's Fashion-MNIST
-MLP (--model mlp: 784-1024-1024-10 with BatchNorm) and CNN (--model cnn:
-Conv2d 32 3x3 pad 1, BatchNorm2d, ReLU, MaxPool2d 2, Conv2d 64 3x3 pad 1,
-BatchNorm2d, ReLU, MaxPool2d 2, Linear 3136-128, ReLU, Linear 10), AdamW,
+time-to-accuracy in bench/results.md: the recipes of the Fashion-MNIST
+examples of docs/usage.md: MLP (--model mlp: 784-1024-1024-10 with
+BatchNorm) and CNN (--model cnn: Conv2d 32 3x3 pad 1, BatchNorm2d, ReLU,
+MaxPool2d 2, Conv2d 64 3x3 pad 1, BatchNorm2d, ReLU, MaxPool2d 2, Linear
+3136-128, ReLU, Linear 10), AdamW,
 linear warm-up then cosine decay to 0 at the last step, batch B per rank,
 shuffled by a DistributedSampler that drops the last incomplete batch, on a
 deck written by `ddptrain-prep idx`, read and normalised the way ddptrain
