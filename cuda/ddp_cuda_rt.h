@@ -5,7 +5,7 @@
 // The sources compile two ways (see ddp_cuda.h): with nvcc, where the
 // headers are the toolkit's, and with the C++ compiler and
 // -I tests/emu/include -DDDP_CUDA_EMU, where <cuda_runtime.h>, <cublas_v2.h>
-// and <nccl.h> are the CPU emulation (tests/emu/emu.cc).  So the backend may
+// and <nccl.h> are the CPU emulation (tests/emu/emu_*.cc).  So the backend may
 // use only what the emulation provides (listed in tests/emu/include/
 // cuda_runtime.h and cublas_v2.h): no warp shuffles, no dynamic or extern
 // __shared__ memory, no atomics on floating point (results must not depend
@@ -20,7 +20,7 @@
 #include "ddp_cuda.h"
 
 #ifdef DDP_CUDA_EMU
-// The emulation runs every thread of the grid on the CPU (tests/emu/emu.cc);
+// The emulation runs every thread of the grid on the CPU (tests/emu/emu_launch.cc);
 // the arguments are evaluated at the launch, as with <<<...>>>.
 #define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
     ddp_emu_launch((grid), (block), (stream), #kernel,                                            \

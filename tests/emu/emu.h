@@ -1,6 +1,7 @@
-/* emu.h -- what the parts of the CPU emulation share (emu.cc for the CUDA
+/* emu.h -- what the parts of the CPU emulation share (emu_*.cc for the CUDA
  * runtime and cuBLAS, nccl_emu.c for NCCL).  C and C++; not for the backend
- * (which sees only the CUDA, cuBLAS and NCCL headers in include/). */
+ * (which sees only the CUDA, cuBLAS and NCCL headers in include/).  What
+ * only the C++ files share is in emu_internal.h. */
 #ifndef DDP_EMU_H
 #define DDP_EMU_H
 

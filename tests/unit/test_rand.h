@@ -1,4 +1,4 @@
-/* test_rand.h -- the random inputs of the kernel tests (check_kernels.c,
+/* test_rand.h -- the random inputs of the kernel tests (check_kernels*.c,
  * check_cuda_ops.c): a xorshift64 generator and float vectors drawn from
  * it.  Each test file including it has its own generator; the sequence for
  * a seed is fixed (the tests' expectations and tolerances assume it). */

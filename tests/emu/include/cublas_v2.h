@@ -1,4 +1,4 @@
-/* cublas_v2.h -- the CPU emulation of cuBLAS (tests/emu/emu.cc): the handle,
+/* cublas_v2.h -- the CPU emulation of cuBLAS (tests/emu/emu_cublas.cc): the handle,
  * the status codes, and SGEMM, strided batched SGEMM, GemmEx (A and B fp32
  * or bf16, C fp32, fp32 compute) and SGEMV over the host CBLAS with
  * CblasColMajor.  Column-major semantics exactly as cuBLAS documents them.

@@ -1,4 +1,4 @@
-/* cuda_runtime.h -- the CPU emulation of the CUDA runtime (tests/emu/emu.cc):
+/* cuda_runtime.h -- the CPU emulation of the CUDA runtime (tests/emu/emu_*.cc):
  * the subset of the real API that the backend may use, with the real names,
  * types, enum names and semantics (the ABI values need not match).  C and
  * C++; the kernel side (dim3 constructors, threadIdx, __syncthreads,

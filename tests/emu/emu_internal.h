@@ -1,0 +1,92 @@
+// emu_internal.h -- what the C++ files of the CPU emulation of the CUDA
+// runtime and cuBLAS share (namespace emu): the configuration read from the
+// environment and the thread's device (emu_device.cc), the table of device
+// memory (emu_memory.cc), the entry points of the stream queues
+// (emu_stream.cc), and the locks over them; the kernel launches
+// (emu_launch.cc) and cuBLAS (emu_cublas.cc) use them.  C++ only and private
+// to those files: nccl_emu.c sees emu.h, the backend include/.
+#ifndef DDP_EMU_INTERNAL_H
+#define DDP_EMU_INTERNAL_H
+
+#include "emu.h"
+
+// before the CUDA headers: libstdc++ spells __noinline__, a macro there
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+namespace emu
+{
+
+// ---- the configuration and the devices (emu_device.cc) --------------------
+
+struct FailRule {
+    std::string name;
+    long at;    // the call that fails (1-based)
+    long count; // calls so far
+};
+
+struct Config {
+    bool loaded = false;
+    int physical = 1;         // DDP_EMU_GPUS
+    std::vector<int> visible; // visible ordinal -> physical index
+    size_t mem_total = (size_t)16384 << 20;
+    std::vector<FailRule> fail;
+    std::vector<FailRule> hang; // DDP_EMU_HANG
+    int streams = 1;            // DDP_EMU_STREAMS: 0 sync, 1 lazy (the default), 2 lazy-first
+};
+
+enum { kStreamsSync, kStreamsLazy, kStreamsLazyFirst };
+
+// the configuration and the tables of live objects (device and pinned
+// memory, streams, events, cuBLAS handles, the launch count)
+extern std::mutex g_mu;
+extern Config g_cfg;
+
+// The integer environment variable `name` in [lo, hi], dflt when unset (a
+// warning and dflt when invalid).
+long env_long(const char *name, long dflt, long lo, long hi);
+// The configuration, read from the environment at the first call.
+Config &cfg_locked();
+// Records a failure as the thread's last error (cudaGetLastError); returns e.
+cudaError_t fail(cudaError_t e);
+// The physical index of the current device, or -1 (none visible).
+int current_physical_locked();
+// DDP_EMU_HANG: the N-th call of `name` never returns.
+void hang_point(const char *name);
+
+// ---- device memory (emu_memory.cc) ------------------------------------------
+
+extern std::vector<size_t> g_used; // bytes allocated per physical device
+
+// [p, p + bytes) inside one device allocation (bytes 0: p inside one)?
+bool dev_range_locked(const void *p, size_t bytes);
+// p inside a device allocation?
+bool is_dev_locked(const void *p);
+
+// ---- the stream queues (emu_stream.cc) --------------------------------------
+
+extern std::recursive_mutex g_qmu;      // the stream queues (taken before g_mu)
+extern std::vector<int> g_streams_made; // streams created per physical device since the load
+
+// s a live stream, or the default stream (0, and CUDA's special handles 0x1
+// and 0x2)?
+bool stream_ok_locked(cudaStream_t s);
+// Run `run` as an operation of stream s: now (sync mode, the legacy stream)
+// or queued.
+void submit(cudaStream_t s, std::function<void()> run);
+// What the host waits for: one stream (the legacy one: all), or every one.
+void host_wait(cudaStream_t s);
+void host_wait_all();
+
+} // namespace emu
+
+#endif
