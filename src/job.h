@@ -17,7 +17,7 @@ typedef struct job {
 
 /* MPI_Init_thread at COMM_MPI_THREAD_LEVEL, signals.h's stop requests
  * (from here a SIGUSR1/SIGTERM/SIGINT does not kill the rank), the
- * progress record, the log, HDF5's own messages off, the control plane
+ * activity record, the log, HDF5's own messages off, the control plane
  * over MPI_COMM_WORLD (when that fails: the error on every rank, then
  * MPI_Abort with its exit code -- nothing could agree on it), the options
  * parsed and agreed on by every rank, --inject armed, --quiet applied and

@@ -131,7 +131,7 @@ void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_b
     r->grad_beta = grad_beta;
     r->next_launch = 0;
     /* --inject skipgrad:RANK:STEP:TENSOR (the name is checked at start-up,
-     * diagnostics_init): the tensor "receives no gradient" in that step */
+     * replicas_check_injections): the tensor "receives no gradient" in that step */
     const inject_fault_t *f = final ? inject_due(INJECT_SKIPGRAD, step + 1) : NULL;
     r->skip_grad = f ? model_find_tensor(m, f->arg) : -1;
     for (int b = 0; b < m->nbuckets; b++) {

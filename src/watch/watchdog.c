@@ -1,6 +1,6 @@
 /* watchdog.c -- the collective watchdog (see watchdog.h).  One thread per
  * rank: on rank 0 the hub, which accepts a TCP connection from every other
- * rank, keeps each rank's latest progress record and decides; on the other
+ * rank, keeps each rank's latest activity record and decides; on the other
  * ranks a client, which sends its record and watches the hub.  Messages are
  * fixed-size records (every rank runs the same binary). */
 #define _GNU_SOURCE

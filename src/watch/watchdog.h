@@ -1,9 +1,9 @@
 /* watchdog.h -- no hang outlives --timeout: a thread per rank that watches
- * the progress record (activity.h) and ends the job with one report when a
+ * the activity record (activity.h) and ends the job with one report when a
  * collective does not complete, a rank stops responding, or a rank vanishes.
  *
  * The channel does not need the stuck rank's cooperation: every rank's
- * watchdog thread sends its progress record to rank 0's thread (the hub)
+ * watchdog thread sends its activity record to rank 0's thread (the hub)
  * over a TCP connection of its own, several times per --timeout, and the
  * hub sends its own back.  So the hub knows what every rank was last doing
  * even when a rank's main thread is stuck in MPI, in a file system or in a

@@ -24,9 +24,10 @@
  *     all-reduce started without the wait sums NaN.
  *
  * Everything else is the CPU backend's, so with every wait in place the
- * results are the CPU backend's bits.  Not in the registry (compute.c): the
- * test program train_lazy.c runs the trainer on it (ddp_train_on).  One
- * thread, like the trainer's use of compute ops.
+ * results are the CPU backend's bits.  Not in the builtin registry
+ * (compute.c): the test program train_lazy.c registers it in the place of
+ * "cpu" and runs the trainer on it.  One thread, like the trainer's use of
+ * compute ops.
  */
 #include "compute_lazy.h"
 
