@@ -102,11 +102,6 @@ ddp_status_t comm_mpi_progress(comm_t *c)
     return first;
 }
 
-static ddp_status_t mpi_progress_(comm_t *c)
-{
-    return comm_mpi_progress(c);
-}
-
 /* The algorithm of q: the forced one, or shared memory where it can run it
  * and the ring otherwise.  The same on every rank. */
 static const mpi_algo_t *choose_(comm_t *c, const comm_req_t *q)
@@ -182,7 +177,7 @@ static ddp_status_t mpi_iallgather_(comm_t *c, void *buf, size_t count, comm_dty
 static ddp_status_t mpi_test_(comm_t *c, comm_req_t *req, int *done)
 {
     *done = 0;
-    DDP_TRY(mpi_progress_(c));
+    DDP_TRY(comm_mpi_progress(c));
     *done = req->done;
     return DDP_OK;
 }
@@ -190,13 +185,13 @@ static ddp_status_t mpi_test_(comm_t *c, comm_req_t *req, int *done)
 static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
 {
     mpi_impl_t *m = c->impl;
-    ddp_status_t s = mpi_progress_(c);
+    ddp_status_t s = comm_mpi_progress(c);
     if (!req->done && s == DDP_OK) {
         /* the watchdog thread sees this wait (activity.h) and ends the job
          * when it outlasts --timeout */
         activity_block(req->job.number, &req->job);
         for (long spin = 0; !req->done && s == DDP_OK; spin++) {
-            s = mpi_progress_(c);
+            s = comm_mpi_progress(c);
             if (req->err) s = req->err;
             /* with more ranks than cores, let the rank we wait for run */
             if (m->oversubscribed && spin % 64 == 63) sched_yield();
@@ -211,7 +206,7 @@ static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
 
 static ddp_status_t mpi_bcast_(comm_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d)
 {
-    DDP_TRY(mpi_progress_(c));
+    DDP_TRY(comm_mpi_progress(c));
     activity_block(comm_note_start(c, d, "broadcast", bytes), NULL);
     for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += BCAST_CHUNK) {
         size_t len = bytes - off < BCAST_CHUNK ? bytes - off : BCAST_CHUNK;
@@ -226,7 +221,7 @@ static ddp_status_t mpi_bcast_(comm_t *c, void *buf, size_t bytes, int root, con
 static ddp_status_t mpi_allgather_(comm_t *c, const void *send, void *recv, size_t bytes,
                                    const comm_desc_t *d)
 {
-    DDP_TRY(mpi_progress_(c));
+    DDP_TRY(comm_mpi_progress(c));
     activity_block(comm_note_start(c, d, "all-gather", bytes), NULL);
     int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mpi);
     if (rc != MPI_SUCCESS) return comm_mpi_error(rc, "MPI_Allgather", &c->last, c->seq);
@@ -236,7 +231,7 @@ static ddp_status_t mpi_allgather_(comm_t *c, const void *send, void *recv, size
 
 static ddp_status_t mpi_barrier_(comm_t *c)
 {
-    DDP_TRY(mpi_progress_(c));
+    DDP_TRY(comm_mpi_progress(c));
     comm_desc_t d = {"barrier", -1, -1};
     activity_block(comm_note_start(c, &d, "barrier", 0), NULL);
     int rc = MPI_Barrier(c->mpi);
@@ -313,7 +308,7 @@ const comm_ops_t comm_mpi_ops = {
     .iallgather = mpi_iallgather_,
     .test = mpi_test_,
     .wait = mpi_wait_,
-    .progress = mpi_progress_,
+    .progress = comm_mpi_progress,
     .bcast = mpi_bcast_,
     .allgather = mpi_allgather_,
     .barrier = mpi_barrier_,
