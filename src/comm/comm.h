@@ -166,6 +166,10 @@ typedef struct comm_ops {
      * May be called from another thread (the watchdog).  NULL: nothing to
      * do. */
     void (*abort)(comm_t *c);
+    /* Force the all-reduce algorithm by name (--allreduce; "auto": the
+     * backend's own choice per collective), alike on every rank.  NULL: the
+     * backend chooses and takes no name. */
+    ddp_status_t (*set_algorithm)(comm_t *c, const char *name);
 } comm_ops_t;
 
 struct comm {

@@ -316,6 +316,7 @@ const comm_ops_t comm_mpi_ops = {
     .mem_alloc = mpi_mem_alloc_,
     .mem_free = mpi_mem_free_,
     .free = mpi_free_,
+    .set_algorithm = comm_mpi_set_algorithm,
 };
 
 ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name)

@@ -24,6 +24,8 @@ typedef enum device_kind { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind_t;
 typedef enum precision_kind { PRECISION_FP32, PRECISION_BF16 } precision_kind_t;
 typedef enum comm_kind { COMM_KIND_AUTO, COMM_KIND_MPI, COMM_KIND_NCCL } comm_kind_t;
 typedef enum nonfinite_kind { NONFINITE_ABORT, NONFINITE_SKIP } nonfinite_kind_t;
+typedef enum allreduce_kind { ALLREDUCE_AUTO, ALLREDUCE_RING, ALLREDUCE_MPI } allreduce_kind_t;
+typedef enum update_kind { UPDATE_FUSED, UPDATE_BUCKET, UPDATE_STEP } update_kind_t;
 
 #define CONFIG_STR_MAX 512
 
@@ -64,6 +66,8 @@ typedef struct ddp_config {
     double bucket_cap_mb;
     double first_bucket_mb;
     int grad_compress; /* compress_kind_t */
+    int allreduce;     /* allreduce_kind_t: the MPI backend's algorithm */
+    int update;        /* update_kind_t: where the optimizer update runs */
     char freeze[CONFIG_STR_MAX];
     int find_unused;
     int sync_bn; /* -1 auto: on when world > 1 and the model has bn */

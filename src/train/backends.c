@@ -114,5 +114,15 @@ ddp_status_t backends_start(trainer_t *t)
     t->have_comm = s == DDP_OK;
     DDP_TRY(s);
     comm_track(&t->comm); /* a fatal error aborts it (comm_abort_all) */
+    if (cfg->allreduce != ALLREDUCE_AUTO) {
+        const char *name = config_choice_name("allreduce", cfg->allreduce);
+        DDP_TRY(control_agree(
+            ctl, t->comm.ops->set_algorithm
+                     ? t->comm.ops->set_algorithm(&t->comm, name)
+                     : ddp_fail(DDP_ERR_USAGE,
+                                "--allreduce %s: the %s comm backend chooses its own algorithm "
+                                "(NCCL: set NCCL_ALGO); use --allreduce auto, or --comm mpi",
+                                name, comm->name)));
+    }
     return DDP_OK;
 }

@@ -20,6 +20,7 @@ struct reducer {
     int has_apply;
     reducer_apply_t apply;      /* the update hook (reducer.h) */
     int next_done;              /* buckets whose update has been run or handed on */
+    int fuse;                   /* fuse the update into the all-reduce where the backend can */
     unsigned char *fused;       /* per bucket: the update runs inside the all-reduce */
     struct reducer_span *spans; /* per bucket: the fused update's context */
     int64_t step;
@@ -69,6 +70,7 @@ ddp_status_t reducer_init(reducer_t **out, model_t *m, comm_t *c, const reducer_
     if (o->apply) {
         r->has_apply = 1;
         r->apply = *o->apply;
+        r->fuse = o->fuse;
     }
     int nb = m->nbuckets ? m->nbuckets : 1;
     r->pending = calloc((size_t)nb, sizeof *r->pending);
@@ -146,7 +148,7 @@ static ddp_status_t launch_(reducer_t *r, int b)
     const bucket_t *B = &r->m->buckets[b];
     comm_desc_t d = {"gradient-bucket", b, r->step + 1}; /* the step as logged */
     float *g = r->m->grads + B->offset;
-    if (!compressed_(r) && r->has_apply && r->comm->ops->iallreduce_apply) {
+    if (!compressed_(r) && r->fuse && r->comm->ops->iallreduce_apply) {
         r->spans[b] = (struct reducer_span){r, B->offset};
         comm_apply_t a = {.fn = apply_span_, .arg = &r->spans[b], .nextra = r->apply.nout};
         for (int i = 0; i < r->apply.nout; i++) a.extra[i] = r->apply.out[i] + B->offset;

@@ -60,6 +60,10 @@ typedef struct reducer_opts {
     /* Run once per bucket of the final micro-batch as soon as its gradients
      * are final; NULL: the trainer steps after reducer_finish. */
     const reducer_apply_t *apply;
+    /* Run apply inside the all-reduce where the comm backend can
+     * (iallreduce_apply: each rank updates the block it reduced); 0: after
+     * the bucket's all-reduce completes. */
+    int fuse;
     /* Where the 16-bit bucket copy comes from (registered with the comm
      * backend by it); NULL: comm_mem_alloc. */
     const model_mem_t *mem;

@@ -244,12 +244,14 @@ static ddp_status_t optimizer_and_reducer_(trainer_t *t)
     optim_opts_t oo = optim_opts_from_config(cfg, t->total_steps);
     DDP_TRY(optim_init(&t->opt, &oo, &t->model, &mem));
     /* without clipping the optimizer runs bucket by bucket inside the
-     * reducer, as each bucket's gradients become final (reducer.h) */
+     * reducer, as each bucket's gradients become final (reducer.h), fused
+     * into the all-reduce unless --update says otherwise */
     reducer_apply_t apply = {.fn = trainer_apply_range, .arg = t};
     apply.nout = optim_outputs(&t->opt, &t->model, apply.out);
     reducer_opts_t ro = {.wire = wire_type_(cfg->grad_compress),
                          .find_unused = cfg->find_unused,
-                         .apply = optim_can_apply_per_bucket(&t->opt) ? &apply : NULL,
+                         .apply = trainer_update_per_bucket(t) ? &apply : NULL,
+                         .fuse = cfg->update == UPDATE_FUSED,
                          .mem = &mem};
     return reducer_init(&t->reducer, &t->model, &t->comm, &ro);
 }

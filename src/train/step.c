@@ -105,7 +105,7 @@ ddp_status_t trainer_step(trainer_t *t, const step_watch_t *watch, int64_t epoch
     /* without clipping (and --on-nonfinite skip), the optimizer runs bucket
      * by bucket as each bucket's gradients become final, inside the reducer
      * (reducer.h) */
-    int per_bucket = optim_can_apply_per_bucket(&t->opt);
+    int per_bucket = trainer_update_per_bucket(t);
     *res = (step_result_t){.samples = 0, .skipped = 0, .grad_norm = NAN};
     inject_step_begin(global_step + 1);
     activity_step(global_step + 1);
@@ -171,6 +171,11 @@ ddp_status_t trainer_step(trainer_t *t, const step_watch_t *watch, int64_t epoch
     /* computed only with clipping (the norm costs a pass over the gradients) */
     res->grad_norm = grad_norm >= 0 ? grad_norm : NAN;
     return s;
+}
+
+int trainer_update_per_bucket(const trainer_t *t)
+{
+    return t->cfg->update != UPDATE_STEP && optim_can_apply_per_bucket(&t->opt);
 }
 
 void trainer_apply_range(void *arg, size_t offset, size_t count)

@@ -8,8 +8,8 @@
  * backend's memory, forward, the loss, backward; the last micro-batch's
  * backward overlaps the bucketed all-reduce of the gradients (reducer.h),
  * and the optimizer runs bucket by bucket as each bucket becomes final
- * (trainer_apply_range, the hook the reducer is given) or, with clipping or
- * --on-nonfinite skip, after the last one.  Whatever watches a step from
+ * (trainer_apply_range, the hook the reducer is given) or, with clipping,
+ * --on-nonfinite skip or --update step, after the last one.  Whatever watches a step from
  * above (the non-finite guard) is handed to it as a step_watch_t.
  *
  * Planes: `ctl` (control.h) carries agreement, the start-up checks and
@@ -143,6 +143,10 @@ typedef struct step_watch {
  * watch: NULL for none. */
 ddp_status_t trainer_step(trainer_t *t, const step_watch_t *watch, int64_t epoch,
                           int64_t step_in_epoch, int64_t global_step, step_result_t *res);
+/* The optimizer runs bucket by bucket (the reducer gets trainer_apply_range),
+ * not after the step: not with clipping, --on-nonfinite skip or --update
+ * step. */
+int trainer_update_per_bucket(const trainer_t *t);
 /* The optimizer over [offset, offset + count) of the trainable range: the
  * update hook the reducer runs per bucket (reducer_apply_t.fn; arg: the
  * trainer_t). */

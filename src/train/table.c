@@ -61,11 +61,16 @@ void table_print(const run_t *run)
         u += (size_t)snprintf(buckets + u, sizeof buckets - u, "%s%.2f", b ? ", " : "",
                               mib_(m->buckets[b].count * sizeof(float)));
     }
-    log_info("  buckets      %d: %s MiB (cap %g MiB, first %g MiB)%s", m->nbuckets,
+    log_info("  buckets      %d: %s MiB (cap %g MiB, first %g MiB)%s%s%s%s", m->nbuckets,
              m->nbuckets ? buckets : "-", cfg->bucket_cap_mb, cfg->first_bucket_mb,
              cfg->grad_compress
                  ? (cfg->grad_compress == COMPRESS_BF16 ? ", bf16 all-reduce" : ", fp16 all-reduce")
-                 : "");
+                 : "",
+             cfg->allreduce ? ", --allreduce " : "",
+             cfg->allreduce ? config_choice_name("allreduce", cfg->allreduce) : "",
+             cfg->update == UPDATE_BUCKET ? ", update per bucket"
+             : cfg->update == UPDATE_STEP ? ", update after the step"
+                                          : "");
     log_info("  batch        %lld per rank x accum %lld x %d ranks = global batch %lld",
              (long long)cfg->batch, (long long)cfg->accum, t->comm.size,
              (long long)(cfg->batch * cfg->accum * t->comm.size));

@@ -28,6 +28,7 @@
 #include "jobreport.h"
 #include "log.h"
 #include "activity.h"
+#include "verdict.h"
 
 #define WD_MAGIC          0x64647764u /* "ddwd" */
 #define WD_ADDRS          8           /* addresses of rank 0 tried by the others */
@@ -89,6 +90,17 @@ static const char *host_(int r)
     return wd_.ctl ? control_host(wd_.ctl, r) : "?";
 }
 
+/* What the verdict needs of the settings (verdict.h). */
+static verdict_ctx_t ctx_(void)
+{
+    return (verdict_ctx_t){.size = wd_.size,
+                           .timeout = wd_.timeout,
+                           .beat = wd_.beat,
+                           .vanish_grace = WD_VANISH_GRACE_S,
+                           .list_max = WD_LIST_MAX,
+                           .host = host_};
+}
+
 /* ---- reports -------------------------------------------------------------- */
 
 static void send_all_(int kind);
@@ -107,196 +119,6 @@ _Noreturn void watchdog_end_job(const jobreport_t *t, int code)
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, code);
     _exit(code); /* not reached */
-}
-
-/* One rank's state as the watchdog saw it. */
-typedef struct wd_view {
-    int known;
-    activity_record_t rec;
-    double blocked_for, phase_for, silent_for;
-    double closed_for; /* its connection closed this long ago without a goodbye (0: open) */
-} wd_view_t;
-
-/* Nothing heard from the rank for longer than a few heartbeats. */
-static int silent_(const wd_view_t *v)
-{
-    return !v->closed_for && v->silent_for > 2 * wd_.beat + 1;
-}
-
-/* One line on rank r; `stale`: the rank is gone, v is its last report. */
-static void add_rank_state_(jobreport_t *t, int r, const wd_view_t *v, int stale)
-{
-    char last[192];
-    jobreport_add(t, "ddptrain:   rank %d (%s): %s", r, host_(r), stale ? "its last report: " : "");
-    if (!v->known) {
-        jobreport_add(t, "state unknown (it never reached the watchdog)\n");
-        return;
-    }
-    if (v->rec.blocked.number) {
-        activity_coll_format(&v->rec.blocked, last, sizeof last);
-        jobreport_add(t, "waiting in %s%s for %.1f s", last,
-                      v->rec.on_device ? " (for its GPU)" : "", v->blocked_for);
-    } else {
-        jobreport_add(t, "in %s", activity_phase_name(v->rec.phase));
-        if (v->rec.step > 0) jobreport_add(t, " of step %lld", (long long)v->rec.step);
-        jobreport_add(t, " for %.1f s", v->phase_for);
-        if (v->rec.last.number) {
-            activity_coll_format(&v->rec.last, last, sizeof last);
-            jobreport_add(t, "; its last collective was %s", last);
-        } else {
-            jobreport_add(t, "; no collective started yet");
-        }
-    }
-    if (v->closed_for > 0)
-        jobreport_add(
-            t,
-            "; its connection closed %.1f s ago without a goodbye: the process exited or was "
-            "killed",
-            v->closed_for);
-    else if (silent_(v))
-        jobreport_add(t,
-                      "; nothing heard from it for %.1f s: its process is stopped or its node is "
-                      "unreachable",
-                      v->silent_for);
-    jobreport_add(t, "\n");
-}
-
-static int same_coll_(const activity_coll_t *a, const activity_coll_t *b)
-{
-    return a->step == b->step && a->index == b->index && a->plane == b->plane &&
-           strcmp(a->what, b->what) == 0 && strcmp(a->op, b->op) == 0;
-}
-
-/* The hub's verdict: `stuck` waited too long (or -1), `silent` fell silent
- * (or -1). */
-static _Noreturn void report_stuck_(const wd_view_t *v, int stuck, int silent)
-{
-    int W = wd_.size;
-    jobreport_t *t = calloc(1, sizeof *t);
-    unsigned char *arrived = calloc((size_t)W, 1), *missing = calloc((size_t)W, 1);
-    if (!t || !arrived || !missing) {
-        static jobreport_t oom = {"watchdog: a collective did not complete within --timeout\n", 0};
-        watchdog_end_job(&oom, 10);
-    }
-    char what[192];
-    if (stuck < 0) {
-        jobreport_add(
-            t,
-            "watchdog: nothing heard from rank %d (%s) for %.1f s (--timeout %g): its process is "
-            "stopped or its node is unreachable\n",
-            silent, host_(silent), v[silent].silent_for, wd_.timeout);
-        add_rank_state_(t, silent, &v[silent], 0);
-        jobreport_add(
-            t,
-            "ddptrain:   what to do: look at rank %d's host (is the process stopped, the node "
-            "down, the network partitioned?)\n",
-            silent);
-        watchdog_end_job(t, 10);
-    }
-    const activity_coll_t *S = &v[stuck].rec.blocked;
-    int nmissing = 0, narrived = 0, desync = -1, nsilent = 0, first_silent = -1;
-    for (int r = 0; r < W; r++) {
-        /* an arrived rank may have stopped inside the collective */
-        if (v[r].known && silent_(&v[r])) {
-            nsilent++;
-            if (first_silent < 0) first_silent = r;
-        }
-        if (v[r].known && v[r].rec.last.number >= S->number) {
-            arrived[r] = 1, narrived++;
-            if (desync < 0 && v[r].rec.blocked.number == S->number &&
-                !same_coll_(&v[r].rec.blocked, S))
-                desync = r;
-        } else {
-            missing[r] = 1, nmissing++;
-        }
-    }
-    activity_coll_format(S, what, sizeof what);
-    jobreport_add(t, "watchdog: %s has not completed in %.1f s (--timeout %g): ", what,
-                  v[stuck].blocked_for, wd_.timeout);
-    if (nmissing == 0 && nsilent)
-        jobreport_add(t, "every rank started it, but %d fell silent inside it\n", nsilent);
-    else if (nmissing == 0)
-        jobreport_add(t, "every rank started it%s\n",
-                      desync >= 0 ? ", but not every rank is in the same collective" : "");
-    else if (nmissing == 1)
-        for (int r = 0; r < W; r++) {
-            if (missing[r]) jobreport_add(t, "rank %d (%s) did not arrive\n", r, host_(r));
-        }
-    else {
-        jobreport_add(t, "%d of %d ranks did not arrive: ", nmissing, W);
-        jobreport_add_ranks(t, missing, W);
-        jobreport_add(t, "\n");
-    }
-    jobreport_add(t, "ddptrain:   arrived (%d of %d): ", narrived, W);
-    jobreport_add_ranks(t, arrived, W);
-    jobreport_add(t, "\n");
-    int listed = 0;
-    for (int r = 0; r < W && listed < WD_LIST_MAX; r++)
-        if (missing[r]) add_rank_state_(t, r, &v[r], 0), listed++;
-    if (nmissing > listed)
-        jobreport_add(t, "ddptrain:   ... and %d more missing ranks\n", nmissing - listed);
-    for (int r = 0; r < W && listed < WD_LIST_MAX; r++)
-        if (arrived[r] && v[r].known && silent_(&v[r])) add_rank_state_(t, r, &v[r], 0), listed++;
-    if (desync >= 0) {
-        char other[192];
-        activity_coll_format(&v[desync].rec.blocked, other, sizeof other);
-        jobreport_add(
-            t,
-            "ddptrain:   desync: rank %d (%s) waits in %s, rank %d (%s) in %s: the ranks called "
-            "different collectives\n",
-            stuck, host_(stuck), what, desync, host_(desync), other);
-        jobreport_add(t,
-                      "ddptrain:   what to do: rerun with --debug-collectives to stop at the first "
-                      "collective where the ranks differ\n");
-    } else if (nmissing == 0 && nsilent) {
-        jobreport_add(
-            t,
-            "ddptrain:   what to do: look at rank %d's host (is the process stopped, the node "
-            "down, the network partitioned?)\n",
-            first_silent);
-    } else if (nmissing) {
-        jobreport_add(
-            t,
-            "ddptrain:   what to do: find out what the missing rank%s doing on %s host "
-            "(a stuck file system, swapping, a debugger; py-spy or gdb -p shows the stack); "
-            "if that work legitimately takes longer, raise --timeout\n",
-            nmissing > 1 ? "s are" : " is", nmissing > 1 ? "their" : "its");
-    } else {
-        jobreport_add(t,
-                      "ddptrain:   what to do: every rank is in the collective but it does not "
-                      "complete: check the network between the hosts (and the launcher's transport "
-                      "settings)\n");
-    }
-    if (v[stuck].rec.on_device)
-        jobreport_add(
-            t,
-            "ddptrain:   rank %d waits for its GPU, where NCCL runs the collective (it is the "
-            "last one queued there): a GPU or NCCL fault, or a peer that left it; "
-            "NCCL_DEBUG=WARN shows NCCL's view\n",
-            stuck);
-    free(arrived);
-    free(missing);
-    watchdog_end_job(t, 10);
-}
-
-static _Noreturn void report_vanished_(const wd_view_t *v, int r, double ago)
-{
-    static jobreport_t t;
-    jobreport_add(
-        &t,
-        "watchdog: rank %d (%s) vanished: its connection closed %.1f s ago without a goodbye (the "
-        "process exited or was killed; the launcher's message, if any, says how)\n",
-        r, host_(r), ago);
-    const wd_msg_t *m = &wd_.peers[r].msg;
-    wd_view_t last = {
-        .known = 1, .rec = m->rec, .blocked_for = m->blocked_for, .phase_for = m->phase_for};
-    add_rank_state_(&t, r, &last, 1);
-    jobreport_add(
-        &t,
-        "ddptrain:   what to do: look for rank %d's own error, a crash or the out-of-memory "
-        "killer in its host's log\n",
-        r);
-    watchdog_end_job(&t, 10);
 }
 
 /* ---- messages ------------------------------------------------------------- */
@@ -395,7 +217,6 @@ static void hub_check_(double now)
                        .rec = self,
                        .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
                        .phase_for = now - self.phase_since};
-    int stuck = -1, silent = -1, vanished = -1;
     for (int r = 1; r < W; r++) {
         wd_peer_t *p = &wd_.peers[r];
         memset(&v[r], 0, sizeof v[r]);
@@ -404,25 +225,22 @@ static void hub_check_(double now)
         double age = (p->closed_at ? p->closed_at : now) - p->heard;
         v[r].closed_for = p->closed_at ? now - p->closed_at : 0;
         v[r].known = 1;
+        v[r].bye = p->bye;
         v[r].rec = p->msg.rec;
         v[r].blocked_for = p->msg.rec.blocked.number ? p->msg.blocked_for + age : 0;
         v[r].phase_for = p->msg.phase_for + age;
         v[r].silent_for = age;
-        if (p->bye) continue;
-        if (p->msg.rec.phase == PHASE_ABORTING) return; /* its own error ends the job */
-        if (p->closed_at && now - p->closed_at >= WD_VANISH_GRACE_S && vanished < 0) vanished = r;
-        if (!p->closed_at && age >= wd_.timeout && silent < 0) silent = r;
     }
-    for (int r = 0; r < W; r++)
-        if (v[r].known && !v[r].closed_for && v[r].blocked_for >= wd_.timeout &&
-            (stuck < 0 || v[r].blocked_for > v[stuck].blocked_for))
-            stuck = r;
-    /* a collective stuck while a rank is gone: the rank that vanished is the
-     * news, whether or not its grace period is over */
-    for (int r = 1; r < W && (stuck >= 0 || silent >= 0) && vanished < 0; r++)
-        if (v[r].closed_for > 0) vanished = r;
-    if (vanished >= 0) report_vanished_(v, vanished, now - wd_.peers[vanished].closed_at);
-    if (stuck >= 0 || silent >= 0) report_stuck_(v, stuck, silent);
+    verdict_ctx_t c = ctx_();
+    verdict_t d = verdict_decide(&c, v);
+    if (d.kind == VERDICT_NONE) return;
+    static jobreport_t t;
+    if (verdict_report(&c, v, d, &t) != 0) {
+        t.len = 0;
+        jobreport_add(&t, "watchdog: a collective did not complete within --timeout (out of "
+                          "memory writing the report)\n");
+    }
+    watchdog_end_job(&t, 10);
 }
 
 static void hub_loop_(void)
@@ -496,7 +314,8 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
                     .rec = hub->msg.rec,
                     .blocked_for = hub->msg.blocked_for,
                     .phase_for = hub->msg.phase_for};
-    add_rank_state_(&t, 0, &v0, 1);
+    verdict_ctx_t c = ctx_();
+    verdict_add_rank(&c, &t, 0, &v0, 1);
     activity_record_t self;
     activity_snapshot(&self);
     double now = clock_seconds();
@@ -504,7 +323,7 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
                     .rec = self,
                     .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
                     .phase_for = now - self.phase_since};
-    add_rank_state_(&t, wd_.rank, &me, 0);
+    verdict_add_rank(&c, &t, wd_.rank, &me, 0);
     jobreport_add(&t,
                   "ddptrain:   what to do: look at rank 0's host (is the process stopped, the node "
                   "down, the network partitioned?)\n");

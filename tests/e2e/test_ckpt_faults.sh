@@ -187,6 +187,21 @@ grep -q "stopped: SIG\(USR1\|TERM\) at step" "$T/eu" || { cat "$T/eu"; fail "SIG
 ls "$T"/u/ckpt_*.h5 >/dev/null 2>&1 || fail "SIGUSR1 then SIGTERM: no checkpoint"
 echo "ok: SIGUSR1 then SIGTERM: one checkpoint, exit 75"
 
+# 6c. Ctrl-C (one SIGINT) without --ckpt-dir: the run stops at the next step
+# boundary, exit 130, one line saying nothing was saved, no --save file
+timeout -k 5 90 sh -c 'echo $$ >"$0/pid3"; shift; exec "$@"' "$T" x "$DDPTRAIN" "$T/d.h5" $m \
+  --steps 1000000 --log-every 1 --save "$T/int.h5" >"$T/oi" 2>"$T/ei" &
+job=$!
+ddp_wait_progress "$T/oi" "$T/ei" "SIGINT"
+kill -INT "$(cat "$T/pid3")"
+wait "$job"
+rc=$?
+[ $rc -eq 130 ] || { cat "$T/ei"; fail "SIGINT without --ckpt-dir: exit $rc, expected 130"; }
+grep -q "SIGINT at step [0-9]*: training stopped; nothing was saved" "$T/ei" \
+  || { cat "$T/ei"; fail "SIGINT without --ckpt-dir: no 'nothing was saved' line"; }
+[ -e "$T/int.h5" ] && fail "SIGINT without --ckpt-dir: --save was written"
+echo "ok: SIGINT without --ckpt-dir: exit 130, nothing saved"
+
 # 7. read-only --ckpt-dir and a disk full during a checkpoint: a tmpfs in a
 # private mount namespace
 mnt=$T/mnt mid="--model linear:512,relu,linear:auto --momentum 0.9 --batch 8 --log-every 0 --eval-every 0" kb=0

@@ -5,6 +5,12 @@
 # steps of SGD with momentum and of AdamW; the final weights and BN buffers
 # agree to 1e-5 relative (max |a-b| / max |b| per tensor).
 #
+# Every all-reduce path, not only the default (node-shared memory with the
+# optimizer fused into it): with 4 buckets, np=2 and np=3 under --allreduce
+# auto|ring|mpi and --update fused|bucket|step each give np=1's model
+# (1e-5), and at one world size and algorithm the three --update paths give
+# the same bits (each element updated once with the same arithmetic).
+#
 # The AdamW run places BN after the activations.  A bias directly followed by
 # BatchNorm has a true gradient of exactly zero: what backward computes for
 # it is rounding noise, which differs with the summation order (and so with
@@ -42,5 +48,29 @@ for opt in sgd adamw; do
   if "$WEIGHTS_CMP" "$T/$opt-early.h5" "$T/$opt-1.h5" 1e-3 >/dev/null; then
     fail "$opt: 20 steps did not change the weights"
   fi
+done
+
+# the all-reduce paths, 4 buckets (the last one is the first layer)
+sgd="--optimizer sgd --momentum 0.9 --lr 0.05 --model linear:48,bn,relu,dropout:0.25,linear:32,bn,gelu,linear:auto"
+small="--bucket-cap-mb 0.004 --first-bucket-mb 0.002"
+mpirun_np 1 "$DDPTRAIN" "$T/d.h5" $common $sgd $small --batch 24 --save "$T/p-1.h5" >"$T/log1" 2>&1 \
+  || { cat "$T/log1"; fail "paths: np=1"; }
+grep -q "buckets *4:" "$T/log1" || { cat "$T/log1"; fail "paths: expected 4 buckets"; }
+for np in 2 3; do
+  for algo in auto ring mpi; do
+    for upd in fused bucket step; do
+      run="np=$np --allreduce $algo --update $upd"
+      mpirun_np $np "$DDPTRAIN" "$T/d.h5" $common $sgd $small --batch $((24 / np)) \
+        --allreduce $algo --update $upd --save "$T/p-$np-$algo-$upd.h5" >"$T/logp" 2>&1 \
+        || { cat "$T/logp"; fail "$run"; }
+      "$WEIGHTS_CMP" "$T/p-$np-$algo-$upd.h5" "$T/p-1.h5" 1e-5 >"$T/cmp" \
+        || { cat "$T/cmp"; fail "$run differs from np=1"; }
+      if [ $upd != fused ]; then
+        "$WEIGHTS_CMP" "$T/p-$np-$algo-$upd.h5" "$T/p-$np-$algo-fused.h5" 0 >"$T/cmp0" \
+          || { cat "$T/cmp0"; fail "$run: not the bits of --update fused"; }
+      fi
+      echo "$run vs np=1: $(tail -n 1 "$T/cmp")"
+    done
+  done
 done
 echo ok

@@ -9,7 +9,7 @@
 set -u
 ddp_tmpdir
 MK="$top_builddir/tests/tools/make_bad_deck"
-for k in good mean-a mean-b mid-chunk unsampled chunk20; do
+for k in good mean-a mean-b mid-chunk mid-label unsampled chunk20; do
   "$MK" $k "$T/$k.h5" || fail "make_bad_deck $k"
 done
 for s in 1 2; do
@@ -78,6 +78,11 @@ differs 2 "mean only" "rank 0 and rank 1 $msg" \
 # one value in a chunk the sample reads (chunk 10 of 20)
 place data.h5 good.h5 mid-chunk.h5
 differs 2 "sampled middle chunk" "rank 0 and rank 1 $msg" \
+  "the sampled chunks of /train/x or /train/y differ" -- data.h5
+# one label only (/train/x, the attributes and the file size as they were):
+# a stale label file on one node
+place data.h5 good.h5 mid-label.h5
+differs 2 "one label" "rank 0 and rank 1 $msg" \
   "the sampled chunks of /train/x or /train/y differ" -- data.h5
 # the same values in other chunks
 place data.h5 good.h5 chunk20.h5

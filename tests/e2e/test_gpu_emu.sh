@@ -114,6 +114,12 @@ DDP_EMU_GPUS=1 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cu
   >"$T/dup.out" 2>"$T/dup.err"
 ddp_expect_error "$T/dup.err" $? 9 "two ranks on one GPU" "ranks 0 and 1 of host|both compute on GPU|--gpus-per-task=1"
 
+# --allreduce names an algorithm of the mpi comm backend: with nccl, refused
+mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cuda --allreduce ring \
+  >"$T/ar.out" 2>"$T/ar.err"
+ddp_expect_error "$T/ar.err" $? 2 "--allreduce ring with nccl" \
+  "--allreduce ring: the nccl comm backend chooses its own algorithm"
+
 # (d) bf16: close to fp32, not equal; refused on cpu
 run "mlp-bf16" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda --precision bf16
 close "mlp bf16 vs fp32, steps 1-10" 5e-3 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log" 10

@@ -2,7 +2,8 @@
 # test_replicas.sh -- every rank holds identical weights after every step
 # (--check-replicas 1 compares a hash of all parameters and BN buffers across
 # ranks at start-up and after each step, at 2 and 3 ranks), also with
-# several gradient buckets and after --init with trained weights, where np=2
+# several gradient buckets, on every all-reduce path (--allreduce,
+# --update), and after --init with trained weights, where np=2
 # also trains the model of np=1 with the global batch; --no-sync-bn saves the
 # average of the ranks' local BN statistics; a bit flipped by fault
 # injection (--inject bitflip) in a parameter, a BN statistic or the
@@ -34,6 +35,16 @@ mpirun_np 1 "$DDPTRAIN" "$T/d.h5" $common $small --batch 16 --save "$T/b1.h5" >"
   || { cat "$T/o"; fail "2 buckets, np=1"; }
 "$WEIGHTS_CMP" "$T/b2.h5" "$T/b1.h5" 1e-5 >"$T/cmp" || { cat "$T/cmp"; fail "2 buckets: np=2 != np=1"; }
 echo "2 buckets, np=2 vs np=1: $(tail -n 1 "$T/cmp")"
+
+# the other all-reduce paths (the ring, the MPI library's, the update per
+# bucket after its all-reduce and after the step) keep the replicas
+# identical after every step too, at 3 ranks with 2 buckets
+for path in "--allreduce ring --update bucket" "--allreduce mpi --update step" \
+  "--allreduce ring --update fused --optimizer adamw --lr 0.01"; do
+  mpirun_np 3 "$DDPTRAIN" "$T/d.h5" $common $small --check-replicas 1 $path >"$T/o" 2>&1 \
+    || { cat "$T/o"; fail "np=3 $path: replicas differ or the run failed"; }
+done
+echo "np=3, the ring, the MPI library's all-reduce, unfused updates: replicas identical"
 
 # --init with trained weights (b1.h5: not the seeded initialisation, BN
 # statistics and counters not at their defaults): rank 0 reads the file and

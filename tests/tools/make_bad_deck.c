@@ -18,7 +18,8 @@
  * Decks of `good`'s shape with other content, for the start-up content
  * check (test_fingerprint.sh; it samples chunks 0, 2, 5, 8, 10, 13, 16 and
  * 19 of these 20): mid-chunk (one value of row 105, in sampled chunk 10,
- * changed); unsampled (one value of row 35, in chunk 3, changed); chunk20
+ * changed); mid-label (the label of row 105 changed to another class: only
+ * /train/y differs); unsampled (one value of row 35, in chunk 3, changed); chunk20
  * (`good`'s values in chunks of 20 samples); corrupt-unsampled (as corrupt,
  * but the chunk of samples 30..39, outside that sample: found in training).
  * nan-weights (not a deck: a weights file for --model linear:16,relu,linear:auto
@@ -115,6 +116,7 @@ static int write_(const char *path, const char *kind)
     if (strcmp(kind, "neg-label") == 0) y[31] = -1;
     if (strcmp(kind, "mid-chunk") == 0) x[105 * f_ + 2] += 1.0f;
     if (strcmp(kind, "unsampled") == 0) x[35 * f_ + 2] += 1.0f;
+    if (strcmp(kind, "mid-label") == 0) y[105] = (y[105] + 1) % 4;
     if (strcmp(kind, "stray-label") == 0) y[37] = 1000000;
     int u8 = strcmp(kind, "u8-scale") == 0;
     unsigned char *xu = malloc((size_t)N * (size_t)f_);
@@ -201,7 +203,7 @@ int main(int argc, char **argv)
         "wide",     "corrupt",   "huge-n",       "huge-f",       "classes-huge",
         "classes-frac", "stray-label", "u8-scale", "mean-a",     "mean-b",
         "val-nan",  "float-y",   "mid-chunk",    "unsampled",    "chunk20",
-        "corrupt-unsampled", "nan-weights"};
+        "corrupt-unsampled", "nan-weights", "mid-label"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;

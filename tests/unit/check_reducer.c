@@ -111,7 +111,8 @@ static void rig_init_(rig_t *g, comm_dtype_t wire, int with_hook, int find_unuse
     g->hook = (hook_t){&g->m, g->updates};
     g->apply = (reducer_apply_t){.fn = apply_, .arg = &g->hook, .nout = 1, .out = {g->m.params}};
     reducer_opts_t o = {
-        .wire = wire, .find_unused = find_unused, .apply = with_hook ? &g->apply : NULL};
+        .wire = wire, .find_unused = find_unused, .apply = with_hook ? &g->apply : NULL,
+        .fuse = with_hook};
     ck_assert_int_eq(reducer_init(&g->r, &g->m, &c, &o), DDP_OK);
 }
 
