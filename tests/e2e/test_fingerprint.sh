@@ -9,7 +9,7 @@
 set -u
 ddp_tmpdir
 MK="$top_builddir/tests/tools/make_bad_deck"
-for k in good mean-a mean-b mid-chunk mid-label unsampled chunk20; do
+for k in good mean-a mean-b mid-chunk mid-label y-classes val-a val-b unsampled chunk20; do
   "$MK" $k "$T/$k.h5" || fail "make_bad_deck $k"
 done
 for s in 1 2; do
@@ -84,6 +84,13 @@ differs 2 "sampled middle chunk" "rank 0 and rank 1 $msg" \
 place data.h5 good.h5 mid-label.h5
 differs 2 "one label" "rank 0 and rank 1 $msg" \
   "the sampled chunks of /train/x or /train/y differ" -- data.h5
+# an attribute of the labels only (classes = 4, which the labels fit)
+place data.h5 good.h5 y-classes.h5
+differs 2 "labels' attribute" "rank 0 and rank 1 $msg" \
+  "attributes (mean, std, scale, classes) of /train/x or /train/y differ" -- data.h5
+# only /val differs (one label): evaluation would differ between the ranks
+place data.h5 val-a.h5 val-b.h5
+differs 2 "one /val label" "rank 0 and rank 1 $msg" "/val" -- data.h5
 # the same values in other chunks
 place data.h5 good.h5 chunk20.h5
 differs 2 "other chunking" "rank 0 and rank 1 $msg" \

@@ -19,7 +19,10 @@
  * check (test_fingerprint.sh; it samples chunks 0, 2, 5, 8, 10, 13, 16 and
  * 19 of these 20): mid-chunk (one value of row 105, in sampled chunk 10,
  * changed); mid-label (the label of row 105 changed to another class: only
- * /train/y differs); unsampled (one value of row 35, in chunk 3, changed); chunk20
+ * /train/y differs); y-classes (`good` with the attribute classes = 4 on
+ * /train/y: only an attribute of the labels differs); val-a / val-b (`good`
+ * with a /val split of its first 40 samples; in val-b the label of /val
+ * sample 7 differs: only /val differs); unsampled (one value of row 35, in chunk 3, changed); chunk20
  * (`good`'s values in chunks of 20 samples); corrupt-unsampled (as corrupt,
  * but the chunk of samples 30..39, outside that sample: found in training).
  * nan-weights (not a deck: a weights file for --model linear:16,relu,linear:auto
@@ -156,12 +159,18 @@ static int write_(const char *path, const char *kind)
         double huge = 1e9, frac = 4.5;
         if (strcmp(kind, "classes-huge") == 0) attr_f64_(ds, "classes", &huge, 1);
         if (strcmp(kind, "classes-frac") == 0) attr_f64_(ds, "classes", &frac, 1);
+        double four = 4;
+        if (strcmp(kind, "y-classes") == 0) attr_f64_(ds, "classes", &four, 1);
         H5Dclose(ds);
     }
-    if (strcmp(kind, "val-nan") == 0) {
-        /* /val: the first 40 training samples, sample 13 with a NaN */
+    int val = strcmp(kind, "val-nan") == 0 || strcmp(kind, "val-a") == 0 ||
+              strcmp(kind, "val-b") == 0;
+    if (val) {
+        /* /val: the first 40 training samples; val-nan: sample 13 with a
+         * NaN; val-b: sample 7 with another label */
         hsize_t dv[2] = {40, (hsize_t)f_}, dvy = 40;
-        x[13 * f_ + 5] = NAN;
+        if (strcmp(kind, "val-nan") == 0) x[13 * f_ + 5] = NAN;
+        if (strcmp(kind, "val-b") == 0) y[7] = (y[7] + 1) % 4;
         hid_t sv = H5Screate_simple(2, dv, NULL), svy = H5Screate_simple(1, &dvy, NULL);
         ds = H5Dcreate2(f, "/val/x", H5T_IEEE_F32LE, sv, lcpl, H5P_DEFAULT, H5P_DEFAULT);
         H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
@@ -203,7 +212,7 @@ int main(int argc, char **argv)
         "wide",     "corrupt",   "huge-n",       "huge-f",       "classes-huge",
         "classes-frac", "stray-label", "u8-scale", "mean-a",     "mean-b",
         "val-nan",  "float-y",   "mid-chunk",    "unsampled",    "chunk20",
-        "corrupt-unsampled", "nan-weights", "mid-label"};
+        "corrupt-unsampled", "nan-weights", "mid-label", "y-classes", "val-a", "val-b"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;

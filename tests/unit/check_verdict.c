@@ -63,6 +63,21 @@ static const char *report_(const wd_view_t *v, verdict_t d)
     return t.buf;
 }
 
+static verdict_t decide_(const wd_view_t *v)
+{
+    verdict_ctx_t c = ctx_();
+    return verdict_decide(&c, v);
+}
+
+/* The verdict must be `kind` on `rank`. */
+static verdict_t expect_(const wd_view_t *v, verdict_kind_t kind, int rank)
+{
+    verdict_t d = decide_(v);
+    ck_assert_int_eq(d.kind, kind);
+    ck_assert_int_eq(d.rank, rank);
+    return d;
+}
+
 #define ck_assert_has(text, needle)                                                                \
     ck_assert_msg(strstr((text), (needle)) != NULL, "the report lacks \"%s\":\n%s", (needle), (text))
 
@@ -71,8 +86,7 @@ START_TEST(all_well_no_verdict)
     wd_view_t v[W];
     calm_(v);
     block_(v, 2, coll_(11, "gradient-bucket", 1, 7), 4.9); /* under --timeout */
-    verdict_ctx_t c = ctx_();
-    ck_assert_int_eq(verdict_decide(&c, v).kind, VERDICT_NONE);
+    ck_assert_int_eq(decide_(v).kind, VERDICT_NONE);
 }
 END_TEST
 
@@ -88,10 +102,7 @@ START_TEST(longest_blocked_not_first)
     block_(v, 1, coll_(12, "gradient-bucket", 3, 7), 6.2);
     block_(v, 2, coll_(11, "syncbn-stats", 2, 7), 9.0);
     block_(v, 3, coll_(12, "gradient-bucket", 3, 7), 6.1);
-    verdict_ctx_t c = ctx_();
-    verdict_t d = verdict_decide(&c, v);
-    ck_assert_int_eq(d.kind, VERDICT_STUCK);
-    ck_assert_int_eq(d.rank, 2);
+    verdict_t d = expect_(v, VERDICT_STUCK, 2);
     const char *t = report_(v, d);
     ck_assert_has(t, "watchdog: syncbn-stats 2 all-reduce (4096 bytes) at step 7 (collective #11) "
                      "has not completed in 9.0 s (--timeout 5): every rank started it");
@@ -110,10 +121,7 @@ START_TEST(longest_blocked_last_rank_one_missing)
     block_(v, 2, coll_(14, "gradient-bucket", 5, 7), 7.0);
     v[1].rec.phase = PHASE_DATA_WAIT;
     v[1].phase_for = 8.5;
-    verdict_ctx_t c = ctx_();
-    verdict_t d = verdict_decide(&c, v);
-    ck_assert_int_eq(d.kind, VERDICT_STUCK);
-    ck_assert_int_eq(d.rank, 3);
+    verdict_t d = expect_(v, VERDICT_STUCK, 3);
     const char *t = report_(v, d);
     ck_assert_has(t, "(collective #14) has not completed in 8.2 s (--timeout 5): rank 1 (node-b) "
                      "did not arrive");
@@ -132,9 +140,7 @@ START_TEST(desync_named)
     calm_(v);
     for (int r = 0; r < W; r++) block_(v, r, coll_(20, "gradient-bucket", 1, 8), 6.0 + r * 0.1);
     block_(v, 1, coll_(20, "bn-average", -1, 8), 6.0);
-    verdict_ctx_t c = ctx_();
-    verdict_t d = verdict_decide(&c, v);
-    ck_assert_int_eq(d.rank, 3);
+    verdict_t d = expect_(v, VERDICT_STUCK, 3);
     const char *t = report_(v, d);
     ck_assert_has(t, "every rank started it, but not every rank is in the same collective");
     ck_assert_has(t, "desync: rank 3 (node-d) waits in gradient-bucket 1 all-reduce");
@@ -151,22 +157,17 @@ START_TEST(vanished_rank_first)
     calm_(v);
     block_(v, 0, coll_(12, "gradient-bucket", 3, 7), 6.0);
     v[2].closed_for = 1.0; /* within the 3 s grace */
-    verdict_ctx_t c = ctx_();
-    verdict_t d = verdict_decide(&c, v);
-    ck_assert_int_eq(d.kind, VERDICT_VANISHED);
-    ck_assert_int_eq(d.rank, 2);
+    verdict_t d = expect_(v, VERDICT_VANISHED, 2);
     const char *t = report_(v, d);
     ck_assert_has(t, "watchdog: rank 2 (node-c) vanished: its connection closed 1.0 s ago");
     ck_assert_has(t, "rank 2 (node-c): its last report: in ");
     v[0].blocked_for = 0, v[0].rec.blocked.number = 0;
-    ck_assert_int_eq(verdict_decide(&c, v).kind, VERDICT_NONE);
+    ck_assert_int_eq(decide_(v).kind, VERDICT_NONE);
     v[2].closed_for = 3.5;
-    d = verdict_decide(&c, v);
-    ck_assert_int_eq(d.kind, VERDICT_VANISHED);
-    ck_assert_int_eq(d.rank, 2);
+    expect_(v, VERDICT_VANISHED, 2);
     /* a rank that said goodbye did not vanish */
     v[2].bye = 1;
-    ck_assert_int_eq(verdict_decide(&c, v).kind, VERDICT_NONE);
+    ck_assert_int_eq(decide_(v).kind, VERDICT_NONE);
 }
 END_TEST
 
@@ -176,10 +177,7 @@ START_TEST(silent_rank_named)
     calm_(v);
     v[3].silent_for = 6.5;
     v[1].silent_for = 5.5;
-    verdict_ctx_t c = ctx_();
-    verdict_t d = verdict_decide(&c, v);
-    ck_assert_int_eq(d.kind, VERDICT_SILENT);
-    ck_assert_int_eq(d.rank, 1);
+    verdict_t d = expect_(v, VERDICT_SILENT, 1);
     const char *t = report_(v, d);
     ck_assert_has(t, "watchdog: nothing heard from rank 1 (node-b) for 5.5 s (--timeout 5)");
     ck_assert_has(t, "look at rank 1's host");
@@ -193,8 +191,7 @@ START_TEST(aborting_rank_left_alone)
     calm_(v);
     block_(v, 0, coll_(12, "gradient-bucket", 3, 7), 60.0);
     v[2].rec.phase = PHASE_ABORTING;
-    verdict_ctx_t c = ctx_();
-    ck_assert_int_eq(verdict_decide(&c, v).kind, VERDICT_NONE);
+    ck_assert_int_eq(decide_(v).kind, VERDICT_NONE);
 }
 END_TEST
 
@@ -207,9 +204,7 @@ START_TEST(unknown_rank_missing)
     block_(v, 0, coll_(2, "start-up", -1, -1), 7.0);
     block_(v, 1, coll_(2, "start-up", -1, -1), 7.0);
     block_(v, 2, coll_(2, "start-up", -1, -1), 7.0);
-    verdict_ctx_t c = ctx_();
-    verdict_t d = verdict_decide(&c, v);
-    ck_assert_int_eq(d.rank, 0);
+    verdict_t d = expect_(v, VERDICT_STUCK, 0);
     const char *t = report_(v, d);
     ck_assert_has(t, "rank 3 (node-d) did not arrive");
     ck_assert_has(t, "rank 3 (node-d): state unknown (it never reached the watchdog)");
