@@ -19,6 +19,7 @@
 #include "jsonl.h"
 #include "log.h"
 #include "activity.h"
+#include "straggler.h"
 #include "version.h"
 
 #define METRICS_MAX_STEPS ((size_t)1 << 20) /* steps whose times are kept for medians */
@@ -78,7 +79,6 @@ typedef struct metrics_summary_rec {
     double samples, step_p50, compute_p50, wait_p50;
 } metrics_summary_rec_t;
 
-#define METRICS_NAME_MAX    3    /* stragglers named per line (the slowest) */
 #define METRICS_NAME_EVERY  10   /* progress lines between two namings of a rank */
 #define METRICS_MIN_EXCESS  1e-3 /* seconds per step above the median to count */
 #define METRICS_CHECK_STEPS 10   /* steps judged together, at least */
@@ -243,8 +243,9 @@ ddp_status_t metrics_init(metrics_t *mt, const trainer_t *t, const ckpt_resume_t
     mt->gathered = malloc(n * rec);
     mt->named_at = malloc(n * sizeof *mt->named_at);
     mt->scratch = malloc(n * sizeof *mt->scratch);
+    mt->busy = malloc(n * sizeof *mt->busy);
     if (!mt->step_s || !mt->wait_s || !mt->compute_s || !mt->gathered || !mt->named_at ||
-        !mt->scratch)
+        !mt->scratch || !mt->busy)
         return ddp_fail(DDP_ERR_NOMEM, "out of memory for step statistics");
     for (size_t r = 0; r < n; r++) mt->named_at[r] = -1;
     mt->cap = cap;
@@ -266,6 +267,7 @@ void metrics_free(metrics_t *mt)
     free(mt->gathered);
     free(mt->named_at);
     free(mt->scratch);
+    free(mt->busy);
     if (mt->jsonl) fclose(mt->jsonl);
     memset(mt, 0, sizeof *mt);
 }
@@ -367,38 +369,20 @@ static double median_(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Rank 0: warn about the ranks whose busy time (compute + data wait) per
- * step since the last check exceeds the factor times the (lower) median over
- * ranks, and the median by METRICS_MIN_EXCESS (on an oversubscribed node a rank
- * descheduled for a moment must not be named); the slowest few by name, the
- * others counted; a rank named is not named again for METRICS_NAME_EVERY
- * lines. */
+/* Rank 0: warn about the stragglers of the window (straggler.h): the
+ * slowest few by name with their split, the others counted. */
 static void stragglers_(metrics_t *mt, const trainer_t *t, const metrics_window_rec_t *g,
                         int64_t first, int64_t last)
 {
     int n = mt->nranks;
     double factor = t->cfg->straggler_factor;
-    for (int r = 0; r < n; r++) mt->scratch[r] = busy_(&g[r]);
-    /* the lower median: with 2 ranks (or half the ranks slow) the typical
-     * rank, not the mean of a slow and a fast one */
-    qsort(mt->scratch, (size_t)n, sizeof *mt->scratch, cmp_double_);
-    double med = mt->scratch[(n - 1) / 2];
-    int top[METRICS_NAME_MAX], ntop = 0, ndue = 0;
-    for (int r = 0; r < n; r++) {
-        double busy = busy_(&g[r]);
-        if (!(busy > factor * med && busy - med > METRICS_MIN_EXCESS)) continue;
-        if (mt->named_at[r] >= 0 && mt->nlines - mt->named_at[r] < METRICS_NAME_EVERY) continue;
-        mt->named_at[r] = mt->nlines;
-        ndue++;
-        /* keep the slowest METRICS_NAME_MAX, slowest first (ties: lower rank) */
-        int at = ntop < METRICS_NAME_MAX ? ntop++ : METRICS_NAME_MAX;
-        while (at > 0) {
-            if (busy <= busy_(&g[top[at - 1]])) break;
-            if (at < METRICS_NAME_MAX) top[at] = top[at - 1];
-            at--;
-        }
-        if (at < METRICS_NAME_MAX) top[at] = r;
-    }
+    for (int r = 0; r < n; r++) mt->busy[r] = busy_(&g[r]);
+    straggler_rule_t rule = {factor, METRICS_MIN_EXCESS, METRICS_NAME_EVERY};
+    straggler_pick_t pick;
+    straggler_pick(mt->busy, n, &rule, mt->named_at, mt->nlines, mt->scratch, &pick);
+    int ndue = pick.ndue, ntop = pick.ntop;
+    const int *top = pick.top;
+    double med = pick.median;
     if (ndue == 0) return;
     char line[1024];
     size_t len = 0;

@@ -71,6 +71,7 @@ typedef struct metrics {
     void *gathered;
     int64_t *named_at;
     double *scratch; /* nranks values */
+    double *busy;    /* nranks values: busy seconds per step of the window */
     int64_t nlines;  /* progress lines so far */
     /* the progress window's step-time split, this rank's sums */
     int64_t win_steps;

@@ -311,6 +311,74 @@ START_TEST(weights_checksum_catches_a_flipped_bit)
 }
 END_TEST
 
+/* Dropout draws its mask from (seed, step, sample, layer): the same keys give
+ * the same output, a new step, seed or sample a new mask, eval mode none;
+ * and backward uses the forward's mask (the gradient of sum(out) with
+ * respect to the first bias against a central difference: the model is
+ * linear in it, so the difference is exact up to rounding). */
+static void forward_(model_t *m, const float *x, const int64_t *idx, int64_t step, uint64_t seed,
+                     int train, float *out)
+{
+    step_ctx_t ctx = {.n = 4, .global_n = 4, .sample_idx = idx, .step = step, .seed = seed,
+                      .train = train};
+    const float *y;
+    ck_assert_int_eq(model_forward(m, x, &ctx, &y), DDP_OK);
+    memcpy(out, y, 4 * 4 * sizeof *out);
+}
+
+static double sum16_(const float *v)
+{
+    double s = 0;
+    for (int i = 0; i < 16; i++) s += v[i];
+    return s;
+}
+
+START_TEST(dropout_keyed_by_step_and_sample)
+{
+    model_t m;
+    ck_assert_int_eq(build_(&m, "linear:32,dropout:0.5,linear:4", vec, 4, 1 << 20, 1 << 20, ""),
+                     DDP_OK);
+    ck_assert_int_eq(model_init_params(&m, 3), DDP_OK);
+    float x[4 * 20], a[16], b[16];
+    for (int i = 0; i < 4 * 20; i++) x[i] = (float)((i * 37) % 17) / 8.0f - 1.0f;
+    int64_t idx[4] = {0, 1, 2, 3}, idx2[4] = {4, 5, 6, 7};
+    forward_(&m, x, idx, 5, 1, 1, a);
+    forward_(&m, x, idx, 5, 1, 1, b);
+    ck_assert(memcmp(a, b, sizeof a) == 0); /* the same keys, the same mask */
+    forward_(&m, x, idx, 6, 1, 1, b);
+    ck_assert_msg(memcmp(a, b, sizeof a) != 0, "step 6 drew step 5's dropout mask");
+    forward_(&m, x, idx, 5, 2, 1, b);
+    ck_assert_msg(memcmp(a, b, sizeof a) != 0, "seed 2 drew seed 1's dropout mask");
+    forward_(&m, x, idx2, 5, 1, 1, b);
+    ck_assert_msg(memcmp(a, b, sizeof a) != 0, "other samples drew the same dropout mask");
+    forward_(&m, x, idx, 5, 1, 0, b);
+    ck_assert_msg(memcmp(a, b, sizeof a) != 0, "eval mode applied dropout");
+
+    /* backward at step 6 against a central difference at step 6 */
+    step_ctx_t ctx = {.n = 4, .global_n = 4, .sample_idx = idx, .step = 6, .seed = 1, .train = 1};
+    const float *y;
+    ck_assert_int_eq(model_forward(&m, x, &ctx, &y), DDP_OK);
+    float *dout = model_dout(&m);
+    for (int i = 0; i < 16; i++) dout[i] = 1.0f;
+    ck_assert_int_eq(model_backward(&m, x, &ctx), DDP_OK);
+    const tensor_t *bias = &m.tensors[model_find_tensor(&m, "layers.0.bias")];
+    for (int j = 0; j < 32; j++) {
+        float *p = m.params + bias->offset + j, keep = *p, g = m.grads[bias->offset + j];
+        const float h = 0.25f;
+        *p = keep + h;
+        forward_(&m, x, idx, 6, 1, 1, a);
+        *p = keep - h;
+        forward_(&m, x, idx, 6, 1, 1, b);
+        *p = keep;
+        double fd = (sum16_(a) - sum16_(b)) / (2 * h);
+        ck_assert_msg(fabs(fd - g) <= 1e-4 * fmax(1.0, fabs(fd)),
+                      "layers.0.bias[%d]: gradient %g, central difference %g (backward's dropout "
+                      "mask is not the forward's)", j, g, fd);
+    }
+    model_free(&m);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("model");
@@ -323,6 +391,7 @@ Suite *test_suite(void)
     tcase_add_test(t, init_follows_pytorch_defaults);
     tcase_add_test(t, weights_round_trip_and_errors);
     tcase_add_test(t, weights_checksum_catches_a_flipped_bit);
+    tcase_add_test(t, dropout_keyed_by_step_and_sample);
     suite_add_tcase(s, t);
     return s;
 }
