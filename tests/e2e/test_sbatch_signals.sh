@@ -14,7 +14,6 @@
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
-command -v bash >/dev/null 2>&1 || ddp_skip DDP_REQUIRE_SLURM "bash is not installed"
 SB="$top_srcdir/slurm/train.sbatch"
 mkdir "$T/bin" || exit 99
 # srun: record its parent (the script's shell), the arguments and every
