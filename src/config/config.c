@@ -140,7 +140,7 @@ const ddp_option_t ddp_options[] = {
     {"timeout", OPT_FLOAT, OFF(timeout), "600", NULL, "SECONDS", 0, 1e9,
      "watchdog: when a collective has not completed in SECONDS, end the job (exit 10) with one "
      "report naming the collective, its step, and what the ranks that did not arrive were doing "
-     "(0: off)", "Diagnostics", 1},
+     "(0: off; otherwise at least 1)", "Diagnostics", 1},
     {"debug-collectives", OPT_BOOL, OFF(debug_collectives), "false", NULL, NULL, 0, 0,
      "before every collective, check that all ranks are in the same one (name both sides of a "
      "mismatch, exit 6); costs one small all-reduce per collective", NULL, 1},
@@ -520,6 +520,13 @@ ddp_status_t config_validate(const ddp_config_t *c)
     if (c->model[0] == '\0')
         return ddp_fail(DDP_ERR_USAGE, "option 'model' is empty; give a layer list such as "
                                        "--model linear:128,relu,linear:10");
+    /* the heartbeat runs at most 20 times a second: below a second the
+     * watchdog would call a healthy rank stopped */
+    if (c->timeout > 0 && c->timeout < CONFIG_TIMEOUT_MIN)
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--timeout %g is too short to tell a hang from a slow step; give 0 (the "
+                        "watchdog off) or at least %g s",
+                        c->timeout, CONFIG_TIMEOUT_MIN);
     if (c->optimizer != OPTIM_SGD && c->nesterov)
         return ddp_fail(DDP_ERR_USAGE, "--nesterov applies to --optimizer sgd only");
     if (c->nesterov && c->momentum <= 0)

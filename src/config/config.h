@@ -153,6 +153,8 @@ ddp_status_t config_load_file(ddp_config_t *c, const char *path);
  * which ("the input deck", "--init", ...).  For outputs that must not
  * replace or append to an input. */
 const char *config_input_at(const ddp_config_t *cfg, const char *path, const char **option);
+/* The shortest --timeout other than 0 (off), in seconds. */
+#define CONFIG_TIMEOUT_MIN 1.0
 /* Cross-option checks (that do not need the data or the world size). */
 ddp_status_t config_validate(const ddp_config_t *c);
 

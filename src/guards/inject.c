@@ -100,12 +100,19 @@ ddp_status_t inject_parse(const char *list, inject_fault_t *out, int *n)
     return DDP_OK;
 }
 
-ddp_status_t inject_setup(const char *list, int rank)
+ddp_status_t inject_setup(const char *list, int rank, int size)
 {
     inject_fault_t all[INJECT_MAX];
     int n = 0;
     nfaults_ = 0;
     DDP_TRY(inject_parse(list, all, &n));
+    /* a fault for a rank the job does not have would silently never fire */
+    for (int i = 0; i < n; i++)
+        if (all[i].rank >= size)
+            return ddp_fail(DDP_ERR_USAGE,
+                            "--inject names rank %d, but the job has %d rank%s (0-%d); aim it "
+                            "at one of those, or at '*'",
+                            all[i].rank, size, size == 1 ? "" : "s", size - 1);
     for (int i = 0; i < n; i++)
         if (all[i].rank < 0 || all[i].rank == rank) faults_[nfaults_++] = all[i];
     return DDP_OK;

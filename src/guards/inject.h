@@ -55,9 +55,10 @@ typedef struct inject_fault {
  * value); DDP_ERR_USAGE naming the bad entry.  out may be NULL (validate
  * only). */
 ddp_status_t inject_parse(const char *list, inject_fault_t *out, int *n);
-/* Arm the faults of `list` for this rank (after the configuration is
- * agreed).  An empty list disarms everything. */
-ddp_status_t inject_setup(const char *list, int rank);
+/* Arm the faults of `list` for this rank of `size` (after the
+ * configuration is agreed).  An empty list disarms everything; a fault
+ * aimed at a rank >= size is DDP_ERR_USAGE (it would never fire). */
+ddp_status_t inject_setup(const char *list, int rank, int size);
 
 /* The fault of `kind` due at `step` on this rank, marked fired (one-shot
  * kinds), or NULL.  slow: due at every step >= its STEP. */

@@ -26,14 +26,7 @@ static void item_(check_items_t *c, const char *name, const void *data, size_t n
 /* The text of item i on this rank (for the mismatch message). */
 static void item_text_(const trainer_t *t, const check_items_t *c, int i, char *buf, size_t n)
 {
-    const ddp_option_t *o = config_find(c->name[i] + 2);
-    if (strncmp(c->name[i], "--", 2) == 0 && o) {
-        config_format(t->cfg, o, buf, n);
-    } else if (strcmp(c->name[i], "input files") == 0) {
-        size_t u = 0;
-        for (int k = 0; k < t->cfg->ninputs && u < n; k++)
-            u += (size_t)snprintf(buf + u, n - u, "%s%s", k ? " " : "", t->cfg->inputs[k]);
-    } else if (strcmp(c->name[i], "training data") == 0) {
+    if (strcmp(c->name[i], "training data") == 0) {
         snprintf(buf, n, "%lld samples of %zu values", (long long)t->train.n,
                  t->train.sample_numel);
     } else if (strcmp(c->name[i], "validation data") == 0) {
@@ -128,19 +121,10 @@ static ddp_status_t content_mismatch_(const trainer_t *t, const uint64_t *fp, in
 
 static void collect_items_(const trainer_t *t, const uint64_t *fp, check_items_t *c)
 {
+    /* the options and input file names were agreed at start-up (optagree.h) */
     const ddp_config_t *cfg = t->cfg;
     const model_t *m = &t->model;
-    char val[CONFIG_STR_MAX], name[64];
-    for (int i = 0; i < ddp_noptions; i++) {
-        if (strcmp(ddp_options[i].name, "config") == 0) continue; /* a path; values count */
-        config_format(cfg, &ddp_options[i], val, sizeof val);
-        snprintf(name, sizeof name, "--%s", ddp_options[i].name);
-        item_(c, name, val, strlen(val));
-    }
-    uint64_t h = HASH_SEED;
-    for (int k = 0; k < cfg->ninputs; k++)
-        h = hash_bytes(h, cfg->inputs[k], strlen(cfg->inputs[k]) + 1);
-    item_(c, "input files", &h, sizeof h);
+    uint64_t h;
     int64_t data[4] = {t->train.n, (int64_t)t->train.sample_numel, t->train.dtype,
                        t->train.regression ? t->train.targets : t->train.classes};
     item_(c, "training data", data, sizeof data);

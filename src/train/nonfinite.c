@@ -163,18 +163,14 @@ const char *nonfinite_value_name(double x)
     return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
 }
 
-/* The first sample of micro-batch j holding a non-finite input value, when
- * the device batch still holds that micro-batch (the last of the step):
- * 1 and what was found, 0 none, -1 not known. */
-static int scan_inputs_(nonfinite_t *g, trainer_t *t, int j, int *sample, size_t *elem,
-                        float *value)
+/* The first of n samples of `numel` values each in device memory src
+ * holding a non-finite value: 1 and what was found, 0 none, -1 not known. */
+static int scan_values_(trainer_t *t, const float *src, int n, size_t numel, int *sample,
+                        size_t *elem, float *value)
 {
-    int n = g->count[j];
-    if (j != g->nmicro - 1 || n == 0) return -1;
-    size_t numel = t->train.sample_numel;
     float *x = malloc((size_t)n * numel * sizeof(float) + 1);
     if (!x) return -1;
-    t->compute->download(x, t->batch->x, (size_t)n * numel * sizeof(float));
+    t->compute->download(x, src, (size_t)n * numel * sizeof(float));
     int found = 0;
     for (size_t k = 0; k < (size_t)n * numel && !found; k++)
         if (!isfinite(x[k])) {
@@ -184,6 +180,25 @@ static int scan_inputs_(nonfinite_t *g, trainer_t *t, int j, int *sample, size_t
             found = 1;
         }
     free(x);
+    return found;
+}
+
+/* The first sample of micro-batch j holding a non-finite input value
+ * (*target 0) or, with float targets, regression target (*target 1), when
+ * the device batch still holds that micro-batch (the last of the step):
+ * 1 and what was found, 0 none, -1 not known. */
+static int scan_inputs_(nonfinite_t *g, trainer_t *t, int j, int *sample, size_t *elem,
+                        float *value, int *target)
+{
+    int n = g->count[j];
+    if (j != g->nmicro - 1 || n == 0) return -1;
+    *target = 0;
+    int found = scan_values_(t, t->batch->x, n, t->train.sample_numel, sample, elem, value);
+    if (found == 0 && t->train.regression) {
+        found = scan_values_(t, t->batch->targets, n, (size_t)t->train.targets, sample, elem,
+                             value);
+        *target = found == 1;
+    }
     return found;
 }
 
@@ -201,7 +216,8 @@ static int nonfinite_text_(nonfinite_t *g, trainer_t *t, int64_t step, int j, do
     int sample = 0;
     size_t elem = 0;
     float v = 0;
-    int found = scan_inputs_(g, t, j, &sample, &elem, &v);
+    int target = 0;
+    int found = scan_inputs_(g, t, j, &sample, &elem, &v, &target);
     size_t u = (size_t)snprintf(buf, cap,
                                 "the training loss is %s at step %lld on this rank%s; "
                                 "its samples there: %s",
@@ -212,10 +228,12 @@ static int nonfinite_text_(nonfinite_t *g, trainer_t *t, int64_t step, int j, do
         sample_text_(&t->train, idx[sample], buf, cap, &u);
         if (u < cap)
             snprintf(buf + u, cap - u,
-                     " holds a non-finite input value (%s at value %zu of %zu): the input is "
+                     " holds a non-finite %s value (%s at value %zu of %zu): the %s is "
                      "bad; --check-data finds such samples in the files at start-up (fix or "
                      "drop them)",
-                     nonfinite_value_name(v), elem, t->train.sample_numel);
+                     target ? "target" : "input", nonfinite_value_name(v), elem,
+                     target ? (size_t)t->train.targets : t->train.sample_numel,
+                     target ? "regression target in /train/y" : "input");
     } else {
         snprintf(buf + u, cap - u, "%s: " DDP_DIVERGED_ADVICE,
                  found == 0 ? "; their inputs are finite" : "");

@@ -13,6 +13,7 @@ int main(int argc, char **argv)
 {
     job_t job;
     ddp_status_t s = job_begin(&job, &argc, &argv);
+    if (s == DDP_OK && job.action != CONFIG_RUN) return job_end(&job, s);
     /* this binary's registries have cpu and mpi only: the emulated GPU
      * backends are registered here, as a GPU build's registries hold them */
     if (s == DDP_OK) s = compute_register("cuda", &compute_cuda_ops);

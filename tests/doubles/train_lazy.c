@@ -10,6 +10,7 @@ int main(int argc, char **argv)
 {
     job_t job;
     ddp_status_t s = job_begin(&job, &argc, &argv);
+    if (s == DDP_OK && job.action != CONFIG_RUN) return job_end(&job, s);
     /* the test backend stands in for "cpu" (--device cpu and auto) */
     if (s == DDP_OK) s = compute_register("cpu", compute_lazy_ops());
     if (s == DDP_OK) {

@@ -5,7 +5,8 @@
 #     global index 257, shuffled into the middle of a batch) ends the job
 #     within seconds with exit code 8 and one error line, from the rank that
 #     holds the sample, naming the step, the sample's global index, file and
-#     row, and the value; a NaN injected into rank 1's batch with
+#     row, and the value (a NaN regression target likewise, not called
+#     divergence); a NaN injected into rank 1's batch with
 #     SyncBatchNorm (every rank's loss is NaN then) is named by rank 1, the
 #     rank whose input holds it;
 #   - skip: a NaN on rank 1 in the last step drops that step on both ranks:
@@ -48,6 +49,15 @@ has data.e "sample 257 (row 57 of $T/nan.h5) holds a non-finite input value (nan
 has data.e "--check-data"
 [ "$secs" -le 30 ] || fail "NaN in the data: the job took $secs s to end"
 echo "abort, NaN in the data: exit 8 after $secs s: $(grep 'error:' "$T/data.e" | cut -c1-160)..."
+
+# a NaN regression target (sample 57 of the second shard) is bad data, not
+# divergence: named with its sample like a NaN input
+"$MK" nan-target "$T/nan-target.h5" && "$MK" float-y "$T/float-y.h5" || fail "make_bad_deck"
+run target "$T/float-y.h5" "$T/nan-target.h5" $base
+[ $rc -eq 8 ] || { cat "$T/target.e"; fail "NaN target: exit $rc, expected 8"; }
+[ "$(errors target)" -eq 1 ] || { cat "$T/target.e"; fail "NaN target: expected one error line"; }
+has target.e "sample 257 (row 57 of $T/nan-target.h5) holds a non-finite target value (nan at value 0 of 1): the regression target in /train/y is bad"
+grep -q "lower --lr" "$T/target.e" && { cat "$T/target.e"; fail "NaN target reported as divergence"; }
 
 bn="--model linear:24,bn,relu,dropout:0.2,linear:auto --batch 8 --log-every 1 --eval-every 0"
 run inj "$T/d.h5" $bn --steps 10 --inject nan:1:3

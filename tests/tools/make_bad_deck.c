@@ -14,7 +14,9 @@
  * (uint8 x with scale = -1), mean-a / mean-b (`good`'s data with attributes
  * mean 0.5 or 1.5 and std 2: shards normalised differently, and files that
  * differ in an attribute only), val-nan (a /val split of 40 samples, sample 13
- * holding a NaN), float-y (float32 labels [N]: regression).
+ * holding a NaN), float-y (float32 labels [N]: regression), nan-target
+ * (float-y with the target of sample 57 NaN), config-debug (`good` with a
+ * /config group setting debug-collectives = "true").
  * Decks of `good`'s shape with other content, for the start-up content
  * check (test_fingerprint.sh; it samples chunks 0, 2, 5, 8, 10, 13, 16 and
  * 19 of these 20): mid-chunk (one value of row 105, in sampled chunk 10,
@@ -147,9 +149,10 @@ static int write_(const char *path, const char *kind)
         attr_f64_(ds, "std", &sd[0], 1);
     }
     H5Dclose(ds);
-    if (strcmp(kind, "float-y") == 0) {
+    if (strcmp(kind, "float-y") == 0 || strcmp(kind, "nan-target") == 0) {
         float yf[N];
         for (int i = 0; i < N; i++) yf[i] = (float)y[i] * 0.5f;
+        if (kind[0] == 'n') yf[57] = NAN;
         ds = H5Dcreate2(f, "/train/y", H5T_IEEE_F32LE, sy, lcpl, H5P_DEFAULT, H5P_DEFAULT);
         H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, yf);
         H5Dclose(ds);
@@ -180,6 +183,18 @@ static int write_(const char *path, const char *kind)
         H5Dclose(ds);
         H5Sclose(sv);
         H5Sclose(svy);
+    }
+    if (strcmp(kind, "config-debug") == 0) {
+        /* `good` whose /config turns on --debug-collectives (a stale copy) */
+        hid_t g = H5Gcreate2(f, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t st = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+        H5Tset_size(st, 5);
+        hid_t a = H5Acreate2(g, "debug-collectives", st, sp, H5P_DEFAULT, H5P_DEFAULT);
+        if (a < 0 || H5Awrite(a, st, "true") < 0) return 1;
+        H5Aclose(a);
+        H5Sclose(sp);
+        H5Tclose(st);
+        H5Gclose(g);
     }
     H5Sclose(sx);
     H5Sclose(sy);
@@ -212,7 +227,8 @@ int main(int argc, char **argv)
         "wide",     "corrupt",   "huge-n",       "huge-f",       "classes-huge",
         "classes-frac", "stray-label", "u8-scale", "mean-a",     "mean-b",
         "val-nan",  "float-y",   "mid-chunk",    "unsampled",    "chunk20",
-        "corrupt-unsampled", "nan-weights", "mid-label", "y-classes", "val-a", "val-b"};
+        "corrupt-unsampled", "nan-weights", "mid-label", "y-classes", "val-a", "val-b",
+        "nan-target", "config-debug"};
     if (argc != 3) {
         fprintf(stderr, "usage: make_bad_deck KIND OUT.h5\n");
         return 2;
