@@ -153,7 +153,10 @@ ddp_status_t config_load_file(ddp_config_t *c, const char *path);
  * which ("the input deck", "--init", ...).  For outputs that must not
  * replace or append to an input. */
 const char *config_input_at(const ddp_config_t *cfg, const char *path, const char **option);
-/* Cross-option checks (that do not need the data or the world size). */
+/* Cross-option checks (that do not need the data or the world size),
+ * among them every file option against the decks and each other
+ * (pathclash.h): no output over an input or another output, none named
+ * like a checkpoint in --ckpt-dir, no FIFO, device or directory. */
 ddp_status_t config_validate(const ddp_config_t *c);
 
 const ddp_option_t *config_find(const char *name);
