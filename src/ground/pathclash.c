@@ -148,8 +148,8 @@ ddp_status_t pathclash_check(const pathclash_file_t *files, int n)
         ident_(f->path, &id[i], &st);
         if (!id[i].exists) continue;
         if (f->kind == PATHCLASH_DIR && !S_ISDIR(st.st_mode))
-            s = ddp_fail(DDP_ERR_USAGE, "%s %s is %s, not a directory; name a directory", f->role,
-                         f->path, atomicfile_kind(st.st_mode));
+            s = ddp_fail(DDP_ERR_USAGE, "%s %s is not a directory (it is %s); name a directory",
+                         f->role, f->path, atomicfile_kind(st.st_mode));
         else if (f->kind != PATHCLASH_DIR && !S_ISREG(st.st_mode))
             s = ddp_fail(f->kind == PATHCLASH_IN ? DDP_ERR_INPUT : DDP_ERR_USAGE,
                          "%s %s is %s, not a regular file (%s); name a regular file", f->role,
