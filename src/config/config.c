@@ -13,6 +13,7 @@
 
 #include "atomicfile.h"
 #include "inject.h"
+#include "pathclash.h"
 
 #define OFF(f) offsetof(ddp_config_t, f)
 #define BIG    1e18
@@ -511,6 +512,43 @@ ddp_status_t config_parse_args(ddp_config_t *c, int argc, char **argv, config_in
     return config_validate(c);
 }
 
+/* Every file option of the table against the others and the decks: no
+ * output over an input or another output, no --save or --metrics under a
+ * checkpoint's name in --ckpt-dir, no FIFO or device (pathclash.h).  Before
+ * any output is opened; stat() only. */
+static ddp_status_t check_paths_(const ddp_config_t *c)
+{
+    enum { FIXED = 6 };
+    pathclash_file_t *f = calloc((size_t)c->ninputs + FIXED, sizeof *f);
+    char(*roles)[32] = calloc((size_t)c->ninputs + 1, sizeof *roles);
+    if (!f || !roles) {
+        free(f);
+        free(roles);
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory checking the file options");
+    }
+    int n = 0;
+    /* what the run writes */
+    f[n++] = (pathclash_file_t){"--save", c->save, PATHCLASH_OUT, NULL, 0};
+    f[n++] = (pathclash_file_t){"--metrics", c->metrics, PATHCLASH_OUT, NULL, 0};
+    f[n++] = (pathclash_file_t){"--ckpt-dir", c->ckpt_dir, PATHCLASH_DIR, pathclash_is_ckpt_name, 0};
+    /* what it reads; a checkpoint of --ckpt-dir may be read once at start-up */
+    f[n++] = (pathclash_file_t){"--init", c->init, PATHCLASH_IN, NULL, 1};
+    f[n++] = (pathclash_file_t){"--resume", strcmp(c->resume, "auto") ? c->resume : "",
+                                PATHCLASH_IN, NULL, 1};
+    f[n++] = (pathclash_file_t){"--config", c->config, PATHCLASH_IN, NULL, 1};
+    for (int i = 0; i < c->ninputs; i++) {
+        if (c->ninputs == 1)
+            snprintf(roles[i], sizeof roles[i], "the input deck");
+        else
+            snprintf(roles[i], sizeof roles[i], "input file %d", i + 1);
+        f[n++] = (pathclash_file_t){roles[i], c->inputs[i], PATHCLASH_IN, NULL, 0};
+    }
+    ddp_status_t s = pathclash_check(f, n);
+    free(f);
+    free(roles);
+    return s;
+}
+
 ddp_status_t config_validate(const ddp_config_t *c)
 {
     if (c->ninputs == 0)
@@ -552,6 +590,7 @@ ddp_status_t config_validate(const ddp_config_t *c)
     if (c->first_bucket_mb > c->bucket_cap_mb)
         return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
                         c->first_bucket_mb, c->bucket_cap_mb);
+    DDP_TRY(check_paths_(c));
     return inject_parse(c->inject, NULL, NULL);
 }
 

@@ -155,7 +155,10 @@ ddp_status_t config_load_file(ddp_config_t *c, const char *path);
 const char *config_input_at(const ddp_config_t *cfg, const char *path, const char **option);
 /* The shortest --timeout other than 0 (off), in seconds. */
 #define CONFIG_TIMEOUT_MIN 1.0
-/* Cross-option checks (that do not need the data or the world size). */
+/* Cross-option checks (that do not need the data or the world size),
+ * among them every file option against the decks and each other
+ * (pathclash.h): no output over an input or another output, none named
+ * like a checkpoint in --ckpt-dir, no FIFO, device or directory. */
 ddp_status_t config_validate(const ddp_config_t *c);
 
 const ddp_option_t *config_find(const char *name);

@@ -2,6 +2,8 @@
 #include "jsonl.h"
 
 #include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -155,16 +157,73 @@ void jsonl_free(jsonl_rec_t *r)
     memset(r, 0, sizeof *r);
 }
 
+/* all of buf to fd (append mode); -1 with errno on the first failure */
+static int write_all_(int fd, const char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, buf, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            if (k == 0) errno = ENOSPC;
+            return -1;
+        }
+        buf += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
 int jsonl_write(jsonl_rec_t *r, FILE *f)
 {
     const char *line = jsonl_finish(r);
-    int rc = 0;
+    int rc = 0, fd = fileno(f);
+    struct stat st;
     if (!line) {
         errno = ENOMEM;
         rc = -1;
-    } else if (fwrite(line, 1, r->len, f) != r->len || fflush(f) != 0) {
+    } else if (fflush(f) != 0 || fstat(fd, &st) != 0) {
+        rc = -1;
+    } else if (write_all_(fd, line, r->len) != 0) {
+        /* whole records only: cut the torn one back to where it began */
+        int e = errno;
+        int cut = ftruncate(fd, st.st_size); /* failed: the next open cuts it */
+        (void)cut;
+        errno = e;
         rc = -1;
     }
     jsonl_free(r);
     return rc;
+}
+
+int jsonl_cut_torn(FILE *f, long long *removed)
+{
+    *removed = 0;
+    int fd = fileno(f);
+    struct stat st;
+    if (fflush(f) != 0 || fstat(fd, &st) != 0) return -1;
+    if (!S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    char buf[4096];
+    off_t end = st.st_size, keep = 0;
+    int last = 1;
+    /* backwards, a block at a time, to the last '\n' */
+    while (end > 0) {
+        size_t n = end >= (off_t)sizeof buf ? sizeof buf : (size_t)end;
+        ssize_t k = pread(fd, buf, n, end - (off_t)n);
+        if (k != (ssize_t)n) {
+            if (k >= 0) errno = EIO;
+            return -1;
+        }
+        if (last && buf[n - 1] == '\n') return 0; /* whole */
+        last = 0;
+        size_t i = n;
+        while (i > 0 && buf[i - 1] != '\n') i--;
+        if (i > 0) {
+            keep = end - (off_t)n + (off_t)i;
+            break;
+        }
+        end -= (off_t)n;
+    }
+    if (ftruncate(fd, keep) != 0) return -1;
+    *removed = (long long)(st.st_size - keep);
+    return 0;
 }

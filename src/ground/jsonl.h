@@ -30,9 +30,17 @@ void jsonl_null(jsonl_rec_t *r, const char *key);
 void jsonl_object(jsonl_rec_t *r, const char *key);
 void jsonl_array(jsonl_rec_t *r, const char *key);
 void jsonl_close(jsonl_rec_t *r, char bracket); /* '}' or ']' */
-/* The finished line ("}\n" appended) to f, flushed; 0, or -1 when an
- * allocation or the write failed (errno set).  Frees the buffer. */
+/* The finished line ("}\n" appended) to f, written past stdio's buffer
+ * with write(2); 0, or -1 when an allocation or the write failed (errno
+ * set).  A write that fails part-way (a full disk) is cut back
+ * (ftruncate) to where the line began, so the file holds whole records
+ * only.  Frees the buffer. */
 int jsonl_write(jsonl_rec_t *r, FILE *f);
+/* A file opened to append and read ("a+") whose last record is torn (it does not end in
+ * '\n': a crash or a full disk mid-write) is cut back to after its last
+ * '\n' (or to empty).  The bytes removed in *removed (0 when the file was
+ * whole); 0, or -1 with errno when it cannot be read or cut. */
+int jsonl_cut_torn(FILE *f, long long *removed);
 /* The finished line in r->buf (NUL-terminated) without writing; for tests.
  * Call jsonl_free afterwards. */
 const char *jsonl_finish(jsonl_rec_t *r);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pathclash.h"
 #include "plot.h"
 #include "version.h"
 
@@ -39,8 +40,10 @@ static const char usage_[] =
     "  -h, --help          this text\n"
     "  -V, --version       the version\n"
     "\n"
-    "Exit status: 0 written; 2 a usage error; 3 a malformed file (the message names\n"
-    "FILE:LINE), or one without step records; 4 a file that cannot be read, or an\n"
+    "Exit status: 0 written; 2 a usage error (also -o or --keep-data's files naming\n"
+    "an input, or an output that is no regular file); 3 a malformed file (the message\n"
+    "names FILE:LINE), one without step records, or an input that is no regular file\n"
+    "(a FIFO, a device: refused unopened); 4 a file that cannot be read, or an\n"
     "output directory that is missing or not writable; 69 gnuplot is not installed;\n"
     "70 gnuplot failed.  On any error the output file is left as it was.\n";
 
@@ -96,6 +99,8 @@ typedef struct plot_args {
     int nfiles;
 } plot_args_t;
 
+static ddp_status_t check_paths_(const plot_args_t *a);
+
 static ddp_status_t parse_(int argc, char **argv, plot_args_t *a)
 {
     ddp_status_t s = DDP_OK;
@@ -135,7 +140,50 @@ static ddp_status_t parse_(int argc, char **argv, plot_args_t *a)
     if (!a->scaling && !a->nfiles)
         return ddp_fail(DDP_ERR_USAGE,
                         "no input: give metrics files (ddptrain --metrics) or --scaling FILE");
-    return DDP_OK;
+    return check_paths_(a);
+}
+
+/* "<prefix><digits><suffix>" */
+static int numbered_(const char *name, const char *prefix, const char *suffix)
+{
+    size_t lp = strlen(prefix), ls = strlen(suffix), n = strlen(name);
+    if (n <= lp + ls || strncmp(name, prefix, lp) || strcmp(name + n - ls, suffix)) return 0;
+    for (size_t i = lp; i < n - ls; i++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return 1;
+}
+
+/* The names render.c writes in --keep-data DIR. */
+static int keep_data_name_(const char *name)
+{
+    return !strcmp(name, "plot.gp") || !strcmp(name, "gnuplot.log") ||
+           !strcmp(name, "phases.dat") || numbered_(name, "run", ".dat") ||
+           numbered_(name, "run", ".eval.dat") || numbered_(name, "scaling", ".dat");
+}
+
+/* Every input against -o and --keep-data's files, and none of them a FIFO
+ * or device (pathclash.h): before gnuplot is looked for or anything opened. */
+static ddp_status_t check_paths_(const plot_args_t *a)
+{
+    int n = 0;
+    pathclash_file_t *f = calloc((size_t)a->nfiles + 3, sizeof *f);
+    char(*roles)[32] = calloc((size_t)a->nfiles + 1, sizeof *roles);
+    if (!f || !roles) {
+        free(f);
+        free(roles);
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory");
+    }
+    f[n++] = (pathclash_file_t){"-o", a->opts.out, PATHCLASH_OUT, NULL, 0};
+    f[n++] = (pathclash_file_t){"--keep-data", a->opts.keep_dir, PATHCLASH_DIR, keep_data_name_, 0};
+    f[n++] = (pathclash_file_t){"--scaling", a->scaling, PATHCLASH_IN, NULL, 0};
+    for (int i = 0; i < a->nfiles; i++) {
+        snprintf(roles[i], sizeof roles[i], "input file %d", i + 1);
+        f[n++] = (pathclash_file_t){roles[i], a->files[i], PATHCLASH_IN, NULL, 0};
+    }
+    ddp_status_t s = pathclash_check(f, n);
+    free(f);
+    free(roles);
+    return s;
 }
 
 /* Two runs of one basename (a/m.jsonl, b/m.jsonl): name them by path. */

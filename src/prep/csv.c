@@ -201,6 +201,9 @@ ddp_status_t prep_csv(int argc, char **argv)
         return ddp_fail(DDP_ERR_USAGE, "csv: name the label column (--label-column NAME) or "
                                        "the target columns (--target-columns A,B)");
     if (tcols) regression = 1;
+    const pathclash_file_t files[] = {{"the CSV file", in, PATHCLASH_IN, NULL, 0},
+                                      {"-o", out, PATHCLASH_OUT, NULL, 0}};
+    DDP_TRY(pathclash_check(files, 2));
 
     char *text = NULL;
     csv_data_t c;

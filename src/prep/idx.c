@@ -245,6 +245,12 @@ ddp_status_t prep_idx(int argc, char **argv)
     if (!out) return ddp_fail(DDP_ERR_USAGE, "idx: no output file (-o OUT.h5)");
     if (val_limit && !val[0])
         return ddp_fail(DDP_ERR_USAGE, "idx: --val-limit without --val IMAGES LABELS");
+    const pathclash_file_t files[] = {{"IMAGES", pos[0], PATHCLASH_IN, NULL, 0},
+                                      {"LABELS", pos[1], PATHCLASH_IN, NULL, 0},
+                                      {"--val IMAGES", val[0], PATHCLASH_IN, NULL, 0},
+                                      {"--val LABELS", val[1], PATHCLASH_IN, NULL, 0},
+                                      {"-o", out, PATHCLASH_OUT, NULL, 0}};
+    DDP_TRY(pathclash_check(files, 5));
 
     h5_atomic_t a;
     DDP_TRY(h5_atomic_create(&a, out));

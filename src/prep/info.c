@@ -332,10 +332,16 @@ ddp_status_t prep_info(int argc, char **argv)
     }
     if (n == 0) return ddp_fail(DDP_ERR_USAGE, "info: give one or more FILE.h5");
     char **paths = argv + 1;
+    pathclash_file_t *files = calloc((size_t)n, sizeof *files);
+    if (!files) return ddp_fail(DDP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) files[i] = (pathclash_file_t){"the file", paths[i], PATHCLASH_IN, NULL, 0};
+    ddp_status_t s = pathclash_check(files, n); /* no FIFO or device: refused unopened */
+    free(files);
+    if (s != DDP_OK) return s;
     for (int i = 0; i < n; i++) file_report_(paths[i]);
 
     char desc[256];
-    ddp_status_t s = check_split_(paths, n, "train", desc, sizeof desc);
+    s = check_split_(paths, n, "train", desc, sizeof desc);
     if (s != DDP_OK) {
         printf("NOT a valid input deck: %s\n", ddp_error_message());
         return s;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "h5util.h"
+#include "pathclash.h"
 #include "status.h"
 
 /* Subcommands; argv[0] is the subcommand name.  Usage errors return

@@ -113,6 +113,38 @@ out:
     return s;
 }
 
+/* PREFIX-<i>.h5 */
+static void shard_name_(const char *prefix, int64_t i, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s-%lld.h5", prefix, (long long)i);
+}
+
+/* The input against every shard and the shards against each other (a
+ * link among them), none a FIFO or device (pathclash.h), before any is
+ * written. */
+static ddp_status_t check_paths_(const char *in, const char *prefix, int64_t k)
+{
+    pathclash_file_t *f = calloc((size_t)k + 1, sizeof *f);
+    char(*names)[4096] = calloc((size_t)k, sizeof *names);
+    char(*roles)[32] = calloc((size_t)k, sizeof *roles);
+    ddp_status_t s = DDP_OK;
+    if (!f || !names || !roles) {
+        s = ddp_fail(DDP_ERR_NOMEM, "out of memory");
+    } else {
+        f[0] = (pathclash_file_t){"the input", in, PATHCLASH_IN, NULL, 0};
+        for (int64_t i = 0; i < k; i++) {
+            shard_name_(prefix, i, names[i], sizeof names[i]);
+            snprintf(roles[i], sizeof roles[i], "shard %lld", (long long)i);
+            f[i + 1] = (pathclash_file_t){roles[i], names[i], PATHCLASH_OUT, NULL, 0};
+        }
+        s = pathclash_check(f, (int)k + 1);
+    }
+    free(f);
+    free(names);
+    free(roles);
+    return s;
+}
+
 ddp_status_t prep_split(int argc, char **argv)
 {
     const char *in = NULL, *prefix = NULL, *v;
@@ -136,6 +168,7 @@ ddp_status_t prep_split(int argc, char **argv)
     if (s != DDP_OK) return s;
     if (!in || !prefix || !k)
         return ddp_fail(DDP_ERR_USAGE, "split: give IN.h5 --shards K -o PREFIX");
+    DDP_TRY(check_paths_(in, prefix, k));
 
     hid_t f;
     DDP_TRY(h5_open_read(in, &f));
@@ -154,7 +187,7 @@ ddp_status_t prep_split(int argc, char **argv)
     }
     for (int64_t i = 0; i < k && s == DDP_OK; i++) {
         char out[4096];
-        snprintf(out, sizeof out, "%s-%lld.h5", prefix, (long long)i);
+        shard_name_(prefix, i, out, sizeof out);
         hsize_t lo = n * (hsize_t)i / (hsize_t)k, hi = n * (hsize_t)(i + 1) / (hsize_t)k;
         h5_atomic_t a;
         if ((s = h5_atomic_create(&a, out)) != DDP_OK) break;

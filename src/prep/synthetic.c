@@ -180,6 +180,8 @@ ddp_status_t prep_synthetic(int argc, char **argv)
     }
     if (s != DDP_OK) return s;
     if (!out) return ddp_fail(DDP_ERR_USAGE, "synthetic: no output file (-o OUT.h5)");
+    const pathclash_file_t files[] = {{"-o", out, PATHCLASH_OUT, NULL, 0}};
+    DDP_TRY(pathclash_check(files, 1));
     if (!features) return ddp_fail(DDP_ERR_USAGE, "synthetic: --features D is required");
     if (!samples) return ddp_fail(DDP_ERR_USAGE, "synthetic: --samples N is required");
     if (!classes && !targets)

@@ -17,11 +17,12 @@
 #include "clock.h"
 #include "h5util.h"
 #include "log.h"
+#include "pathclash.h"
 #include "activity.h"
 #include "version.h"
 
-#define CKPT_PREFIX     "ckpt_"
-#define CKPT_SUFFIX     ".h5"
+#define CKPT_PREFIX     PATHCLASH_CKPT_PREFIX
+#define CKPT_SUFFIX     PATHCLASH_CKPT_SUFFIX
 #define CONFIG_TEXT_MAX (64 * 1024) /* the stored configuration's text */
 
 /* ---- names in --ckpt-dir ------------------------------------------------- */
@@ -31,19 +32,11 @@ static void ckpt_path_(const char *dir, int64_t step, char *buf, size_t n)
     snprintf(buf, n, "%s/" CKPT_PREFIX "%08lld" CKPT_SUFFIX, dir, (long long)step);
 }
 
-/* The step in a checkpoint's file name (ckpt_<digits>.h5), or -1. */
+/* The step in a checkpoint's file name (ckpt_<digits>.h5), or -1; the
+ * pattern lives in pathclash.c, which keeps other outputs off these names. */
 static int64_t ckpt_step_of_(const char *name)
 {
-    size_t lp = strlen(CKPT_PREFIX), ls = strlen(CKPT_SUFFIX), n = strlen(name);
-    if (n <= lp + ls || strncmp(name, CKPT_PREFIX, lp) != 0 ||
-        strcmp(name + n - ls, CKPT_SUFFIX) != 0)
-        return -1;
-    int64_t v = 0;
-    for (size_t i = lp; i < n - ls; i++) {
-        if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (name[i] - '0');
-    }
-    return v;
+    return pathclash_ckpt_step(name);
 }
 
 /* A temporary file of one of our checkpoint writes, ckpt_<digits>.h5.tmp.<host>.<pid>:

@@ -110,12 +110,21 @@ ddp_status_t metrics_open(metrics_t *mt, const trainer_t *t)
                         "--metrics %s is %s, not a regular file: name a file to append JSON "
                         "lines to",
                         path, atomicfile_kind(st.st_mode));
-    FILE *f = fopen(path, "ae");
+    FILE *f = fopen(path, "a+e"); /* read too: a torn last record is looked for */
     if (!f)
         return ddp_fail(DDP_ERR_IO,
                         "--metrics %s: cannot open it for appending: %s; its directory must "
                         "exist and be writable",
                         path, strerror(errno));
+    /* a record torn by a crash or a full disk would make the history
+     * unreadable with the records appended after it */
+    long long removed = 0;
+    if (jsonl_cut_torn(f, &removed) != 0)
+        log_warn("--metrics %s: cannot check its last record: %s", path, strerror(errno));
+    else if (removed > 0)
+        log_warn("--metrics %s: removed %lld byte%s of a torn last record (an earlier run "
+                 "stopped mid-write); appending after the last whole record",
+                 path, removed, removed > 1 ? "s" : "");
     mt->jsonl = f;
     return DDP_OK;
 }

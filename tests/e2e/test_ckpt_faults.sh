@@ -246,4 +246,40 @@ grep -qF "the newest complete checkpoint is $mnt/ckpt_00000003.h5" "$T/e" \
 "$WEIGHTS_CMP" "$T/after/ckpt_00000003.h5" "$T/size/ckpt_00000001.h5" 1e30 >/dev/null \
   || fail "disk full: ckpt_00000003.h5 is not a complete weights file"
 echo "ok: disk full during a checkpoint: exit 4, the newest complete one named and intact, no temporary file"
+
+# the metrics file's disk fills mid-run (one free page of 4 KiB: the
+# configuration record and a few step records fit, then a write fails
+# part-way): the torn record is cut back, training goes on; the run
+# requeued after space was freed appends after the last whole record; a
+# torn tail left by a crash is cut when the file is opened, with a warning
+ns 'mount -t tmpfs -o size=64k tmpfs "$mnt" || exit 99
+    cat /dev/zero >"$mnt/fill" 2>/dev/null
+    truncate -s -4096 "$mnt/fill" || exit 99
+    "$DDPTRAIN" "$T/d.h5" $m --steps 40 --log-every 1 --metrics "$mnt/m.jsonl" >"$T/o" 2>"$T/e"
+    echo $? >"$T/rc"
+    rm "$mnt/fill"
+    "$DDPTRAIN" "$T/d.h5" $m --steps 5 --log-every 1 --metrics "$mnt/m.jsonl" >"$T/o2" 2>"$T/e2"
+    echo $? >"$T/rc2"
+    cp "$mnt/m.jsonl" "$T/full.jsonl"' || fail "the metrics disk-full namespace (exit $?)"
+[ "$(cat "$T/rc")" -eq 0 ] || { cat "$T/o" "$T/e"; fail "metrics disk full: training did not go on"; }
+grep -qF -- "--metrics $mnt/m.jsonl: writing a record failed" "$T/e" || { cat "$T/e"; fail "metrics disk full: no warning"; }
+[ "$(cat "$T/rc2")" -eq 0 ] || { cat "$T/o2" "$T/e2"; fail "metrics disk full: the requeued run"; }
+/usr/bin/python3 - "$T/full.jsonl" <<'PY' || fail "metrics disk full: a line is not JSON (a torn record)"
+import json, sys
+lines = open(sys.argv[1]).read().split("\n")
+assert lines[-1] == "", "no newline at the end"
+recs = [json.loads(l) for l in lines[:-1]]
+assert [r["type"] for r in recs].count("config") == 2, "expected the records of two runs"
+PY
+printf '{"type":"step","step":7,"lo' >>"$T/full.jsonl"
+"$DDPTRAIN" "$T/d.h5" $m --steps 2 --log-every 1 --metrics "$T/full.jsonl" >"$T/o" 2>"$T/e" \
+  || { cat "$T/o" "$T/e"; fail "metrics with a torn tail"; }
+grep -qF -- "--metrics $T/full.jsonl: removed 27 bytes of a torn last record" "$T/e" \
+  || { cat "$T/e"; fail "a torn tail: no warning"; }
+/usr/bin/python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$T/full.jsonl" \
+  || fail "a torn tail: the file does not parse after the append"
+if command -v gnuplot >/dev/null 2>&1; then
+  "$DDPPLOT" "$T/full.jsonl" -o "$T/full.png" >"$T/o" 2>&1 || { cat "$T/o"; fail "ddptrain-plot refuses the metrics file"; }
+fi
+echo "ok: metrics on a full disk and with a torn tail: whole records only, ddptrain-plot reads them"
 echo ok

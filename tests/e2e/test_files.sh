@@ -135,7 +135,7 @@ echo "ok: stale temporary files removed, those of other hosts, live processes an
 
 # 6. --init and --resume that are not regular files
 expect 3 "--init $T/fifo is a FIFO" -- "$T/d.h5" $m --init "$T/fifo"
-expect 3 "--resume $T/sub: $T/sub is a directory" -- "$T/d.h5" $m --resume "$T/sub"
+expect 3 "--resume $T/sub is a directory" -- "$T/d.h5" $m --resume "$T/sub"
 
 # 7. NaN in an --init tensor; --freeze and --model that leave nothing to
 # train, or name nothing

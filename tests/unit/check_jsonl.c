@@ -2,6 +2,8 @@
  * (quotes, backslashes, control characters), non-finite numbers as null,
  * nested objects and arrays, whole lines written and flushed. */
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +114,89 @@ START_TEST(write_appends_whole_lines)
 }
 END_TEST
 
+/* the file's whole text (at most 8 KiB) */
+static const char *slurp_(const char *path)
+{
+    static char text[8192];
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return text;
+}
+
+START_TEST(torn_tail_cut_on_append)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/torn.jsonl", test_tmpdir());
+    /* a whole record, then a torn one (a full disk mid-write) */
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"type\":\"step\",\"step\":1}\n{\"type\":\"step\",\"st", f);
+    fclose(f);
+    f = fopen(path, "a+");
+    ck_assert_ptr_nonnull(f);
+    long long removed = -1;
+    ck_assert_int_eq(jsonl_cut_torn(f, &removed), 0);
+    ck_assert_int_eq(removed, 18);
+    jsonl_rec_t r;
+    jsonl_begin(&r, "step");
+    jsonl_int(&r, "step", 2);
+    ck_assert_int_eq(jsonl_write(&r, f), 0);
+    /* a whole file is left alone */
+    ck_assert_int_eq(jsonl_cut_torn(f, &removed), 0);
+    ck_assert_int_eq(removed, 0);
+    fclose(f);
+    ck_assert_str_eq(slurp_(path), "{\"type\":\"step\",\"step\":1}\n"
+                                   "{\"type\":\"step\",\"step\":2}\n");
+    /* no '\n' at all, longer than one block read: cut to empty */
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 5000; i++) fputc('x', f);
+    fclose(f);
+    f = fopen(path, "a+");
+    ck_assert_int_eq(jsonl_cut_torn(f, &removed), 0);
+    ck_assert_int_eq(removed, 5000);
+    fclose(f);
+    ck_assert_str_eq(slurp_(path), "");
+    remove(path);
+}
+END_TEST
+
+START_TEST(failed_write_leaves_whole_records)
+{
+    /* a file of at most 100 bytes (RLIMIT_FSIZE, SIGXFSZ ignored): the
+     * second record fails part-way and is cut back */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/full.jsonl", test_tmpdir());
+    remove(path);
+    FILE *f = fopen(path, "a+");
+    ck_assert_ptr_nonnull(f);
+    struct rlimit old, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 100;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc[2];
+    for (int i = 0; i < 2; i++) {
+        jsonl_rec_t r;
+        jsonl_begin(&r, "step");
+        jsonl_str(&r, "pad", "0123456789012345678901234567890123456789012345");
+        rc[i] = jsonl_write(&r, f);
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    fclose(f);
+    ck_assert_int_eq(rc[0], 0);
+    ck_assert_int_eq(rc[1], -1);
+    ck_assert_str_eq(slurp_(path),
+                     "{\"type\":\"step\",\"pad\":\"0123456789012345678901234567890123456789012345\"}\n");
+    remove(path);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("jsonl");
@@ -121,6 +206,8 @@ Suite *test_suite(void)
     tcase_add_test(t, strings_escaped);
     tcase_add_test(t, nested);
     tcase_add_test(t, write_appends_whole_lines);
+    tcase_add_test(t, torn_tail_cut_on_append);
+    tcase_add_test(t, failed_write_leaves_whole_records);
     suite_add_tcase(s, t);
     return s;
 }
