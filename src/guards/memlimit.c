@@ -184,8 +184,9 @@ ddp_status_t memlimit_check(const memlimit_t *l, const mem_need_t *need, int loc
         if (total > l->as_limit)
             return ddp_fail(DDP_ERR_NOMEM,
                             "memory: each rank needs about %.0f MiB of address space (%.0f MiB "
-                            "in use now + %.0f MiB for the model, optimizer, activations and "
-                            "batches + %.0f MiB for BLAS work buffers and threads), more than "
+                            "in use now + %.0f MiB for the model, optimizer, activations, "
+                            "batches and checkpoint or --save copies + %.0f MiB for BLAS work "
+                            "buffers and threads), more than "
                             "its limit of %.0f MiB (ulimit -v); raise the limit, or lower "
                             "--batch or the model size",
                             mib_(total), mib_(l->as_used), mib_(need->resident),

@@ -212,6 +212,18 @@ static herr_t find_extra_(hid_t g, const char *name, const h5_link_info_t *info,
     return 0;
 }
 
+/* Whether dataset `name` of g, where it exists, carries its checksum
+ * (under the HDF5 lock). */
+static int dataset_signed_(hid_t g, const char *name)
+{
+    if (!h5_exists(g, name)) return 1; /* reported as missing */
+    hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
+    if (ds < 0) return 1; /* reported as unreadable */
+    int yes = h5_attr_exists(ds, WEIGHTS_CHECKSUM_ATTR);
+    H5Dclose(ds);
+    return yes;
+}
+
 ddp_status_t weights_load(const char *path, model_t *m)
 {
     return weights_load_group(path, "/model", m);
@@ -254,8 +266,13 @@ ddp_status_t weights_read_group(hid_t f, const char *group, const model_t *m, we
                         option, path, group, group);
     }
     hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    /* a file ddptrain wrote signs every dataset: one without is not believed
+     * (files from PyTorch or h5py have no format_version and no checksums) */
+    int signed_file = h5_attr_exists(f, "format_version");
+    const char *unsigned_name = NULL;
     for (int t = 0; t < m->ntensors && g >= 0; t++) {
         const tensor_t *T = &m->tensors[t];
+        if (signed_file && !unsigned_name && !dataset_signed_(g, T->name)) unsigned_name = T->name;
         int nd;
         hsize_t dims[H5S_MAX_RANK] = {0};
         void *out;
@@ -305,6 +322,14 @@ ddp_status_t weights_read_group(hid_t f, const char *group, const model_t *m, we
         *damaged = 1;
     }
     h5_unlock();
+    if (unsigned_name) {
+        *damaged = 1;
+        return ddp_fail(DDP_ERR_INPUT,
+                        "%s %s: dataset %s/%s has no checksum (the file was edited or written by "
+                        "another tool); use an unedited file, or export the weights without "
+                        "ddptrain's format attributes",
+                        option, path, group, unsigned_name);
+    }
     if (pr.n == 0 && bad_tensor >= 0) {
         const tensor_t *T = &m->tensors[bad_tensor];
         return ddp_fail(DDP_ERR_INPUT,

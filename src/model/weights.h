@@ -56,7 +56,9 @@ ddp_status_t weights_load_group(const char *path, const char *group, model_t *m)
 /* Read group's tensors of m's layout from an open file into h (which holds
  * m's current values where nothing is read).  `option` and `path` name the
  * file in errors ("--init weights.h5 does not match the model: ...");
- * *damaged is set when a dataset is unreadable or fails its checksum.  A
+ * *damaged is set when a dataset is unreadable or fails its checksum, or,
+ * in a file ddptrain wrote (it has the root attribute format_version), has
+ * no checksum (DDP_ERR_INPUT naming the dataset).  A
  * float tensor holding NaN or Inf is refused (DDP_ERR_INPUT, naming the
  * dataset and the element), not *damaged: the file is what was written. */
 ddp_status_t weights_read_group(hid_t file, const char *group, const model_t *m, weights_host_t *h,
@@ -64,7 +66,9 @@ ddp_status_t weights_read_group(hid_t file, const char *group, const model_t *m,
 
 /* Datasets with a checksum: every dataset ddptrain writes carries the
  * attribute WEIGHTS_CHECKSUM_ATTR (hash_words of its bytes, 16 hex digits),
- * and a reader checks it where present (files from PyTorch have none). */
+ * and a reader checks it where present; weights_read_group and a checkpoint's
+ * metadata checksum (ckpt_verify.h) require it in files ddptrain wrote
+ * (files from PyTorch have none). */
 #define WEIGHTS_CHECKSUM_ATTR "checksum"
 ddp_status_t weights_write_dataset(hid_t file, const char *name, hid_t mem_type, hid_t file_type,
                                    int ndim, const hsize_t *dims, const void *data, size_t bytes);

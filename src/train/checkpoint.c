@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "atomicfile.h"
+#include "ckpt_verify.h"
 #include "clock.h"
 #include "h5util.h"
 #include "log.h"
@@ -271,6 +272,12 @@ static ddp_status_t read_optimizer_(checkpoint_t *c, trainer_t *t, hid_t f, cons
                               "(damaged checkpoint)",
                               path);
     }
+    if (s == DDP_OK) {
+        /* a fresh state (an optimizer changed with --resume-override) counts from 0 */
+        s = ckpt_verify_range(path, "step of /optimizer", c->resume.optim_steps, 0,
+                              c->resume.pos.step, "at most the checkpoint's step");
+        if (s != DDP_OK) *damaged = 1;
+    }
     const char *want = config_choice_name("optimizer", cfg->optimizer);
     if (s == DDP_OK && strcmp(type, want) != 0) {
         /* only with --resume-override (the options were compared first) */
@@ -292,6 +299,13 @@ static ddp_status_t read_optimizer_(checkpoint_t *c, trainer_t *t, hid_t f, cons
                                                     c->optim_state[k] + T->offset,
                                                     T->numel * sizeof(float), &nd, dims);
             if (r == WEIGHTS_READ_DAMAGED) *damaged = 1;
+            if (r == WEIGHTS_READ_OK) {
+                char full[TENSOR_NAME_MAX + 48];
+                snprintf(full, sizeof full, "/optimizer/%s", name);
+                s = ckpt_verify_finite(c->optim_state[k] + T->offset, T->numel,
+                                       strcmp(names[k], "exp_avg_sq") == 0, full, path);
+                continue;
+            }
             if (r == WEIGHTS_READ_MISSING && cfg->resume_override) {
                 log_warn("optimizer state %s is not in %s: it starts at zero "
                          "(--resume-override)",
@@ -334,7 +348,7 @@ static ddp_status_t read_local_bn_(checkpoint_t *c, trainer_t *t, hid_t f, const
     hsize_t dims[H5S_MAX_RANK];
     weights_read_t r = weights_read_dataset(f, "/local_bn", H5T_NATIVE_FLOAT, 2, shape, c->local_bn,
                                             n * sizeof(float), &nd, dims);
-    if (r == WEIGHTS_READ_OK) return DDP_OK;
+    if (r == WEIGHTS_READ_OK) return ckpt_verify_finite(c->local_bn, n, 0, "/local_bn", path);
     *damaged = r == WEIGHTS_READ_DAMAGED;
     return ddp_fail(DDP_ERR_INPUT, "%s: /local_bn is missing, mis-shaped or damaged", path);
 }
@@ -360,6 +374,7 @@ static ddp_status_t read_open_(checkpoint_t *c, trainer_t *t, hid_t f, const cha
         return ddp_fail(DDP_ERR_INPUT,
                         "%s has checkpoint format version %lld; ddptrain %s reads version %d", path,
                         (long long)version, ddp_version(), CKPT_FORMAT_VERSION);
+    DDP_TRY(ckpt_verify_meta(f, path));
     DDP_TRY(read_attr_(f, "step", &r->pos.step, path));
     DDP_TRY(read_attr_(f, "epoch", &r->pos.epoch, path));
     DDP_TRY(read_attr_(f, "sample_in_epoch", &r->pos.sample_in_epoch, path));
@@ -367,6 +382,15 @@ static ddp_status_t read_open_(checkpoint_t *c, trainer_t *t, hid_t f, const cha
     DDP_TRY(read_attr_(f, "batch", &r->batch, path));
     DDP_TRY(read_attr_(f, "accum", &r->accum, path));
     DDP_TRY(read_attr_(f, "local_bn_ranks", &r->local_bn_ranks, path));
+    ckpt_numbers_t nums = {.step = r->pos.step,
+                           .epoch = r->pos.epoch,
+                           .sample_in_epoch = r->pos.sample_in_epoch,
+                           .world_size = r->world_size,
+                           .batch = r->batch,
+                           .accum = r->accum,
+                           .local_bn_ranks = r->local_bn_ranks};
+    DDP_TRY(read_attr_(f, "data_samples", &nums.data_samples, path));
+    DDP_TRY(ckpt_verify_numbers(&nums, path));
     char *text = malloc(CONFIG_TEXT_MAX);
     if (!text) return ddp_fail(DDP_ERR_NOMEM, "out of memory reading %s", path);
     ddp_status_t s = h5_attr_read_str(f, "config", text, CONFIG_TEXT_MAX);
@@ -642,6 +666,8 @@ static ddp_status_t build_image_(checkpoint_t *c, trainer_t *t, const ckpt_posit
         s = weights_write_dataset(f, "/local_bn", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 2, dims,
                                   local_bn, local_bytes);
     }
+    /* last: it covers every attribute and dataset written above */
+    if (s == DDP_OK) s = ckpt_verify_sign(f);
     if (s != DDP_OK) {
         h5_mem_abandon(f);
         return s;

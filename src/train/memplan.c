@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "memlimit.h"
+#include "weights.h"
 
 /* ---- gradient-plane memory ------------------------------------------------ */
 
@@ -93,6 +94,33 @@ typedef struct mem_plan {
     size_t address;  /* address space beyond the buffers */
 } mem_plan_t;
 
+/* The in-memory HDF5 image of a file of `bytes` of data: the hint its
+ * writer gives (data + slack), allocated whole, at least 1 MiB (h5_mem_create). */
+static size_t image_bytes_(size_t bytes, size_t slack)
+{
+    size_t n = bytes + slack;
+    return n < ((size_t)1 << 20) ? ((size_t)1 << 20) : n;
+}
+
+/* Rank 0's buffers for the files it writes, beyond the snapshot counted
+ * with the start-up copy: a checkpoint's image (build_image_ in
+ * checkpoint.c: the model, the optimizer state, every rank's BatchNorm
+ * statistics) kept from one checkpoint to the next, and --save's host copy
+ * and image (weights_save), made while the checkpoint's are still held. */
+static size_t files_bytes_(const trainer_t *t, size_t state_bytes)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const model_t *m = &t->model;
+    if (t->ctl->rank != 0) return 0;
+    size_t model = weights_model_bytes(m), n = 0;
+    if (cfg->ckpt_dir[0]) {
+        size_t local = t->ctl->size > 1 ? (size_t)t->ctl->size * m->nbufs * sizeof(float) : 0;
+        n += image_bytes_(model + state_bytes + local, (size_t)256 << 10);
+    }
+    if (cfg->save[0]) n += model + image_bytes_(model, (size_t)64 << 10);
+    return n;
+}
+
 static mem_plan_t mem_plan_(const trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
@@ -106,8 +134,10 @@ static mem_plan_t mem_plan_(const trainer_t *t)
         p.comm += m->ntrainable * sizeof(uint16_t) + 2;
         p.ncomm++;
     }
-    /* rank 0's start-up broadcast copy; checkpoints keep a snapshot */
+    /* rank 0's start-up broadcast copy; checkpoints keep a snapshot; rank 0's
+     * images of the files it writes */
     size_t copy = params + m->nbufs * sizeof(float) + nstate * state;
+    copy += files_bytes_(t, nstate * state);
     p.resident = p.comm + m->nbufs * sizeof(float) + model_act_bytes(m) + memplan_data_bytes(t) + copy;
     /* device memory: the host holds the batches and the start-up copy only */
     if (t->compute->mem_kind == DDP_MEM_DEVICE) p.resident = host_data_bytes_(t) + copy;

@@ -5,6 +5,10 @@
 #    forever in the mmap of its 128 MiB work buffer, or a later malloc
 #    fails somewhere); a limit just above the estimate the start-up table
 #    prints: the run trains (the estimate is an upper bound).
+#  - With --ckpt-dir and --save the estimate counts rank 0's checkpoint image
+#    and --save's copy and image: a limit between the estimates without and
+#    with them is refused at start-up (before, the run trained and failed at
+#    its first checkpoint); a limit above trains and writes both.
 #  - Node-shared memory (/dev/shm) too small for the model (Docker's 64 MB):
 #    one warning, private buffers and the ring all-reduce, the same model as
 #    with room; before the check, rank 0's MPI_Win_allocate_shared failed and
@@ -53,6 +57,43 @@ run $(( (need + 100) * 1024 )) "$T/high" --steps 20
 rc=$?
 [ $rc -eq 0 ] || { tail -n 5 "$T/high.e"; fail "exit $rc under ulimit -v $((need + 100)) MiB (the estimate is $need)"; }
 grep -q "^done: 20 steps" "$T/high.o" || fail "no done line under the limit above the estimate"
+
+# ---- checkpoint and --save buffers ----------------------------------------
+# Rank 0 builds each checkpoint (and the --save file) as an image in memory
+# beside host copies of the weights and optimizer state: with --ckpt-dir and
+# --save the estimate counts them (AdamW, 17M parameters: about 330 MiB more
+# than without them, beyond the writer thread's 72 MiB).  Between the
+# estimate without them and the one with them the run is refused at start-up
+# with the usual line; before, it trained and failed at its first checkpoint.
+# Above it: checkpoints and --save are written.
+mc="--model linear:4096,relu,linear:4096,relu,linear:auto --optimizer adamw"
+runc() {
+  _lim=$1 _out=$2; shift 2
+  (ulimit -v "$_lim" && MALLOC_ARENA_MAX=1 mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m $mc "$@") \
+    >"$_out.o" 2>"$_out.e"
+}
+est() { sed -n 's/^  address      about \([0-9]*\) MiB per rank.*/\1/p' "$1"; }
+runc 4194304 "$T/c0" --steps 2 || { cat "$T/c0.e"; fail "the larger model under a 4 GiB limit"; }
+runc 4194304 "$T/c1" --steps 2 --ckpt-dir "$T/ck1" --ckpt-every 1 --save "$T/w1.h5" \
+  || { cat "$T/c1.e"; fail "the larger model with checkpoints under a 4 GiB limit"; }
+n0=$(( $(est "$T/c0.o") + 72 )) n1=$(est "$T/c1.o")
+echo "estimate: $n0 MiB without the files' buffers (with the writer thread), $n1 MiB with them"
+[ $((n1 - n0)) -ge 240 ] \
+  || fail "the estimate counts $((n1 - n0)) MiB for the checkpoint and --save buffers, expected about 330"
+mid=$(( (n0 + n1) / 2 ))
+runc $((mid * 1024)) "$T/cmid" --steps 2 --log-every 1 --ckpt-dir "$T/ck2" --ckpt-every 1 \
+  --save "$T/w2.h5"
+rc=$?
+[ $rc -eq 5 ] || { cat "$T/cmid.o" "$T/cmid.e"; fail "exit $rc under ulimit -v $mid MiB, between the estimates, expected 5"; }
+grep -q "error: memory: each rank needs about $n1 MiB of address space.*checkpoint or --save copies.*more than its limit of $mid MiB (ulimit -v)" "$T/cmid.e" \
+  || { cat "$T/cmid.e"; fail "under ulimit -v $mid MiB: not the start-up refusal"; }
+grep -q "^step " "$T/cmid.o" && fail "under ulimit -v $mid MiB: trained before refusing"
+ls "$T/ck2"/ckpt_* >/dev/null 2>&1 && fail "under ulimit -v $mid MiB: a checkpoint was written"
+runc $(( (n1 + 100) * 1024 )) "$T/chigh" --steps 2 --ckpt-dir "$T/ck3" --ckpt-every 1 \
+  --save "$T/w3.h5" || { tail -n 5 "$T/chigh.e"; fail "exit under ulimit -v $((n1 + 100)) MiB with checkpoints and --save"; }
+[ -f "$T/ck3/ckpt_00000001.h5" ] && [ -f "$T/w3.h5" ] || fail "no checkpoint or --save file under the limit above the estimate"
+rm -rf "$T"/ck* "$T"/w*.h5
+echo "ok: checkpoint and --save buffers counted: refused at start-up under $mid MiB, written under $((n1 + 100)) MiB"
 
 # ---- node-shared memory ---------------------------------------------------
 if [ "$(id -u)" != 0 ] || ! unshare -m sh -c 'mount -t tmpfs -o size=16m tmpfs /dev/shm' 2>/dev/null; then
