@@ -124,6 +124,12 @@ typedef struct deck {
 /* Open and validate /<split>/ in every path; shapes, types and label kinds
  * must agree across shards.  Errors name the file, dataset and problem. */
 ddp_status_t deck_open(deck_t *d, char *const *paths, int npaths, const char *split);
+/* deck_open's check that the file holds what dataset `name` of the open
+ * file f (of path) declares: a header of 10^12 rows over a few KiB of
+ * storage is DDP_ERR_INPUT naming the file, the dataset and its declared
+ * shape, before anything reads or allocates by that size (for the tools
+ * that read datasets themselves: ddptrain-prep info and split). */
+ddp_status_t deck_check_stored(const char *path, hid_t f, const char *name);
 void deck_close(deck_t *d);
 
 /* Does the first file hold /<split>/x? (used for the optional /val split) */

@@ -136,6 +136,23 @@ static ddp_status_t stored_check_(const char *path, hid_t ds, const char *name, 
                     path, name, shape, gib, 100.0 * frac);
 }
 
+ddp_status_t deck_check_stored(const char *path, hid_t f, const char *name)
+{
+    h5_lock();
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t sp = ds < 0 ? -1 : H5Dget_space(ds);
+    hsize_t dims[H5S_MAX_RANK] = {0};
+    int rank = sp < 0 ? -1 : H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (sp >= 0) H5Sclose(sp);
+    h5_unlock();
+    /* an unreadable dataset is for the reader to name */
+    ddp_status_t s = rank < 1 ? DDP_OK : stored_check_(path, ds, name, dims, rank);
+    h5_lock();
+    if (ds >= 0) H5Dclose(ds);
+    h5_unlock();
+    return s;
+}
+
 /* Open /<split>/x and /<split>/y of one file and check them against the
  * shards opened before.  *skip is set when a non-train split is absent. */
 static ddp_status_t shard_open_(deck_t *d, const char *path, int *skip)

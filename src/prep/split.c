@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deck.h"
 #include "prep.h"
 
 #define SPLIT_BLOCK_BYTES ((size_t)8 << 20)
@@ -177,6 +178,17 @@ ddp_status_t prep_split(int argc, char **argv)
         H5Fclose(f);
         h5_unlock();
         return ddp_fail(DDP_ERR_INPUT, "%s: no /train/x and /train/y to split", in);
+    }
+    /* a header declaring more rows than the file holds: refused as ddptrain
+     * refuses it, before a shard is created or a row copied */
+    static const char *const all[] = {"/train/x", "/train/y", "/val/x", "/val/y"};
+    for (int j = 0; j < 4 && s == DDP_OK; j++)
+        if (h5_exists(f, all[j])) s = deck_check_stored(in, f, all[j]);
+    if (s != DDP_OK) {
+        h5_lock();
+        H5Fclose(f);
+        h5_unlock();
+        return s;
     }
     hsize_t n = h5_rows(f, "/train/x");
     int has_val = h5_exists(f, "/val/x") && h5_exists(f, "/val/y");

@@ -3,7 +3,8 @@
 # gzip'd) round trip read back with h5dump, real Fashion-MNIST when the
 # Debian package is installed, CSV round trips, synthetic determinism,
 # split + info, and the bad inputs (one clear line, non-zero exit, no output
-# file left behind).
+# file left behind; a header declaring 10^12 rows refused by info and split
+# at once, as ddptrain refuses it).
 . ./testenv.sh || exit 99
 set -u
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -158,6 +159,15 @@ printf 'this is not HDF5\n' >"$t/text.h5"
 expect_error 3 "text.h5: not an HDF5 file" "$P" info "$t/text.h5"
 "$P" synthetic --classes 3 --features 5 --samples 50 --seed 1 -o "$t/f5.h5" || fail "synthetic"
 expect_error 3 "the shards of one deck must agree" "$P" info "$t/part-0.h5" "$t/f5.h5"
+# a header declaring 10^12 rows over a few KiB: info and split refuse it at
+# once, as ddptrain does (no scan of the declared rows, no shard left)
+"$top_builddir/tests/tools/make_bad_deck" huge-n "$t/huge.h5" || fail "make_bad_deck huge-n"
+huge="huge.h5: dataset /train/x declares \[1000000000000,8\] (2.98e+04 GiB) but only 0% of it is stored"
+expect_error 3 "$huge" timeout 20 "$P" info "$t/huge.h5"
+grep -q "no statistics: .*$huge" "$t/o" || fail "info on a huge header: $(cat "$t/o")"
+grep -q "^NOT a valid input deck: .*$huge" "$t/o" || fail "info on a huge header: $(cat "$t/o")"
+expect_error 3 "$huge" timeout 20 "$P" split "$t/huge.h5" --shards 2 -o "$t/hp"
+ls "$t"/hp* >/dev/null 2>&1 && fail "split of a huge header left $(ls "$t"/hp*)"
 if command -v h5import >/dev/null 2>&1; then
   printf '1 2 3\n4 nan 6\n' >"$t/x.txt"; printf '0 1\n' >"$t/y.txt"
   printf 'PATH /train/x\nINPUT-CLASS TEXTFP\nRANK 2\nDIMENSION-SIZES 2 3\nOUTPUT-CLASS FP\nOUTPUT-SIZE 32\n' >"$t/x.cfg"
