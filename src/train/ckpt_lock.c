@@ -116,8 +116,8 @@ static ddp_status_t create_(ckpt_lock_t *l, const char *dir, const holder_t *me,
     snprintf(tmp, sizeof tmp, "%s/" CKPT_LOCK_NAME ".%s.%ld", dir, me->host, me->pid);
     int fd = open_locked_(tmp, me, 0);
     if (fd < 0)
-        return ddp_fail(DDP_ERR_IO, "cannot create the lock file %s: %s; is --ckpt-dir %s writable?",
-                        tmp, strerror(errno), dir);
+        return ddp_fail(DDP_ERR_IO, "cannot write in --ckpt-dir %s: cannot create %s: %s", dir, tmp,
+                        strerror(errno));
     int linked = link(tmp, l->path) == 0, e = errno;
     unlink(tmp);
     if (linked) {
@@ -141,8 +141,8 @@ static ddp_status_t create_(ckpt_lock_t *l, const char *dir, const holder_t *me,
         *exists = 1;
         return DDP_OK;
     }
-    return ddp_fail(DDP_ERR_IO, "cannot create the lock file %s: %s; is --ckpt-dir %s writable?",
-                    l->path, strerror(errno), dir);
+    return ddp_fail(DDP_ERR_IO, "cannot write in --ckpt-dir %s: cannot create the lock file %s: %s",
+                    dir, l->path, strerror(errno));
 }
 
 typedef enum { LOCK_GONE, LOCK_LIVE, LOCK_STALE, LOCK_REQUEUED, LOCK_UNKNOWN } lock_state_t;
