@@ -77,8 +77,7 @@ ddp_status_t ckpt_identity_write(const ckpt_identity_t *id, const trainer_t *t, 
     return h5_attr_write_str(f, "data_inputs", inputs);
 }
 
-ddp_status_t ckpt_identity_check(ckpt_identity_t *id, const trainer_t *t, hid_t f,
-                                 const char *path)
+ddp_status_t ckpt_identity_check(ckpt_identity_t *id, const trainer_t *t, hid_t f, const char *path)
 {
     id->ckpt_run_id[0] = '\0';
     char run[64] = "";

@@ -165,7 +165,7 @@ static lock_state_t inspect_(const char *path, const holder_t *me, holder_t *oth
             st = LOCK_LIVE;
         else /* no flock here: does the pid exist? */
             st = other->pid > 0 && (kill((pid_t)other->pid, 0) == 0 || errno == EPERM) ? LOCK_LIVE
-                                                                                      : LOCK_STALE;
+                                                                                       : LOCK_STALE;
         if (st == LOCK_STALE) {
             /* still the file we judged (not one a third job made meanwhile)? */
             struct stat a, b;
