@@ -137,6 +137,9 @@ const ddp_option_t ddp_options[] = {
     {"resume-override", OPT_BOOL, OFF(resume_override), "false", NULL, NULL, 0, 0,
      "resume even when options that shape training (model, optimizer, seed, data) differ from the "
      "checkpoint's", NULL, 1},
+    {"resume-other-data", OPT_BOOL, OFF(resume_other_data), "false", NULL, NULL, 0, 0,
+     "resume even from a checkpoint trained on other data (its data_fingerprint differs from this "
+     "run's input files); a warning names both", NULL, 1},
 
     {"timeout", OPT_FLOAT, OFF(timeout), "600", NULL, "SECONDS", 0, 1e9,
      "watchdog: when a collective has not completed in SECONDS, end the job (exit 10) with one "

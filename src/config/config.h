@@ -84,6 +84,7 @@ typedef struct ddp_config {
     int64_t keep;                /* checkpoints kept (0: all) */
     char resume[CONFIG_STR_MAX]; /* "", "auto" or a path */
     int resume_override;
+    int resume_other_data;       /* --resume from a checkpoint of other data */
     /* diagnostics */
     double timeout;              /* seconds a collective may take (0: no watchdog) */
     int debug_collectives;       /* compare every collective's descriptor across ranks */

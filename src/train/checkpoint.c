@@ -116,7 +116,7 @@ static ddp_status_t probe_save_(const trainer_t *t)
 
 /* --ckpt-dir: there (created when only its last component is missing),
  * writable, and without temporary files of ours from an interrupted write. */
-static ddp_status_t prepare_dir_(const char *dir)
+static ddp_status_t prepare_dir_(const char *dir, ckpt_lock_t *lock)
 {
     struct stat st;
     if (stat(dir, &st) != 0) {
@@ -129,6 +129,8 @@ static ddp_status_t prepare_dir_(const char *dir)
     } else if (!S_ISDIR(st.st_mode)) {
         return ddp_fail(DDP_ERR_USAGE, "--ckpt-dir %s is not a directory", dir);
     }
+    /* before anything here is touched: is another job using it? */
+    DDP_TRY(ckpt_lock_take(lock, dir));
     DIR *d = opendir(dir);
     if (!d) return ddp_fail(DDP_ERR_IO, "cannot read --ckpt-dir %s: %s", dir, strerror(errno));
     int removed = 0, kept = 0;
@@ -164,8 +166,9 @@ ddp_status_t checkpoint_startup(checkpoint_t *c, trainer_t *t)
 {
     c->last_step = -1;
     if (t->ctl->rank != 0) return DDP_OK;
+    ckpt_identity_new(&c->ident);
     DDP_TRY(probe_save_(t));
-    if (t->cfg->ckpt_dir[0]) DDP_TRY(prepare_dir_(t->cfg->ckpt_dir));
+    if (t->cfg->ckpt_dir[0]) DDP_TRY(prepare_dir_(t->cfg->ckpt_dir, &c->lock));
     return DDP_OK;
 }
 
@@ -405,6 +408,7 @@ static ddp_status_t read_open_(checkpoint_t *c, trainer_t *t, hid_t f, const cha
     free(text);
     DDP_TRY(s);
     DDP_TRY(compare_data_(t, f, path));
+    DDP_TRY(ckpt_identity_check(&c->ident, t, f, path));
     DDP_TRY(weights_host_alloc(&c->host, m));
     memset(c->host.params, 0, m->nparams * sizeof(float));
     memset(c->host.bufs, 0, m->nbufs * sizeof(float));
@@ -490,15 +494,19 @@ static ddp_status_t find_and_read_(checkpoint_t *c, trainer_t *t)
 ddp_status_t checkpoint_resume_open(checkpoint_t *c, trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
-    if (!cfg->resume[0]) return DDP_OK;
-    ddp_status_t s = t->ctl->rank == 0 ? find_and_read_(c, t) : DDP_OK;
+    if (!cfg->resume[0] && !cfg->ckpt_dir[0]) return DDP_OK;
+    /* the data's fingerprint: checked on resume, stored in every checkpoint */
+    ddp_status_t s = t->ctl->rank == 0 ? ckpt_identity_data(&c->ident, t) : DDP_OK;
+    if (s == DDP_OK && cfg->resume[0] && t->ctl->rank == 0) s = find_and_read_(c, t);
     DDP_TRY(control_agree(t->ctl, s));
+    if (!cfg->resume[0]) return DDP_OK;
     comm_desc_t d = {"resume", -1, -1};
     s = control_bcast(t->ctl, &c->resume, sizeof c->resume, 0, &d);
     if (s != DDP_OK) control_abort(t->ctl, s);
     if (!c->resume.active) return DDP_OK;
     c->last_step = c->resume.pos.step;
     snprintf(c->last_path, sizeof c->last_path, "%s", c->resume.path);
+    if (t->ctl->rank == 0) ckpt_identity_adopt(&c->ident);
     if (cfg->init[0] && t->ctl->rank == 0)
         snprintf(c->note, sizeof c->note, "--init %s is not used: the checkpoint has the weights",
                  cfg->init);
@@ -626,6 +634,7 @@ static ddp_status_t build_image_(checkpoint_t *c, trainer_t *t, const ckpt_posit
     char when[32];
     iso_time_(when, sizeof when);
     if (s == DDP_OK) s = h5_attr_write_str(f, "time_text", when);
+    if (s == DDP_OK) s = ckpt_identity_write(&c->ident, t, f);
     /* the optimizer: /optimizer/<tensor>/<state>, PyTorch's state names */
     const char *names[2];
     int nstate = optim_state_names((optimizer_kind_t)o->kind, o->momentum, names);
@@ -676,8 +685,10 @@ static ddp_status_t build_image_(checkpoint_t *c, trainer_t *t, const ckpt_posit
 }
 
 /* Rank 0 (the writer thread): remove all but the newest `keep`
- * checkpoints older than step, once the checkpoint of step is complete. */
-static void apply_keep_(const char *dir, int64_t keep, int64_t step)
+ * checkpoints of this run (run_id) older than step, once the checkpoint of
+ * step is complete.  Other runs' checkpoints are neither counted nor
+ * removed. */
+static void apply_keep_(const char *dir, int64_t keep, int64_t step, const char *run_id)
 {
     if (keep <= 0) return;
     int64_t *steps;
@@ -690,12 +701,13 @@ static void apply_keep_(const char *dir, int64_t keep, int64_t step)
     int64_t kept = 1; /* the new one */
     for (int i = 0; i < n; i++) {
         if (steps[i] >= step) continue; /* the new one, and any a longer run left */
+        char path[4200];
+        ckpt_path_(dir, steps[i], path, sizeof path);
+        if (!ckpt_identity_is_run(path, run_id)) continue; /* another run's: not ours to remove */
         if (kept < keep) {
             kept++;
             continue;
         }
-        char path[4200];
-        ckpt_path_(dir, steps[i], path, sizeof path);
         if (unlink(path) != 0 && errno != ENOENT)
             log_warn("--keep %lld: cannot remove %s: %s", (long long)keep, path, strerror(errno));
     }
@@ -713,6 +725,7 @@ struct ckpt_writer {
     atomic_int done; /* the thread has finished */
     /* the job */
     char path[4200], dir[CONFIG_STR_MAX];
+    char run_id[CKPT_RUN_ID_LEN + 1];
     const void *image;
     size_t len;
     int64_t step, keep;
@@ -730,7 +743,7 @@ static void *writer_main_(void *arg)
     w->status = atomicfile_write(w->path, w->image, w->len);
     w->write_s = clock_seconds() - t0;
     if (w->status != DDP_OK) snprintf(w->message, sizeof w->message, "%s", ddp_error_message());
-    if (w->status == DDP_OK) apply_keep_(w->dir, w->keep, w->step);
+    if (w->status == DDP_OK) apply_keep_(w->dir, w->keep, w->step, w->run_id);
     atomic_store(&w->done, 1);
     return NULL;
 }
@@ -790,6 +803,7 @@ static ddp_status_t writer_start_(checkpoint_t *c, trainer_t *t, const char *pat
     struct ckpt_writer *w = c->writer;
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->dir, sizeof w->dir, "%s", t->cfg->ckpt_dir);
+    snprintf(w->run_id, sizeof w->run_id, "%s", c->ident.run_id);
     w->image = c->image.data;
     w->len = c->image.len;
     w->step = step;
@@ -875,4 +889,5 @@ void checkpoint_free(checkpoint_t *c)
         c->writer = NULL;
     }
     h5_mem_image_free(&c->image);
+    ckpt_lock_release(&c->lock); /* after the last write */
 }

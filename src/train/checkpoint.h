@@ -9,7 +9,8 @@
  * result is agreed by every rank at a later step boundary
  * (checkpoint_poll, checkpoint_settle), before the next checkpoint and
  * before the job ends, so a failed write stops every rank the same way.
- * --keep K removes older ones only after the new one is complete.
+ * --keep K removes older ones of this run (run_id) only after the new one
+ * is complete; other runs' checkpoints are never removed.
  *
  * A checkpoint is a weights file (/model/<name>, so --init and PyTorch read
  * it) plus /optimizer/<name>/<state> (momentum_buffer; exp_avg, exp_avg_sq)
@@ -18,7 +19,10 @@
  * ranks (--no-sync-bn), and root attributes: format, format_version, step,
  * epoch, sample_in_epoch (the global sample cursor), seed, world_size,
  * batch, accum, global_batch, the data's shape, the effective configuration,
- * program_version, time.  Every dataset carries a checksum attribute.
+ * program_version, time, and which run and data it is of (run_id,
+ * data_fingerprint, data_inputs: ckpt_identity.h).  Every dataset carries a
+ * checksum attribute.  Rank 0 holds DIR/ddptrain.lock while the job runs
+ * (ckpt_lock.h): one job at a time in a checkpoint directory.
  *
  * --resume auto|PATH restores all of it, so a run interrupted at step k and
  * resumed at the same world size ends with bitwise the weights of the run
@@ -28,6 +32,8 @@
 
 #include <stdint.h>
 
+#include "ckpt_identity.h"
+#include "ckpt_lock.h"
 #include "h5util.h"
 #include "status.h"
 #include "step.h"
@@ -73,16 +79,20 @@ typedef struct checkpoint {
     h5_mem_image_t image;
     struct ckpt_writer *writer; /* rank 0: the background write */
     ddp_status_t failed;        /* rank 0: a background write failed (message recorded) */
+    ckpt_identity_t ident;      /* rank 0: this run's id and data fingerprint */
+    ckpt_lock_t lock;           /* rank 0: DIR/ddptrain.lock */
 } checkpoint_t;
 
 /* Start-up, before any data is read (local; agree on the result): the
- * --save probe, and on rank 0 --ckpt-dir: created if its parent exists,
- * probed for writing, cleared of temporary files an interrupted write of
- * ours left behind. */
+ * --save probe, and on rank 0 a fresh run id and --ckpt-dir: created if its
+ * parent exists, locked (refused when another job holds it), probed for
+ * writing, cleared of temporary files an interrupted write of ours left
+ * behind. */
 ddp_status_t checkpoint_startup(checkpoint_t *c, trainer_t *t);
-/* Collective, once the model's layout is known: find (--resume auto) and
- * read the checkpoint on rank 0, validate it against the options, the data
- * and the model, and tell every rank where training resumes.  Agreed. */
+/* Collective, once the model's layout is known: the data's fingerprint
+ * (with --ckpt-dir or --resume), then find (--resume auto) and read the
+ * checkpoint on rank 0, validate it against the options, the data and the
+ * model, and tell every rank where training resumes.  Agreed. */
 ddp_status_t checkpoint_resume_open(checkpoint_t *c, trainer_t *t);
 /* Rank 0: the checkpoint's model into the model (before the start-up
  * broadcast of rank 0's model). */

@@ -98,6 +98,9 @@ void table_print(const run_t *run)
         log_info("  checkpoints  %s: %sat the end and on SIGUSR1/SIGTERM; keep %s", cfg->ckpt_dir,
                  every, keep);
     }
+    if (cfg->ckpt_dir[0] || res->active)
+        log_info("  run          %s (%s), data fingerprint %s", run->ckpt.ident.run_id,
+                 run->ckpt.ident.resumed ? "the checkpoint's" : "new", run->ckpt.ident.data_fp);
     log_info("  optimizer    %s, lr %g, schedule %s, warm-up %lld%s",
              config_choice_name("optimizer", cfg->optimizer), cfg->lr,
              config_choice_name("lr-schedule", cfg->lr_schedule), (long long)cfg->warmup_steps,

@@ -4,7 +4,7 @@
 # replaced by stubs that record what they get.  test_slurm.sh runs the real
 # thing; here each rule is held exactly, not through timing:
 #   - the command line: the input (first argument or INPUT), --resume auto
-#     --ckpt-dir (CKPT_DIR, default ckpt-<job name>), ARGS, then the options;
+#     --ckpt-dir (CKPT_DIR, default ckpt-<job name>-<job id>), ARGS, then the options;
 #   - SIGUSR1 is passed on to srun (the ranks checkpoint and exit 75), and the
 #     job is requeued (scontrol requeue), also on exit 138 (128 + SIGUSR1);
 #   - SIGTERM is NOT passed on (Slurm has sent it to the ranks already; a
@@ -61,7 +61,7 @@ job() {
 # 1. the command line
 INPUT=ignored.h5 ARGS="--epochs 3 --lr 0.1" CKPT_DIR= job none 0 first.h5 --batch 8
 [ $rc -eq 0 ] || { cat "$T/out"; fail "a job that ends with 0: exit $rc"; }
-grep -qx -- "-l -u --mpi=pmix /path/ddptrain first.h5 --resume auto --ckpt-dir ckpt-demo --epochs 3 --lr 0.1 --batch 8" \
+grep -qx -- "-l -u --mpi=pmix /path/ddptrain first.h5 --resume auto --ckpt-dir ckpt-demo-4242 --epochs 3 --lr 0.1 --batch 8" \
   "$T/srun.args" || fail "srun's command line: $(cat "$T/srun.args")"
 [ -e "$T/scontrol.log" ] && fail "a job that ends with 0 was requeued"
 INPUT=env.h5 CKPT_DIR=ck job none 0 --steps 5
