@@ -177,13 +177,19 @@ int atomicfile_fsync(const char *path, int dir)
     return rc;
 }
 
-static const char *advice_(int e)
+const char *atomicfile_advice(int e)
 {
-    return e == ENOSPC || e == EDQUOT ? " (disk full or over quota: free space or choose another "
-                                        "directory)"
-           : e == EACCES || e == EPERM || e == EROFS ? " (check the directory's permissions)"
-           : e == ENOENT                             ? " (does the directory exist?)"
-                                                     : "";
+    switch (e) {
+    case ENOSPC:
+    case EDQUOT: return " (disk full or over quota: free space or choose another directory)";
+    case EROFS: return " (a read-only file system: choose a directory on a writable one)";
+    case EACCES:
+    case EPERM: return " (permission denied: check the directory's permissions)";
+    case ENOENT: return " (does the directory exist?)";
+    case ELOOP: return " (the path is a loop of symbolic links: fix or remove the link)";
+    case ENOTDIR: return " (a part of the path is not a directory)";
+    default: return "";
+    }
 }
 
 ddp_status_t atomicfile_probe(const char *what, const char *path, int *removed, int *kept)
@@ -197,9 +203,9 @@ ddp_status_t atomicfile_probe(const char *what, const char *path, int *removed, 
     if (fd < 0) {
         int e = errno;
         if (!what[0])
-            return ddp_fail(DDP_ERR_IO, "cannot create %s: %s%s", tmp, strerror(e), advice_(e));
+            return ddp_fail(DDP_ERR_IO, "cannot create %s: %s%s", tmp, strerror(e), atomicfile_advice(e));
         return ddp_fail(DDP_ERR_IO, "%s %s: cannot create %s: %s%s", what, path, tmp, strerror(e),
-                        advice_(e));
+                        atomicfile_advice(e));
     }
     /* one block: a disk that is already full fails now, not after training */
     static const char block[4096];
@@ -208,10 +214,10 @@ ddp_status_t atomicfile_probe(const char *what, const char *path, int *removed, 
     close(fd);
     unlink(tmp);
     if (w != (ssize_t)sizeof block && !what[0])
-        return ddp_fail(DDP_ERR_IO, "cannot write %s: %s%s", tmp, strerror(e), advice_(e));
+        return ddp_fail(DDP_ERR_IO, "cannot write %s: %s%s", tmp, strerror(e), atomicfile_advice(e));
     if (w != (ssize_t)sizeof block)
         return ddp_fail(DDP_ERR_IO, "%s %s: cannot write %s: %s%s", what, path, tmp, strerror(e),
-                        advice_(e));
+                        atomicfile_advice(e));
     return DDP_OK;
 }
 
@@ -223,7 +229,7 @@ static ddp_status_t finish_(const char *tmp, const char *path, int flush_tmp)
         int e = errno;
         unlink(tmp);
         return ddp_fail(DDP_ERR_IO, "cannot finish writing %s: %s%s; %s was left unchanged", path,
-                        strerror(e), advice_(e), path);
+                        strerror(e), atomicfile_advice(e), path);
     }
     char dir[PATH_MAX_];
     snprintf(dir, sizeof dir, "%s", path);
@@ -245,7 +251,7 @@ static ddp_status_t write_(const char *path, const char *shown, const void *data
     if (fd < 0) {
         int e = errno;
         return ddp_fail(DDP_ERR_IO, "cannot create %s: %s%s; %s was left unchanged", tmp,
-                        strerror(e), advice_(e), shown);
+                        strerror(e), atomicfile_advice(e), shown);
     }
     const char *p = data;
     size_t left = len;
@@ -269,7 +275,7 @@ static ddp_status_t write_(const char *path, const char *shown, const void *data
         return ddp_fail(DDP_ERR_IO,
                         "writing %s failed after %zu of %zu bytes: %s%s; %s was left "
                         "unchanged",
-                        tmp, len - left, len, strerror(e), advice_(e), shown);
+                        tmp, len - left, len, strerror(e), atomicfile_advice(e), shown);
     }
     return finish_(tmp, path, 0); /* flushed above */
 }

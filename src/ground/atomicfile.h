@@ -73,4 +73,9 @@ ddp_status_t atomicfile_finish(const char *tmp, const char *path);
 /* fsync a file (dir = 0) or a directory (dir = 1); 0 on success. */
 int atomicfile_fsync(const char *path, int dir);
 
+/* What to do about a failed open, create or write with errno e, as
+ * " (...)" to append to the message (disk full, read-only file system,
+ * permission denied, a missing directory, a symbolic link loop), or "". */
+const char *atomicfile_advice(int e);
+
 #endif

@@ -25,6 +25,7 @@
 #define CKPT_PREFIX     PATHCLASH_CKPT_PREFIX
 #define CKPT_SUFFIX     PATHCLASH_CKPT_SUFFIX
 #define CONFIG_TEXT_MAX (64 * 1024) /* the stored configuration's text */
+#define CKPT_SKIPS_NAMED 3          /* damaged checkpoints named one by one */
 
 /* ---- names in --ckpt-dir ------------------------------------------------- */
 
@@ -59,11 +60,16 @@ static int cmp_desc_(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* The steps of the checkpoints in dir, newest first (*steps: malloc'd). */
-static ddp_status_t list_(const char *dir, int64_t **steps, int *n)
+/* The steps of the checkpoints in dir, newest first (*steps: malloc'd).
+ * A name of the pattern that is not the one ckpt_path_ makes (ckpt_30.h5
+ * for ckpt_00000030.h5) is no checkpoint of ours: counted in *odd (may be
+ * NULL), the first in odd_name. */
+static ddp_status_t list_(const char *dir, int64_t **steps, int *n, int *odd, char *odd_name,
+                          size_t odd_cap)
 {
     *steps = NULL;
     *n = 0;
+    if (odd) *odd = 0;
     DIR *d = opendir(dir);
     if (!d) return ddp_fail(DDP_ERR_IO, "cannot read --ckpt-dir %s: %s", dir, strerror(errno));
     int cap = 0;
@@ -72,6 +78,12 @@ static ddp_status_t list_(const char *dir, int64_t **steps, int *n)
     while ((e = readdir(d)) != NULL) {
         int64_t step = ckpt_step_of_(e->d_name);
         if (step < 0) continue;
+        char canon[64];
+        ckpt_path_(".", step, canon, sizeof canon);
+        if (strcmp(canon + 2, e->d_name) != 0) {
+            if (odd && !(*odd)++) snprintf(odd_name, odd_cap, "%s", e->d_name);
+            continue;
+        }
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
             int64_t *p = realloc(*steps, (size_t)cap * sizeof *p);
@@ -120,14 +132,27 @@ static ddp_status_t prepare_dir_(const char *dir, ckpt_lock_t *lock)
 {
     struct stat st;
     if (stat(dir, &st) != 0) {
-        if (errno != ENOENT || mkdir(dir, 0777) != 0)
+        int e = errno;
+        if (e == ENOENT) e = mkdir(dir, 0777) == 0 ? 0 : errno;
+        if (e == ENOENT)
             return ddp_fail(DDP_ERR_IO,
                             "cannot create --ckpt-dir %s: %s; its parent directory must exist "
                             "(mkdir -p %s)",
-                            dir, strerror(errno), dir);
+                            dir, strerror(e), dir);
+        /* the real cause: a link loop, a read-only file system, permissions */
+        if (e != 0)
+            return ddp_fail(DDP_ERR_IO, "cannot %s --ckpt-dir %s: %s%s",
+                            e == ELOOP ? "follow" : "create", dir, strerror(e),
+                            atomicfile_advice(e));
         log_info("created --ckpt-dir %s", dir);
     } else if (!S_ISDIR(st.st_mode)) {
         return ddp_fail(DDP_ERR_USAGE, "--ckpt-dir %s is not a directory", dir);
+    }
+    /* a directory on a read-only file system: said so before the lock */
+    if (access(dir, W_OK) != 0 && (errno == EROFS || errno == EACCES)) {
+        int e = errno;
+        return ddp_fail(DDP_ERR_IO, "cannot write in --ckpt-dir %s: %s%s", dir, strerror(e),
+                        atomicfile_advice(e));
     }
     /* before anything here is touched: is another job using it? */
     DDP_TRY(ckpt_lock_take(lock, dir));
@@ -455,8 +480,13 @@ static ddp_status_t find_and_read_(checkpoint_t *c, trainer_t *t)
         return DDP_OK;
     }
     int64_t *steps;
-    int n;
-    DDP_TRY(list_(cfg->ckpt_dir, &steps, &n));
+    int n, odd;
+    char odd_name[256] = "";
+    DDP_TRY(list_(cfg->ckpt_dir, &steps, &n, &odd, odd_name, sizeof odd_name));
+    if (odd)
+        log_warn("--resume auto: %d file%s in %s named like a checkpoint but not as ddptrain "
+                 "names them (%s%s) ignored",
+                 odd, odd > 1 ? "s" : "", cfg->ckpt_dir, odd_name, odd > 1 ? ", ..." : "");
     ddp_status_t s = DDP_OK;
     int skipped = 0;
     char first_reason[1024] = "";
@@ -468,7 +498,9 @@ static ddp_status_t find_and_read_(checkpoint_t *c, trainer_t *t)
         if (s == DDP_OK) {
             r->active = 1;
         } else if (damaged) {
-            log_warn("--resume auto: skipping %s: %s", r->path, ddp_error_message());
+            /* a few named, the rest counted (thousands of junk files: one line) */
+            if (skipped < CKPT_SKIPS_NAMED)
+                log_warn("--resume auto: skipping %s: %s", r->path, ddp_error_message());
             if (!skipped++) snprintf(first_reason, sizeof first_reason, "%s", ddp_error_message());
             ddp_clear_error();
             s = DDP_OK;
@@ -477,6 +509,11 @@ static ddp_status_t find_and_read_(checkpoint_t *c, trainer_t *t)
         }
     }
     free(steps);
+    if (skipped > CKPT_SKIPS_NAMED)
+        log_warn("--resume auto: %d more unreadable or damaged checkpoint%s in %s skipped (not "
+                 "listed)",
+                 skipped - CKPT_SKIPS_NAMED, skipped - CKPT_SKIPS_NAMED > 1 ? "s" : "",
+                 cfg->ckpt_dir);
     DDP_TRY(s);
     if (!r->active && skipped)
         return ddp_fail(DDP_ERR_INPUT,
@@ -693,7 +730,7 @@ static void apply_keep_(const char *dir, int64_t keep, int64_t step, const char 
     if (keep <= 0) return;
     int64_t *steps;
     int n;
-    if (list_(dir, &steps, &n) != DDP_OK) {
+    if (list_(dir, &steps, &n, NULL, NULL, 0) != DDP_OK) {
         log_warn("--keep: %s", ddp_error_message());
         ddp_clear_error();
         return;

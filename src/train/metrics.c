@@ -113,9 +113,8 @@ ddp_status_t metrics_open(metrics_t *mt, const trainer_t *t)
     FILE *f = fopen(path, "a+e"); /* read too: a torn last record is looked for */
     if (!f)
         return ddp_fail(DDP_ERR_IO,
-                        "--metrics %s: cannot open it for appending: %s; its directory must "
-                        "exist and be writable",
-                        path, strerror(errno));
+                        "--metrics %s: cannot open it for appending: %s%s",
+                        path, strerror(errno), atomicfile_advice(errno));
     /* a record torn by a crash or a full disk would make the history
      * unreadable with the records appended after it */
     long long removed = 0;
