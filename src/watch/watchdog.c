@@ -40,8 +40,8 @@
 
 #define WD_MAGIC          0x64647764u /* "ddwd" */
 #define WD_CONNECT_S      3.0         /* connect timeout */
-#define WD_HELLO_S        10.0 /* a connection not authenticated by then is dropped */
-#define WD_SPARE          16   /* connections beyond one per rank (strangers, briefly) */
+#define WD_HELLO_S        10.0        /* a connection not authenticated by then is dropped */
+#define WD_SPARE          16          /* connections beyond one per rank (strangers, briefly) */
 #define WD_VANISH_GRACE_S 3.0 /* a connection closed without goodbye is reported after this */
 #define WD_DEPUTY_DELAY_S 5.0 /* ranks other than 1 report a silent hub this much later */
 #define WD_LOCAL_GRACE_S  5.0 /* a rank's own view, after the hub had its turn */
@@ -83,8 +83,8 @@ typedef struct wd_peer {
 
 static struct {
     int rank, size;
-    double timeout, beat; /* seconds: the limit, the heartbeat period */
-    const control_t *ctl; /* its host names (read-only: any thread) */
+    double timeout, beat;                       /* seconds: the limit, the heartbeat period */
+    const control_t *ctl;                       /* its host names (read-only: any thread) */
     unsigned char secret[WIREMAC_SECRET_BYTES]; /* the job's, from rank 0 over MPI */
     pthread_mutex_t lock; /* sending (sequence numbers) and the hub's connection slots */
     pthread_t thread;
@@ -133,8 +133,10 @@ _Noreturn void watchdog_end_job(const jobreport_t *t, int code)
     fflush(stdout);
     int dropped = atomic_load(&wd_.dropped);
     if (wd_.rank == 0 && dropped)
-        fprintf(stderr, "ddptrain: warning: watchdog: dropped %d unauthenticated connection(s) "
-                        "to port %d; they changed nothing\n", dropped, wd_.port);
+        fprintf(stderr,
+                "ddptrain: warning: watchdog: dropped %d unauthenticated connection(s) "
+                "to port %d; they changed nothing\n",
+                dropped, wd_.port);
     if (wd_.rank == 0)
         fprintf(stderr, "ddptrain: error: %s", t->buf);
     else

@@ -96,7 +96,7 @@ modes2="ending hello-ending"
 [ $have_cap = 1 ] && modes2="replay replay-ending $modes2"
 made=$("$PY" "$FORGE" attack "$port2" "$T/cap1" "$port1" $modes2) \
   || { pkill -9 -f "$T/d.h5"; fail "run 2: the stranger could not connect to port $port2"; }
-grep -q "^step 150/" "$T/o" && { pkill -9 -f "$T/d.h5"; fail "run 2: the hang came before the strangers were done (too fast a machine?)"; }
+grep -q "^step 149/" "$T/o" && { pkill -9 -f "$T/d.h5"; fail "run 2: the hang came before the strangers were done (too fast a machine?)"; }
 t1=$(date +%s)
 wait_job $((TO + 30))
 rc=$?
