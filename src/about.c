@@ -4,6 +4,7 @@
 #include "about.h"
 
 #include <hdf5.h>
+#include <sodium.h>
 #include <mpi.h>
 #include <string.h>
 
@@ -45,6 +46,8 @@ void ddp_print_version(FILE *f, const char *prog)
 #else
     fprintf(f, "  BLAS             : CBLAS\n");
 #endif
+    fprintf(f, "  libsodium        : %s (the watchdog's message authentication)\n",
+            sodium_version_string());
 #ifdef HAVE_CUDA
     {
         char cuda[128];

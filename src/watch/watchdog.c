@@ -2,7 +2,12 @@
  * rank: on rank 0 the hub, which accepts a TCP connection from every other
  * rank, keeps each rank's latest activity record and decides; on the other
  * ranks a client, which sends its record and watches the hub.  Messages are
- * fixed-size records (every rank runs the same binary). */
+ * fixed-size records (every rank runs the same binary), sealed with the
+ * job's secret (wiremac.h): the hub opens a connection with a challenge, the
+ * rank answers with a sealed hello, and from then on every message in either
+ * direction carries its sender, direction and sequence number under a MAC.
+ * A connection whose message does not open is dropped and counted; it
+ * changes nothing the hub knows of any rank. */
 #define _GNU_SOURCE
 #include "watchdog.h"
 
@@ -12,11 +17,13 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,30 +36,39 @@
 #include "log.h"
 #include "activity.h"
 #include "verdict.h"
+#include "wiremac.h"
 
 #define WD_MAGIC          0x64647764u /* "ddwd" */
-#define WD_ADDRS          8           /* addresses of rank 0 tried by the others */
-#define WD_CONNECT_S      3.0         /* connect timeout per address */
+#define WD_CONNECT_S      3.0         /* connect timeout */
+#define WD_HELLO_S        10.0        /* a connection not authenticated by then is dropped */
+#define WD_SPARE          16          /* connections beyond one per rank (strangers, briefly) */
 #define WD_VANISH_GRACE_S 3.0 /* a connection closed without goodbye is reported after this */
 #define WD_DEPUTY_DELAY_S 5.0 /* ranks other than 1 report a silent hub this much later */
 #define WD_LOCAL_GRACE_S  5.0 /* a rank's own view, after the hub had its turn */
 #define WD_LIST_MAX       8   /* ranks described one by one in a report */
 
-/* BYE: the rank finished normally; ENDING: it is ending the job (its report
+/* CHALLENGE: the hub's first message on a connection (not sealed: its
+ * nonce keys the connection); HELLO: a rank's first sealed message;
+ * BYE: the rank finished normally; ENDING: it is ending the job (its report
  * is out): no more reports from anyone */
-enum { MSG_HELLO = 1, MSG_BEAT, MSG_BYE, MSG_ENDING };
+enum { MSG_HELLO = 1, MSG_BEAT, MSG_BYE, MSG_ENDING, MSG_CHALLENGE };
 
 typedef struct wd_msg {
-    uint32_t magic;
-    int32_t kind, rank, pad_;
+    wiremac_head_t h;              /* magic, kind, sender rank, direction, sequence */
     double blocked_for, phase_for; /* seconds, measured by the sender as it sends */
     activity_record_t rec;
+    unsigned char nonce[WIREMAC_NONCE_BYTES]; /* MSG_CHALLENGE: the connection's */
+    unsigned char tag[WIREMAC_TAG_BYTES];     /* the MAC of all of the above */
 } wd_msg_t;
+_Static_assert(offsetof(wd_msg_t, tag) + WIREMAC_TAG_BYTES == sizeof(wd_msg_t),
+               "the tag ends the message");
 
 /* A connection and its partly received message. */
 typedef struct wd_conn {
-    int fd;   /* -1: none */
-    int rank; /* -1 until its hello */
+    int fd;       /* -1: none */
+    int rank;     /* -1 until its authenticated hello (a client: the hub's challenge) */
+    double since; /* accepted at (the hub): the deadline of its hello */
+    wiremac_chan_t chan;
     size_t have;
     unsigned char buf[sizeof(wd_msg_t)];
 } wd_conn_t;
@@ -67,14 +83,17 @@ typedef struct wd_peer {
 
 static struct {
     int rank, size;
-    double timeout, beat; /* seconds: the limit, the heartbeat period */
-    const control_t *ctl; /* its host names (read-only: any thread) */
+    double timeout, beat;                       /* seconds: the limit, the heartbeat period */
+    const control_t *ctl;                       /* its host names (read-only: any thread) */
+    unsigned char secret[WIREMAC_SECRET_BYTES]; /* the job's, from rank 0 over MPI */
+    pthread_mutex_t lock; /* sending (sequence numbers) and the hub's connection slots */
     pthread_t thread;
     int running;
     atomic_int stop;
     /* hub (rank 0) */
-    int listen_fd;
-    wd_conn_t *conns; /* [size + spare] accepted connections */
+    int listen_fd, port;
+    atomic_int dropped; /* connections dropped unauthenticated */
+    wd_conn_t *conns;   /* [size + WD_SPARE] accepted connections */
     int nconns;
     wd_peer_t *peers;      /* [size] */
     struct wd_view *views; /* [size]: hub_check_'s picture */
@@ -83,7 +102,7 @@ static struct {
     int hub_connected; /* the connection to the hub was made */
     wd_conn_t hub;
     wd_peer_t hub_peer;
-} wd_ = {.listen_fd = -1, .hub = {.fd = -1}};
+} wd_ = {.listen_fd = -1, .hub = {.fd = -1, .rank = -1}, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *host_(int r)
 {
@@ -112,6 +131,12 @@ _Noreturn void watchdog_end_job(const jobreport_t *t, int code)
     send_all_(MSG_ENDING); /* the others stand down */
     comm_abort_all();      /* an NCCL communicator: cancel its work, do not wait */
     fflush(stdout);
+    int dropped = atomic_load(&wd_.dropped);
+    if (wd_.rank == 0 && dropped)
+        fprintf(stderr,
+                "ddptrain: warning: watchdog: dropped %d unauthenticated connection(s) "
+                "to port %d; they changed nothing\n",
+                dropped, wd_.port);
     if (wd_.rank == 0)
         fprintf(stderr, "ddptrain: error: %s", t->buf);
     else
@@ -126,33 +151,45 @@ _Noreturn void watchdog_end_job(const jobreport_t *t, int code)
 static void msg_fill_(wd_msg_t *m, int kind)
 {
     memset(m, 0, sizeof *m);
-    m->magic = WD_MAGIC;
-    m->kind = kind;
-    m->rank = wd_.rank;
+    m->h.magic = WD_MAGIC;
+    m->h.kind = kind;
+    m->h.rank = wd_.rank;
     activity_snapshot(&m->rec);
     double now = clock_seconds();
     m->blocked_for = m->rec.blocked.number ? now - m->rec.blocked_since : 0;
     m->phase_for = now - m->rec.phase_since;
 }
 
-static void send_(int fd, int kind)
+/* A sealed message on an authenticated connection (the caller holds the
+ * lock: one sequence per direction). */
+static void send_locked_(wd_conn_t *c, int kind)
 {
-    if (fd < 0) return;
+    if (c->fd < 0 || c->rank < 0) return;
     wd_msg_t m;
     msg_fill_(&m, kind);
-    /* never block: a peer that does not read loses beats, not us */
-    ssize_t n = send(fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
-    (void)n;
+    wiremac_seal(&c->chan, &m, sizeof m);
+    /* never block: a peer that does not read loses beats, not us; a beat
+     * that did not go out leaves its sequence number to the next one */
+    ssize_t n = send(c->fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) c->chan.next_out--;
+}
+
+static void send_(wd_conn_t *c, int kind)
+{
+    pthread_mutex_lock(&wd_.lock);
+    send_locked_(c, kind);
+    pthread_mutex_unlock(&wd_.lock);
 }
 
 /* To every connection: the hub's clients, or a client's hub. */
 static void send_all_(int kind)
 {
-    if (wd_.rank > 0) {
-        send_(wd_.hub.fd, kind);
-        return;
-    }
-    for (int i = 0; i < wd_.nconns; i++) send_(wd_.conns[i].fd, kind);
+    pthread_mutex_lock(&wd_.lock);
+    if (wd_.rank > 0)
+        send_locked_(&wd_.hub, kind);
+    else
+        for (int i = 0; i < wd_.nconns; i++) send_locked_(&wd_.conns[i], kind);
+    pthread_mutex_unlock(&wd_.lock);
 }
 
 /* Read what is there; returns 1 for each complete message (in *out), 0 for
@@ -167,18 +204,30 @@ static int recv_(wd_conn_t *c, wd_msg_t *out)
         if (c->have == sizeof c->buf) {
             c->have = 0;
             memcpy(out, c->buf, sizeof *out);
-            return out->magic == WD_MAGIC ? 1 : -1;
+            return 1;
         }
     }
+}
+
+/* Whether message m may be believed on connection c: sealed under c's key,
+ * from the other end, the next in sequence, from the rank c speaks for
+ * (hub_side: any rank but 0 until the hello, which must come first). */
+static int authentic_(wd_conn_t *c, const wd_msg_t *m, int hub_side)
+{
+    if (m->h.magic != WD_MAGIC || wiremac_open(&c->chan, m, sizeof *m) != WIREMAC_OK) return 0;
+    if (!hub_side) return m->h.rank == 0;
+    if (c->rank >= 0) return m->h.rank == c->rank && m->h.kind != MSG_HELLO;
+    return m->h.kind == MSG_HELLO && m->h.rank > 0 && m->h.rank < wd_.size &&
+           !wd_.peers[m->h.rank].hello;
 }
 
 static void note_msg_(wd_peer_t *p, const wd_msg_t *m, double now)
 {
     p->heard = now;
     p->msg = *m;
-    if (m->kind == MSG_HELLO) p->hello = 1;
-    if (m->kind == MSG_BYE) p->bye = 1;
-    if (m->kind == MSG_ENDING) {
+    if (m->h.kind == MSG_HELLO) p->hello = 1;
+    if (m->h.kind == MSG_BYE) p->bye = 1;
+    if (m->h.kind == MSG_ENDING) {
         p->ending = 1;
         atomic_store(&wd_.ending, 1);
     }
@@ -186,18 +235,44 @@ static void note_msg_(wd_peer_t *p, const wd_msg_t *m, double now)
 
 /* ---- the hub (rank 0) ---------------------------------------------------- */
 
-static void hub_accept_(void)
+/* Close connection i; one that never authenticated is counted. */
+static void hub_drop_(wd_conn_t *c)
+{
+    if (c->rank < 0) atomic_fetch_add(&wd_.dropped, 1);
+    pthread_mutex_lock(&wd_.lock);
+    close(c->fd);
+    c->fd = -1;
+    wiremac_wipe(&c->chan, sizeof c->chan);
+    pthread_mutex_unlock(&wd_.lock);
+}
+
+/* Accept what is waiting; each connection gets its challenge (a fresh nonce
+ * that keys it) and WD_HELLO_S to answer with a sealed hello. */
+static void hub_accept_(double now)
 {
     for (;;) {
         int fd = accept4(wd_.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
-        if (wd_.nconns == wd_.size + 16) {
+        int i = 0; /* a free slot: one never used, or a stranger's, closed */
+        while (i < wd_.nconns && !(wd_.conns[i].fd < 0 && wd_.conns[i].rank < 0)) i++;
+        wd_msg_t ch;
+        memset(&ch, 0, sizeof ch);
+        ch.h = (wiremac_head_t){.magic = WD_MAGIC, .kind = MSG_CHALLENGE, .dir = WIREMAC_FROM_HUB};
+        wiremac_random(ch.nonce, sizeof ch.nonce);
+        if (i == wd_.size + WD_SPARE ||
+            send(fd, &ch, sizeof ch, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof ch) {
+            atomic_fetch_add(&wd_.dropped, 1);
             close(fd);
             continue;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        wd_.conns[wd_.nconns++] = (wd_conn_t){.fd = fd, .rank = -1};
+        pthread_mutex_lock(&wd_.lock);
+        wd_conn_t *c = &wd_.conns[i];
+        *c = (wd_conn_t){.fd = fd, .rank = -1, .since = now};
+        wiremac_chan_init(&c->chan, wd_.secret, ch.nonce, 1);
+        if (i == wd_.nconns) wd_.nconns++;
+        pthread_mutex_unlock(&wd_.lock);
     }
 }
 
@@ -246,7 +321,7 @@ static void hub_check_(double now)
 static void hub_loop_(void)
 {
     int W = wd_.size;
-    struct pollfd *pfd = calloc((size_t)W + 17, sizeof *pfd);
+    struct pollfd *pfd = calloc((size_t)W + WD_SPARE + 1, sizeof *pfd);
     if (!pfd) return;
     double next_beat = 0, next_check = 0;
     while (!atomic_load(&wd_.stop)) {
@@ -255,28 +330,33 @@ static void hub_loop_(void)
             pfd[1 + i] = (struct pollfd){.fd = wd_.conns[i].fd, .events = POLLIN};
         poll(pfd, (nfds_t)wd_.nconns + 1, (int)(1000 * wd_.beat / 2));
         double now = clock_seconds();
-        if (pfd[0].revents) hub_accept_();
+        int polled = wd_.nconns; /* accepting may add some */
+        if (pfd[0].revents) hub_accept_(now);
         for (int i = 0; i < wd_.nconns; i++) {
             wd_conn_t *c = &wd_.conns[i];
             if (c->fd < 0) continue;
             wd_msg_t m;
-            int got;
-            while ((got = recv_(c, &m)) == 1) {
-                if (m.rank <= 0 || m.rank >= W || (c->rank >= 0 && m.rank != c->rank)) {
-                    got = -1;
-                    break;
+            int got = 0, forged = 0;
+            if (i >= polled || pfd[1 + i].revents) {
+                while ((got = recv_(c, &m)) == 1) {
+                    if (!authentic_(c, &m, 1)) {
+                        forged = 1; /* dropped: it changes nothing of any rank */
+                        break;
+                    }
+                    if (c->rank < 0) c->rank = m.h.rank;
+                    note_msg_(&wd_.peers[m.h.rank], &m, now);
                 }
-                c->rank = m.rank;
-                note_msg_(&wd_.peers[m.rank], &m, now);
             }
-            if (got < 0) {
+            if (forged || (c->rank < 0 && now - c->since > WD_HELLO_S)) {
+                if (c->rank >= 0) atomic_fetch_add(&wd_.dropped, 1);
+                hub_drop_(c);
+            } else if (got < 0) {
                 if (c->rank >= 0 && !wd_.peers[c->rank].bye) wd_.peers[c->rank].closed_at = now;
-                close(c->fd);
-                c->fd = -1;
+                hub_drop_(c);
             }
         }
         if (now >= next_beat) {
-            for (int i = 0; i < wd_.nconns; i++) send_(wd_.conns[i].fd, MSG_BEAT);
+            send_all_(MSG_BEAT);
             next_beat = now + wd_.beat;
         }
         /* a check looks at every rank: twice per heartbeat period at most,
@@ -286,10 +366,12 @@ static void hub_loop_(void)
             next_check = now + wd_.beat / 2;
         }
     }
-    for (int i = 0; i < wd_.nconns; i++) {
-        send_(wd_.conns[i].fd, MSG_BYE);
+    send_all_(MSG_BYE);
+    pthread_mutex_lock(&wd_.lock);
+    for (int i = 0; i < wd_.nconns; i++)
         if (wd_.conns[i].fd >= 0) close(wd_.conns[i].fd);
-    }
+    wd_.nconns = 0;
+    pthread_mutex_unlock(&wd_.lock);
     free(pfd);
 }
 
@@ -376,7 +458,20 @@ static void client_loop_(void)
             wd_msg_t m;
             int got;
             while ((got = recv_(&wd_.hub, &m)) == 1) {
-                if (m.rank != 0) {
+                if (wd_.hub.rank < 0) {
+                    /* the hub's challenge keys the connection; the hello answers it */
+                    if (m.h.magic != WD_MAGIC || m.h.kind != MSG_CHALLENGE) {
+                        got = -1;
+                        break;
+                    }
+                    pthread_mutex_lock(&wd_.lock);
+                    wiremac_chan_init(&wd_.hub.chan, wd_.secret, m.nonce, 0);
+                    wd_.hub.rank = 0;
+                    send_locked_(&wd_.hub, MSG_HELLO);
+                    pthread_mutex_unlock(&wd_.lock);
+                    continue;
+                }
+                if (!authentic_(&wd_.hub, &m, 0)) {
                     got = -1;
                     break;
                 }
@@ -385,19 +480,23 @@ static void client_loop_(void)
             }
             if (got < 0) {
                 if (!wd_.hub_peer.bye) wd_.hub_peer.closed_at = now;
+                pthread_mutex_lock(&wd_.lock);
                 close(wd_.hub.fd);
                 wd_.hub.fd = -1;
+                pthread_mutex_unlock(&wd_.lock);
             }
         }
         if (now >= next_beat) {
-            send_(wd_.hub.fd, MSG_BEAT);
+            send_(&wd_.hub, MSG_BEAT);
             next_beat = now + wd_.beat;
         }
         client_check_(now);
     }
-    send_(wd_.hub.fd, MSG_BYE);
+    send_(&wd_.hub, MSG_BYE);
+    pthread_mutex_lock(&wd_.lock);
     if (wd_.hub.fd >= 0) close(wd_.hub.fd);
     wd_.hub.fd = -1;
+    pthread_mutex_unlock(&wd_.lock);
 }
 
 static void *thread_main_(void *arg)
@@ -412,18 +511,56 @@ static void *thread_main_(void *arg)
 
 /* ---- setup ---------------------------------------------------------------- */
 
-/* Where the other ranks can reach rank 0's hub. */
+/* Where the other ranks can reach rank 0's hub, and the job's secret. */
 typedef struct wd_addr {
-    int32_t port, naddr;
-    uint32_t addr[WD_ADDRS]; /* IPv4, network order; loopback last */
+    int32_t port;
+    uint32_t addr; /* IPv4, network order */
+    unsigned char secret[WIREMAC_SECRET_BYTES];
 } wd_addr_t;
+
+/* The address of the interface the job uses on rank 0's host: the loopback
+ * when every rank runs there; else the address rank 0's host name resolves
+ * to, if it is one of this host's; else this host's first address that is
+ * up and not the loopback (the one MPI's host names lead to on a cluster
+ * whose names do not resolve to one of its own). */
+static uint32_t hub_address_(void)
+{
+    int local = 1;
+    for (int r = 1; r < wd_.size; r++)
+        if (strcmp(host_(r), host_(0)) != 0) local = 0;
+    if (local) return htonl(INADDR_LOOPBACK);
+    uint32_t mine[16];
+    int n = 0;
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i && n < 16; i = i->ifa_next)
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+                !(i->ifa_flags & IFF_LOOPBACK))
+                mine[n++] = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        freeifaddrs(ifs);
+    }
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host_(0), NULL, &hints, &res) == 0) {
+        for (struct addrinfo *a = res; a; a = a->ai_next) {
+            uint32_t x = ((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr;
+            for (int k = 0; k < n; k++)
+                if (mine[k] == x) {
+                    freeaddrinfo(res);
+                    return x;
+                }
+        }
+        freeaddrinfo(res);
+    }
+    return n ? mine[0] : htonl(INADDR_LOOPBACK);
+}
 
 static int hub_listen_(wd_addr_t *a)
 {
-    memset(a, 0, sizeof *a);
+    a->port = -1;
+    a->addr = hub_address_();
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = a->addr};
     socklen_t len = sizeof sa;
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, SOMAXCONN) != 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
@@ -431,24 +568,15 @@ static int hub_listen_(wd_addr_t *a)
         return -1;
     }
     a->port = ntohs(sa.sin_port);
-    struct ifaddrs *ifs = NULL;
-    if (getifaddrs(&ifs) == 0) {
-        for (struct ifaddrs *i = ifs; i && a->naddr < WD_ADDRS - 1; i = i->ifa_next)
-            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
-                !(i->ifa_flags & IFF_LOOPBACK))
-                a->addr[a->naddr++] = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
-        freeifaddrs(ifs);
-    }
-    a->addr[a->naddr++] = htonl(INADDR_LOOPBACK);
     return fd;
 }
 
-static int connect_one_(uint32_t addr, int port)
+static int client_connect_(const wd_addr_t *a)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     struct sockaddr_in sa = {
-        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)a->port), .sin_addr.s_addr = a->addr};
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno != EINPROGRESS) {
         close(fd);
         return -1;
@@ -464,20 +592,6 @@ static int connect_one_(uint32_t addr, int port)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
-}
-
-static int client_connect_(const wd_addr_t *a)
-{
-    /* on rank 0's host the loopback first */
-    if (strcmp(host_(0), log_host()) == 0) {
-        int fd = connect_one_(a->addr[a->naddr - 1], a->port);
-        if (fd >= 0) return fd;
-    }
-    for (int i = 0; i < a->naddr; i++) {
-        int fd = connect_one_(a->addr[i], a->port);
-        if (fd >= 0) return fd;
-    }
-    return -1;
 }
 
 /* The hub's socket and tables (rank 0). */
@@ -506,25 +620,28 @@ ddp_status_t watchdog_start(control_t *ctl, double timeout)
     if (wd_.beat < 0.05) wd_.beat = 0.05;
 
     wd_addr_t addr;
+    memset(&addr, 0, sizeof addr);
+    addr.port = -1;
+    int sodium = wiremac_init() == 0;
     int64_t unreachable = 0;
     if (ctl->rank == 0) {
-        wd_.listen_fd = hub_listen_(&addr);
+        /* a fresh secret per job: it goes to the ranks over MPI, never over TCP */
+        if (sodium) wiremac_random(addr.secret, sizeof addr.secret);
+        if (sodium) wd_.listen_fd = hub_listen_(&addr);
         wd_.peers = calloc((size_t)ctl->size, sizeof *wd_.peers);
-        wd_.conns = calloc((size_t)ctl->size + 16, sizeof *wd_.conns);
+        wd_.conns = calloc((size_t)ctl->size + WD_SPARE, sizeof *wd_.conns);
         wd_.views = calloc((size_t)ctl->size, sizeof *wd_.views);
         if (wd_.listen_fd < 0 || !wd_.peers || !wd_.conns || !wd_.views) addr.port = -1;
+        wd_.port = addr.port;
     }
     comm_desc_t d = {"watchdog-address", -1, -1};
-    DDP_TRY(control_bcast(ctl, &addr, sizeof addr, 0, &d));
-    if (ctl->rank > 0 && addr.port > 0) {
+    ddp_status_t s = control_bcast(ctl, &addr, sizeof addr, 0, &d);
+    memcpy(wd_.secret, addr.secret, sizeof wd_.secret);
+    wiremac_wipe(addr.secret, sizeof addr.secret);
+    DDP_TRY(s);
+    /* the hello answers the hub's challenge, from the watchdog thread */
+    if (ctl->rank > 0 && addr.port > 0 && sodium) {
         wd_.hub.fd = client_connect_(&addr);
-        wd_msg_t hello;
-        msg_fill_(&hello, MSG_HELLO);
-        if (wd_.hub.fd >= 0 &&
-            send(wd_.hub.fd, &hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
-            close(wd_.hub.fd);
-            wd_.hub.fd = -1;
-        }
         wd_.hub_peer.heard = clock_seconds();
         wd_.hub_connected = wd_.hub.fd >= 0;
     }
@@ -533,8 +650,9 @@ ddp_status_t watchdog_start(control_t *ctl, double timeout)
     DDP_TRY(control_allreduce(ctl, counts, 1, COMM_INT64, &d));
     unreachable = counts[0];
     if (ctl->rank == 0 && addr.port <= 0)
-        log_warn("watchdog: rank 0 cannot listen on a TCP port; each rank watches only its own "
-                 "collectives (--timeout still ends a hang, with less detail)");
+        log_warn("watchdog: rank 0 cannot listen on a TCP port%s; each rank watches only its own "
+                 "collectives (--timeout still ends a hang, with less detail)",
+                 sodium ? "" : " (libsodium did not start)");
     else if (ctl->rank == 0 && unreachable)
         log_warn("watchdog: %lld rank(s) cannot reach rank 0's watchdog on TCP port %d; they watch "
                  "only their own collectives (--timeout still ends a hang, with less detail)",
@@ -563,6 +681,13 @@ void watchdog_stop(void)
         pthread_join(wd_.thread, NULL);
         wd_.running = 0;
     }
+    int dropped = atomic_load(&wd_.dropped);
+    if (wd_.rank == 0 && dropped)
+        log_warn("watchdog: dropped %d unauthenticated connection(s) to port %d; they changed "
+                 "nothing",
+                 dropped, wd_.port);
+    atomic_store(&wd_.dropped, 0);
+    wiremac_wipe(wd_.secret, sizeof wd_.secret);
     hub_free_();
     wd_.ctl = NULL;
 }

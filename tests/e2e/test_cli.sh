@@ -14,7 +14,7 @@ done
 grep -q "default: 64" "$out/help" || fail "--help shows no default for --batch"
 
 "$DDPTRAIN" --version >"$out/version" 2>&1 || fail "--version exited non-zero"
-for what in "ddptrain" "compute backends" "MPI" "HDF5" "CUDA" "NCCL" "BLAS"; do
+for what in "ddptrain" "compute backends" "MPI" "HDF5" "CUDA" "NCCL" "BLAS" "libsodium"; do
   grep -q "$what" "$out/version" || fail "--version lacks '$what'"
 done
 # the backend lines print the registries (check_kernels and check_comm hold
