@@ -17,6 +17,10 @@
 #     ddptrain-prep and --save (at start-up) leave no temporary file; a tmpfs too small
 #     for the deck's chunk (lost at its dataset's close): exit 4, no file;
 #   --init: NaN in a tensor (3, the dataset and element named);
+#   --ckpt-dir and --metrics through a symbolic link loop, --ckpt-dir on a
+#     read-only file system (the full-disk namespace): the cause named (4);
+#   --resume auto past 3000 junk files named like checkpoints: 5 warning
+#     lines (3 named, the rest counted, a name ddptrain does not write);
 #   --freeze with an empty name, --freeze of every parameter, --model with no
 #     parameters (2).
 . ./testenv.sh || exit 99
@@ -147,6 +151,34 @@ expect 2 "--freeze layers.0,layers.2 freezes every parameter" -- "$T/d.h5" $m --
 expect 2 "--model relu has no parameters to train" -- "$T/d.h5" $m --model relu
 unchanged "$T/d.h5"
 
+# 7b. a symbolic link loop as --ckpt-dir or --metrics: the loop named, not a
+# missing parent directory
+ln -s "$T/loop-b" "$T/loop-a" && ln -s "$T/loop-a" "$T/loop-b" || exit 99
+expect 4 "cannot follow --ckpt-dir $T/loop-a: Too many levels of symbolic links" \
+  "a loop of symbolic links" -- "$T/d.h5" $m --ckpt-dir "$T/loop-a"
+grep -q "parent directory must exist" "$T/e" && fail "--ckpt-dir loop: blames the parent directory"
+expect 4 "--metrics $T/loop-a: cannot open it" "a loop of symbolic links" -- "$T/d.h5" $m \
+  --metrics "$T/loop-a"
+
+# 7c. --resume auto over thousands of junk files named like checkpoints: the
+# first three named, the rest counted in one line, a name ddptrain does not
+# write (ckpt_30.h5) one warning, and the real checkpoint found
+mkdir "$T/junk" || exit 99
+run1 "$T/d.h5" $m --ckpt-dir "$T/junk" >/dev/null 2>&1 || fail "a checkpoint to resume"
+i=10000
+while [ $i -lt 13000 ]; do echo junk >"$T/junk/ckpt_000$i.h5"; i=$((i + 1)); done
+echo junk >"$T/junk/ckpt_30.h5"
+run1 "$T/d.h5" $m --steps 3 --ckpt-dir "$T/junk" --resume auto >"$T/o" 2>"$T/e" \
+  || { cat "$T/e"; fail "--resume auto past 3000 junk files: exit $?"; }
+[ "$(grep -c "warning" "$T/e")" -eq 5 ] || { head -20 "$T/e"; fail "3000 junk files: expected 5 warning lines, got $(grep -c warning "$T/e")"; }
+grep -q "2997 more unreadable or damaged checkpoints in $T/junk skipped" "$T/e" \
+  || { cat "$T/e"; fail "3000 junk files: no count of the rest"; }
+grep -q "1 file in $T/junk named like a checkpoint but not as ddptrain names them (ckpt_30.h5) ignored" "$T/e" \
+  || { cat "$T/e"; fail "ckpt_30.h5: not named once"; }
+grep -q "No such file" "$T/e" && { cat "$T/e"; fail "ckpt_30.h5 looked up under another name"; }
+grep -q "resume *$T/junk/ckpt_00000002.h5: step 2" "$T/o" || { cat "$T/o" "$T/e"; fail "3000 junk files: the real checkpoint not resumed"; }
+echo "ok: 3000 junk files in --ckpt-dir: 5 warning lines, the checkpoint resumed"
+
 # 8. ddptrain-prep: the file outgrows the file-size limit (EFBIG, as a full
 # disk) while HDF5 flushes it at close: one line, exit 4, no crash at exit
 prep="synthetic --classes 4 --features 12 --samples 600 --seed 3"
@@ -172,7 +204,11 @@ T=$T m=$m prep=$prep mnt=$mnt DDPTRAIN=$DDPTRAIN DDPPREP=$DDPPREP unshare -m sh 
   ls "$mnt" >"$T/left"
   umount "$mnt" && mount -t tmpfs -o size=16k tmpfs "$mnt" || exit 99
   "$DDPPREP" $prep -o "$mnt/z.h5" >"$T/o3" 2>"$T/e3"; echo $? >"$T/rc3"
-  ls "$mnt" >"$T/left3"' || fail "the full-disk namespace (exit $?)"
+  ls "$mnt" >"$T/left3"
+  mkdir "$mnt/ck" && mount -o remount,ro "$mnt" || exit 99
+  mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --ckpt-dir "$mnt/ck" >"$T/o4" 2>"$T/e4"; echo $? >"$T/rc4"
+  mpirun_np 2 "$DDPTRAIN" "$T/d.h5" $m --ckpt-dir "$mnt/new" >"$T/o5" 2>"$T/e5"; echo $? >"$T/rc5"' \
+  || fail "the full-disk namespace (exit $?)"
 [ "$(cat "$T/rc1")" -eq 4 ] && [ "$(wc -l <"$T/e1")" -eq 1 ] && grep -qF "No space left on device" "$T/e1" \
   || { cat "$T/e1"; fail "ddptrain-prep on a full disk: expected exit 4 and one line"; }
 [ "$(cat "$T/rc2")" -eq 4 ] && [ "$(grep -c "error:" "$T/e2")" -eq 1 ] && grep -qF "No space left on device" "$T/e2" \
@@ -188,4 +224,11 @@ echo "ok: a full disk: ddptrain-prep and --save exit 4 with one line and leave n
   || { cat "$T/e3"; fail "ddptrain-prep, a chunk lost at a dataset's close: expected exit 4 and one line"; }
 [ -z "$(cat "$T/left3")" ] || { cat "$T/left3"; fail "ddptrain-prep, a chunk lost: a file was left behind"; }
 echo "ok: ddptrain-prep, a chunk that cannot be written when its dataset closes: exit 4, nothing left"
+# a read-only file system: said so, for an existing --ckpt-dir and a new one
+ddp_expect_error "$T/e4" "$(cat "$T/rc4")" 4 "--ckpt-dir on a read-only file system" \
+  "cannot write in --ckpt-dir $mnt/ck: Read-only file system (a read-only file system: choose a directory on a writable one)"
+ddp_expect_error "$T/e5" "$(cat "$T/rc5")" 4 "a new --ckpt-dir on a read-only file system" \
+  "cannot create --ckpt-dir $mnt/new: Read-only file system (a read-only file system"
+grep -q "parent directory must exist" "$T/e5" && fail "read-only --ckpt-dir: blames the parent directory"
+echo "ok: --ckpt-dir on a read-only file system: the cause named"
 echo ok
