@@ -187,6 +187,25 @@ static ddp_status_t prepare_dir_(const char *dir, ckpt_lock_t *lock)
     return DDP_OK;
 }
 
+/* A fresh start (no --resume) in a directory holding checkpoints: they are
+ * an earlier run's, and this run would write its own over those of the
+ * same steps and then mix with them under --resume auto. */
+static ddp_status_t refuse_earlier_run_(const char *dir)
+{
+    int64_t *steps;
+    int n;
+    DDP_TRY(list_(dir, &steps, &n, NULL, NULL, 0));
+    char newest[4200] = "";
+    if (n > 0) ckpt_path_(dir, steps[0], newest, sizeof newest);
+    free(steps);
+    if (n == 0) return DDP_OK;
+    return ddp_fail(DDP_ERR_USAGE,
+                    "--ckpt-dir %s already holds %d checkpoint%s of an earlier run (the newest: "
+                    "%s), which this run would write over: go on with that run with --resume "
+                    "auto, or give this run another --ckpt-dir (or move them away)",
+                    dir, n, n > 1 ? "s" : "", newest);
+}
+
 ddp_status_t checkpoint_startup(checkpoint_t *c, trainer_t *t)
 {
     c->last_step = -1;
@@ -194,6 +213,7 @@ ddp_status_t checkpoint_startup(checkpoint_t *c, trainer_t *t)
     ckpt_identity_new(&c->ident);
     DDP_TRY(probe_save_(t));
     if (t->cfg->ckpt_dir[0]) DDP_TRY(prepare_dir_(t->cfg->ckpt_dir, &c->lock));
+    if (t->cfg->ckpt_dir[0] && !t->cfg->resume[0]) DDP_TRY(refuse_earlier_run_(t->cfg->ckpt_dir));
     return DDP_OK;
 }
 

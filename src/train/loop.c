@@ -43,17 +43,18 @@ static ddp_status_t stop_(run_t *r, int sig, const ckpt_position_t *pos)
                         name, (long long)pos->step);
     if (r->ckpt.last_step != pos->step) DDP_TRY(checkpoint_write(&r->ckpt, t, pos));
     DDP_TRY(checkpoint_settle(&r->ckpt, t));
-    /* Open MPI's mpirun passes SIGUSR1 on and then returns the ranks' 75;
-     * a SIGTERM or SIGINT it passes on while ending the job itself, and it
-     * returns 1 whatever the ranks return: say so, a wrapper keys on it */
+    /* Open MPI's mpirun passes a SIGUSR1 it is sent on and then returns
+     * the ranks' 75; a SIGTERM or SIGINT sent to mpirun it passes on while
+     * ending the job itself, and then it returns 1 whatever the ranks
+     * return.  A rank cannot tell who sent its SIGTERM: say both, a
+     * wrapper keys on the code */
     int mpirun_ends = sig != SIGUSR1 && getenv("OMPI_MCA_orte_hnp_uri") != NULL;
     return ddp_fail(DDP_STOP_REQUEUE,
                     "%s at step %lld: checkpoint %s written; go on with --resume auto "
                     "--ckpt-dir %s (%s)",
                     name, (long long)pos->step, r->ckpt.last_path, cfg->ckpt_dir,
-                    mpirun_ends ? "every rank exits 75, requeue, but mpirun returns 1 after "
-                                  "passing on a SIGTERM or SIGINT: send mpirun SIGUSR1 to have "
-                                  "it return 75"
+                    mpirun_ends ? "exit code 75: requeue; but mpirun returns 1 when it was "
+                                  "sent the SIGTERM or SIGINT itself: send it SIGUSR1 instead"
                                 : "exit code 75: requeue");
 }
 

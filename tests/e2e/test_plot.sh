@@ -239,7 +239,7 @@ expect_error 3 "$T/nostep.jsonl: no \"step\" records" "$T/nostep.jsonl"
 expect_error 3 "$T/nostep2.jsonl: no \"step\" records" "$T/nostep2.jsonl"
 : >"$T/empty.jsonl"
 expect_error 3 "$T/empty.jsonl: empty" "$T/empty.jsonl"
-expect_error 4 "is a directory" "$T/ka"
+expect_error 3 "input file 1 $T/ka is a directory, not a regular file" "$T/ka"
 expect_error 3 "$T/r.csv:1: not a JSON object" "$T/r.csv"
 # gnuplot absent, failing, or ending well without a PNG
 PLOT_PATH=/nonexistent
