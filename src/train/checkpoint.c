@@ -193,10 +193,17 @@ static ddp_status_t prepare_dir_(const char *dir, ckpt_lock_t *lock)
 static ddp_status_t refuse_earlier_run_(const char *dir)
 {
     int64_t *steps;
-    int n;
-    DDP_TRY(list_(dir, &steps, &n, NULL, NULL, 0));
-    char newest[4200] = "";
-    if (n > 0) ckpt_path_(dir, steps[0], newest, sizeof newest);
+    int all, n = 0;
+    DDP_TRY(list_(dir, &steps, &all, NULL, NULL, 0));
+    char newest[4200] = "", p[4200];
+    /* files: a FIFO or a directory under such a name is refused where the
+     * checkpoint of its step is written */
+    for (int i = 0; i < all; i++) {
+        struct stat st;
+        ckpt_path_(dir, steps[i], p, sizeof p);
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (!n++) snprintf(newest, sizeof newest, "%s", p);
+    }
     free(steps);
     if (n == 0) return DDP_OK;
     return ddp_fail(DDP_ERR_USAGE,

@@ -9,8 +9,9 @@
 # naming both decks and --resume-other-data, which resumes with a warning and
 # keeps the checkpoint's run id; a copy of the same deck under another path
 # resumes without one; (d) --keep 1 in a directory holding another run's
-# checkpoints (written before by a job on another deck) removes only this
-# run's older ones.
+# checkpoints (copied in beside this run's) removes only this run's older
+# ones; (e) a fresh start in a directory holding an earlier run's
+# checkpoints is refused (exit 2) with nothing changed.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -76,7 +77,7 @@ one "$T/o" "$T/e" "$T/d3.h5" $q --log-every 0 --steps 2 --ckpt-dir "$T/b"
 ddp_expect_error "$T/e" $rc 2 "a lock of another host" \
   "locked by a job on another host (Slurm job 4242, pid 7 on host elsewhere.invalid|delete $T/b/ddptrain.lock"
 [ -e "$T/b/ddptrain.lock" ] || fail "another host's lock was removed"
-SLURM_JOB_ID=4242 one "$T/o" "$T/e" "$T/d3.h5" $q --log-every 0 --steps 2 --ckpt-dir "$T/b"
+SLURM_JOB_ID=4242 one "$T/o" "$T/e" "$T/d3.h5" $q --log-every 0 --steps 2 --ckpt-dir "$T/b" --resume auto
 ok "this Slurm job's lock from before its requeue"
 grep -qF "took over the lock of this Slurm job before its restart" "$T/o" \
   || { cat "$T/o"; fail "no note of the requeued job's lock taken over"; }
@@ -106,14 +107,31 @@ grep -q "^  run          $run (the checkpoint's)" "$T/o" || { cat "$T/o"; fail "
 nolock "$T/c" "(c)"
 echo "ok: a resume on another deck refused, --resume-other-data resumes with a warning"
 
-# (d) --keep leaves another run's checkpoints alone
-one "$T/o" "$T/e" "$T/d3.h5" $q --log-every 0 --steps 4 --ckpt-dir "$T/d" --ckpt-every 2 --keep 0
+# (d) --keep leaves another run's checkpoints alone: this run's own in its
+# directory, resumed by name after another run's were copied in beside them
+one "$T/o" "$T/e" "$T/d3.h5" $q --log-every 0 --steps 4 --ckpt-dir "$T/x" --ckpt-every 2 --keep 0
 ok "the other run of (d)"
-before=$(sums "$T/d")
-one "$T/o" "$T/e" "$T/d4.h5" $q --log-every 0 --steps 9 --ckpt-dir "$T/d" --ckpt-every 3 --keep 1
+one "$T/o" "$T/e" "$T/d4.h5" $q --log-every 0 --steps 3 --ckpt-dir "$T/d" --ckpt-every 3
+ok "this run of (d), its first part"
+cp "$T/x/ckpt_00000002.h5" "$T/x/ckpt_00000004.h5" "$T/d/" || exit 99
+before=$(sums "$T/d" | grep -v ckpt_00000003)
+one "$T/o" "$T/e" "$T/d4.h5" $q --log-every 0 --steps 9 --ckpt-dir "$T/d" --ckpt-every 3 --keep 1 \
+  --resume "$T/d/ckpt_00000003.h5"
 ok "--keep 1 beside another run's checkpoints"
 have=$(cd "$T/d" && ls | tr '\n' ' ')
 [ "$have" = "ckpt_00000002.h5 ckpt_00000004.h5 ckpt_00000009.h5 " ] \
   || fail "--keep 1: the directory holds '$have', expected the other run's two and this run's newest"
 [ "$before" = "$(sums "$T/d" | grep -v ckpt_00000009)" ] || fail "the other run's checkpoints changed"
 echo "ok: --keep removes only this run's checkpoints"
+
+# (e) a fresh start (no --resume) in a directory holding an earlier run's
+# checkpoints is refused before anything is written; --resume auto goes on
+before=$(sums "$T/x")
+one "$T/o" "$T/e" "$T/d3.h5" $q --log-every 0 --steps 4 --ckpt-dir "$T/x" --ckpt-every 2
+ddp_expect_error "$T/e" $rc 2 "a fresh start over an earlier run's checkpoints" \
+  "--ckpt-dir $T/x already holds 2 checkpoints of an earlier run (the newest: $T/x/ckpt_00000004.h5)|--resume auto"
+[ "$before" = "$(sums "$T/x")" ] || fail "a refused fresh start changed the earlier run's checkpoints"
+nolock "$T/x" "a refused fresh start"
+one "$T/o" "$T/e" "$T/d3.h5" $q --log-every 0 --steps 6 --ckpt-dir "$T/x" --ckpt-every 2 --resume auto
+ok "--resume auto in the earlier run's directory"
+echo "ok: a fresh start over an earlier run's checkpoints refused"
