@@ -691,22 +691,3 @@ void config_print_help(FILE *f, const char *prog)
             "75 checkpointed on SIGUSR1/SIGTERM (resume with --resume auto), 130 interrupted.\n");
 }
 
-const char *config_input_at(const ddp_config_t *cfg, const char *path, const char **option)
-{
-    struct stat st, in;
-    if (stat(path, &st) != 0) return NULL;
-    for (int i = 0; i < cfg->ninputs; i++) {
-        *option = "the input deck";
-        if (stat(cfg->inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
-            return cfg->inputs[i];
-    }
-    const char *opt[3] = {"--init", "--resume", "--config"};
-    const char *file[3] = {cfg->init, strcmp(cfg->resume, "auto") ? cfg->resume : "", cfg->config};
-    for (int i = 0; i < 3; i++) {
-        *option = opt[i];
-        if (file[i][0] && stat(file[i], &in) == 0 && in.st_dev == st.st_dev &&
-            in.st_ino == st.st_ino)
-            return file[i];
-    }
-    return NULL;
-}

@@ -148,12 +148,6 @@ ddp_status_t config_parse_args(ddp_config_t *c, int argc, char **argv, config_in
  * characters; otherwise DDP_ERR_USAGE, naming the file and the limit. */
 #define CONFIG_FILE_MAX (1024 * 1024)
 ddp_status_t config_load_file(ddp_config_t *c, const char *path);
-/* The run's input that path (followed through links) is -- a deck, the
- * --init, --resume or --config file, compared by device and inode, so
- * another name or a link of the same file counts -- or NULL; *option says
- * which ("the input deck", "--init", ...).  For outputs that must not
- * replace or append to an input. */
-const char *config_input_at(const ddp_config_t *cfg, const char *path, const char **option);
 /* The shortest --timeout other than 0 (off), in seconds. */
 #define CONFIG_TIMEOUT_MIN 1.0
 /* Cross-option checks (that do not need the data or the world size),

@@ -65,6 +65,8 @@ typedef struct deck_shard {
     /* private (deck_read.c): direct reads at the file addresses of rows */
     int fd;                                  /* own read-only descriptor, -1 if none */
     struct deck_direct *direct_x, *direct_y; /* NULL: read through HDF5 */
+    /* private (deck_fingerprint.c): its content fingerprint, once computed */
+    struct deck_fp *fp_memo;
 } deck_shard_t;
 
 /* How deck_read reads x and y.  HDF5 1.10 maps a read whose memory and
@@ -211,7 +213,8 @@ void deck_describe(const deck_t *d, char *buf, size_t n);
  * DECK_FP_BLOCK_BYTES (1 MiB; at least one row).  Data outside the sample is not looked at:
  * a difference there goes unseen.  fp has d->nshards entries.  Errors: a
  * sampled chunk that cannot be read (DDP_ERR_INPUT naming the file and
- * dataset), out of memory. */
+ * dataset), out of memory.  Computed once per open deck: the start-up
+ * check and the checkpoints' data fingerprint read the files once. */
 typedef enum deck_fp_part {
     DECK_FP_LAYOUT,
     DECK_FP_ATTRS,

@@ -610,6 +610,7 @@ void deck_close(deck_t *d)
         if (sh->fd >= 0) close(sh->fd);
         deck_direct_free(sh->direct_x);
         deck_direct_free(sh->direct_y);
+        free(sh->fp_memo);
         free(sh->path);
     }
     h5_unlock();

@@ -102,18 +102,13 @@ static ddp_status_t list_(const char *dir, int64_t **steps, int *n, int *odd, ch
 
 /* ---- start-up ------------------------------------------------------------ */
 
-/* --save: a regular file (or a new one) that is none of the inputs, in a
- * writable directory; stale temporary files of earlier saves removed. */
+/* --save: a regular file (or a new one) in a writable directory; stale
+ * temporary files of earlier saves removed.  (That it is none of the
+ * inputs config_validate checked: pathclash.h.) */
 static ddp_status_t probe_save_(const trainer_t *t)
 {
-    const char *path = t->cfg->save, *option = "";
+    const char *path = t->cfg->save;
     if (!path[0]) return DDP_OK;
-    const char *input = config_input_at(t->cfg, path, &option);
-    if (input)
-        return ddp_fail(DDP_ERR_USAGE,
-                        "--save %s is %s %s (the same file); the weights would replace it: "
-                        "choose another --save name",
-                        path, option, input);
     int removed = 0, kept = 0;
     DDP_TRY(atomicfile_probe("--save", path, &removed, &kept));
     if (removed)

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "atomicfile.h"
@@ -97,19 +96,8 @@ ddp_status_t metrics_open(metrics_t *mt, const trainer_t *t)
     const char *path = t->cfg->metrics;
     mt->jsonl = NULL;
     if (!path[0] || t->ctl->rank != 0) return DDP_OK;
-    const char *option = "";
-    const char *input = config_input_at(t->cfg, path, &option);
-    if (input)
-        return ddp_fail(DDP_ERR_USAGE,
-                        "--metrics %s is the input %s (the same file); JSON lines would be "
-                        "appended to it: choose another --metrics name",
-                        path, input);
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return ddp_fail(DDP_ERR_USAGE,
-                        "--metrics %s is %s, not a regular file: name a file to append JSON "
-                        "lines to",
-                        path, atomicfile_kind(st.st_mode));
+    /* none of the inputs, no FIFO, device or directory: config_validate
+     * checked (pathclash.h) */
     FILE *f = fopen(path, "a+e"); /* read too: a torn last record is looked for */
     if (!f)
         return ddp_fail(DDP_ERR_IO,
