@@ -22,8 +22,7 @@
  * srun, MPICH's Hydra), or 1. */
 static long launched_size_(void)
 {
-    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "PMI_SIZE",
-                          "PMIX_SIZE"};
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "PMI_SIZE"};
     long n = 1;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);

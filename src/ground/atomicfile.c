@@ -242,6 +242,26 @@ ddp_status_t atomicfile_finish(const char *tmp, const char *path)
     return finish_(tmp, path, 1);
 }
 
+int atomicfile_write_all(int fd, const void *data, size_t n, size_t *written)
+{
+    const char *p = data;
+    if (written) *written = 0;
+    while (n > 0) {
+        /* pieces of at most 64 MiB: large writes, bounded by what write() takes */
+        size_t chunk = n < ((size_t)64 << 20) ? n : ((size_t)64 << 20);
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+        if (written) *written += (size_t)w;
+    }
+    return 0;
+}
+
 /* path: the resolved target; shown: as the user named it */
 static ddp_status_t write_(const char *path, const char *shown, const void *data, size_t len)
 {
@@ -253,21 +273,8 @@ static ddp_status_t write_(const char *path, const char *shown, const void *data
         return ddp_fail(DDP_ERR_IO, "cannot create %s: %s%s; %s was left unchanged", tmp,
                         strerror(e), atomicfile_advice(e), shown);
     }
-    const char *p = data;
-    size_t left = len;
-    int e = 0;
-    while (left > 0) {
-        /* pieces of at most 64 MiB: large writes, bounded by what write() takes */
-        size_t chunk = left < ((size_t)64 << 20) ? left : ((size_t)64 << 20);
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            e = w < 0 ? errno : ENOSPC;
-            break;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
+    size_t done;
+    int e = atomicfile_write_all(fd, data, len, &done) != 0 ? errno : 0;
     if (!e && fsync(fd) != 0) e = errno;
     if (close(fd) != 0 && !e) e = errno;
     if (e) {
@@ -275,7 +282,7 @@ static ddp_status_t write_(const char *path, const char *shown, const void *data
         return ddp_fail(DDP_ERR_IO,
                         "writing %s failed after %zu of %zu bytes: %s%s; %s was left "
                         "unchanged",
-                        tmp, len - left, len, strerror(e), atomicfile_advice(e), shown);
+                        tmp, done, len, strerror(e), atomicfile_advice(e), shown);
     }
     return finish_(tmp, path, 0); /* flushed above */
 }

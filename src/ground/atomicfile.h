@@ -78,4 +78,9 @@ int atomicfile_fsync(const char *path, int dir);
  * permission denied, a missing directory, a symbolic link loop), or "". */
 const char *atomicfile_advice(int e);
 
+/* All n bytes of data to fd (write() again after a short write or EINTR):
+ * 0, or -1 with errno (ENOSPC when write() takes nothing); *written (may
+ * be NULL) counts the bytes that went. */
+int atomicfile_write_all(int fd, const void *data, size_t n, size_t *written);
+
 #endif

@@ -1,6 +1,8 @@
 /* jsonl.c -- JSON Lines records (see jsonl.h). */
 #include "jsonl.h"
 
+#include "atomicfile.h"
+
 #include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -157,22 +159,6 @@ void jsonl_free(jsonl_rec_t *r)
     memset(r, 0, sizeof *r);
 }
 
-/* all of buf to fd (append mode); -1 with errno on the first failure */
-static int write_all_(int fd, const char *buf, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, buf, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            if (k == 0) errno = ENOSPC;
-            return -1;
-        }
-        buf += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 int jsonl_write(jsonl_rec_t *r, FILE *f)
 {
     const char *line = jsonl_finish(r);
@@ -183,7 +169,7 @@ int jsonl_write(jsonl_rec_t *r, FILE *f)
         rc = -1;
     } else if (fflush(f) != 0 || fstat(fd, &st) != 0) {
         rc = -1;
-    } else if (write_all_(fd, line, r->len) != 0) {
+    } else if (atomicfile_write_all(fd, line, r->len, NULL) != 0) {
         /* whole records only: cut the torn one back to where it began */
         int e = errno;
         int cut = ftruncate(fd, st.st_size); /* failed: the next open cuts it */

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "atomicfile.h"
 #include "log.h"
 
 #define LOCK_TEXT_MAX 1024
@@ -75,18 +76,6 @@ static void describe_(const holder_t *h, char *buf, size_t n)
              h->since[0] ? h->since : "?");
 }
 
-static int write_all_(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return fsync(fd);
-}
-
 /* An open, flock'ed file with our text: l->fd (the lock already held, as
  * the flock travels with the inode). */
 static int open_locked_(const char *path, const holder_t *me, int excl)
@@ -96,7 +85,7 @@ static int open_locked_(const char *path, const holder_t *me, int excl)
     (void)flock(fd, LOCK_EX | LOCK_NB); /* where flock does not work, the pid tells */
     char text[LOCK_TEXT_MAX];
     int n = format_(me, text, sizeof text);
-    if (write_all_(fd, text, (size_t)n) != 0) {
+    if (atomicfile_write_all(fd, text, (size_t)n, NULL) != 0 || fsync(fd) != 0) {
         int e = errno;
         close(fd);
         unlink(path);
