@@ -5,13 +5,16 @@
  * each message at most one piece, a few slices in flight at once, advanced
  * by the progress engine between layers.
  *
- * Layouts: the all-reduce cuts the buffer into slices of W pieces, each
- * slice into W blocks, and rank r finishes block r+1 of every slice; the
- * reduce-scatter and all-gather (ZeRO) cut it into the W blocks of
- * comm_block -- rank r owns block r -- and a slice is the k-th piece of
- * every block.  Either way each element's sum is added up in the ring's
- * fixed order, starting at the block's first sender, and the other ranks
- * only copy it: the same bits everywhere. */
+ * Layout: every collective cuts the buffer into the W blocks of comm_block
+ * -- rank r owns block r -- and a slice is the k-th piece of every block;
+ * the all-reduce is the reduce-scatter's steps followed by the
+ * all-gather's, so an element is added up in the same order by both (ZeRO's
+ * reduce-scatter gives an all-reduce's sums bit for bit).  Each element's
+ * sum is added up in the ring's fixed order, starting at the block's first
+ * sender, and the other ranks only copy it: the same bits everywhere.
+ * (A layout of slices of W blocks each, rank r finishing block r+1, was
+ * the all-reduce's before --zero: an element's order then depended on the
+ * collective.) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,13 +40,9 @@ typedef struct ring_slot {
     int active;
     size_t slice; /* slice index */
     int step;     /* 0 .. W-2 reduce-scatter, W-1 .. 2(W-1)-1 all-gather */
-    size_t off;   /* all-reduce: first element of the slice */
-    size_t len;   /* all-reduce: elements in the slice */
 } ring_slot_t;
 
 typedef struct ring_req {
-    int blocks;                /* layout: 0 slices of W pieces (all-reduce), 1 comm_block's blocks */
-    int shift;                 /* 0: rank r finishes block r+1 (all-reduce); 1: block r */
     int step_first, step_end;  /* the steps run: [0, W-1) reduce, [W-1, 2(W-1)) gather */
     size_t nslices, slices_done;
     size_t piece; /* elements per piece */
@@ -101,15 +100,11 @@ static int mod_(int a, int W)
     return ((a % W) + W) % W;
 }
 
-/* Elements [*off, *off + *n) of block blk in slot sl's slice. */
+/* Elements [*off, *off + *n) of block blk in slot sl's slice: the slice's
+ * piece of that block. */
 static void span_(const comm_t *c, const comm_req_t *q, const ring_req_t *rq, const ring_slot_t *sl,
                   int blk, size_t *off, size_t *n)
 {
-    if (!rq->blocks) {
-        comm_block(sl->len, c->size, blk, off, n);
-        *off += sl->off;
-        return;
-    }
     size_t first, len, p0 = sl->slice * rq->piece;
     comm_block(q->count, c->size, blk, &first, &len);
     *n = len > p0 ? (len - p0 < rq->piece ? len - p0 : rq->piece) : 0;
@@ -121,13 +116,16 @@ static ddp_status_t post_(comm_t *c, comm_req_t *q, int j)
 {
     ring_req_t *rq = q->state;
     ring_slot_t *sl = &rq->slot[j];
-    int W = c->size, r = c->rank, s = sl->step, sh = rq->shift;
+    int W = c->size, r = c->rank, s = sl->step;
     int left = mod_(r - 1, W), right = mod_(r + 1, W);
     int send_blk, recv_blk; /* block sent, block received */
+    /* reduce-scatter step s: block r-s-1 goes right, r-s-2 comes in and is
+     * added (rank r finishes block r last); all-gather: the finished blocks
+     * go round */
     if (s < W - 1)
-        send_blk = mod_(r - s - sh, W), recv_blk = mod_(r - s - 1 - sh, W);
+        send_blk = mod_(r - s - 1, W), recv_blk = mod_(r - s - 2, W);
     else
-        send_blk = mod_(r + 1 - (s - (W - 1)) - sh, W), recv_blk = mod_(r - (s - (W - 1)) - sh, W);
+        send_blk = mod_(r - (s - (W - 1)), W), recv_blk = mod_(r - 1 - (s - (W - 1)), W);
     size_t send_off, send_len, recv_off, recv_len;
     span_(c, q, rq, sl, send_blk, &send_off, &send_len);
     span_(c, q, rq, sl, recv_blk, &recv_off, &recv_len);
@@ -160,12 +158,9 @@ static ddp_status_t start_slice_(comm_t *c, comm_req_t *q, int j, int first)
         sl->active = 0;
         return DDP_OK;
     }
-    size_t slice_len = rq->piece * (size_t)c->size; /* W pieces (the last slice: fewer elements) */
     sl->active = 1;
     sl->slice = slice;
     sl->step = rq->step_first;
-    sl->off = slice * slice_len;
-    sl->len = q->count - sl->off < slice_len ? q->count - sl->off : slice_len;
     return post_(c, q, j);
 }
 
@@ -184,7 +179,7 @@ static ddp_status_t advance_(comm_t *c, comm_req_t *q, int j)
         if (!sl->active) return DDP_OK;
         if (sl->step < W - 1) {
             size_t recv_off, recv_len;
-            span_(c, q, rq, sl, mod_(r - sl->step - 1 - rq->shift, W), &recv_off, &recv_len);
+            span_(c, q, rq, sl, mod_(r - sl->step - 2, W), &recv_off, &recv_len);
             sum_accumulate(q->type, q->buf + recv_off * q->esz,
                            rq->recv_scratch + (size_t)j * rq->piece * q->esz, recv_len);
         }
@@ -221,8 +216,6 @@ static ddp_status_t ring_start_(comm_t *c, comm_req_t *q)
     if (!rq) return ddp_fail(DDP_ERR_NOMEM, "out of memory starting a collective");
     q->state = rq;
     int W = c->size;
-    rq->blocks = q->op != COLL_ALLREDUCE;
-    rq->shift = rq->blocks;
     rq->step_first = q->op == COLL_ALLGATHER ? W - 1 : 0;
     rq->step_end = q->op == COLL_REDUCE_SCATTER ? W - 1 : 2 * (W - 1);
     size_t max_piece = g->piece_bytes / q->esz;
@@ -230,8 +223,7 @@ static ddp_status_t ring_start_(comm_t *c, comm_req_t *q)
     /* small buffers: pieces just big enough for one slice */
     size_t need = (q->count + (size_t)W - 1) / (size_t)W;
     rq->piece = need < max_piece ? (need ? need : 1) : max_piece;
-    rq->nslices = rq->blocks ? (need + rq->piece - 1) / rq->piece
-                             : (q->count + rq->piece * W - 1) / (rq->piece * W);
+    rq->nslices = (need + rq->piece - 1) / rq->piece;
     rq->depth = g->depth < (int)rq->nslices ? g->depth : (int)rq->nslices;
     if (rq->depth < 1) rq->depth = 1;
     rq->tagbase = (int)(g->started++ % (uint64_t)g->tag_collectives) * RING_MAXDEPTH;

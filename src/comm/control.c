@@ -144,3 +144,53 @@ ddp_status_t control_allgather(control_t *c, const void *send, void *recv, size_
     int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mpi);
     return done_(rc == MPI_SUCCESS ? DDP_OK : mpi_failed_(c, rc, "MPI_Allgather"));
 }
+
+/* counts and displacements of a v-collective as MPI's ints */
+static ddp_status_t vcounts_(control_t *c, const size_t *counts, int **cnt, int **displ)
+{
+    *cnt = malloc((size_t)c->size * sizeof(int));
+    *displ = malloc((size_t)c->size * sizeof(int));
+    if (!*cnt || !*displ) return ddp_fail(DDP_ERR_NOMEM, "out of memory in a control collective");
+    size_t at = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (counts[r] > INT_MAX || at > INT_MAX)
+            return ddp_fail(DDP_ERR_INTERNAL, "a control collective of %zu floats is too large",
+                            at + counts[r]);
+        (*cnt)[r] = (int)counts[r];
+        (*displ)[r] = (int)at;
+        at += counts[r];
+    }
+    return DDP_OK;
+}
+
+ddp_status_t control_gatherv(control_t *c, const float *send, float *recv, const size_t *counts,
+                             int root, const comm_desc_t *d)
+{
+    note_(c, d, "gather", counts[c->rank] * sizeof(float));
+    int *cnt = NULL, *displ = NULL;
+    ddp_status_t s = vcounts_(c, counts, &cnt, &displ);
+    if (s == DDP_OK) {
+        int rc = MPI_Gatherv(send, cnt[c->rank], MPI_FLOAT, recv, cnt, displ, MPI_FLOAT, root,
+                             c->mpi);
+        if (rc != MPI_SUCCESS) s = mpi_failed_(c, rc, "MPI_Gatherv");
+    }
+    free(cnt);
+    free(displ);
+    return done_(s);
+}
+
+ddp_status_t control_scatterv(control_t *c, const float *send, float *recv, const size_t *counts,
+                              int root, const comm_desc_t *d)
+{
+    note_(c, d, "scatter", counts[c->rank] * sizeof(float));
+    int *cnt = NULL, *displ = NULL;
+    ddp_status_t s = vcounts_(c, counts, &cnt, &displ);
+    if (s == DDP_OK) {
+        int rc = MPI_Scatterv(send, cnt, displ, MPI_FLOAT, recv, cnt[c->rank], MPI_FLOAT, root,
+                              c->mpi);
+        if (rc != MPI_SUCCESS) s = mpi_failed_(c, rc, "MPI_Scatterv");
+    }
+    free(cnt);
+    free(displ);
+    return done_(s);
+}

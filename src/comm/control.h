@@ -73,5 +73,14 @@ ddp_status_t control_bcast(control_t *c, void *buf, size_t bytes, int root, cons
 /* recv holds size * bytes; rank r's `send` lands at recv + r * bytes. */
 ddp_status_t control_allgather(control_t *c, const void *send, void *recv, size_t bytes,
                                const comm_desc_t *d);
+/* Floats of different counts per rank, to or from `root`: rank r's
+ * counts[r] floats are at recv (send) + the counts of the ranks before it
+ * (ZeRO's optimizer shards, zero.h).  send/recv are only read on the root
+ * side that has them (recv: root of the gather; send: root of the
+ * scatter). */
+ddp_status_t control_gatherv(control_t *c, const float *send, float *recv, const size_t *counts,
+                             int root, const comm_desc_t *d);
+ddp_status_t control_scatterv(control_t *c, const float *send, float *recv, const size_t *counts,
+                              int root, const comm_desc_t *d);
 
 #endif

@@ -99,6 +99,12 @@ const ddp_option_t ddp_options[] = {
      "bucket as its all-reduce completes), step (after every bucket's, as DDP then "
      "optimizer.step()); the same weights bit for bit; --clip-grad-norm and --on-nonfinite skip "
      "always update after the step", NULL, OPT_RESUMABLE},
+    {"zero", OPT_INT, OFF(zero), "0", NULL, "STAGE", 0, 2,
+     "ZeRO data parallelism: 0 (every rank holds everything), 1 (each rank keeps the optimizer "
+     "state of its shard of the parameters and updates only that shard; the parameters are "
+     "all-gathered after), 2 (also the reduced gradients: a few bucket-sized gradient slots "
+     "instead of the whole gradient buffer); the same weights bit for bit; docs/zero.md",
+     NULL, OPT_RESUMABLE},
     {"freeze", OPT_STRING, OFF(freeze), "", NULL, "NAMES", 0, 0,
      "parameters not to train, comma-separated (layers.0.weight, or layers.0 for all of a layer)", NULL, 0},
     {"find-unused", OPT_BOOL, OFF(find_unused), "false", NULL, NULL, 0, 0,

@@ -68,6 +68,7 @@ typedef struct ddp_config {
     int grad_compress; /* compress_kind_t */
     int allreduce;     /* allreduce_kind_t: the MPI backend's algorithm */
     int update;        /* update_kind_t: where the optimizer update runs */
+    int64_t zero;      /* --zero: 0, 1 (shard the optimizer state), 2 (and the gradients) */
     char freeze[CONFIG_STR_MAX];
     int find_unused;
     int sync_bn; /* -1 auto: on when world > 1 and the model has bn */

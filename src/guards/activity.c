@@ -97,6 +97,7 @@ static const struct {
     {"shared-memory-check", PLANE_GRADIENT},
     {"barrier", PLANE_GRADIENT},
     {"allreduce-alone", PLANE_GRADIENT}, /* --diagnose: the buckets, no compute */
+    {"parameter-gather", PLANE_GRADIENT}, /* --zero: the updated parameters from their owners */
     /* control plane: control.h */
     {"agreement", PLANE_CONTROL},
     {"broadcast-parameters", PLANE_CONTROL},
@@ -104,6 +105,9 @@ static const struct {
     {"resume", PLANE_CONTROL},
     {"resume-optimizer", PLANE_CONTROL},
     {"checkpoint-bn", PLANE_CONTROL},
+    {"checkpoint-optimizer", PLANE_CONTROL}, /* --zero: the optimizer shards to rank 0 */
+    {"gradient-norm", PLANE_CONTROL},        /* --zero: the pieces of the clipping norm */
+    {"nonfinite-gradients", PLANE_CONTROL},  /* --zero: --on-nonfinite skip's answer */
     {"metrics", PLANE_CONTROL},
     {"summary", PLANE_CONTROL},
     {"evaluation", PLANE_CONTROL},

@@ -355,21 +355,47 @@ static void *dev_alloc_(model_t *m, size_t bytes, ddp_status_t *s, const char *w
 static size_t max_act_(const model_t *m);
 static size_t conv_ws_(const model_t *m);
 
+size_t model_max_bucket(const model_t *m)
+{
+    size_t most = 1;
+    for (int b = 0; b < m->nbuckets; b++)
+        if (m->buckets[b].count > most) most = m->buckets[b].count;
+    return most;
+}
+
+/* gbase: each bucket in its place of the gradient buffer, or in its slot. */
+static ddp_status_t grad_bases_(model_t *m)
+{
+    m->gbase = calloc((size_t)m->nbuckets + 1, sizeof *m->gbase);
+    if (!m->gbase) return ddp_fail(DDP_ERR_NOMEM, "out of memory laying out the gradients");
+    for (int b = 0; b < m->nbuckets; b++)
+        m->gbase[b] = m->grad_slots ? m->grads + (size_t)(b % m->grad_slots) * m->slot_count
+                                    : m->grads + m->buckets[b].offset;
+    m->gbase[m->nbuckets] =
+        m->grads + (m->grad_slots ? (size_t)m->grad_slots * m->slot_count : m->ntrainable);
+    return DDP_OK;
+}
+
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
 {
     ddp_status_t s = DDP_OK;
+    if (m->grad_slots) m->slot_count = model_max_bucket(m);
+    size_t gcount = m->grad_slots ? (size_t)m->grad_slots * m->slot_count +
+                                        (m->nparams - m->ntrainable)
+                                  : m->nparams;
+    m->grad_bytes = gcount * sizeof(float);
     if (mem && mem->alloc) {
         void *p = NULL, *g = NULL;
-        size_t bytes = m->nparams * sizeof(float) + sizeof(float);
-        s = mem->alloc(mem->arg, bytes, &p);
-        if (s == DDP_OK) s = mem->alloc(mem->arg, bytes, &g);
+        s = mem->alloc(mem->arg, m->nparams * sizeof(float) + sizeof(float), &p);
+        if (s == DDP_OK) s = mem->alloc(mem->arg, m->grad_bytes + sizeof(float), &g);
         m->params = p;
         m->grads = g;
         m->mem = *mem;
     } else {
         m->params = dev_alloc_(m, m->nparams * sizeof(float), &s, "parameters");
-        m->grads = dev_alloc_(m, m->nparams * sizeof(float), &s, "gradients");
+        m->grads = dev_alloc_(m, m->grad_bytes, &s, "gradients");
     }
+    if (s == DDP_OK) s = grad_bases_(m);
     m->bufs = dev_alloc_(m, m->nbufs * sizeof(float), &s, "BatchNorm buffers");
     size_t max_act = max_act_(m), ws = conv_ws_(m);
     for (int i = 0; i < m->nlayers && s == DDP_OK; i++) {
@@ -521,6 +547,7 @@ void model_free(model_t *m)
         compute->free(m->conv_ws);
     }
     for (int b = 0; b < m->nbuckets; b++) free(m->buckets[b].tensors);
+    free(m->gbase);
     free(m->buckets);
     free(m->tensors);
     free(m->layers);
@@ -608,7 +635,20 @@ static float *param_(const model_t *m, int t)
 }
 static float *grad_(const model_t *m, int t)
 {
-    return t < 0 ? NULL : m->grads + m->tensors[t].offset;
+    return model_tensor_grad(m, t);
+}
+
+float *model_bucket_grads(const model_t *m, int b)
+{
+    return m->gbase[b];
+}
+
+float *model_tensor_grad(const model_t *m, int id)
+{
+    if (id < 0) return NULL;
+    const tensor_t *T = &m->tensors[id];
+    if (T->bucket >= 0) return m->gbase[T->bucket] + (T->offset - m->buckets[T->bucket].offset);
+    return m->gbase[m->nbuckets] + (T->offset - m->ntrainable);
 }
 static float *buffer_(const model_t *m, int t)
 {
@@ -730,6 +770,8 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
                 in = m->layers[j].y;
                 break;
             }
+        if (ctx->grads_needed && (L->weight >= 0 || L->bias >= 0))
+            DDP_TRY(ctx->grads_needed(ctx->grads_ready_arg, i));
         const float *dy = m->dact[k];
         float *dx = i > lo ? m->dact[1 - k] : NULL;
         size_t count = (size_t)n * act_numel(L->in);

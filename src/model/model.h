@@ -115,6 +115,17 @@ typedef struct model {
     float *dact[2];   /* activation-gradient ping-pong buffers [batch, max act] */
     void *conv_ws;    /* shared convolution workspace */
     model_mem_t mem;  /* how params and grads were allocated (alloc == NULL: backend) */
+    /* Where the gradients are written (model_bucket_grads): by default the
+     * gradient buffer in the parameters' layout; with grad_slots K > 0 (set
+     * before model_alloc: --zero 2) grads holds K slots of slot_count floats
+     * that the buckets cycle through (bucket b in slot b % K), then the
+     * frozen parameters' gradients, and grads + offset means nothing:
+     * whoever writes a slot must be done with the bucket that used it
+     * before (reducer.c). */
+    int grad_slots;
+    size_t slot_count;
+    size_t grad_bytes; /* of the gradient buffer */
+    float **gbase;     /* [nbuckets + 1]: bucket b's first gradient; [nbuckets]: the frozen ones' */
     size_t act_bytes; /* activation memory (for the start-up table) */
     /* for model_ops_wait */
     compute_event_t *ops_done;
@@ -144,6 +155,13 @@ void model_free(model_t *m);
 ddp_status_t model_init_params(model_t *m, uint64_t seed);
 
 int model_find_tensor(const model_t *m, const char *name); /* -1 if absent */
+/* Where bucket b's gradients are: element e of the bucket (from its first)
+ * at model_bucket_grads(m, b)[e]. */
+float *model_bucket_grads(const model_t *m, int b);
+/* Parameter tensor id's gradient (NULL when id < 0). */
+float *model_tensor_grad(const model_t *m, int id);
+/* The largest bucket, in elements. */
+size_t model_max_bucket(const model_t *m);
 int model_has_layer(const model_t *m, layer_kind_t kind);
 
 /* Everything a forward/backward pass needs to know about the step. */
@@ -156,6 +174,9 @@ typedef struct step_ctx {
     int train;       /* 1: batch statistics, dropout; 0: eval mode */
     comm_t *sync_bn; /* non-NULL: SyncBatchNorm over this communicator */
     float grad_beta; /* 0: overwrite parameter gradients, 1: accumulate */
+    /* Called before layer l writes its parameter gradients (reducer hook;
+     * NULL: none). */
+    ddp_status_t (*grads_needed)(void *arg, int layer);
     /* Called after layer l's parameter gradients are final (reducer hook). */
     ddp_status_t (*grads_ready)(void *arg, int layer);
     void *grads_ready_arg;

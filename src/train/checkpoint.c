@@ -586,13 +586,18 @@ ddp_status_t checkpoint_resume_state(checkpoint_t *c, trainer_t *t)
     int64_t have[2] = {c->optim_state[0] != NULL, c->optim_state[1] != NULL};
     ddp_status_t s = control_bcast(t->ctl, have, sizeof have, 0, &d);
     float *host = NULL;
-    if (s == DDP_OK && t->ctl->rank != 0) {
+    if (s == DDP_OK && t->ctl->rank != 0 && !zero_sharded(&t->zero)) {
         host = malloc((m->ntrainable + 1) * sizeof(float));
         s = host ? DDP_OK : ddp_fail(DDP_ERR_NOMEM, "out of memory for the optimizer state");
     }
     s = control_agree(t->ctl, s);
     for (int k = 0; k < 2 && s == DDP_OK; k++) {
         if (!have[k] || !t->opt.state[k]) continue;
+        if (zero_sharded(&t->zero)) { /* each rank its shard, bucket by bucket */
+            s = zero_scatter_state(&t->zero, m, t->ctl, t->ctl->rank == 0 ? c->optim_state[k] : NULL,
+                                   t->opt.state[k]);
+            continue;
+        }
         float *buf = t->ctl->rank == 0 ? c->optim_state[k] : host;
         s = control_bcast(t->ctl, buf, m->ntrainable * sizeof(float), 0, &d);
         if (s == DDP_OK) t->compute->upload(t->opt.state[k], buf, m->ntrainable * sizeof(float));
@@ -667,8 +672,10 @@ static ddp_status_t build_image_(checkpoint_t *c, trainer_t *t, const ckpt_posit
     size_t state_bytes = optim_state_bytes(o);
     size_t local_bytes = local_bn ? (size_t)t->ctl->size * m->nbufs * sizeof(float) : 0;
     hid_t f;
-    DDP_TRY(h5_mem_create(&f, &c->image,
-                          weights_model_bytes(m) + state_bytes + local_bytes + (256 << 10)));
+    ddp_status_t made = h5_mem_create(&f, &c->image,
+                                      weights_model_bytes(m) + state_bytes + local_bytes + (256 << 10));
+    /* --zero: the other ranks wait to lend their state (lend_state_) */
+    if (made != DDP_OK) return zero_sharded(&t->zero) ? control_agree(t->ctl, made) : made;
     weights_meta_t meta = {
         .step = pos->step, .epoch = pos->epoch, .world_size = t->ctl->size, .cfg = cfg};
     ddp_status_t s = weights_write_model(f, m, h);
@@ -697,20 +704,37 @@ static ddp_status_t build_image_(checkpoint_t *c, trainer_t *t, const ckpt_posit
     /* the optimizer: /optimizer/<tensor>/<state>, PyTorch's state names */
     const char *names[2];
     int nstate = optim_state_names((optimizer_kind_t)o->kind, o->momentum, names);
-    if (nstate && !c->state_copy && !(c->state_copy = malloc((m->ntrainable + 1) * sizeof(float))))
+    /* --zero: the state bucket by bucket from its owners, so rank 0 never
+     * holds more of it than one bucket beside the image */
+    int sharded = zero_sharded(&t->zero);
+    size_t copy = sharded ? 2 * model_max_bucket(m) : m->ntrainable;
+    if (nstate && !c->state_copy && !(c->state_copy = malloc((copy + 1) * sizeof(float))))
         s = ddp_fail(DDP_ERR_NOMEM, "out of memory writing a checkpoint");
+    if (sharded) s = control_agree(t->ctl, s); /* the others wait in the gathers */
+    int gathering = sharded && s == DDP_OK;  /* then every gather runs, whatever fails */
     float *state = c->state_copy;
-    for (int k = 0; k < nstate && s == DDP_OK; k++) {
-        t->compute->download(state, o->state[k], m->ntrainable * sizeof(float));
-        for (int i = 0; i < m->ntensors && s == DDP_OK; i++) {
-            const tensor_t *T = &m->tensors[i];
-            if (T->kind != TENSOR_PARAM || T->frozen) continue;
-            char name[TENSOR_NAME_MAX + 48];
-            snprintf(name, sizeof name, "/optimizer/%s/%s", T->name, names[k]);
-            hsize_t dims[4];
-            for (int j = 0; j < T->ndim; j++) dims[j] = (hsize_t)T->shape[j];
-            s = weights_write_dataset(f, name, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, T->ndim, dims,
-                                      state + T->offset, T->numel * sizeof(float));
+    for (int k = 0; k < nstate && (s == DDP_OK || gathering); k++) {
+        if (!sharded && s == DDP_OK)
+            t->compute->download(state, o->state[k], m->ntrainable * sizeof(float));
+        for (int b = 0; b < m->nbuckets; b++) {
+            const bucket_t *B = &m->buckets[b];
+            const float *at = state - B->offset; /* element e of bucket b at at[e + B->offset] */
+            if (sharded) {
+                ddp_status_t g = zero_gather_bucket(&t->zero, m, t->ctl, o->state[k], b, state,
+                                                    state + model_max_bucket(m));
+                if (g != DDP_OK) control_abort(t->ctl, g);
+            } else {
+                at = state;
+            }
+            for (int i = 0; i < B->ntensors && s == DDP_OK; i++) {
+                const tensor_t *T = &m->tensors[B->tensors[i]];
+                char name[TENSOR_NAME_MAX + 48];
+                snprintf(name, sizeof name, "/optimizer/%s/%s", T->name, names[k]);
+                hsize_t dims[4];
+                for (int j = 0; j < T->ndim; j++) dims[j] = (hsize_t)T->shape[j];
+                s = weights_write_dataset(f, name, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, T->ndim, dims,
+                                          at + T->offset, T->numel * sizeof(float));
+            }
         }
     }
     if (s == DDP_OK) {
@@ -879,6 +903,28 @@ static ddp_status_t writer_start_(checkpoint_t *c, trainer_t *t, const char *pat
     return DDP_OK;
 }
 
+/* --zero, the ranks other than 0: their shards of the optimizer state to
+ * rank 0, in build_image_'s order (state, then bucket). */
+static ddp_status_t lend_state_(checkpoint_t *c, trainer_t *t)
+{
+    const model_t *m = &t->model;
+    const optim_t *o = &t->opt;
+    const char *names[2];
+    int nstate = optim_state_names((optimizer_kind_t)o->kind, o->momentum, names);
+    if (nstate && !c->state_copy)
+        c->state_copy = malloc((model_max_bucket(m) + 1) * sizeof(float));
+    DDP_TRY(control_agree(t->ctl, !nstate || c->state_copy
+                                      ? DDP_OK
+                                      : ddp_fail(DDP_ERR_NOMEM, "out of memory writing a checkpoint")));
+    for (int k = 0; k < nstate; k++)
+        for (int b = 0; b < m->nbuckets; b++) {
+            ddp_status_t g =
+                zero_gather_bucket(&t->zero, m, t->ctl, o->state[k], b, NULL, c->state_copy);
+            if (g != DDP_OK) control_abort(t->ctl, g);
+        }
+    return DDP_OK;
+}
+
 ddp_status_t checkpoint_write(checkpoint_t *c, trainer_t *t, const ckpt_position_t *pos)
 {
     const model_t *m = &t->model;
@@ -902,6 +948,7 @@ ddp_status_t checkpoint_write(checkpoint_t *c, trainer_t *t, const ckpt_position
             t->compute->download(h->bufs, m->bufs, m->nbufs * sizeof(float));
         s = bn_for_file_(t, h->bufs, &local);
     }
+    if (s == DDP_OK && t->ctl->rank != 0 && zero_sharded(&t->zero)) s = lend_state_(c, t);
     if (s == DDP_OK && t->ctl->rank == 0) {
         char path[4200];
         ckpt_path_(t->cfg->ckpt_dir, pos->step, path, sizeof path);

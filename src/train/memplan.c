@@ -77,6 +77,15 @@ static size_t host_data_bytes_(const trainer_t *t)
     return batch_bytes_(t) * (size_t)(t->cfg->prefetch + 2);
 }
 
+size_t memplan_grad_bytes(const trainer_t *t)
+{
+    const model_t *m = &t->model;
+    if (!t->zero.slots) return m->nparams * sizeof(float) + sizeof(float);
+    return ((size_t)t->zero.slots * model_max_bucket(m) + (m->nparams - m->ntrainable) +
+            t->zero.shard_count + 2) *
+           sizeof(float);
+}
+
 /* All batch buffers: those and the device batches (TRAINER_DEVICE_BATCHES,
  * step.h). */
 size_t memplan_data_bytes(const trainer_t *t)
@@ -128,17 +137,26 @@ static mem_plan_t mem_plan_(const trainer_t *t)
     const char *names[2];
     size_t nstate = (size_t)optim_state_names(cfg->optimizer, cfg->momentum, names);
     size_t params = m->nparams * sizeof(float) + sizeof(float);
-    size_t state = m->ntrainable * sizeof(float) + sizeof(float);
-    mem_plan_t p = {.comm = 2 * params + nstate * state, .ncomm = 2 + (int)nstate};
+    size_t full_state = m->ntrainable * sizeof(float) + sizeof(float);
+    /* --zero 1|2: the state of this rank's shard, in the compute backend's
+     * memory (not the plane's: no collective copies it) */
+    int sharded = zero_sharded(&t->zero);
+    size_t state = sharded ? t->zero.shard_count * sizeof(float) + sizeof(float) : full_state;
+    size_t grads = memplan_grad_bytes(t);
+    mem_plan_t p = {.comm = params + grads + (sharded ? 0 : nstate * state),
+                    .ncomm = 2 + (sharded ? 0 : (int)nstate)};
     if (cfg->grad_compress) {
         p.comm += m->ntrainable * sizeof(uint16_t) + 2;
         p.ncomm++;
     }
-    /* rank 0's start-up broadcast copy; checkpoints keep a snapshot; rank 0's
-     * images of the files it writes */
-    size_t copy = params + m->nbufs * sizeof(float) + nstate * state;
-    copy += files_bytes_(t, nstate * state);
-    p.resident = p.comm + m->nbufs * sizeof(float) + model_act_bytes(m) + memplan_data_bytes(t) + copy;
+    /* rank 0's start-up broadcast copy; checkpoints keep a snapshot (under
+     * --zero: of one bucket at a time); rank 0's images of the files it
+     * writes (the whole state, gathered) */
+    size_t copy = params + m->nbufs * sizeof(float) +
+                  nstate * (sharded ? 2 * model_max_bucket(m) * sizeof(float) : state);
+    copy += files_bytes_(t, nstate * full_state);
+    p.resident = p.comm + (sharded ? nstate * state : 0) + m->nbufs * sizeof(float) +
+                 model_act_bytes(m) + memplan_data_bytes(t) + copy;
     /* device memory: the host holds the batches and the start-up copy only */
     if (t->compute->mem_kind == DDP_MEM_DEVICE) p.resident = host_data_bytes_(t) + copy;
     /* the first BLAS call maps its work buffer; the loader thread and the

@@ -41,6 +41,11 @@ model_mem_t memplan_plane_memory(trainer_t *t);
  * registered with the comm backend, and deregistered at the teardown. */
 ddp_status_t memplan_register_model(trainer_t *t);
 void memplan_deregister_model(trainer_t *t);
+/* Bytes of a rank's gradients: the gradient buffer, or under --zero 2 its
+ * slots, the frozen parameters' gradients and the shard's reduced
+ * gradients (zero.h); known from the layout and the plan, before
+ * model_alloc. */
+size_t memplan_grad_bytes(const trainer_t *t);
 /* Bytes of every batch buffer of a rank (host and device), for the table. */
 size_t memplan_data_bytes(const trainer_t *t);
 

@@ -151,11 +151,16 @@ static void loss_(void *arg, trainer_t *t, int j)
 
 /* skip mode: the all-reduced gradients [0, ntrainable) are all finite.
  * They are bit-identical on every rank (a NaN on one rank is a NaN in the
- * sum), so every rank reaches the same answer without a collective. */
+ * sum), so every rank reaches the same answer without a collective; under
+ * --zero each rank holds its blocks' sums only, and the ranks agree on the
+ * answer (zero_grads_finite). */
 static int update_ok_(void *arg, trainer_t *t)
 {
     (void)arg;
-    return t->compute->all_finite(t->model.ntrainable, t->model.grads);
+    int ok = 0;
+    ddp_status_t s = zero_grads_finite(&t->zero, &t->model, t->ctl, &ok);
+    if (s != DDP_OK) control_abort(t->ctl, s);
+    return ok;
 }
 
 const char *nonfinite_value_name(double x)

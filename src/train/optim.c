@@ -26,7 +26,7 @@ optim_opts_t optim_opts_from_config(const ddp_config_t *cfg, int64_t total_steps
 }
 
 ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
-                        const model_mem_t *mem)
+                        const model_mem_t *mem, const zero_plan_t *zero)
 {
     memset(o, 0, sizeof *o);
     o->compute = m->compute;
@@ -46,12 +46,14 @@ ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
     o->total_steps = opts->total_steps;
     o->whole_step = opts->whole_step;
     o->count = m->ntrainable;
+    o->zero = zero && zero_sharded(zero) ? zero : NULL;
+    o->state_count = o->zero ? o->zero->shard_count : o->count;
     const char *names[2];
     int nstate = optim_state_names(o->kind, o->momentum, names);
     if (mem && mem->alloc) o->mem = *mem;
     for (int i = 0; i < nstate; i++) {
-        size_t bytes = o->count * sizeof(float) + sizeof(float);
-        if (o->mem.alloc) {
+        size_t bytes = o->state_count * sizeof(float) + sizeof(float);
+        if (o->mem.alloc && !o->zero) {
             void *p = NULL;
             ddp_status_t s = o->mem.alloc(o->mem.arg, bytes, &p);
             o->state[i] = p;
@@ -65,7 +67,7 @@ ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
         if (!o->state[i]) {
             optim_free(o);
             return ddp_fail(DDP_ERR_NOMEM, "out of memory for the optimizer state (%zu bytes)",
-                            o->count * sizeof(float));
+                            o->state_count * sizeof(float));
         }
     }
     return DDP_OK;
@@ -75,7 +77,7 @@ void optim_free(optim_t *o)
 {
     for (int i = 0; i < 2; i++) {
         if (!o->state[i]) continue;
-        if (o->mem.alloc)
+        if (o->mem.alloc && !o->zero)
             o->mem.free(o->mem.arg, o->state[i]);
         else
             o->compute->free(o->state[i]);
@@ -99,7 +101,8 @@ int optim_state_names(optimizer_kind_t kind, double momentum, const char **names
 
 size_t optim_state_bytes(const optim_t *o)
 {
-    return (size_t)((o->state[0] != NULL) + (o->state[1] != NULL)) * o->count * sizeof(float);
+    return (size_t)((o->state[0] != NULL) + (o->state[1] != NULL)) * o->state_count *
+           sizeof(float);
 }
 
 double optim_lr(const optim_t *o, int64_t step)
@@ -118,24 +121,28 @@ double optim_lr(const optim_t *o, int64_t step)
     }
 }
 
-ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm)
+ddp_status_t optim_step(optim_t *o, model_t *m, double norm)
 {
-    const compute_ops_t *compute = o->compute;
-    *grad_norm = -1;
     if (o->clip > 0) {
-        double norm = sqrt(compute->sumsq(o->count, m->grads));
-        *grad_norm = norm;
         if (!isfinite(norm))
             return ddp_fail(DDP_ERR_NUMERIC,
                             "the gradient norm is %g at step %lld: " DDP_DIVERGED_ADVICE, norm,
                             (long long)o->step_count);
         /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), if < 1 */
         double coef = o->clip / (norm + 1e-6);
-        if (coef < 1) compute->scale(o->count, m->grads, (float)coef);
+        if (coef < 1) {
+            zero_plan_t whole = {.stage = 0};
+            zero_grad_scale(o->zero ? o->zero : &whole, m, (float)coef);
+        }
     }
     optim_begin(o);
-    optim_apply(o, m, 0, o->count);
-    return DDP_OK;
+    if (!o->zero) {
+        optim_apply(o, m, 0, o->count);
+    } else {
+        for (int b = 0; b < m->nbuckets; b++)
+            if (o->zero->n[b]) optim_apply(o, m, m->buckets[b].offset + o->zero->first[b], o->zero->n[b]);
+    }
+    return o->error;
 }
 
 int optim_can_apply_per_bucket(const optim_t *o)
@@ -163,9 +170,19 @@ void optim_apply(optim_t *o, model_t *m, size_t offset, size_t count)
     const compute_ops_t *compute = o->compute;
     float *p = m->params + offset;
     const float *g = m->grads + offset;
-    float *s0 = o->state[0] ? o->state[0] + offset : NULL;
+    size_t at = offset; /* of the state */
+    if (o->zero) {
+        ddp_status_t s = zero_shard_offset(o->zero, m, offset, count, &at);
+        if (s != DDP_OK) {
+            if (o->error == DDP_OK) o->error = s;
+            return;
+        }
+        /* --zero 2: the reduced gradients of the shard, in the shard's order */
+        if (o->zero->slots) g = o->zero->shard_grads + at;
+    }
+    float *s0 = o->state[0] ? o->state[0] + at : NULL;
     if (o->kind == OPTIM_ADAMW)
-        compute->adamw_step(count, p, g, s0, o->state[1] + offset, o->cur_lr, (float)o->beta1,
+        compute->adamw_step(count, p, g, s0, o->state[1] + at, o->cur_lr, (float)o->beta1,
                             (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->step_count);
     else
         compute->sgd_step(count, p, g, s0, o->cur_lr, (float)o->momentum, o->nesterov,

@@ -2,7 +2,9 @@
  *
  * The optimizer state (SGD momentum, AdamW moments) has the layout of the
  * parameter buffer, so one step is one loop over the trainable range
- * [0, ntrainable); it runs locally on every rank on identical inputs. */
+ * [0, ntrainable); it runs locally on every rank on identical inputs.
+ * Under --zero 1|2 (zero.h) a rank keeps the state of its shard only, in
+ * the shard's order, and updates only the blocks it owns. */
 #ifndef DDP_OPTIM_H
 #define DDP_OPTIM_H
 
@@ -11,6 +13,7 @@
 #include "config.h"
 #include "model.h"
 #include "status.h"
+#include "zero.h"
 
 /* What an optimizer is (from the options; config.h names the kinds). */
 typedef struct optim_opts {
@@ -36,6 +39,9 @@ typedef struct optim {
     int whole_step; /* optim_opts_t.whole_step */
     int64_t warmup, step_size, total_steps;
     size_t count;       /* trainable floats */
+    const zero_plan_t *zero; /* sharded (zero_sharded): the state holds this rank's shard */
+    size_t state_count;      /* floats per state buffer: count, or the shard's */
+    ddp_status_t error;      /* sticky: an optim_apply range outside the shard (a bug) */
     float *state[2];    /* SGD: momentum buffer; AdamW: m, v (device) */
     model_mem_t mem;    /* where the state came from (alloc == NULL: backend) */
     int64_t step_count; /* optimizer steps taken (begun) */
@@ -46,9 +52,11 @@ typedef struct optim {
 optim_opts_t optim_opts_from_config(const ddp_config_t *cfg, int64_t total_steps);
 
 /* The state buffers come from `mem` when given (the comm backend's memory,
- * so an all-reduce can update them in place), else from the backend. */
+ * so an all-reduce can update them in place), else from the backend.
+ * zero: the shard plan (kept, not copied; NULL or not sharded: the whole
+ * trainable range on this rank). */
 ddp_status_t optim_init(optim_t *o, const optim_opts_t *opts, const model_t *m,
-                        const model_mem_t *mem);
+                        const model_mem_t *mem, const zero_plan_t *zero);
 void optim_free(optim_t *o);
 /* The names of the state buffers an optimizer of this kind keeps, in the
  * order of optim_t.state (PyTorch's names: momentum_buffer; exp_avg,
@@ -58,10 +66,10 @@ int optim_state_names(optimizer_kind_t kind, double momentum, const char **names
 size_t optim_state_bytes(const optim_t *o);
 /* Learning rate of step `step` (0-based), after warm-up and schedule. */
 double optim_lr(const optim_t *o, int64_t step);
-/* Clip (if configured), then update the parameters from the gradients.
- * *grad_norm receives the global gradient norm before clipping (or -1 when
- * it was not computed). */
-ddp_status_t optim_step(optim_t *o, model_t *m, double *grad_norm);
+/* Clip (if configured) to the global gradient norm `norm` (zero_grad_norm;
+ * read only with clipping), then update the parameters from the gradients:
+ * every trainable element, or when sharded the blocks this rank owns. */
+ddp_status_t optim_step(optim_t *o, model_t *m, double norm);
 
 /* The same step in pieces, so each gradient bucket is applied as soon as it
  * is final (while its gradients are still in cache): optim_begin once per

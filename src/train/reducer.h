@@ -27,6 +27,12 @@
  *        (reducer_apply_t, optim_apply) of each bucket the all-reduce did not
  *        already update.
  *
+ * Under --zero 1|2 (zero.h) a bucket is reduce-scattered instead, and the
+ * update of this rank's block runs inside it (or after it, with
+ * compression); reducer_finish then all-gathers each bucket's parameters as
+ * soon as its reduce-scatter is waited for, in bucket order on every rank
+ * (collectives start in the same order everywhere), and waits for them.
+ *
  * So the optimizer runs inside the comm layer's progress, inside backward,
  * by design: each bucket is updated while its gradients are still in cache.
  * Without an update hook (gradient clipping needs every gradient first) the
@@ -41,6 +47,7 @@
 #include "comm.h"
 #include "model.h"
 #include "status.h"
+#include "zero.h"
 
 typedef struct reducer reducer_t;
 
@@ -67,6 +74,13 @@ typedef struct reducer_opts {
     /* Where the 16-bit bucket copy comes from (registered with the comm
      * backend by it); NULL: comm_mem_alloc. */
     const model_mem_t *mem;
+    /* --zero 1|2 (zero.h; NULL or not sharded: all-reduce): each bucket is
+     * reduce-scattered, this rank's block updated (apply, fused into the
+     * reduce-scatter where it can), and the bucket's parameters all-gathered
+     * (params: the parameter buffer) before reducer_finish returns; without
+     * apply the trainer updates its blocks and calls reducer_gather_params. */
+    const zero_plan_t *zero;
+    float *params;
 } reducer_opts_t;
 
 typedef struct reducer_stats {
@@ -85,12 +99,23 @@ void reducer_free(reducer_t *r);
  * (the first K-1 of --accum K accumulate locally and communicate nothing);
  * sync: all-reduce the final micro-batch (0 for --no-sync or one rank). */
 void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_beta);
+/* The backward hook before a layer writes its parameter gradients
+ * (step_ctx.grads_needed): with --zero 2's gradient slots, the buckets that
+ * used the slots its buckets are about to write are finished with first
+ * (their reduce-scatter waited for, this rank's block moved into the
+ * shard, updated, its parameters' all-gather started).  Nothing to do
+ * otherwise. */
+ddp_status_t reducer_layer_begin(void *reducer, int layer);
 /* The backward hook (step_ctx.grads_ready): layer's gradients are final. */
 ddp_status_t reducer_layer_ready(void *reducer, int layer);
 /* After backward: handle parameters that got no gradient (error, or zero
  * gradient with --find-unused), wait for every bucket, decompress, run the
  * update of every bucket whose all-reduce did not run it. */
 ddp_status_t reducer_finish(reducer_t *r);
+/* --zero without a per-bucket update: after the trainer updated its blocks,
+ * every bucket's parameters from their owners (all-gather), waited for.
+ * Nothing to do when not sharded. */
+ddp_status_t reducer_gather_params(reducer_t *r);
 
 void reducer_get_stats(const reducer_t *r, reducer_stats_t *s);
 

@@ -34,7 +34,8 @@ static int rtensors_(const trainer_t *t, rtensor_t *list)
         n++;
     }
     for (int k = 0; k < 2; k++) {
-        if (!t->opt.state[k]) continue;
+        /* --zero: one copy of each element of the state, nothing to compare */
+        if (!t->opt.state[k] || zero_sharded(&t->zero)) continue;
         for (int i = 0; i < m->ntensors; i++) {
             if (m->tensors[i].kind != TENSOR_PARAM || m->tensors[i].frozen) continue;
             if (list) list[n] = (rtensor_t){i, k};
@@ -223,6 +224,12 @@ static ddp_status_t find_tensor_(trainer_t *t, const char *name, float **p)
                         "STATE:TENSOR (e.g. %s:layers.0.weight)",
                         name, k >= 0 ? "trainable parameter" : "parameter or BN statistic",
                         nstate ? names[0] : "exp_avg");
+    if (k >= 0 && zero_sharded(&t->zero))
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--inject bitflip:...:%s: under --zero %d the optimizer state is sharded "
+                        "(one copy of each element, on the rank that owns it) and the replica "
+                        "check does not compare it; flip a parameter or a BN statistic instead",
+                        name, t->zero.stage);
     if (p) {
         float *base = k >= 0 ? t->opt.state[k] : T->kind == TENSOR_PARAM ? m->params : m->bufs;
         *p = base + T->offset;

@@ -11,6 +11,11 @@
  *   <state>:layers.<i>.weight ...     optimizer state of each trainable
  *                                     parameter: momentum_buffer (SGD with
  *                                     momentum), exp_avg, exp_avg_sq (AdamW)
+ * Under --zero 1|2 the optimizer state is sharded: each element has one
+ * copy, on the rank that owns it, so there is nothing to compare it with
+ * and the check leaves it out (the start-up table says so); a corrupted
+ * shard shows in the parameters it updates, which are compared after
+ * their all-gather.
  */
 #ifndef DDP_REPLICAS_H
 #define DDP_REPLICAS_H

@@ -63,6 +63,8 @@ static ddp_status_t build_model_(trainer_t *t)
     DDP_TRY(model_layout(&t->model, &mo, t->compute));
     t->have_model = 1;
     const model_t *m = &t->model;
+    DDP_TRY(zero_plan_init(&t->zero, m, (int)cfg->zero, t->comm.rank, t->comm.size, cfg->accum));
+    t->model.grad_slots = t->zero.slots; /* --zero 2: model_alloc makes slots */
     DDP_TRY(memplan_check(t));
     if (t->loss.kind == LOSS_XENT) {
         DDP_TRY(deck_check_classes(d, m->outputs));
@@ -88,6 +90,12 @@ static ddp_status_t alloc_model_(run_t *r)
     const ddp_config_t *cfg = t->cfg;
     model_mem_t gm = memplan_plane_memory(t);
     DDP_TRY(model_alloc(&t->model, &gm));
+    if (t->zero.slots) { /* --zero 2: the reduced gradients of the shard */
+        t->zero.shard_grads = t->compute->alloc((t->zero.shard_count + 1) * sizeof(float));
+        if (!t->zero.shard_grads)
+            return trainer_compute_failure(
+                t, ddp_fail(DDP_ERR_NOMEM, "out of memory for the gradients of this rank's shard"));
+    }
     DDP_TRY(memplan_register_model(t));
     t->registered_model = 1;
     DDP_TRY(model_init_params(&t->model, (uint64_t)cfg->seed));
@@ -242,7 +250,7 @@ static ddp_status_t optimizer_and_reducer_(trainer_t *t)
     const ddp_config_t *cfg = t->cfg;
     model_mem_t mem = memplan_plane_memory(t);
     optim_opts_t oo = optim_opts_from_config(cfg, t->total_steps);
-    DDP_TRY(optim_init(&t->opt, &oo, &t->model, &mem));
+    DDP_TRY(optim_init(&t->opt, &oo, &t->model, &mem, &t->zero));
     /* without clipping the optimizer runs bucket by bucket inside the
      * reducer, as each bucket's gradients become final (reducer.h), fused
      * into the all-reduce unless --update says otherwise */
@@ -252,7 +260,9 @@ static ddp_status_t optimizer_and_reducer_(trainer_t *t)
                          .find_unused = cfg->find_unused,
                          .apply = trainer_update_per_bucket(t) ? &apply : NULL,
                          .fuse = cfg->update == UPDATE_FUSED,
-                         .mem = &mem};
+                         .mem = &mem,
+                         .zero = &t->zero,
+                         .params = t->model.params};
     return reducer_init(&t->reducer, &t->model, &t->comm, &ro);
 }
 
@@ -300,6 +310,8 @@ void startup_teardown(run_t *r)
     metrics_free(&r->metrics);
     reducer_free(t->reducer);
     optim_free(&t->opt);
+    if (t->zero.shard_grads) t->compute->free(t->zero.shard_grads);
+    zero_plan_free(&t->zero);
     if (t->have_model) {
         const compute_ops_t *compute = t->compute;
         for (int i = 0; i < TRAINER_DEVICE_BATCHES; i++) {

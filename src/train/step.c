@@ -141,6 +141,7 @@ ddp_status_t trainer_step(trainer_t *t, const step_watch_t *watch, int64_t epoch
             .train = 1,
             .sync_bn = t->sync_bn ? &t->comm : NULL,
             .grad_beta = j == 0 ? 0.0f : 1.0f,
+            .grads_needed = reducer_layer_begin,
             .grads_ready = reducer_layer_ready,
             .grads_ready_arg = t->reducer,
         };
@@ -166,11 +167,14 @@ ddp_status_t trainer_step(trainer_t *t, const step_watch_t *watch, int64_t epoch
         res->skipped = 1;
         return DDP_OK;
     }
-    double grad_norm;
-    ddp_status_t s = optim_step(&t->opt, m, &grad_norm);
-    /* computed only with clipping (the norm costs a pass over the gradients) */
-    res->grad_norm = grad_norm >= 0 ? grad_norm : NAN;
-    return s;
+    /* computed only with clipping (the norm costs a pass over the gradients),
+     * in the same pieces at every --zero stage (zero_grad_norm) */
+    double grad_norm = NAN;
+    if (t->opt.clip > 0) DDP_TRY(zero_grad_norm(&t->zero, m, t->ctl, &grad_norm));
+    res->grad_norm = grad_norm;
+    DDP_TRY(optim_step(&t->opt, m, grad_norm));
+    /* --zero: each rank updated its blocks; the parameters from their owners */
+    return reducer_gather_params(t->reducer);
 }
 
 int trainer_update_per_bucket(const trainer_t *t)

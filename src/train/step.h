@@ -44,6 +44,7 @@
 #include "optim.h"
 #include "reducer.h"
 #include "sampler.h"
+#include "zero.h"
 
 /* One batch in the compute backend's memory, sized for --batch samples.
  * The trainer has TRAINER_DEVICE_BATCHES of them and uploads each
@@ -87,6 +88,7 @@ typedef struct trainer {
     model_t model;
     int have_model;
     optim_t opt;
+    zero_plan_t zero; /* --zero: this rank's shard (zero.h); its plan describes the blocks at stage 0 too */
     reducer_t *reducer;
     int sync; /* steps all-reduce their gradients: --sync (--diagnose turns it off for a mode) */
     sampler_t sampler;

@@ -5,12 +5,39 @@
 #include <string.h>
 
 #include "log.h"
+#include "memplan.h"
 #include "memlimit.h"
 #include "version.h"
 
 static double mib_(size_t bytes)
 {
     return (double)bytes / (1024.0 * 1024.0);
+}
+
+/* --zero: the plan, and what it leaves out. */
+static void zero_line_(const trainer_t *t)
+{
+    const zero_plan_t *z = &t->zero;
+    const model_t *m = &t->model;
+    if (!zero_sharded(z)) {
+        log_info("  zero         stage %d with one rank: nothing to shard", z->stage);
+        return;
+    }
+    char grads[160];
+    if (z->stage < 2)
+        snprintf(grads, sizeof grads, "gradients whole");
+    else if (z->slots)
+        snprintf(grads, sizeof grads, "reduced gradients of the shard, %d gradient slots of %.2f MiB",
+                 z->slots, mib_(model_max_bucket(m) * sizeof(float)));
+    else
+        snprintf(grads, sizeof grads,
+                 "gradients whole: --accum %lld accumulates every gradient before the one "
+                 "reduction (stage 2 saves gradient memory at --accum 1)",
+                 (long long)t->cfg->accum);
+    log_info("  zero         stage %d: optimizer state of %zu of %zu trainable elements on this "
+             "rank (%d ranks, at most %zu each, one block of each of the %d buckets), %s; "
+             "--check-replicas compares the parameters, not the sharded state",
+             z->stage, z->shard_count, m->ntrainable, z->size, z->max_shard, m->nbuckets, grads);
 }
 
 void table_print(const run_t *run)
@@ -23,7 +50,7 @@ void table_print(const run_t *run)
     reducer_stats_t rs;
     reducer_get_stats(t->reducer, &rs);
     size_t pbytes = m->nparams * sizeof(float) + m->nbufs * sizeof(float);
-    size_t gbytes = m->nparams * sizeof(float);
+    size_t gbytes = memplan_grad_bytes(t);
     size_t obytes = optim_state_bytes(&t->opt) + rs.scratch_bytes;
     log_info("ddptrain %s: %d rank%s on %d node%s (%d per node), device %s, comm %s%s",
              ddp_version(), t->comm.size, t->comm.size > 1 ? "s" : "", t->comm.nnodes,
@@ -108,6 +135,7 @@ void table_print(const run_t *run)
     log_info("  batchnorm    %s", !model_has_layer(m, LAYER_BN) ? "none in the model"
                                   : t->sync_bn ? "SyncBatchNorm (statistics over all ranks)"
                                                : "local statistics per rank");
+    if (cfg->zero > 0) zero_line_(t);
     log_info("  memory/rank  params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations "
              "%.1f MiB, data %.1f MiB = %.1f MiB",
              mib_(pbytes), mib_(gbytes), mib_(obytes), mib_(m->act_bytes), mib_(t->data_bytes),

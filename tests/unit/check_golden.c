@@ -210,12 +210,11 @@ static void five_steps_(const char *file, const char *opt)
     H5Gclose(g);
     optim_t o;
     optim_opts_t oo = optim_opts_from_config(&cfg, 5);
-    ck_assert_int_eq(optim_init(&o, &oo, &m, NULL), DDP_OK);
+    ck_assert_int_eq(optim_init(&o, &oo, &m, NULL, NULL), DDP_OK);
     for (int s = 0; s < 5; s++) {
         const float *out;
-        double norm;
         fwd_bwd_(&fx, &m, &out);
-        ck_assert_int_eq(optim_step(&o, &m, &norm), DDP_OK);
+        ck_assert_int_eq(optim_step(&o, &m, 0), DDP_OK); /* no clipping: the norm is not read */
     }
     snprintf(group, sizeof group, "/%s/step5", opt);
     compare_group_(&fx, &m, group, 0, strcmp(opt, "adamw") == 0 ? 2 * 5 * cfg.lr : 0);
