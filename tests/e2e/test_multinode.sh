@@ -10,7 +10,8 @@
 #     node (shared memory), and with SyncBN and dropout match 1 rank with
 #     the global batch (relative difference <= 1e-5);
 #   - 4 ranks on 2 nodes (2 per node) keep identical replicas after every
-#     step and match 1 rank with the global batch;
+#     step and match 1 rank with the global batch, and so do --zero 1 and
+#     --zero 2 there, bit for bit;
 #   - a bit flipped in one rank's parameters or optimizer state (--inject
 #     bitflip) is named by --check-replicas with the rank, its host and the
 #     tensor, exit code 6 (the replica check on the ring path);
@@ -97,6 +98,16 @@ grep -q "4 ranks on 2 nodes (2 per node)" "$T/o" || { cat "$T/o"; fail "4 ranks:
 "$WEIGHTS_CMP" "$T/nodes4.h5" "$T/one.h5" 1e-5 >"$T/cmp" \
   || { cat "$T/cmp"; fail "4 ranks on 2 nodes vs 1 rank with the global batch"; }
 echo "2 nodes x 2 ranks vs 1 rank: $(tail -n 1 "$T/cmp")"
+# ZeRO across the nodes (the ring's reduce-scatter and all-gather): the
+# same bits as --zero 0, replicas of the parameters identical every step
+for z in 1 2; do
+  run_nodes 2 "$DDPTRAIN" "$T/d.h5" $common --batch 8 --check-replicas 1 --zero $z \
+    --save "$T/nodes4z$z.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "4 ranks on 2 nodes, --zero $z"; }
+  grep -q "zero         stage $z: optimizer state of" "$T/o" || { cat "$T/o"; fail "--zero $z: no plan"; }
+  "$WEIGHTS_CMP" "$T/nodes4z$z.h5" "$T/nodes4.h5" 0 >"$T/cmp" \
+    || { cat "$T/cmp"; fail "4 ranks on 2 nodes: --zero $z is not --zero 0 bit for bit"; }
+done
+echo "2 nodes x 2 ranks: --zero 1 and 2 = --zero 0, bit for bit"
 
 # a flipped bit on the ring path: in rank 3's first parameter (4 ranks, node
 # b holds ranks 1 and 3), and in rank 1's SGD momentum (2 ranks)

@@ -1,0 +1,129 @@
+#!/bin/sh
+# test_zero.sh -- ZeRO (--zero 1|2): each rank keeps the optimizer state
+# (and at stage 2 the reduced gradients) of its shard only, and training
+# gives the weights of --zero 0 bit for bit.
+#  (a) np=2, 3 (shards of unequal size) and 4 (oversubscribed), AdamW with
+#      SyncBN and dropout, 4 buckets: --zero 1 and --zero 2 save the bits of
+#      --zero 0, on node-shared memory (auto) and on the ring; and the
+#      start-up table shows the plan (the shard, the slots);
+#  (b) np=3 --zero 2 matches np=1 with the global batch within 1e-5 (the
+#      absolute reference: a bug both stages shared would show here);
+#  (c) the same bits with --accum 2, --clip-grad-norm (the global norm over
+#      the shards), --grad-compress bf16, --update bucket and step,
+#      --freeze, uneven last batches (--no-drop-last: a rank without
+#      samples), and --on-nonfinite skip of an injected NaN;
+#  (d) a checkpoint of --zero 2 at np=3 holds the optimizer state of --zero 0
+#      (every dataset equal), resumes at --zero 0 to the bits of a run
+#      without the interruption, and at np=2 --zero 1 to within 1e-5;
+#  (e) --check-replicas compares the parameters under --zero (a flipped
+#      parameter bit is named, exit 6); flipping the sharded state is refused
+#      at start-up with one line (exit 2);
+#  (f) the emulated GPU path (--device cuda, NCCL's reduce-scatter and
+#      all-gather on the emulation): --zero 1 and 2 give --zero 0's bits at
+#      np=2 and 3.
+. ./testenv.sh || exit 99
+set -u
+ddp_tmpdir
+"$DDPPREP" synthetic --classes 6 --features 24 --samples 1200 --seed 3 -o "$T/d.h5" >/dev/null \
+  || fail "ddptrain-prep synthetic"
+common="--steps 12 --log-every 0 --eval-every 0 --seed 11 --weight-decay 1e-4 \
+  --model linear:48,relu,bn,dropout:0.25,linear:32,gelu,bn,linear:auto \
+  --bucket-cap-mb 0.004 --first-bucket-mb 0.002"
+adamw="--optimizer adamw --lr 0.003"
+sgd="--optimizer sgd --momentum 0.9 --lr 0.05"
+
+# run NP NAME OPTIONS...: train, save $T/NAME.h5, log in $T/NAME.log
+run() {
+  _np=$1 _name=$2; shift 2
+  mpirun_np "$_np" "$DDPTRAIN" "$T/d.h5" $common --save "$T/$_name.h5" "$@" >"$T/$_name.log" 2>&1 \
+    || { cat "$T/$_name.log"; fail "$_name: np=$_np $*"; }
+}
+# same A B WHAT: the saved weights of A and B are bit-identical
+same() {
+  "$WEIGHTS_CMP" "$T/$2.h5" "$T/$1.h5" 0 >"$T/cmp" || { cat "$T/cmp"; fail "$3: not the bits of $1"; }
+}
+# stages NP NAME OPTIONS...: --zero 0, 1, 2; 1 and 2 give the bits of 0
+stages() {
+  _snp=$1 _sname=$2; shift 2
+  for z in 0 1 2; do run "$_snp" "$_sname-z$z" "$@" --zero $z; done
+  same "$_sname-z0" "$_sname-z1" "$_sname np=$_snp --zero 1"
+  same "$_sname-z0" "$_sname-z2" "$_sname np=$_snp --zero 2"
+  echo "$_sname np=$_snp: --zero 1 and 2 = --zero 0, bit for bit"
+}
+
+# (a) world sizes and algorithms
+for np in 2 3 4; do
+  for algo in auto ring; do stages $np "a$np$algo" $adamw --batch $((24 / np)) --allreduce $algo; done
+done
+# the run was not trivially equal: 12 steps moved the weights
+run 1 early $adamw --batch 24 --steps 1
+"$WEIGHTS_CMP" "$T/early.h5" "$T/a3auto-z0.h5" 1e-3 >/dev/null && fail "12 steps did not change the weights"
+grep -q "zero         stage 2: optimizer state of 1042 of 3126 trainable elements on this rank (3 ranks, at most 1042 each, one block of each of the 4 buckets), reduced gradients of the shard, 2 gradient slots" \
+  "$T/a3auto-z2.log" || { cat "$T/a3auto-z2.log"; fail "np=3 --zero 2: the start-up table lacks the plan"; }
+grep -q "zero         stage 1: .*, gradients whole" "$T/a4ring-z1.log" \
+  || { cat "$T/a4ring-z1.log"; fail "np=4 --zero 1: the start-up table lacks the plan"; }
+grep -q "SyncBatchNorm" "$T/a2auto-z2.log" || fail "np=2 did not use SyncBatchNorm"
+
+# (b) np=3 --zero 2 vs one rank with the global batch
+run 1 one $adamw --batch 24
+"$WEIGHTS_CMP" "$T/a3auto-z2.h5" "$T/one.h5" 1e-5 >"$T/cmp" \
+  || { cat "$T/cmp"; fail "np=3 --zero 2 differs from np=1"; }
+echo "np=3 --zero 2 vs np=1: $(tail -n 1 "$T/cmp")"
+
+# (c) the features that touch the gradients or the update
+stages 3 accum $adamw --batch 4 --accum 2
+grep -q "gradients whole: --accum 2 accumulates" "$T/accum-z2.log" \
+  || { cat "$T/accum-z2.log"; fail "--zero 2 --accum 2: the table does not say the gradients stay whole"; }
+stages 3 clip $sgd --batch 8 --clip-grad-norm 0.2
+stages 2 bf16 $adamw --batch 12 --grad-compress bf16
+stages 3 bucket $sgd --batch 8 --update bucket
+stages 3 step $adamw --batch 8 --update step --allreduce ring
+stages 3 freeze $adamw --batch 8 --freeze layers.0
+# 1200 samples, batch 8 x 4 ranks: the last step (38) leaves 16 samples, so
+# ranks 2 and 3 have none
+stages 4 uneven $sgd --batch 8 --no-drop-last --steps 38
+stages 3 skip $adamw --batch 8 --on-nonfinite skip --inject nan:1:4
+grep -q "skipped" "$T/skip-z2.log" || { cat "$T/skip-z2.log"; fail "--inject nan: no step was skipped"; }
+
+# (d) checkpoints: --zero 2 at np=3, step 6 of 12
+run 3 full0 $adamw --batch 8 --zero 0
+run 3 half2 $adamw --batch 8 --zero 2 --steps 6 --ckpt-dir "$T/ck2"
+run 3 half0 $adamw --batch 8 --zero 0 --steps 6 --ckpt-dir "$T/ck0"
+h5diff "$T/ck0/ckpt_00000006.h5" "$T/ck2/ckpt_00000006.h5" /optimizer >"$T/diff" 2>&1 \
+  || { cat "$T/diff"; fail "the --zero 2 checkpoint's optimizer state differs from --zero 0's"; }
+h5diff "$T/ck0/ckpt_00000006.h5" "$T/ck2/ckpt_00000006.h5" /model >"$T/diff" 2>&1 \
+  || { cat "$T/diff"; fail "the --zero 2 checkpoint's model differs from --zero 0's"; }
+cp -r "$T/ck2" "$T/ck2b"
+run 3 res0 $adamw --batch 8 --zero 0 --resume "$T/ck2/ckpt_00000006.h5" --ckpt-dir "$T/ck2"
+same full0 res0 "a --zero 2 checkpoint resumed at --zero 0"
+run 2 res1 $adamw --batch 12 --zero 1 --resume "$T/ck2b/ckpt_00000006.h5" --ckpt-dir "$T/ck2b"
+grep -q "resume .*step 6" "$T/res1.log" || { cat "$T/res1.log"; fail "np=2 did not resume at step 6"; }
+"$WEIGHTS_CMP" "$T/res1.h5" "$T/full0.h5" 1e-5 >"$T/cmp" \
+  || { cat "$T/cmp"; fail "a --zero 2 np=3 checkpoint resumed at np=2 --zero 1"; }
+echo "checkpoint: --zero 2 state = --zero 0 state; resumed at --zero 0 bitwise, at np=2 --zero 1: $(tail -n 1 "$T/cmp")"
+
+# (e) the replica check under sharding
+mpirun_np 3 "$DDPTRAIN" "$T/d.h5" $common $adamw --batch 8 --zero 2 --check-replicas 1 \
+  --inject bitflip:2:3 >"$T/o" 2>"$T/e"
+ddp_expect_error "$T/e" $? 6 "a flipped parameter under --zero 2" \
+  "replicas diverged after step 3: rank 2's layers.0.weight differs"
+mpirun_np 3 "$DDPTRAIN" "$T/d.h5" $common $adamw --batch 8 --zero 1 --check-replicas 1 \
+  --inject bitflip:1:3:exp_avg:layers.0.weight >"$T/o" 2>"$T/e"
+ddp_expect_error "$T/e" $? 2 "flipping sharded optimizer state" \
+  "under --zero 1 the optimizer state is sharded|does not compare it"
+
+# (f) the emulated GPU path: NCCL's reduce-scatter and all-gather
+EMU="$top_builddir/tests/doubles/train_emu"
+export DDP_EMU_GPUS=3
+for np in 2 3; do
+  for z in 0 1 2; do
+    mpirun_np $np "$EMU" "$T/d.h5" $common $adamw --clip-grad-norm 0.5 --batch $((24 / np)) \
+      --device cuda --zero $z --save "$T/emu$np-z$z.h5" >"$T/emu.log" 2>&1 \
+      || { cat "$T/emu.log"; fail "emulated cuda np=$np --zero $z"; }
+  done
+  grep -q "comm nccl" "$T/emu.log" || { cat "$T/emu.log"; fail "not the nccl path"; }
+  same "emu$np-z0" "emu$np-z1" "emulated cuda np=$np --zero 1"
+  same "emu$np-z0" "emu$np-z2" "emulated cuda np=$np --zero 2"
+  echo "emulated cuda + nccl np=$np: --zero 1 and 2 = --zero 0, bit for bit"
+done
+echo ok
