@@ -42,8 +42,9 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
  * DDP_ERR_USAGE for another name. */
 ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
 /* Ring tuning (benchmarks): piece = bytes one ring message carries at most
- * (rounded down to whole elements; default 4 MB), depth = slices of W pieces
- * in flight per all-reduce (1..16; default 2).  0 keeps the current value. */
+ * (rounded down to whole elements; default 4 MB), depth = slices (a piece
+ * of every block) in flight per collective (1..16; default 2).  0 keeps the
+ * current value. */
 ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
 
 #endif
