@@ -289,8 +289,11 @@ static ddp_status_t wait_gathers_(reducer_t *r)
 /* Bucket b (== next_done) is finished with: its collective waited for, the
  * sums this rank keeps decompressed into place -- the whole bucket, or
  * (--zero) its block, which with slots moves out of the slot into the shard
- * -- its update run, and (--zero, updated per bucket) the all-gather of its
- * parameters started.  In bucket order on every rank. */
+ * -- and its update run.  In bucket order.  It starts no collective: where
+ * it runs (a slot claimed during backward, or reducer_finish) depends on
+ * when the buckets became ready, which a parameter without a gradient on
+ * one rank changes, and collectives must start in the same order on every
+ * rank. */
 static ddp_status_t retire_(reducer_t *r, int b)
 {
     const model_t *m = r->m;
@@ -305,11 +308,7 @@ static ddp_status_t retire_(reducer_t *r, int b)
         r->compute->from_half(n, half_of_(r, b) + first, dst, r->wire == COMM_BF16);
     else if (n && r->slots)
         r->compute->copy(dst, model_bucket_grads(m, b) + first, n * sizeof(float));
-    DDP_TRY(done_upto_(r, b + 1));
-    /* the bucket's updated parameters from their owners, in bucket order on
-     * every rank; with the update after the step, reducer_gather_params */
-    if (r->zero && r->has_apply && r->sync) DDP_TRY(launch_gather_(r, b));
-    return DDP_OK;
+    return done_upto_(r, b + 1);
 }
 
 ddp_status_t reducer_layer_begin(void *arg, int layer)
@@ -377,15 +376,20 @@ ddp_status_t reducer_finish(reducer_t *r)
     double t0 = clock_seconds();
     /* the time blocked here counts (retire_ waits, then decompresses and
      * updates: the update is not waiting) */
-    while (r->next_done < m->nbuckets) {
-        int b = r->next_done;
-        if (r->req[b]) {
-            DDP_TRY(r->comm->ops->wait(r->comm, r->req[b]));
-            r->req[b] = NULL;
+    for (int b = 0; b < m->nbuckets; b++) {
+        if (r->next_done == b) {
+            if (r->req[b]) {
+                DDP_TRY(r->comm->ops->wait(r->comm, r->req[b]));
+                r->req[b] = NULL;
+            }
+            r->stats.wait_seconds += clock_seconds() - t0;
+            DDP_TRY(retire_(r, b));
+            t0 = clock_seconds();
         }
-        r->stats.wait_seconds += clock_seconds() - t0;
-        DDP_TRY(retire_(r, b));
-        t0 = clock_seconds();
+        /* --zero: the bucket's updated parameters from their owners, in
+         * bucket order after every reduce-scatter started, the same on every
+         * rank; with the update after the step, reducer_gather_params */
+        if (r->zero && r->has_apply) DDP_TRY(launch_gather_(r, b));
     }
     ddp_status_t s = wait_gathers_(r);
     r->stats.wait_seconds += clock_seconds() - t0;

@@ -102,8 +102,9 @@ void reducer_begin(reducer_t *r, int final, int sync, int64_t step, float grad_b
 /* The backward hook before a layer writes its parameter gradients
  * (step_ctx.grads_needed): with --zero 2's gradient slots, the buckets that
  * used the slots its buckets are about to write are finished with first
- * (their reduce-scatter waited for, this rank's block moved into the
- * shard, updated, its parameters' all-gather started).  Nothing to do
+ * (their reduce-scatter waited for -- started here if a parameter of theirs
+ * got no gradient --, this rank's block moved into the shard and updated;
+ * the parameters' all-gathers start in reducer_finish).  Nothing to do
  * otherwise. */
 ddp_status_t reducer_layer_begin(void *reducer, int layer);
 /* The backward hook (step_ctx.grads_ready): layer's gradients are final. */

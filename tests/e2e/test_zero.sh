@@ -10,8 +10,9 @@
 #      absolute reference: a bug both stages shared would show here);
 #  (c) the same bits with --accum 2, --clip-grad-norm (the global norm over
 #      the shards), --grad-compress bf16, --update bucket and step,
-#      --freeze, uneven last batches (--no-drop-last: a rank without
-#      samples), and --on-nonfinite skip of an injected NaN;
+#      --freeze, uneven last batches (--no-drop-last: ranks without
+#      samples), --on-nonfinite skip of an injected NaN, and --find-unused
+#      with a gradient missing on one rank (and without it, one line);
 #  (d) a checkpoint of --zero 2 at np=3 holds the optimizer state of --zero 0
 #      (every dataset equal), resumes at --zero 0 to the bits of a run
 #      without the interruption, and at np=2 --zero 1 to within 1e-5;
@@ -83,6 +84,14 @@ stages 3 freeze $adamw --batch 8 --freeze layers.0
 # ranks 2 and 3 have none
 stages 4 uneven $sgd --batch 8 --no-drop-last --steps 38
 stages 3 skip $adamw --batch 8 --on-nonfinite skip --inject nan:1:4
+# a parameter without a gradient on one rank only: its bucket starts late
+# there (with --zero 2's slots, when its slot is claimed), and every rank
+# still starts the same collectives in the same order
+stages 3 unused $adamw --batch 8 --find-unused --inject skipgrad:1:3:layers.4.weight
+mpirun_np 3 "$DDPTRAIN" "$T/d.h5" $common $adamw --batch 8 --zero 2 \
+  --inject skipgrad:1:3:layers.4.weight >"$T/o" 2>"$T/e"
+ddp_expect_error "$T/e" $? 2 "a missing gradient under --zero 2" \
+  "parameter layers.4.weight received no gradient in step 3|--find-unused"
 grep -q "skipped" "$T/skip-z2.log" || { cat "$T/skip-z2.log"; fail "--inject nan: no step was skipped"; }
 
 # (d) checkpoints: --zero 2 at np=3, step 6 of 12
