@@ -7,7 +7,8 @@
 #      --zero 0, on node-shared memory (auto) and on the ring; and the
 #      start-up table shows the plan (the shard, the slots);
 #  (b) np=3 --zero 2 matches np=1 with the global batch within 1e-5 (the
-#      absolute reference: a bug both stages shared would show here);
+#      absolute reference: a bug both stages shared would show here); at
+#      np=1 --zero 2 changes nothing and says so;
 #  (c) the same bits with --accum 2, --clip-grad-norm (the global norm over
 #      the shards), --grad-compress bf16, --update bucket and step,
 #      --freeze, uneven last batches (--no-drop-last: ranks without
@@ -65,8 +66,13 @@ grep -q "zero         stage 1: .*, gradients whole" "$T/a4ring-z1.log" \
   || { cat "$T/a4ring-z1.log"; fail "np=4 --zero 1: the start-up table lacks the plan"; }
 grep -q "SyncBatchNorm" "$T/a2auto-z2.log" || fail "np=2 did not use SyncBatchNorm"
 
-# (b) np=3 --zero 2 vs one rank with the global batch
+# (b) np=3 --zero 2 vs one rank with the global batch; one rank has
+# nothing to shard
 run 1 one $adamw --batch 24
+run 1 one-z2 $adamw --batch 24 --zero 2
+same one one-z2 "np=1 --zero 2"
+grep -q "zero         stage 2 with one rank: nothing to shard" "$T/one-z2.log" \
+  || { cat "$T/one-z2.log"; fail "np=1 --zero 2: the table does not say there is nothing to shard"; }
 "$WEIGHTS_CMP" "$T/a3auto-z2.h5" "$T/one.h5" 1e-5 >"$T/cmp" \
   || { cat "$T/cmp"; fail "np=3 --zero 2 differs from np=1"; }
 echo "np=3 --zero 2 vs np=1: $(tail -n 1 "$T/cmp")"
