@@ -50,6 +50,8 @@ typedef struct ddp_cuda_device_info {
     int sm_major, sm_minor, sm_count;
 } ddp_cuda_device_info_t;
 int ddp_cuda_device_info(int device, ddp_cuda_device_info_t *info);
+/* Free and total memory of the bound device now (cudaMemGetInfo). */
+int ddp_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* Bind `device` (cudaSetDevice), then create the streams and the cuBLAS
  * handle.  Call once, before any other launcher and before NCCL. */

@@ -101,6 +101,14 @@ int ddp_cuda_device_info(int device, ddp_cuda_device_info_t *info)
     return 0;
 }
 
+int ddp_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    if (not_bound("ddp_cuda_mem_info")) return -1;
+    DDP_CU(cudaMemGetInfo(free_bytes, total_bytes));
+    return 0;
+}
+
 int ddp_cuda_init(int device)
 {
     if (ddp_cuda_state_.device >= 0) return DDP_FAIL("ddp_cuda_init", "called twice");

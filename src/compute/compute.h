@@ -115,6 +115,12 @@ typedef struct compute_ops {
      * accumulation (on != 0), after init; 0 when it took effect.  NULL: the
      * backend has no bf16 path (--precision bf16 is refused). */
     int (*set_bf16)(int on);
+    /* The device memory of this process's device after init: free and total
+     * bytes now (CUDA: cudaMemGetInfo), which start-up checks its device
+     * plan against before it allocates (memplan.h); a failed query is
+     * DDP_ERR_DEVICE naming the call.  NULL: host memory (the host check
+     * of memlimit.h covers it). */
+    ddp_status_t (*mem_info)(size_t *free_bytes, size_t *total_bytes);
 
     /* ---- memory ---------------------------------------------------------- */
     void *(*alloc)(size_t bytes); /* zero-filled; NULL when out of memory */
@@ -252,7 +258,7 @@ extern const compute_ops_t compute_cuda_ops;
  * the name of the backend it stands in for, or a name of its own --
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
- * device_id, device_count, set_bf16, host_alloc, host_free) is refused
+ * device_id, device_count, set_bf16, mem_info, host_alloc, host_free) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

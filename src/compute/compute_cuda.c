@@ -66,6 +66,15 @@ static const char *cuda_device_id(void)
     return cuda_pci_;
 }
 
+/* A failed query is recorded like an op's failure (check returns it too). */
+static ddp_status_t cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    int rc = ddp_cuda_mem_info(free_bytes, total_bytes);
+    if (rc == 0) return DDP_OK;
+    cuda_rc_(rc);
+    return ddp_fail(DDP_ERR_DEVICE, "cuda: %s", ddp_cuda_last_error());
+}
+
 /* ---- memory and ordering ------------------------------------------------ */
 
 static void *cuda_alloc(size_t bytes)
@@ -388,6 +397,7 @@ const compute_ops_t compute_cuda_ops = {
     .device_id = cuda_device_id,
     .device_count = ddp_cuda_device_count,
     .set_bf16 = ddp_cuda_set_bf16_gemm,
+    .mem_info = cuda_mem_info,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .upload = cuda_upload,

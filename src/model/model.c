@@ -352,9 +352,6 @@ static void *dev_alloc_(model_t *m, size_t bytes, ddp_status_t *s, const char *w
     return p;
 }
 
-static size_t max_act_(const model_t *m);
-static size_t conv_ws_(const model_t *m);
-
 size_t model_max_bucket(const model_t *m)
 {
     size_t most = 1;
@@ -397,7 +394,7 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
     }
     if (s == DDP_OK) s = grad_bases_(m);
     m->bufs = dev_alloc_(m, m->nbufs * sizeof(float), &s, "BatchNorm buffers");
-    size_t max_act = max_act_(m), ws = conv_ws_(m);
+    size_t max_act = model_max_act(m), ws = model_conv_ws_bytes(m, m->batch);
     for (int i = 0; i < m->nlayers && s == DDP_OK; i++) {
         layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
@@ -428,8 +425,7 @@ void model_ops_wait(model_t *m)
     m->compute->event_wait(m->ops_done);
 }
 
-/* The largest activation of any layer (elements per sample). */
-static size_t max_act_(const model_t *m)
+size_t model_max_act(const model_t *m)
 {
     size_t max_act = act_numel(m->input);
     for (int i = 0; i < m->nlayers; i++) {
@@ -440,31 +436,35 @@ static size_t max_act_(const model_t *m)
     return max_act;
 }
 
-/* The convolution workspace: the largest any conv layer needs. */
-static size_t conv_ws_(const model_t *m)
+size_t model_conv_ws_bytes(const model_t *m, int batch)
 {
     size_t ws = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const layer_t *L = &m->layers[i];
         if (L->kind != LAYER_CONV) continue;
-        conv_dims_t d = {m->batch, L->in.c,   L->in.h, L->in.w,  L->out.c,
-                         L->k,     L->stride, L->pad,  L->out.h, L->out.w};
+        conv_dims_t d = {batch, L->in.c,   L->in.h, L->in.w,  L->out.c,
+                         L->k,  L->stride, L->pad,  L->out.h, L->out.w};
         size_t need = m->compute->conv_ws_bytes(&d);
         if (need > ws) ws = need;
     }
     return ws;
 }
 
-size_t model_act_bytes(const model_t *m)
+size_t model_act_bytes_at(const model_t *m, int batch)
 {
-    size_t bytes = 0, B = (size_t)m->batch;
+    size_t bytes = 0, B = (size_t)batch;
     for (int i = 0; i < m->nlayers; i++) {
         const layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
         if (L->kind != LAYER_FLATTEN) bytes += B * outn * sizeof(float);
         if (L->kind == LAYER_MAXPOOL) bytes += B * outn * sizeof(int32_t);
     }
-    return bytes + 2 * B * max_act_(m) * sizeof(float) + conv_ws_(m);
+    return bytes + 2 * B * model_max_act(m) * sizeof(float) + model_conv_ws_bytes(m, batch);
+}
+
+size_t model_act_bytes(const model_t *m)
+{
+    return model_act_bytes_at(m, m->batch);
 }
 
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute)

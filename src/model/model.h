@@ -141,6 +141,14 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem);
  * the two activation-gradient buffers, the convolution workspace): known
  * from the layout alone, before model_alloc. */
 size_t model_act_bytes(const model_t *m);
+/* The same for a batch of `batch` samples (what another --batch would take). */
+size_t model_act_bytes_at(const model_t *m, int batch);
+/* The largest activation of any layer, the input included (elements per
+ * sample). */
+size_t model_max_act(const model_t *m);
+/* The convolution workspace in them: the largest any conv layer needs at
+ * `batch` samples (compute_ops_t.conv_ws_bytes); 0 without conv layers. */
+size_t model_conv_ws_bytes(const model_t *m, int batch);
 /* Wait until the ops called so far have written their outputs, before the
  * comm backend or the host reads them (compute.h, "Ordering"): the BN
  * statistics before their all-reduce. */

@@ -4,10 +4,16 @@
 #include "memplan.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "log.h"
 #include "memlimit.h"
 #include "weights.h"
+
+static double mib_(size_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
+}
 
 /* ---- gradient-plane memory ------------------------------------------------ */
 
@@ -62,12 +68,18 @@ void memplan_deregister_model(trainer_t *t)
         if (m->layers[i].kind == LAYER_BN) comm_deregister(&t->comm, m->layers[i].stats);
 }
 
-/* One batch buffer of --batch samples (inputs, labels, targets, indices). */
-static size_t batch_bytes_(const trainer_t *t)
+/* One batch buffer of `batch` samples (inputs, labels, targets, indices). */
+static size_t batch_bytes_at_(const trainer_t *t, int batch)
 {
-    size_t numel = t->train.sample_numel, B = (size_t)t->cfg->batch;
+    size_t numel = t->train.sample_numel, B = (size_t)batch;
     size_t k = t->train.targets > 0 ? (size_t)t->train.targets : 1;
     return B * (numel * sizeof(float) + sizeof(int32_t) + k * sizeof(float) + sizeof(int64_t));
+}
+
+/* ... of --batch samples */
+static size_t batch_bytes_(const trainer_t *t)
+{
+    return batch_bytes_at_(t, (int)t->cfg->batch);
 }
 
 /* The batch buffers in host memory: the loader's queue (prefetch + 1) and
@@ -77,13 +89,18 @@ static size_t host_data_bytes_(const trainer_t *t)
     return batch_bytes_(t) * (size_t)(t->cfg->prefetch + 2);
 }
 
+/* The gradients with `slots` gradient slots (0: the whole buffer) and a
+ * shard of `shard` elements (its reduced gradients when there are slots). */
+static size_t grad_bytes_(const model_t *m, int slots, size_t shard)
+{
+    if (!slots) return m->nparams * sizeof(float) + sizeof(float);
+    return ((size_t)slots * model_max_bucket(m) + (m->nparams - m->ntrainable) + shard + 2) *
+           sizeof(float);
+}
+
 size_t memplan_grad_bytes(const trainer_t *t)
 {
-    const model_t *m = &t->model;
-    if (!t->zero.slots) return m->nparams * sizeof(float) + sizeof(float);
-    return ((size_t)t->zero.slots * model_max_bucket(m) + (m->nparams - m->ntrainable) +
-            t->zero.shard_count + 2) *
-           sizeof(float);
+    return grad_bytes_(&t->model, t->zero.slots, t->zero.shard_count);
 }
 
 /* All batch buffers: those and the device batches (TRAINER_DEVICE_BATCHES,
@@ -166,6 +183,195 @@ static mem_plan_t mem_plan_(const trainer_t *t)
     return p;
 }
 
+/* ---- device memory: the plan against the device's free memory ------------ */
+
+/* How the state and gradients are laid out: sharded or whole, gradient
+ * slots (zero.h), the shard's elements; and the batch. */
+typedef struct dev_shape {
+    int sharded, slots;
+    size_t shard;
+    int batch;
+} dev_shape_t;
+
+static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_device_t *p)
+{
+    const ddp_config_t *cfg = t->cfg;
+    const model_t *m = &t->model;
+    const char *names[2];
+    size_t nstate = (size_t)optim_state_names(cfg->optimizer, cfg->momentum, names);
+    p->params = m->nparams * sizeof(float) + sizeof(float);
+    p->grads = grad_bytes_(m, sh->slots, sh->shard);
+    p->state = nstate * ((sh->sharded ? sh->shard : m->ntrainable) + 1) * sizeof(float);
+    /* running statistics (and the guard's copy of them under --on-nonfinite
+     * skip); per BN layer its mean, invstd and batch statistics */
+    p->bn = m->nbufs * sizeof(float);
+    if (cfg->on_nonfinite == NONFINITE_SKIP) p->bn += m->nbufs * sizeof(float) + sizeof(float);
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].kind == LAYER_BN)
+            p->bn += (size_t)m->layers[i].in.c * (2 * sizeof(float) + 2 * sizeof(double));
+    p->ws = model_conv_ws_bytes(m, sh->batch);
+    p->act = model_act_bytes_at(m, sh->batch) - p->ws;
+    p->batches = batch_bytes_at_(t, sh->batch) * TRAINER_DEVICE_BATCHES;
+    p->half = 0; /* --grad-compress: a 16-bit copy of the gradients the plane reduces */
+    if (cfg->grad_compress) {
+        size_t count = sh->slots ? (size_t)sh->slots * model_max_bucket(m) : m->ntrainable;
+        p->half = count * sizeof(uint16_t) + 2;
+    }
+    if (cfg->precision == PRECISION_BF16) {
+        /* the cuda backend's bf16 copy of a GEMM's two inputs (cuda/linear.cu:
+         * each a weight, an activation or its gradient, or a piece of the
+         * convolution workspace; the first aligned to 256 bytes; a quarter
+         * more room) */
+        size_t big = (size_t)sh->batch * model_max_act(m);
+        for (int i = 0; i < m->ntensors; i++)
+            if (m->tensors[i].kind == TENSOR_PARAM && m->tensors[i].numel > big)
+                big = m->tensors[i].numel;
+        if (p->ws / sizeof(float) > big) big = p->ws / sizeof(float);
+        size_t pair = 2 * big * sizeof(uint16_t) + 256 + 2;
+        p->bf16 = pair + pair / 4;
+    }
+    p->reserve = MEMPLAN_DEVICE_RESERVE;
+}
+
+/* This rank's shape: its plan and --batch. */
+static dev_shape_t shape_(const trainer_t *t)
+{
+    return (dev_shape_t){zero_sharded(&t->zero), t->zero.slots, t->zero.shard_count,
+                         (int)t->cfg->batch};
+}
+
+/* The shape of --zero `stage` at --batch `batch`, with the largest shard of
+ * any rank, so that what fits here fits on every rank of a like GPU. */
+static dev_shape_t stage_shape_(const trainer_t *t, int stage, int batch)
+{
+    const zero_plan_t *z = &t->zero;
+    int sharded = stage > 0 && z->size > 1;
+    int slots = stage == 2 && z->size > 1 && t->cfg->accum == 1 ? ZERO_GRAD_SLOTS : 0;
+    return (dev_shape_t){sharded, slots, sharded ? z->max_shard : z->shard_count, batch};
+}
+
+static size_t need_at_(const trainer_t *t, const dev_shape_t *sh)
+{
+    memplan_device_t p = {0};
+    device_plan_at_(t, sh, &p);
+    return memplan_device_total(&p);
+}
+
+size_t memplan_device_total(const memplan_device_t *p)
+{
+    return p->params + p->grads + p->state + p->bn + p->act + p->ws + p->batches + p->half +
+           p->bf16 + p->reserve;
+}
+
+void memplan_device(const trainer_t *t, memplan_device_t *p)
+{
+    dev_shape_t sh = shape_(t);
+    memset(p, 0, sizeof *p);
+    device_plan_at_(t, &sh, p);
+}
+
+void memplan_device_parts(const memplan_device_t *p, char *buf, size_t n)
+{
+    /* the parts every run has, then those only some have */
+    int u =
+        snprintf(buf, n,
+                 "parameters %.1f, gradients %.1f, optimizer state %.1f, activations %.1f, "
+                 "batches %.1f",
+                 mib_(p->params), mib_(p->grads), mib_(p->state), mib_(p->act), mib_(p->batches));
+    const struct {
+        const char *name;
+        size_t bytes;
+    } more[] = {{"BatchNorm", p->bn},
+                {"workspace", p->ws},
+                {"16-bit gradients", p->half},
+                {"bf16 GEMM inputs", p->bf16}};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        if (more[i].bytes && u >= 0 && (size_t)u < n)
+            u += snprintf(buf + u, n - (size_t)u, ", %s %.1f", more[i].name, mib_(more[i].bytes));
+    if (u >= 0 && (size_t)u < n)
+        snprintf(buf + u, n - (size_t)u, ", runtime reserve %.1f MiB", mib_(p->reserve));
+}
+
+/* What to change when the plan does not fit in `free_b`: with more than
+ * one rank, what each higher --zero stage needs and the lowest that fits;
+ * else the largest --batch that fits with the stage that needs least;
+ * else a smaller model. */
+static void advice_(const trainer_t *t, size_t free_b, char *buf, size_t n)
+{
+    const zero_plan_t *z = &t->zero;
+    int B = (int)t->cfg->batch;
+    size_t need[3] = {0, 0, 0};
+    int best = z->stage, fits = 0;
+    dev_shape_t cur = shape_(t);
+    need[best] = need_at_(t, &cur);
+    char stages[160] = "";
+    size_t u = 0;
+    for (int stage = z->stage + 1; stage <= 2 && z->size > 1; stage++) {
+        dev_shape_t sh = stage_shape_(t, stage, B);
+        need[stage] = need_at_(t, &sh);
+        if (need[stage] < need[best]) best = stage;
+        if (!fits && need[stage] <= free_b) fits = stage;
+        if (u < sizeof stages)
+            u += (size_t)snprintf(stages + u, sizeof stages - u, "%s--zero %d%s %.1f MiB",
+                                  u ? ", " : "", stage, u ? "" : " would need", mib_(need[stage]));
+    }
+    if (fits) {
+        snprintf(buf, n, "%s: run with --zero %d", stages, fits);
+        return;
+    }
+    if (u < sizeof stages) snprintf(stages + u, sizeof stages - u, "%s", u ? "; " : "");
+    /* activations and batches grow with the batch: the largest that fits */
+    dev_shape_t sh = best == z->stage ? cur : stage_shape_(t, best, B);
+    int lo = 0, hi = B - 1; /* the largest fitting batch in [1, B-1], 0: none */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        sh.batch = mid;
+        if (need_at_(t, &sh) <= free_b)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    char zero[32] = "";
+    if (best != z->stage) snprintf(zero, sizeof zero, "--zero %d and ", best);
+    if (lo > 0) {
+        sh.batch = lo;
+        snprintf(buf, n, "%swith %s--batch %d it needs %.1f MiB: run with %s--batch %d", stages,
+                 zero, lo, mib_(need_at_(t, &sh)), zero, lo);
+        return;
+    }
+    sh.batch = 1;
+    snprintf(buf, n,
+             "%seven %s--batch 1 needs %.1f MiB: use a smaller model or a GPU with more free "
+             "memory%s",
+             stages, zero, mib_(need_at_(t, &sh)),
+             z->size > 1 ? ""
+                         : ", or more ranks with --zero 2 (it shards the optimizer state and "
+                           "the gradients over them)");
+}
+
+/* Device compute memory: this rank's plan against its device's free
+ * memory, before anything is allocated there. */
+static ddp_status_t device_check_(trainer_t *t)
+{
+    t->device_free = t->device_total = 0;
+    if (t->compute->mem_kind != DDP_MEM_DEVICE || !t->compute->mem_info) return DDP_OK;
+    size_t free_b = 0, total_b = 0;
+    DDP_TRY(t->compute->mem_info(&free_b, &total_b));
+    t->device_free = free_b;
+    t->device_total = total_b;
+    memplan_device_t p;
+    memplan_device(t, &p);
+    size_t need = memplan_device_total(&p);
+    if (need <= free_b) return DDP_OK;
+    char parts[320], advice[320];
+    memplan_device_parts(&p, parts, sizeof parts);
+    advice_(t, free_b, advice, sizeof advice);
+    return ddp_fail(DDP_ERR_NOMEM,
+                    "%s device memory: this rank's plan needs %.1f MiB (%s), but %.1f of its "
+                    "device's %.1f MiB are free; %s",
+                    t->compute->name, mib_(need), parts, mib_(free_b), mib_(total_b), advice);
+}
+
 ddp_status_t memplan_check(trainer_t *t)
 {
     mem_plan_t p = mem_plan_(t);
@@ -175,6 +381,7 @@ ddp_status_t memplan_check(trainer_t *t)
     char warn[512];
     ddp_status_t s = memlimit_check(&l, &need, t->comm.local_size, warn, sizeof warn);
     if (s == DDP_OK && warn[0] && t->ctl->rank == 0) log_warn("%s", warn);
+    if (s == DDP_OK) s = device_check_(t);
     const deck_t *d = &t->train;
     const model_t *m = &t->model;
     const layer_t *last = m->nlayers ? &m->layers[m->nlayers - 1] : NULL;

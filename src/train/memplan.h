@@ -15,15 +15,42 @@
 #include "status.h"
 #include "step.h"
 
-/* Refuse a run whose buffers will not fit, right after the model's layout,
- * so that an absurd size (a `classes` attribute of 10^9 makes a last layer
- * of 10^9 outputs) is named before any other check; a last layer that
- * holds most of it names the deck's classes as the cause.  Every buffer is
- * counted as host memory, which it is on the cpu compute backend
- * (compute_ops_t.mem_kind); a device backend's buffers would belong to a
- * check of the device's memory.  Sets t->mem_need_address and
- * t->mem_limit_address for the start-up table.  Local (agree on it). */
+/* Refuse a run whose buffers will not fit, right after the model's layout
+ * and the --zero plan, so that an absurd size (a `classes` attribute of
+ * 10^9 makes a last layer of 10^9 outputs) is named before any other
+ * check; a last layer that holds most of it names the deck's classes as
+ * the cause.  On host compute memory (the cpu backend, compute_ops_t.mem_kind)
+ * every buffer counts against the host's limits; on device memory the
+ * host keeps the batches and the start-up copies, and the device plan
+ * (memplan_device) must fit in the free memory of this rank's device
+ * (compute_ops_t.mem_info), else DDP_ERR_NOMEM with one line: the plan's
+ * parts, the free memory, and what to change -- a --zero stage that fits
+ * (with more than one rank), else the largest --batch that fits, else a
+ * smaller model.  Sets t->mem_need_address, t->mem_limit_address,
+ * t->device_free and t->device_total for the start-up table.  Local
+ * (agree on it). */
 ddp_status_t memplan_check(trainer_t *t);
+
+/* What the runtime takes on the device beside the buffers of the plan:
+ * cuBLAS's workspace (32 MiB per handle on Hopper), the trainer's small
+ * buffers (loss sums, events) and the allocator's rounding. */
+#define MEMPLAN_DEVICE_RESERVE ((size_t)32 << 20)
+/* A rank's device memory by part, in bytes: parameters, gradients
+ * (memplan_grad_bytes), optimizer state (of the shard when --zero shards
+ * it), BatchNorm buffers, activations (model_act_bytes without the
+ * convolution workspace), the device batches (TRAINER_DEVICE_BATCHES), the
+ * convolution workspace, the 16-bit gradient copy (--grad-compress), the
+ * bf16 copy of a GEMM's inputs (--precision bf16; a bound: the largest
+ * weight, activation or workspace twice) and MEMPLAN_DEVICE_RESERVE. */
+typedef struct memplan_device {
+    size_t params, grads, state, bn, act, batches, ws, half, bf16, reserve;
+} memplan_device_t;
+/* This rank's device plan (after the layout and the --zero plan). */
+void memplan_device(const trainer_t *t, memplan_device_t *p);
+size_t memplan_device_total(const memplan_device_t *p);
+/* "parameters 19.1, gradients 19.1, ..., runtime reserve 32.0 MiB" (parts
+ * of 0 bytes that not every run has are left out). */
+void memplan_device_parts(const memplan_device_t *p, char *buf, size_t n);
 /* Whether parameters, gradients and optimizer state come from the comm
  * backend's node-shared memory (t->comm_memory): only for host compute
  * memory and a comm backend with COMM_CAP_NODE_SHARED_MEMORY that finds

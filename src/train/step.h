@@ -111,6 +111,8 @@ typedef struct trainer {
     /* the start-up memory check: address space a rank will take, its limit
      * (MEMLIMIT_NONE: unlimited) */
     uint64_t mem_need_address, mem_limit_address;
+    /* device compute memory: its free and total bytes at the check (0: host) */
+    size_t device_free, device_total;
 } trainer_t;
 
 /* This rank's part of a step, for the loop and its reports. */

@@ -140,6 +140,16 @@ void table_print(const run_t *run)
              "%.1f MiB, data %.1f MiB = %.1f MiB",
              mib_(pbytes), mib_(gbytes), mib_(obytes), mib_(m->act_bytes), mib_(t->data_bytes),
              mib_(pbytes + gbytes + obytes + m->act_bytes + t->data_bytes));
+    if (t->device_total) { /* device memory: rank 0's plan, checked before it was allocated */
+        memplan_device_t dp;
+        memplan_device(t, &dp);
+        char parts[320];
+        memplan_device_parts(&dp, parts, sizeof parts);
+        log_info("  device/rank  plan %.1f MiB (%s) of %.1f MiB free at start-up (%.1f MiB in all "
+                 "on rank 0's device)",
+                 mib_(memplan_device_total(&dp)), parts, mib_(t->device_free),
+                 mib_(t->device_total));
+    }
     if (t->mem_limit_address != MEMLIMIT_NONE)
         log_info("  address      about %.0f MiB per rank (with BLAS buffers and threads) of the "
                  "%.0f MiB limit (ulimit -v)",

@@ -1,6 +1,7 @@
 // emu_device.cc -- the emulated machine of the CPU emulation of the CUDA
 // runtime: the configuration read from the environment (DDP_EMU_GPUS,
-// CUDA_VISIBLE_DEVICES, DDP_EMU_GPU_MEM_MB, DDP_EMU_STREAMS), the fault
+// CUDA_VISIBLE_DEVICES, DDP_EMU_GPU_MEM_MB, DDP_EMU_MEM_REPORT,
+// DDP_EMU_STREAMS), the fault
 // injection of DDP_EMU_FAIL and DDP_EMU_HANG, the error codes and the
 // thread's last error, and the devices (count, current device, properties,
 // PCI bus id, memory info, versions).  The contract is in include/
@@ -72,6 +73,17 @@ void parse_rules(const char *var, std::vector<FailRule> &out)
     }
 }
 
+// DDP_EMU_MEM_REPORT=1: at exit, the most device memory the process held
+// at once on each emulated GPU it allocated on.  Without the lock: a
+// thread that exits while holding it must not hang the exit.
+void report_peak()
+{
+    for (size_t d = 0; d < g_peak.size(); d++)
+        if (g_peak[d])
+            fprintf(stderr, "ddp_emu: GPU %zu peak %zu bytes (pid %ld)\n", d, g_peak[d],
+                    (long)getpid());
+}
+
 void load_locked()
 {
     Config c;
@@ -118,6 +130,12 @@ void load_locked()
     c.loaded = true;
     g_cfg = c;
     if (g_used.size() < (size_t)c.physical) g_used.resize(c.physical, 0);
+    if (g_peak.size() < (size_t)c.physical) g_peak.resize(c.physical, 0);
+    static bool report_registered = false;
+    if (env_long("DDP_EMU_MEM_REPORT", 0, 0, 1) && !report_registered) {
+        report_registered = true;
+        atexit(report_peak);
+    }
 }
 
 } // namespace

@@ -66,6 +66,7 @@ void hang_point(const char *name);
 // ---- device memory (emu_memory.cc) ------------------------------------------
 
 extern std::vector<size_t> g_used; // bytes allocated per physical device
+extern std::vector<size_t> g_peak; // the most g_used has been (DDP_EMU_MEM_REPORT)
 
 // [p, p + bytes) inside one device allocation (bytes 0: p inside one)?
 bool dev_range_locked(const void *p, size_t bytes);

@@ -52,6 +52,7 @@ namespace emu
 {
 
 std::vector<size_t> g_used;
+std::vector<size_t> g_peak;
 
 bool dev_range_locked(const void *p, size_t bytes)
 {
@@ -91,6 +92,7 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t size)
     memset(mem, 0xff, size); // real cudaMalloc does not zero: NaN shows it
     g_dev[(uintptr_t)mem] = Alloc{size, phys};
     g_used[phys] += size;
+    g_peak[phys] = std::max(g_peak[phys], g_used[phys]);
     *p = mem;
     return cudaSuccess;
 }

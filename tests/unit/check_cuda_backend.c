@@ -7,7 +7,8 @@
  * are two programs: check_cuda_backend (DDP_ERR_DEVICE from an injected
  * cuBLAS failure, then an allocation failure that must not replace it) and
  * check_cuda_backend_nomem (-DCHECK_NOMEM: DDP_ERR_NOMEM from an injected
- * cudaMalloc failure). */
+ * cudaMalloc failure, and mem_info's free and total memory of an emulated
+ * GPU of DDP_EMU_GPU_MEM_MB). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,8 +78,14 @@ START_TEST(alloc_failure_is_nomem)
     const compute_ops_t *C = &compute_cuda_ops;
     char describe[256];
     setenv("DDP_EMU_FAIL", "cudaMalloc:1", 1);
+    setenv("DDP_EMU_GPU_MEM_MB", "64", 1);
     ddp_emu_reload_env();
     ck_assert_int_eq(C->init(0, 1, describe, sizeof describe), DDP_OK);
+    /* the device's memory: its size, and free less what is allocated */
+    size_t free0 = 0, total = 0, free1 = 0, total1 = 0;
+    ck_assert_int_eq(C->mem_info(&free0, &total), DDP_OK);
+    ck_assert_uint_eq(total, (size_t)64 << 20);
+    ck_assert_uint_le(free0, total);
     ck_assert_str_eq(C->device_id(), "0000:10:00.0");
     ck_assert_ptr_null(C->alloc(1024));
     ck_assert_int_eq(C->check(), DDP_ERR_NOMEM);
@@ -88,6 +95,9 @@ START_TEST(alloc_failure_is_nomem)
     /* the next allocation works; the status stays */
     void *p = dev_alloc_(1024);
     ck_assert_int_eq(C->check(), DDP_ERR_NOMEM);
+    ck_assert_int_eq(C->mem_info(&free1, &total1), DDP_OK);
+    ck_assert_uint_eq(total1, total);
+    ck_assert_uint_eq(free1, free0 - 1024);
     C->free(p);
 }
 END_TEST

@@ -65,6 +65,7 @@ START_TEST(registry)
     ck_assert_ptr_null(compute_backend(compute_backend_count()));
     ck_assert_ptr_eq(compute_backend(0), &compute_cpu_ops);
     ck_assert_int_eq(compute_cpu_ops.mem_kind, DDP_MEM_HOST);
+    ck_assert_ptr_null(compute_cpu_ops.mem_info); /* host memory: no device plan */
     compute_event_t *e = B->event_create();
     ck_assert_ptr_nonnull(e);
     B->event_record(e);

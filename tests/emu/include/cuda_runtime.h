@@ -50,7 +50,11 @@
  *   DDP_EMU_GPUS=N          emulated GPUs (default 1)
  *   CUDA_VISIBLE_DEVICES    comma list of indices into the emulated GPUs
  *                           (stops at the first invalid entry; "" = none)
- *   DDP_EMU_GPU_MEM_MB=M    memory per GPU (default 16384 MiB)
+ *   DDP_EMU_GPU_MEM_MB=M    memory per GPU (default 16384 MiB): cudaMalloc
+ *                           beyond it fails, cudaMemGetInfo reports it
+ *   DDP_EMU_MEM_REPORT=1    at exit, one line on stderr per GPU the process
+ *                           allocated on: "ddp_emu: GPU I peak B bytes (pid
+ *                           P)", the most device memory it held at once
  *   DDP_EMU_STREAMS=MODE    when queued work runs: lazy (the default) only
  *                           when the host or another stream waits for it
  *                           (a consumer that does not wait reads before its
