@@ -246,7 +246,7 @@ static dev_shape_t stage_shape_(const trainer_t *t, int stage, int batch)
 {
     const zero_plan_t *z = &t->zero;
     int sharded = stage > 0 && z->size > 1;
-    int slots = stage == 2 && z->size > 1 && t->cfg->accum == 1 ? ZERO_GRAD_SLOTS : 0;
+    int slots = zero_slots(stage, z->size, t->cfg->accum);
     return (dev_shape_t){sharded, slots, sharded ? z->max_shard : z->shard_count, batch};
 }
 

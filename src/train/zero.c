@@ -32,8 +32,13 @@ ddp_status_t zero_plan_init(zero_plan_t *z, const model_t *m, int stage, int ran
         comm_block(m->buckets[b].count, size, 0, &f, &n);
         z->max_shard += n;
     }
-    z->slots = stage == 2 && size > 1 && accum == 1 ? ZERO_GRAD_SLOTS : 0;
+    z->slots = zero_slots(stage, size, accum);
     return DDP_OK;
+}
+
+int zero_slots(int stage, int size, int64_t accum)
+{
+    return stage == 2 && size > 1 && accum == 1 ? ZERO_GRAD_SLOTS : 0;
 }
 
 float *zero_block_grads(const zero_plan_t *z, const model_t *m, int b)

@@ -53,6 +53,9 @@ typedef struct zero_plan {
  * `accum` micro-batches per step. */
 ddp_status_t zero_plan_init(zero_plan_t *z, const model_t *m, int stage, int rank, int size,
                             int64_t accum);
+/* The gradient slots of a plan of `stage` over `size` ranks with `accum`
+ * micro-batches per step (zero_plan_t.slots). */
+int zero_slots(int stage, int size, int64_t accum);
 /* Where this rank's reduced gradients of bucket b are (its block). */
 float *zero_block_grads(const zero_plan_t *z, const model_t *m, int b);
 void zero_plan_free(zero_plan_t *z);
