@@ -4,10 +4,10 @@
  * (auto = shared memory for comm-allocated buffers, ring, mpi), several in
  * flight with blocking small all-reduces in between (the SyncBatchNorm
  * pattern), more in flight than the shared-memory slots, the all-reduce
- * followed by an update (iallreduce_apply), bit-identical
- * results on every rank, 16-bit accuracy bounds, mismatched slices,
- * gradient-buffer memory, broadcast, allgather, topology, counters and
- * errors. */
+ * followed by an update (iallreduce_apply), bit-identical results on every
+ * rank, the all-reduce adding in the reduce-scatter's order (ZeRO's round
+ * trip), 16-bit accuracy bounds, mismatched slices, gradient-buffer memory,
+ * broadcast, allgather, topology, counters and errors. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -555,10 +555,10 @@ START_TEST(reduce_scatter_apply)
 END_TEST
 
 /* ZeRO's round trip -- reduce-scatter, each owner updates its shard, the
- * parameters all-gathered -- gives bit for bit the fused all-reduce +
- * update on shared memory: both sum each block on its owner in rank order.
- * On the ring the sums are added in the ring's order: close, checked to
- * float precision. */
+ * parameters all-gathered -- gives bit for bit the all-reduce followed by
+ * the update: on shared memory both sum each block on its owner in rank
+ * order, on the ring the all-reduce adds each element in the order its
+ * reduce-scatter does. */
 START_TEST(zero_round_trip_matches_allreduce)
 {
     const size_t n = 300007;
@@ -582,16 +582,72 @@ START_TEST(zero_round_trip_matches_allreduce)
         ck_assert_int_eq(comm_reduce_scatter(&c, g, n, COMM_FLOAT, &apb, &d), DDP_OK);
         ck_assert_int_eq(comm_allgather_blocks(&c, pb, n, COMM_FLOAT, &d), DDP_OK);
         ck_assert(same_on_all_ranks_(pb, n * 4));
-        for (size_t e = 0; e < n; e++) {
-            int ok = path ? fabsf(pa[e] - pb[e]) <= 1e-6f * (1.0f + fabsf(pa[e])) : pa[e] == pb[e];
-            if (!ok) ck_abort_msg("%s element %zu: all-reduce %.9g, round trip %.9g",
-                                  path ? "ring" : "shared", e, pa[e], pb[e]);
-        }
+        for (size_t e = 0; e < n; e++)
+            if (memcmp(&pa[e], &pb[e], sizeof *pa))
+                ck_abort_msg("%s element %zu: all-reduce %.9g, round trip %.9g",
+                             path ? "ring" : "shared", e, pa[e], pb[e]);
         comm_mem_free(&c, pb);
         comm_mem_free(&c, pa);
         comm_mem_free(&c, g);
     }
     ck_assert_int_eq(comm_mpi_set_algorithm(&c, "auto"), DDP_OK);
+}
+END_TEST
+
+/* Rank r's element i of mixed magnitudes (1e-4 to 1e4): a float sum of
+ * three or more of them depends on the order of addition. */
+static float mixed_(size_t i, int r)
+{
+    static const double mag[] = {1e-4, 1e-3, 1e-2, 1e-1, 1, 1e1, 1e2, 1e3, 1e4};
+    return (float)(rval_(i, r) * mag[(i * 7 + (size_t)r * 5) % 9]);
+}
+
+/* --zero gives --zero 0's weights bit for bit because the all-reduce adds
+ * every element in the order of the reduce-scatter: the all-reduce's sums
+ * equal those of the reduce-scatter followed by the all-gather, bit for
+ * bit, on the ring (a buffer of each rank's own, and forced on the
+ * gradient buffer) and on shared memory, for sizes that give empty,
+ * uneven and many-slice blocks, on floats whose sums depend on the order
+ * (checked: on 3 or more ranks the data tells two orders apart). */
+START_TEST(allreduce_matches_reduce_scatter)
+{
+    const int W = c.size;
+    const size_t sizes[] = {1, (size_t)W + 1, 7, 1001, 65537, 300007};
+    const size_t nmax = 300007;
+    float *shared = gbuf_(2 * nmax * sizeof(float)), *priv = malloc(2 * nmax * sizeof(float));
+    ck_assert_int_eq(comm_mpi_set_ring(&c, 4096, 3), DDP_OK); /* many slices */
+    static const char *names[] = {"ring-private", "ring-shared", "auto-shared"};
+    for (int path = 0; path < 3; path++) {
+        ck_assert_int_eq(comm_mpi_set_algorithm(&c, path == 2 ? "auto" : "ring"), DDP_OK);
+        float *mem = path == 0 ? priv : shared;
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            size_t n = sizes[k];
+            float *a = mem, *b = mem + n;
+            for (size_t i = 0; i < n; i++) a[i] = b[i] = mixed_(i, c.rank);
+            comm_desc_t d = {"test-order", (int)k, -1};
+            ck_assert_int_eq(comm_allreduce(&c, a, n, COMM_FLOAT, &d), DDP_OK);
+            ck_assert_int_eq(comm_reduce_scatter(&c, b, n, COMM_FLOAT, NULL, &d), DDP_OK);
+            ck_assert_int_eq(comm_allgather_blocks(&c, b, n, COMM_FLOAT, &d), DDP_OK);
+            for (size_t i = 0; i < n; i++)
+                if (memcmp(&a[i], &b[i], sizeof *a))
+                    ck_abort_msg("%s count %zu element %zu: all-reduce %.9g, reduce-scatter + "
+                                 "all-gather %.9g",
+                                 names[path], n, i, (double)a[i], (double)b[i]);
+            ck_assert(same_on_all_ranks_(a, n * sizeof *a));
+        }
+    }
+    if (W >= 3) { /* rank order and its rotation by one differ somewhere */
+        size_t differ = 0;
+        for (size_t i = 0; i < nmax; i++) {
+            float x = 0, y = 0;
+            for (int r = 0; r < W; r++) x += mixed_(i, r), y += mixed_(i, (r + 1) % W);
+            differ += memcmp(&x, &y, sizeof x) != 0;
+        }
+        ck_assert_uint_gt(differ, nmax / 100);
+    }
+    ck_assert_int_eq(comm_mpi_set_algorithm(&c, "auto"), DDP_OK);
+    comm_mem_free(&c, shared);
+    free(priv);
 }
 END_TEST
 
@@ -740,6 +796,7 @@ Suite *test_suite(void)
     tcase_add_test(t, reduce_scatter_allgather_sizes);
     tcase_add_test(t, reduce_scatter_apply);
     tcase_add_test(t, zero_round_trip_matches_allreduce);
+    tcase_add_test(t, allreduce_matches_reduce_scatter);
     tcase_add_test(t, node_and_cross_communicators);
     tcase_add_test(t, bcast_and_allgather);
     tcase_add_test(t, registry_caps_register);
