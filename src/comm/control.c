@@ -163,34 +163,33 @@ static ddp_status_t vcounts_(control_t *c, const size_t *counts, int **cnt, int 
     return DDP_OK;
 }
 
-ddp_status_t control_gatherv(control_t *c, const float *send, float *recv, const size_t *counts,
-                             int root, const comm_desc_t *d)
+/* MPI_Gatherv (gather) or MPI_Scatterv to or from root. */
+static ddp_status_t vcollective_(control_t *c, int gather, const float *send, float *recv,
+                                 const size_t *counts, int root, const comm_desc_t *d)
 {
-    note_(c, d, "gather", counts[c->rank] * sizeof(float));
+    note_(c, d, gather ? "gather" : "scatter", counts[c->rank] * sizeof(float));
     int *cnt = NULL, *displ = NULL;
     ddp_status_t s = vcounts_(c, counts, &cnt, &displ);
     if (s == DDP_OK) {
-        int rc = MPI_Gatherv(send, cnt[c->rank], MPI_FLOAT, recv, cnt, displ, MPI_FLOAT, root,
-                             c->mpi);
-        if (rc != MPI_SUCCESS) s = mpi_failed_(c, rc, "MPI_Gatherv");
+        int rc = gather ? MPI_Gatherv(send, cnt[c->rank], MPI_FLOAT, recv, cnt, displ, MPI_FLOAT,
+                                      root, c->mpi)
+                        : MPI_Scatterv(send, cnt, displ, MPI_FLOAT, recv, cnt[c->rank], MPI_FLOAT,
+                                       root, c->mpi);
+        if (rc != MPI_SUCCESS) s = mpi_failed_(c, rc, gather ? "MPI_Gatherv" : "MPI_Scatterv");
     }
     free(cnt);
     free(displ);
     return done_(s);
 }
 
+ddp_status_t control_gatherv(control_t *c, const float *send, float *recv, const size_t *counts,
+                             int root, const comm_desc_t *d)
+{
+    return vcollective_(c, 1, send, recv, counts, root, d);
+}
+
 ddp_status_t control_scatterv(control_t *c, const float *send, float *recv, const size_t *counts,
                               int root, const comm_desc_t *d)
 {
-    note_(c, d, "scatter", counts[c->rank] * sizeof(float));
-    int *cnt = NULL, *displ = NULL;
-    ddp_status_t s = vcounts_(c, counts, &cnt, &displ);
-    if (s == DDP_OK) {
-        int rc = MPI_Scatterv(send, cnt, displ, MPI_FLOAT, recv, cnt[c->rank], MPI_FLOAT, root,
-                              c->mpi);
-        if (rc != MPI_SUCCESS) s = mpi_failed_(c, rc, "MPI_Scatterv");
-    }
-    free(cnt);
-    free(displ);
-    return done_(s);
+    return vcollective_(c, 0, send, recv, counts, root, d);
 }
