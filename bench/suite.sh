@@ -8,7 +8,8 @@
 # From a configured build directory (make bench runs it after building):
 #   sh /path/to/ddptrain/bench/suite.sh [--quick] [--rounds N] [--fashion-rounds N]
 #                                       [--only CASE[,CASE...]] [--out DIR]
-# Cases, in order: mlp cnn cnn-ops mlp-1-rank accum allreduce loader checkpoint fashion.
+# Cases, in order: mlp cnn cnn-ops mlp-1-rank accum zero allreduce loader checkpoint
+# fashion.
 #   --quick            1 round, fewer steps, the quick checkpoint sizes, no
 #                      Fashion-MNIST: a check that everything runs (minutes)
 #   --rounds N         rounds of the alternating benchmarks (default 3)
@@ -37,9 +38,9 @@ done
 [ -x ./ddptrain ] && [ -x ./ddptrain-prep ] || {
   echo "suite.sh: run from a build directory after 'make' (or run 'make bench' there)" >&2; exit 2; }
 for c in $(echo "$only" | tr , ' '); do
-  case " mlp cnn cnn-ops mlp-1-rank accum allreduce loader checkpoint fashion " in
+  case " mlp cnn cnn-ops mlp-1-rank accum zero allreduce loader checkpoint fashion " in
     *" $c "*) ;;
-    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops mlp-1-rank accum allreduce loader checkpoint fashion)" >&2; exit 2 ;;
+    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops mlp-1-rank accum zero allreduce loader checkpoint fashion)" >&2; exit 2 ;;
   esac
 done
 wanted() { [ -z "$only" ] || case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -50,8 +51,8 @@ for c in mlp cnn cnn-ops mlp-1-rank allreduce loader; do
     echo "suite.sh: the benchmark programs are not built: run 'make -C bench bench' (or 'make bench')" >&2; exit 2; }
 done
 [ -d "$out" ] && [ -w "$out" ] || { echo "suite.sh: --out $out: not a writable directory" >&2; exit 2; }
-if [ "$quick" = 1 ]; then rounds=1 fashion_rounds=0 steps=100 cnn_steps=30 accum_samples=6400
-else steps=400 cnn_steps=150 accum_samples=25600; fi
+if [ "$quick" = 1 ]; then rounds=1 fashion_rounds=0 steps=100 cnn_steps=30 accum_samples=6400 q=--quick
+else steps=400 cnn_steps=150 accum_samples=25600 q=""; fi
 md=$out/results.md csv=$out/results.csv
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -109,6 +110,8 @@ wanted mlp-1-rank && section "MLP on one rank against sgemm" "The whole trainer 
   sh "$src/bench/bench_train.sh" "$rounds" "$steps"
 wanted accum && section "Gradient accumulation 4 against 1" "Gradient bytes each rank all-reduces per training sample, --accum 1 and 4 over the same samples at np=2, against 4 x parameters / (64 x accum)." \
   sh "$src/bench/bench_accum.sh" "$rounds" "$accum_samples"
+wanted zero && section "ZeRO stages 0, 1 and 2" "bench_zero.sh: --zero 0, 1 and 2 at np=1, 2 and 4 (np=4 oversubscribed on 2 cores) on an MLP with AdamW, batch 32 per rank: per-rank memory (the start-up table's plan and the measured PSS), the optimizer state and gradient shards against 1/N of the whole, the step time of each stage against stage 0, on one node and on two simulated nodes (network namespaces; skipped with the reason when not root), and the plan of --device cuda on the emulated GPUs." \
+  sh "$src/bench/bench_zero.sh" $q --rounds "$rounds"
 if wanted allreduce; then
   section "All-reduce bus bandwidth, shared memory" "bench_allreduce at np=2 on a buffer from comm_mem_alloc (the shared-memory path on one node), alternating with MPI_Allreduce on the same buffer; median of the rounds; busbw = algbw x 2(n-1)/n." \
     bench_mpirun -np 2 ./bench/bench_allreduce --min 64K --max 64M --reps "$((rounds * 2 + 1))"
@@ -125,7 +128,6 @@ fi
 wanted loader && section "Loader against raw reads" "bench_loader.sh: the loader's samples/s against a raw pread of the same bytes (hot page cache), and its peak RSS as N grows 10x." \
   env BATCHES=64 REPS="$((rounds + 2))" sh "$src/bench/bench_loader.sh"
 if wanted checkpoint; then
-  q=""; [ "$quick" = 1 ] && q=--quick
   section "Checkpoint writes against dd + fsync" "bench_ckpt.sh: rank 0 writing AdamW checkpoints (build in memory, write, fsync, rename) against dd conv=fsync of the same bytes into the same directory." \
     sh "$src/bench/bench_ckpt.sh" $q "$rounds"
 fi
@@ -145,6 +147,7 @@ fi
   printf '\n## Summary\n\n'
   awk -F, 'function head() { if (!h++) printf "| case | quantity | median | min | max | target |\n|---|---|---:|---:|---:|---|\n" }
     $4 ~ /^(speedup_over_pytorch|weak_scaling_efficiency|ddp_step_over_no_comm_step|final_val_acc)$/ || $4 ~ /^time_to_/ { head() }
+    $1 ~ /^zero-stage[12]$/ && $3 > 1 && $4 ~ /^(step_over_stage0|optimizer_state_times_n_over_full|grads_over_shard_plus_bucket|measured_saving_over_plan)$/ { head() }
     END { if (!h) print "No case of this run has a headline ratio (see the sections below)." }
     $2 == "ddptrain" && $4 == "speedup_over_pytorch" { t = ($3 == 1) ? ">= 1.3x" : ">= 2.5x"
       printf "| %s | ddptrain / PyTorch samples/s, np=%s | %.2fx | %.2fx | %.2fx | %s |\n", $1, $3, $6, $5, $7, t }
@@ -153,7 +156,11 @@ fi
     $4 == "weak_scaling_efficiency" { printf "| %s | %s weak-scaling efficiency np=2 | %.0f%% | %.0f%% | %.0f%% | %s |\n", $1, $2, 100 * $6, 100 * $5, 100 * $7, $2 == "ddptrain" ? ">= 85%" : "" }
     $2 == "ddptrain" && $4 == "ddp_step_over_no_comm_step" { printf "| %s | DDP step / no-communication step | %.3f | %.3f | %.3f | <= 1.15 |\n", $1, $6, $5, $7 }
     $4 ~ /^time_to_/ { printf "| %s | %s, seconds to %s | %.1f | %.1f | %.1f | ddptrain faster |\n", $1, $2, substr($4, 9, length($4) - 10), $6, $5, $7 }
-    $4 == "final_val_acc" { printf "| %s | %s, final test accuracy | %.4f | %.4f | %.4f | |\n", $1, $2, $6, $5, $7 }' "$tmp/csv"
+    $4 == "final_val_acc" { printf "| %s | %s, final test accuracy | %.4f | %.4f | %.4f | |\n", $1, $2, $6, $5, $7 }
+    $1 == "zero-stage1" && $3 > 1 && $4 == "step_over_stage0" { printf "| %s | step / stage-0 step, np=%s, %s | %.3f | %.3f | %.3f | %s |\n", $1, $3, $2 == "ddptrain" ? "one node" : "two simulated nodes", $6, $5, $7, $2 == "ddptrain" ? "<= 1.05" : "" }
+    $1 == "zero-stage1" && $3 > 1 && $4 == "optimizer_state_times_n_over_full" { printf "| %s | optimizer state per rank x N / whole state, np=%s (plan) | %.4f | %.4f | %.4f | 1 +- 5%% |\n", $1, $3, $6, $5, $7 }
+    $1 == "zero-stage2" && $3 > 1 && $4 == "grads_over_shard_plus_bucket" { printf "| %s | gradient memory / (G/N + one bucket), np=%s (plan; stage 2 keeps 2 slots) | %.3f | %.3f | %.3f | <= 1.05 |\n", $1, $3, $6, $5, $7 }
+    $1 ~ /^zero-stage[12]$/ && $3 > 1 && $4 == "measured_saving_over_plan" { printf "| %s | memory saved against stage 0, measured (PSS anon+shmem) / planned, np=%s | %.2f | %.2f | %.2f | |\n", $1, $3, $6, $5, $7 }' "$tmp/csv"
 } >"$tmp/summary"
 # the summary goes right after the header
 awk -v s="$tmp/summary" 'NR > 1 && /^## / && !done { while ((getline l < s) > 0) print l; print ""; done = 1 } { print }
