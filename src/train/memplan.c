@@ -159,11 +159,15 @@ static mem_plan_t mem_plan_(const trainer_t *t)
      * memory (not the plane's: no collective copies it) */
     int sharded = zero_sharded(&t->zero);
     size_t state = sharded ? t->zero.shard_count * sizeof(float) + sizeof(float) : full_state;
-    size_t grads = memplan_grad_bytes(t);
+    /* the plane's gradient buffer (--zero 2: its slots); the shard's reduced
+     * gradients are the compute backend's */
+    size_t shard_grads = t->zero.slots ? (t->zero.shard_count + 1) * sizeof(float) : 0;
+    size_t grads = memplan_grad_bytes(t) - shard_grads;
     mem_plan_t p = {.comm = params + grads + (sharded ? 0 : nstate * state),
                     .ncomm = 2 + (sharded ? 0 : (int)nstate)};
     if (cfg->grad_compress) {
-        p.comm += m->ntrainable * sizeof(uint16_t) + 2;
+        size_t count = t->zero.slots ? (size_t)t->zero.slots * model_max_bucket(m) : m->ntrainable;
+        p.comm += count * sizeof(uint16_t) + 2;
         p.ncomm++;
     }
     /* rank 0's start-up broadcast copy; checkpoints keep a snapshot (under
@@ -172,7 +176,7 @@ static mem_plan_t mem_plan_(const trainer_t *t)
     size_t copy = params + m->nbufs * sizeof(float) +
                   nstate * (sharded ? 2 * model_max_bucket(m) * sizeof(float) : state);
     copy += files_bytes_(t, nstate * full_state);
-    p.resident = p.comm + (sharded ? nstate * state : 0) + m->nbufs * sizeof(float) +
+    p.resident = p.comm + (sharded ? nstate * state : 0) + shard_grads + m->nbufs * sizeof(float) +
                  model_act_bytes(m) + memplan_data_bytes(t) + copy;
     /* device memory: the host holds the batches and the start-up copy only */
     if (t->compute->mem_kind == DDP_MEM_DEVICE) p.resident = host_data_bytes_(t) + copy;
