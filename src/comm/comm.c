@@ -2,7 +2,7 @@
  * registry of comm backends (see comm.h). */
 #include "comm.h"
 
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,33 +262,44 @@ void comm_mem_free(comm_t *c, void *p)
         free(p);
 }
 
-/* Tracked communicators (comm_track); read by comm_abort_all from any
- * thread, so slots are atomic pointers. */
+/* Tracked communicators (comm_track).  comm_abort_all runs on any thread
+ * (the watchdog's, or the main thread's control_abort) while the main
+ * thread may be in comm_free: the lock makes an abort and a free of one
+ * communicator take turns, so a free waits for an abort in progress (the
+ * backend's free then sees it aborted: NCCL must not destroy an aborted
+ * communicator) and no abort starts on a communicator being freed. */
 #define COMM_TRACK_MAX 4
-static _Atomic(comm_t *) tracked_[COMM_TRACK_MAX];
+static comm_t *tracked_[COMM_TRACK_MAX];
+static pthread_mutex_t tracked_lock_ = PTHREAD_MUTEX_INITIALIZER;
 
 void comm_track(comm_t *c)
 {
-    for (int i = 0; i < COMM_TRACK_MAX; i++) {
-        comm_t *expect = NULL;
-        if (atomic_compare_exchange_strong(&tracked_[i], &expect, c)) return;
-    }
+    pthread_mutex_lock(&tracked_lock_);
+    for (int i = 0; i < COMM_TRACK_MAX; i++)
+        if (!tracked_[i]) {
+            tracked_[i] = c;
+            break;
+        }
+    pthread_mutex_unlock(&tracked_lock_);
 }
 
 static void untrack_(comm_t *c)
 {
-    for (int i = 0; i < COMM_TRACK_MAX; i++) {
-        comm_t *expect = c;
-        atomic_compare_exchange_strong(&tracked_[i], &expect, NULL);
-    }
+    pthread_mutex_lock(&tracked_lock_);
+    for (int i = 0; i < COMM_TRACK_MAX; i++)
+        if (tracked_[i] == c) tracked_[i] = NULL;
+    pthread_mutex_unlock(&tracked_lock_);
 }
 
 void comm_abort_all(void)
 {
+    pthread_mutex_lock(&tracked_lock_);
     for (int i = 0; i < COMM_TRACK_MAX; i++) {
-        comm_t *c = atomic_exchange(&tracked_[i], NULL);
+        comm_t *c = tracked_[i];
+        tracked_[i] = NULL;
         if (c && c->ops && c->ops->abort) c->ops->abort(c);
     }
+    pthread_mutex_unlock(&tracked_lock_);
 }
 
 void comm_free(comm_t *c)

@@ -249,7 +249,9 @@ void comm_free(comm_t *c);
 /* Communicators to abort (ops->abort) when the job ends on a fatal error:
  * the trainer tracks its gradient plane after init; comm_free forgets it.
  * comm_abort_all runs from control_abort and the watchdog before
- * MPI_Abort. */
+ * MPI_Abort, on either thread; an abort and comm_free of one communicator
+ * never overlap (comm_free waits for an abort in progress, and once it has
+ * begun no abort reaches the communicator). */
 void comm_track(comm_t *c);
 void comm_abort_all(void);
 

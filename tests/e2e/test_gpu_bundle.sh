@@ -13,7 +13,11 @@
 #     bundled mpirun: progress lines with a loss, a done line, exit 0;
 #   - every shared object those processes loaded (LD_DEBUG=libs: mpirun and
 #     both ranks, Open MPI's plugins included) came from the bundle, except
-#     the C runtime.
+#     the C runtime and, in a CUDA build, the libraries the bundle declares
+#     external (MANIFEST: cudart, cuBLAS, cuBLASLt, NCCL, which the GPU
+#     machine provides), by exactly those names;
+#   - tests/gpu/run-all writes its results into three files, the logs
+#     packed in one archive.
 # Needs root and unshare -m: skipped (77) without them, or fails when
 # DDP_REQUIRE_MOUNT=1 (.ci/run sets it).
 . ./testenv.sh || exit 99
@@ -86,7 +90,14 @@ grep -q 'grad_allreduces=[1-9]' "$T/np2.out" || { cat "$T/np2.out"; fail "np=2: 
 sed -n 's/.*calling init: //p' "$T"/ld/np1.* "$T"/ld/np2.* | sort -u >"$T/loaded"
 [ -s "$T/loaded" ] || fail "LD_DEBUG=libs recorded nothing"
 crt='^/(usr/)?lib(64)?/(x86_64-linux-gnu/)?(ld-linux-x86-64|libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libanl|libnss_[a-z]*)\.so'
-bad=$(grep -v "^$B/" "$T/loaded" | grep -Ev "$crt")
+# a CUDA build's bundle declares the libraries the GPU machine provides
+# (MANIFEST's "external" line: cudart, cuBLAS, cuBLASLt, NCCL): those come
+# from outside by design, by exactly those names, and nothing else does
+external=$(sed -n 's/^external //p' "$B/MANIFEST" | tr ' ' '\n' | sed '/^$/d')
+: >"$T/declared"
+for lib in $external; do grep -v "^$B/" "$T/loaded" | grep "/$lib\$" >>"$T/declared"; done
+bad=$(grep -v "^$B/" "$T/loaded" | grep -Ev "$crt" | grep -Fxv -f "$T/declared")
+[ -s "$T/declared" ] && echo "declared external, loaded from this machine: $(tr '\n' ' ' <"$T/declared")"
 [ -z "$bad" ] || { echo "loaded from outside the bundle:"; echo "$bad"; fail "the bundled programs loaded libraries from the system"; }
 for need in lib/libmpi.so.40 lib/libhdf5 lib/libopenblas.so.0 lib/openmpi/mca_; do
   grep -q "^$B/$need" "$T/loaded" || { cat "$T/loaded"; fail "nothing loaded from the bundle's $need"; }
@@ -108,4 +119,17 @@ rc=$?
 cat "$T/inner.log"
 [ $rc -eq 0 ] || fail "the bundle in a namespace without Open MPI, HDF5 and BLAS (exit $rc; the lines above say what)"
 grep -q '^inner: all checks passed' "$T/inner.log" || fail "the checks in the namespace did not finish"
+# tests/gpu/run-all, as the GPU machine runs it (here without a GPU, on a
+# short budget: its steps skip or fail): it writes exactly three files, the
+# logs in one archive, so a machine that brings back a few brings back all
+timeout -k 5 120 "$top_srcdir/tests/gpu/run-all" --bundle "$B" --out "$T/gpu-out" --budget 40 \
+  >"$T/runall.log" 2>&1
+[ $? -lt 124 ] || { cat "$T/runall.log"; fail "tests/gpu/run-all hung"; }
+[ "$(ls -A "$T/gpu-out" | wc -l)" -eq 3 ] && [ -f "$T/gpu-out/gpu-results.md" ] &&
+  [ -f "$T/gpu-out/gpu-results.csv" ] && [ -f "$T/gpu-out/gpu-logs.tar.gz" ] ||
+  { ls -la "$T/gpu-out"; cat "$T/runall.log"; fail "run-all: not the three files gpu-results.md, gpu-results.csv, gpu-logs.tar.gz"; }
+tar -tzf "$T/gpu-out/gpu-logs.tar.gz" | grep -qx 'logs/libraries.log' ||
+  { tar -tzvf "$T/gpu-out/gpu-logs.tar.gz"; fail "run-all: the archive lacks logs/libraries.log"; }
+grep -q '^- verdict: ' "$T/gpu-out/gpu-results.md" || { cat "$T/gpu-out/gpu-results.md"; fail "run-all: no verdict"; }
+echo "run-all: $(sed -n 's/^- verdict: //p' "$T/gpu-out/gpu-results.md") on this machine; three files"
 echo "test_gpu_bundle.sh: passed"

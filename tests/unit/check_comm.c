@@ -9,10 +9,13 @@
  * trip), 16-bit accuracy bounds, mismatched slices, gradient-buffer memory,
  * broadcast, allgather, topology, counters and errors. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm_cases.h"
 #include "comm_mpi.h"
@@ -776,6 +779,53 @@ START_TEST(bad_options)
 }
 END_TEST
 
+/* comm_abort_all (the watchdog's thread) and comm_free (the main thread) on
+ * one communicator take turns: a free waits for an abort in progress, and
+ * no abort reaches a communicator once its free began.  A backend whose
+ * abort takes a while (ncclCommAbort) records what its free saw. */
+static atomic_int slow_entered_, slow_done_, slow_aborts_, free_overlapped_, free_calls_;
+static void slow_abort_(comm_t *c)
+{
+    (void)c;
+    atomic_fetch_add(&slow_aborts_, 1);
+    atomic_store(&slow_entered_, 1);
+    usleep(300000);
+    atomic_store(&slow_done_, 1);
+}
+static void watch_free_(comm_t *c)
+{
+    (void)c;
+    atomic_fetch_add(&free_calls_, 1);
+    if (atomic_load(&slow_entered_) && !atomic_load(&slow_done_)) atomic_store(&free_overlapped_, 1);
+}
+static void *abort_thread_(void *arg)
+{
+    (void)arg;
+    comm_abort_all();
+    return NULL;
+}
+
+START_TEST(abort_and_free_take_turns)
+{
+    static const comm_ops_t slow = {.name = "slow", .free = watch_free_, .abort = slow_abort_};
+    comm_t fc;
+    memset(&fc, 0, sizeof fc);
+    fc.ops = &slow;
+    comm_track(&fc);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, abort_thread_, NULL), 0);
+    while (!atomic_load(&slow_entered_)) usleep(1000);
+    comm_free(&fc); /* while the abort sleeps */
+    pthread_join(th, NULL);
+    ck_assert_int_eq(atomic_load(&free_calls_), 1);
+    ck_assert_int_eq(atomic_load(&free_overlapped_), 0);
+    /* freed: a later abort does not reach it */
+    fc.ops = &slow;
+    comm_abort_all();
+    ck_assert_int_eq(atomic_load(&slow_aborts_), 1);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("comm");
@@ -801,6 +851,9 @@ Suite *test_suite(void)
     tcase_add_test(t, bcast_and_allgather);
     tcase_add_test(t, registry_caps_register);
     tcase_add_test(t, bad_options);
+    suite_add_tcase(s, t);
+    t = tcase_create("abort");
+    tcase_add_test(t, abort_and_free_take_turns);
     suite_add_tcase(s, t);
     return s;
 }

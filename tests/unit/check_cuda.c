@@ -1,6 +1,8 @@
-/* check_cuda.c -- CUDA kernels against the CPU reference.  Needs a GPU:
- * skipped (exit 77) on machines without one, so CUDA builds still pass
- * `make check` on build hosts. */
+/* check_cuda.c -- CUDA kernels against the CPU reference: on the GPU in
+ * CUDA builds (skipped, exit 77, on machines without one, so CUDA builds
+ * still pass `make check` on build hosts), on the CPU emulation of the CUDA
+ * runtime otherwise -- where it runs first, before any GPU machine runs it
+ * (tests/gpu/programs). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -43,6 +45,11 @@ Suite *test_suite(void)
     if (ddp_cuda_device_count() == 0) {
         fprintf(stderr, "check_cuda: no GPU visible: skipped\n");
         exit(77);
+    }
+    /* the backend binds its device first: every allocation fails before */
+    if (ddp_cuda_init(0) != 0) {
+        fprintf(stderr, "check_cuda: ddp_cuda_init(0) failed: %s\n", ddp_cuda_last_error());
+        exit(99);
     }
     Suite *s = suite_create("cuda");
     TCase *t = tcase_create("kernels");
