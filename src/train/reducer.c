@@ -34,7 +34,8 @@ struct reducer {
     int slots;               /* --zero 2: the gradient slots the buckets cycle through (0: none) */
     int claimed;             /* slots: buckets whose slot backward may write this step */
     int next_launch;      /* buckets are launched strictly in order */
-    uint16_t *half;       /* compression buffer (gradient-plane memory), ntrainable elements */
+    uint16_t *half;       /* compression buffer (gradient-plane memory): ntrainable elements,
+                           * or with --zero 2's slots as many as the slots (half_of_) */
     model_mem_t half_mem; /* where half came from (alloc NULL: comm_mem_alloc) */
     int skip_grad;        /* --inject skipgrad: a tensor never marked ready this step (-1: none) */
     reducer_stats_t stats;
