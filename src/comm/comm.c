@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +117,59 @@ ddp_status_t comm_pick(const char *name, ddp_mem_kind_t kind, const char *comput
     return DDP_OK;
 }
 
+/* DDP_SIM_NODES=2,1 (tests): the ranks, in order, split into nodes of 2
+ * and 1 rank, as if on two machines, although they share this one: the
+ * multi-node algorithms then run without a cluster.  Each simulated node
+ * must lie on one real machine (its memory is shared).  Every rank reads
+ * the same variable (mpirun passes the environment). */
+static ddp_status_t sim_nodes_(comm_t *c, const char *spec)
+{
+    int node = -1, first = 0, n = 0;
+    const char *p = spec;
+    while (*p) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || k < 1 || k > c->size || (*end && *end != ','))
+            return ddp_fail(DDP_ERR_USAGE,
+                            "DDP_SIM_NODES=%s: expected the ranks of each simulated node, "
+                            "e.g. 2,1; unset it outside tests",
+                            spec);
+        if (node < 0 && c->rank < first + k) node = n;
+        first += (int)k;
+        n++;
+        p = *end ? end + 1 : end;
+    }
+    if (first != c->size)
+        return ddp_fail(DDP_ERR_USAGE,
+                        "DDP_SIM_NODES=%s: %d ranks in the simulated nodes, but the job has %d; "
+                        "unset it outside tests",
+                        spec, first, c->size);
+    if (MPI_Comm_split(c->mpi, node, c->rank, &c->node_comm) != MPI_SUCCESS)
+        return ddp_fail(DDP_ERR_COMM, "MPI_Comm_split (the ranks of a simulated node) failed");
+    MPI_Comm real;
+    int whole = 0, size = 0, all = 0;
+    if (MPI_Comm_split_type(c->node_comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &real) ==
+        MPI_SUCCESS) {
+        int rs = 0;
+        MPI_Comm_size(real, &rs);
+        MPI_Comm_size(c->node_comm, &size);
+        whole = rs == size;
+        MPI_Comm_free(&real);
+    }
+    if (MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &real) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(real, &c->host_size);
+        MPI_Comm_free(&real);
+    }
+    MPI_Allreduce(&whole, &all, 1, MPI_INT, MPI_MIN, c->mpi);
+    if (!all)
+        return ddp_fail(DDP_ERR_USAGE,
+                        "DDP_SIM_NODES=%s: a simulated node's ranks run on different machines; "
+                        "it simulates nodes on one machine only: unset it",
+                        spec);
+    return DDP_OK;
+}
+
 ddp_status_t comm_attach(comm_t *c, MPI_Comm world)
 {
     MPI_Comm dup;
@@ -126,11 +180,17 @@ ddp_status_t comm_attach(comm_t *c, MPI_Comm world)
     MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->mpi, &c->rank);
     MPI_Comm_size(c->mpi, &c->size);
-    if (MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
-                            &c->node_comm) != MPI_SUCCESS ||
-        MPI_Comm_rank(c->node_comm, &c->local_rank) != MPI_SUCCESS ||
-        MPI_Comm_size(c->node_comm, &c->local_size) != MPI_SUCCESS)
+    const char *sim = getenv("DDP_SIM_NODES");
+    if (sim && sim[0]) {
+        DDP_TRY(sim_nodes_(c, sim));
+    } else if (MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                                   &c->node_comm) != MPI_SUCCESS) {
         return ddp_fail(DDP_ERR_COMM, "MPI_Comm_split_type (the ranks of a node) failed");
+    }
+    if (MPI_Comm_rank(c->node_comm, &c->local_rank) != MPI_SUCCESS ||
+        MPI_Comm_size(c->node_comm, &c->local_size) != MPI_SUCCESS)
+        return ddp_fail(DDP_ERR_COMM, "MPI_Comm_rank/size (the ranks of a node) failed");
+    if (!c->host_size) c->host_size = c->local_size;
     /* nodes are numbered in the order of their first ranks: a leader's
      * number is the count of leaders before it, which its node learns */
     int leader = c->local_rank == 0, before = 0;
@@ -163,6 +223,16 @@ void comm_block(size_t count, int size, int rank, size_t *first, size_t *n)
 unsigned comm_caps(const comm_t *c)
 {
     return c->ops && c->ops->caps ? c->ops->caps(c) : 0u;
+}
+
+void comm_algorithms(const comm_t *c, char *buf, size_t len)
+{
+    if (!len) return;
+    buf[0] = 0;
+    if (c->ops && c->ops->algorithms)
+        c->ops->algorithms(c, buf, len);
+    else
+        snprintf(buf, len, "%s", c->ops ? c->ops->name : "none");
 }
 
 ddp_status_t comm_register(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind)

@@ -170,12 +170,18 @@ typedef struct comm_ops {
      * backend's own choice per collective), alike on every rank.  NULL: the
      * backend chooses and takes no name. */
     ddp_status_t (*set_algorithm)(comm_t *c, const char *name);
+    /* The algorithms that ran this communicator's gradient-plane
+     * collectives so far, with their counts ("hier 40, ring 12"), into buf
+     * (always terminated).  NULL: the backend's name says it. */
+    void (*algorithms)(const comm_t *c, char *buf, size_t len);
 } comm_ops_t;
 
 struct comm {
     const comm_ops_t *ops;
     int rank, size;             /* in this communicator */
     int local_rank, local_size; /* on this node */
+    int host_size;              /* ranks on this machine: local_size, except under
+                                 * DDP_SIM_NODES (several simulated nodes on it) */
     int nnodes;
     int node;                 /* this rank's node, 0 .. nnodes-1 (in the order of their first ranks) */
     MPI_Comm mpi;             /* duplicate of the communicator given to comm_init_* */
@@ -242,6 +248,8 @@ ddp_status_t comm_pick(const char *name, ddp_mem_kind_t kind, const char *comput
 
 /* See comm_ops_t.caps / mem_register / mem_deregister. */
 unsigned comm_caps(const comm_t *c);
+/* ops->algorithms, or the backend's name. */
+void comm_algorithms(const comm_t *c, char *buf, size_t len);
 ddp_status_t comm_register(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind);
 void comm_deregister(comm_t *c, void *p);
 

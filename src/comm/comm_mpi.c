@@ -8,6 +8,7 @@
  * its owner, in an order fixed by the algorithm and W, and the other ranks
  * only copy it.  The additions themselves are in sum_kernels.c. */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,9 +21,12 @@
 #define BCAST_CHUNK ((size_t)8 << 20)
 
 /* The algorithms comm_mpi_set_algorithm names (shared memory is "auto"'s
- * choice on one node, never forced). */
-static const mpi_algo_t *const algos_[] = {&mpi_algo_shm, &mpi_algo_ring, &mpi_algo_chunked};
+ * choice on one node, never forced; "hier" on one node is shared memory). */
+static const mpi_algo_t *const algos_[] = {&mpi_algo_shm, &mpi_algo_hier, &mpi_algo_ring,
+                                           &mpi_algo_chunked};
 #define NALGOS ((int)(sizeof algos_ / sizeof algos_[0]))
+_Static_assert(NALGOS <= (int)(sizeof((mpi_impl_t *)0)->used / sizeof(uint64_t)),
+               "mpi_impl_t.used counts every algorithm");
 
 /* ---- errors ------------------------------------------------------------- */
 
@@ -102,13 +106,18 @@ ddp_status_t comm_mpi_progress(comm_t *c)
     return first;
 }
 
-/* The algorithm of q: the forced one, or shared memory where it can run it
- * and the ring otherwise.  The same on every rank. */
+/* The algorithm of q: the forced one where it can run q; else shared
+ * memory (one node) or the hierarchical algorithm (several nodes) where
+ * the buffer is node-shared, and the ring otherwise.  The same on every
+ * rank. */
 static const mpi_algo_t *choose_(comm_t *c, const comm_req_t *q)
 {
     const mpi_impl_t *m = c->impl;
-    if (m->forced) return m->forced;
-    return mpi_algo_shm.usable(c, q) ? &mpi_algo_shm : &mpi_algo_ring;
+    if (m->forced && m->forced->usable(c, q)) return m->forced;
+    if (m->forced && m->forced != &mpi_algo_hier) return m->forced;
+    if (mpi_algo_shm.usable(c, q)) return &mpi_algo_shm;
+    if (mpi_algo_hier.usable(c, q)) return &mpi_algo_hier;
+    return &mpi_algo_ring;
 }
 
 /* Start a collective; a: the update after it (NULL: none). */
@@ -135,6 +144,8 @@ static ddp_status_t start_(comm_t *c, coll_op_t op, void *buf, size_t count, com
         q->apply = *a;
     }
     q->algo = choose_(c, q);
+    for (int i = 0; i < NALGOS; i++)
+        if (algos_[i] == q->algo) m->used[i]++;
     ddp_status_t s = q->algo->start(c, q);
     if (s == DDP_OK) link_(m, q);
     if (s == DDP_OK) s = req_progress_(c, q);
@@ -298,6 +309,21 @@ static ddp_status_t mpi_mem_register_(comm_t *c, void *p, size_t bytes, ddp_mem_
                     ddp_mem_kind_name(kind), bytes, ddp_mem_kind_name(kind));
 }
 
+static void mpi_algorithms_(const comm_t *c, char *buf, size_t len)
+{
+    const mpi_impl_t *m = c->impl;
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; m && i < NALGOS && at < len; i++) {
+        if (!m->used[i]) continue;
+        int k = snprintf(buf + at, len - at, "%s%s %llu", at ? ", " : "", algos_[i]->name,
+                         (unsigned long long)m->used[i]);
+        if (k < 0) break;
+        at += (size_t)k;
+    }
+    if (!buf[0]) snprintf(buf, len, "none yet");
+}
+
 const comm_ops_t comm_mpi_ops = {
     .name = "mpi",
     .caps = mpi_caps_,
@@ -317,6 +343,7 @@ const comm_ops_t comm_mpi_ops = {
     .mem_free = mpi_mem_free_,
     .free = mpi_free_,
     .set_algorithm = comm_mpi_set_algorithm,
+    .algorithms = mpi_algorithms_,
 };
 
 ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name)
@@ -333,8 +360,8 @@ ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name)
             m->forced = algos_[i];
             return DDP_OK;
         }
-    return ddp_fail(DDP_ERR_USAGE, "unknown all-reduce algorithm '%s' (use auto, ring or mpi)",
-                    name);
+    return ddp_fail(DDP_ERR_USAGE,
+                    "unknown all-reduce algorithm '%s' (use auto, hier, ring or mpi)", name);
 }
 
 ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth)
@@ -360,7 +387,7 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
     mpi_impl_t *m = calloc(1, sizeof *m);
     if (!m) return ddp_fail(DDP_ERR_NOMEM, "out of memory creating the communicator");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    m->oversubscribed = ncpu > 0 && c->local_size > ncpu;
+    m->oversubscribed = ncpu > 0 && c->host_size > ncpu;
     c->impl = m;
     c->ops = &comm_mpi_ops;
     /* every algorithm's state, in the table's order on every rank (shared

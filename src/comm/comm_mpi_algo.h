@@ -3,7 +3,13 @@
  * Private to comm_mpi.c and its algorithms, one file each:
  *   comm_mpi_shm.c      shared memory (one node, buffers of comm_mem_alloc
  *                       memory): each rank sums its block straight from
- *                       every rank's buffer, in rank order
+ *                       every rank's buffer, in rank order; and the
+ *                       hierarchical algorithm "hier" (several nodes, the
+ *                       same node-shared buffers on each): summed within
+ *                       the node the same way, each local rank's slices
+ *                       all-reduced between the nodes by a ring of their
+ *                       owners (one per node), the result shared in the
+ *                       node
  *   comm_mpi_ring.c     ring: reduce-scatter then all-gather over
  *                       MPI_Isend/MPI_Irecv, in pieces
  *   comm_mpi_chunked.c  "mpi": Open MPI's own nonblocking collectives, in
@@ -26,6 +32,7 @@
 typedef enum coll_op { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER } coll_op_t;
 
 typedef struct mpi_algo mpi_algo_t;
+typedef struct ring_run ring_run_t;
 
 /* A collective in flight (called q in these files: c is the communicator,
  * m its mpi_impl_t). */
@@ -62,6 +69,7 @@ typedef struct mpi_impl {
     mpi_shm_t *shm;
     mpi_ring_t *ring;
     mpi_chunked_t *chunked;
+    uint64_t used[4]; /* collectives started per algorithm (comm_mpi.c's table order) */
 } mpi_impl_t;
 
 struct mpi_algo {
@@ -83,7 +91,7 @@ struct mpi_algo {
     void (*release)(comm_t *c, comm_req_t *q);
 };
 
-extern const mpi_algo_t mpi_algo_shm, mpi_algo_ring, mpi_algo_chunked;
+extern const mpi_algo_t mpi_algo_shm, mpi_algo_hier, mpi_algo_ring, mpi_algo_chunked;
 
 /* An MPI call failed during q's collective d (number seq): DDP_ERR_COMM
  * naming both. */
@@ -99,6 +107,27 @@ ddp_status_t mpi_shm_plan(comm_t *c, size_t bytes, int nbuffers);
 ddp_status_t mpi_shm_alloc(comm_t *c, size_t bytes, void **p);
 /* 1 when p was node-shared memory (now freed), 0 when it is not ours. */
 int mpi_shm_free(comm_t *c, void *p);
+
+/* The ring (comm_mpi_ring.c) as an engine, for the ring algorithm (every
+ * rank of c) and the hierarchical one (the owners of a slice, one per
+ * node): a reduce-scatter and/or all-gather of count elements at buf among
+ * W members of comm, this rank the me-th, its neighbours left and right
+ * (ranks in comm).  A run posts at most RING_MAXDEPTH tags from tagbase on. */
+#define RING_MAXDEPTH 16 /* most slices in flight (tags per run) */
+typedef struct ring_geo {
+    MPI_Comm comm;
+    int W, me, left, right;
+    char *buf;
+    size_t count;
+} ring_geo_t;
+/* Start a run of q's elements (type, size, descriptor) over geo: op's
+ * steps (an all-reduce is both halves); *out is set (free it) even on
+ * failure. */
+ddp_status_t ring_run_start(comm_t *c, const comm_req_t *q, const ring_geo_t *geo, coll_op_t op,
+                            int tagbase, ring_run_t **out);
+/* Advance without waiting; *done = 1 once this rank's part is complete. */
+ddp_status_t ring_run_progress(const comm_req_t *q, ring_run_t *rq, int *done);
+void ring_run_free(comm_t *c, ring_run_t *rq);
 
 /* Ring tuning (comm_mpi_set_ring). */
 ddp_status_t mpi_ring_set(comm_t *c, size_t piece_bytes, int depth);

@@ -40,7 +40,7 @@ typedef struct shm_region {
     int id; /* allocation number (the same on every rank) */
     MPI_Win win;
     size_t bytes;
-    char **base; /* [W]: every rank's segment, mapped here */
+    char **base; /* [L]: every local rank's segment, mapped here */
 } shm_region_t;
 
 /* What a rank says about its shared-memory collective number seq, for the
@@ -66,9 +66,15 @@ typedef struct shm_ctl {
 } shm_ctl_t;
 
 struct mpi_shm {
-    int ok; /* node-shared memory in use (one node, W > 1, room) */
+    int ok; /* node-shared memory in use (W > 1, room) */
+    int L, me; /* the ranks of this node (c->node_comm), this rank's local rank */
+    int S;     /* slices of a collective: the most ranks on any node */
+    /* the hierarchical algorithm (ranks on several nodes) */
+    int *owner;     /* [c->nnodes * S]: the rank (in c->mpi) owning slice j on node n */
+    MPI_Comm cross; /* a duplicate of c->mpi: the slices' rings, with tags of their own */
+    int tag_collectives; /* hierarchical collectives whose tags can be told apart */
     MPI_Win ctl_win;
-    shm_ctl_t **ctl; /* [W]: every rank's control block, mapped here */
+    shm_ctl_t **ctl; /* [L]: every local rank's control block, mapped here */
     shm_region_t *regions;
     int nregions;
     uint64_t started, reduced, copied, completed; /* this rank's counters */
@@ -76,7 +82,8 @@ struct mpi_shm {
 
 /* Where a shared-memory collective stands on this rank (shm_progress_). */
 typedef enum shm_phase {
-    SHM_OWN_BLOCK,   /* waiting for every rank's input, then summing this rank's block */
+    SHM_OWN_BLOCK,   /* waiting for every local rank's input, then summing this rank's slices */
+    SHM_CROSS,       /* hierarchical: this rank's slices all-reduced with the other nodes */
     SHM_COPY_OTHERS, /* copying the other blocks as their owners finish them */
     SHM_WAIT_COPIES  /* waiting until no rank reads this rank's buffer any more */
 } shm_phase_t;
@@ -87,7 +94,11 @@ typedef struct shm_req {
     uint64_t seq; /* shared-memory collective number (1, 2, ...; same on every rank) */
     shm_phase_t phase;
     int ncopied;
-    unsigned char *copied_from; /* [W]: rank r's block copied */
+    unsigned char *copied_from; /* [L]: local rank r's slices copied */
+    int cross;                  /* hierarchical: the slices go round the nodes */
+    int nrun;                   /* hierarchical: this rank's slices (run[i]: slice me + i L) */
+    ring_run_t **run;
+    unsigned char *run_done;
     int fused;                  /* iallreduce_apply: owners apply their block, others copy extras */
     shm_region_t *extra_region[COMM_APPLY_MAX];
     size_t extra_off[COMM_APPLY_MAX]; /* byte offset of extra[i] in its region */
@@ -174,7 +185,7 @@ ddp_status_t mpi_shm_alloc(comm_t *c, size_t bytes, void **p)
     }
     if (!h->ok) return comm_mem_alloc_host(bytes, p);
     shm_region_t *reg = calloc(1, sizeof *reg);
-    char **base = calloc((size_t)c->size, sizeof *base);
+    char **base = calloc((size_t)h->L, sizeof *base);
     if (!reg || !base) {
         free(reg);
         free(base);
@@ -185,7 +196,8 @@ ddp_status_t mpi_shm_alloc(comm_t *c, size_t bytes, void **p)
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
     char *mine = NULL;
     /* 64 bytes more, so every rank's buffer can start on a cache line */
-    int rc = MPI_Win_allocate_shared((MPI_Aint)(bytes + 64), 1, info, c->mpi, &mine, &reg->win);
+    int rc =
+        MPI_Win_allocate_shared((MPI_Aint)(bytes + 64), 1, info, c->node_comm, &mine, &reg->win);
     MPI_Info_free(&info);
     if (rc != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
@@ -199,14 +211,14 @@ ddp_status_t mpi_shm_alloc(comm_t *c, size_t bytes, void **p)
                         "and in Open MPI's session directory",
                         bytes, msg);
     }
-    for (int r = 0; r < c->size; r++) {
+    for (int r = 0; r < h->L; r++) {
         MPI_Aint sz;
         int disp_unit;
         char *b = NULL;
         MPI_Win_shared_query(reg->win, r, &sz, &disp_unit, &b);
         base[r] = b + (64 - (uintptr_t)b % 64) % 64;
     }
-    mine = base[c->rank];
+    mine = base[h->me];
     memset(mine, 0, bytes);
     reg->id = h->nregions++;
     reg->bytes = bytes;
@@ -228,7 +240,7 @@ int mpi_shm_free(comm_t *c, void *p)
 {
     mpi_shm_t *h = ((mpi_impl_t *)c->impl)->shm;
     for (shm_region_t **pg = &h->regions; *pg; pg = &(*pg)->next) {
-        if ((*pg)->base[c->rank] == p) {
+        if ((*pg)->base[h->me] == p) {
             shm_region_t *reg = *pg;
             *pg = reg->next;
             region_free_(reg);
@@ -244,7 +256,7 @@ static shm_region_t *shm_find_(const comm_t *c, const void *buf, size_t bytes)
     const mpi_shm_t *h = ((const mpi_impl_t *)c->impl)->shm;
     const char *p = buf;
     for (shm_region_t *reg = h->regions; reg; reg = reg->next) {
-        const char *b = reg->base[c->rank];
+        const char *b = reg->base[h->me];
         if (p >= b && p <= b + reg->bytes && bytes <= (size_t)(b + reg->bytes - p)) return reg;
     }
     return NULL;
@@ -257,7 +269,7 @@ static shm_region_t *shm_find_(const comm_t *c, const void *buf, size_t bytes)
 static ddp_status_t check_descs_(comm_t *c, const comm_req_t *q, const shm_req_t *sq, int *ready)
 {
     mpi_shm_t *h = ((mpi_impl_t *)c->impl)->shm;
-    const int W = c->size, me = c->rank;
+    const int W = h->L, me = h->me;
     *ready = 0;
     for (int r = 0; r < W; r++)
         if (atomic_load_explicit(&h->ctl[r]->arrived, memory_order_acquire) < sq->seq)
@@ -271,7 +283,7 @@ static ddp_status_t check_descs_(comm_t *c, const comm_req_t *q, const shm_req_t
             return ddp_fail(DDP_ERR_MISMATCH,
                             "%s %s %d (step %lld, collective #%llu): rank %d passes "
                             "%llu elements of type %d at byte %llu of shared buffer %d "
-                            "(operation %d), rank %d passes %llu of type %d at byte %llu of "
+                            "(operation %d), local rank %d passes %llu of type %d at byte %llu of "
                             "buffer %d (operation %d); every rank must start the same "
                             "collective on the same slice of its comm-allocated buffer",
                             q->op == COLL_ALLREDUCE        ? "all-reduce"
@@ -286,60 +298,140 @@ static ddp_status_t check_descs_(comm_t *c, const comm_req_t *q, const shm_req_t
     return DDP_OK;
 }
 
-/* Advance q as far as it goes without waiting: this rank's own block
- * (SHM_OWN_BLOCK: summed from every rank's buffer in rank order, for an
- * all-reduce or a reduce-scatter; an all-gather's is final already), the
- * other blocks copied from their owners (SHM_COPY_OTHERS; none for a
- * reduce-scatter), then completion once every rank has copied
- * (SHM_WAIT_COPIES). */
+/* Elements [*off, *off + *n) of slice j of q. */
+static void slice_(const mpi_shm_t *h, const comm_req_t *q, int j, size_t *off, size_t *n)
+{
+    comm_block(q->count, h->S, j, off, n);
+}
+
+/* Copy local rank r's slices of q from its buffers (the updated extra
+ * buffers when fused, else the sums); a reduce-scatter only what falls in
+ * this rank's block. */
+static void copy_from_(const comm_t *c, const mpi_shm_t *h, comm_req_t *q, const shm_req_t *sq,
+                       int r)
+{
+    size_t lo = 0, hi = q->count;
+    if (q->op == COLL_REDUCE_SCATTER) {
+        comm_block(q->count, c->size, c->rank, &lo, &hi);
+        hi += lo;
+    }
+    for (int j = r; j < h->S; j += h->L) {
+        size_t off, n;
+        slice_(h, q, j, &off, &n);
+        size_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
+        if (a >= b) continue;
+        if (sq->fused)
+            for (int i = 0; i < q->apply.nextra; i++)
+                memcpy(q->apply.extra[i] + a,
+                       sq->extra_region[i]->base[r] + sq->extra_off[i] + a * 4, (b - a) * 4);
+        else
+            memcpy(q->buf + a * q->esz, sq->region->base[r] + sq->off + a * q->esz,
+                   (b - a) * q->esz);
+    }
+}
+
+/* Start the rings of this rank's slices, one per slice, among the slice's
+ * owners on every node in node order. */
+static ddp_status_t cross_start_(comm_t *c, comm_req_t *q, shm_req_t *sq)
+{
+    mpi_shm_t *h = ((mpi_impl_t *)c->impl)->shm;
+    int N = c->nnodes, n = c->node;
+    for (int i = 0; i < sq->nrun; i++) {
+        int j = h->me + i * h->L;
+        size_t off, len;
+        slice_(h, q, j, &off, &len);
+        ring_geo_t geo = {h->cross, N, n, h->owner[((n + N - 1) % N) * h->S + j],
+                          h->owner[((n + 1) % N) * h->S + j], q->buf + off * q->esz, len};
+        int tagbase =
+            (int)((sq->seq % (uint64_t)h->tag_collectives) * (uint64_t)h->S + (uint64_t)j) *
+            RING_MAXDEPTH;
+        DDP_TRY(ring_run_start(c, q, &geo, COLL_ALLREDUCE, tagbase, &sq->run[i]));
+    }
+    return DDP_OK;
+}
+
+/* Advance q as far as it goes without waiting.  A collective cuts its
+ * buffer into S slices (comm_block), and local rank l owns the slices l,
+ * l + L, ...: on one node each rank one block, as the ranks' blocks.
+ *   SHM_OWN_BLOCK: once every local rank's input is ready, this rank sums
+ *     its slices from every local rank's buffer in local rank order (for an
+ *     all-reduce or a reduce-scatter; an all-gather's are final already);
+ *     on one node the owner then applies the fused update;
+ *   SHM_CROSS (hierarchical, ranks on several nodes): each slice's node
+ *     sums go round the slice's owners, one per node, in a ring
+ *     (all-reduce: every node ends with the same bits), and then the fused
+ *     update;
+ *   SHM_COPY_OTHERS: the other local ranks' slices copied as their owners
+ *     finish them (none for a reduce-scatter on one node; across nodes what
+ *     falls in this rank's block);
+ *   SHM_WAIT_COPIES: complete once no local rank reads this rank's buffer. */
 static ddp_status_t shm_progress_(comm_t *c, comm_req_t *q)
 {
     mpi_shm_t *h = ((mpi_impl_t *)c->impl)->shm;
     shm_req_t *sq = q->state;
-    const int W = c->size, me = c->rank;
-    size_t blk_off, blk_len;
+    const int L = h->L, me = h->me;
+    size_t off, len;
     if (sq->phase == SHM_OWN_BLOCK) {
         if (h->reduced != sq->seq - 1) return DDP_OK;
         int ready;
         DDP_TRY(check_descs_(c, q, sq, &ready));
         if (!ready) return DDP_OK;
-        comm_block(q->count, W, me, &blk_off, &blk_len);
-        if (blk_len && q->op != COLL_ALLGATHER) {
-            const char *src[W];
-            for (int r = 0; r < W; r++)
-                src[r] = sq->region->base[r] + sq->off + blk_off * q->esz;
-            sum_sources(q->type, q->buf + blk_off * q->esz, src, W, blk_len);
-            /* the owner of the block updates it; the others copy the result */
-            if (sq->fused) q->apply.fn(q->apply.arg, blk_off, blk_len);
+        for (int j = me; j < h->S; j += L) {
+            slice_(h, q, j, &off, &len);
+            if (!len || q->op == COLL_ALLGATHER) continue;
+            if (L > 1) {
+                const char *src[L];
+                for (int r = 0; r < L; r++) src[r] = sq->region->base[r] + sq->off + off * q->esz;
+                sum_sources(q->type, q->buf + off * q->esz, src, L, len);
+            }
+            /* the owner of the slice updates it; the others copy the result */
+            if (sq->fused && !sq->cross) q->apply.fn(q->apply.arg, off, len);
         }
+        if (sq->cross) {
+            DDP_TRY(cross_start_(c, q, sq));
+            sq->phase = SHM_CROSS;
+        } else {
+            atomic_store_explicit(&h->ctl[me]->reduced, sq->seq, memory_order_release);
+            h->reduced = sq->seq;
+            sq->phase = SHM_COPY_OTHERS;
+        }
+    }
+    if (sq->phase == SHM_CROSS) {
+        int left = 0;
+        for (int i = 0; i < sq->nrun; i++) {
+            if (sq->run_done[i]) continue;
+            int done = 0;
+            DDP_TRY(ring_run_progress(q, sq->run[i], &done));
+            if (!done) {
+                left++;
+                continue;
+            }
+            sq->run_done[i] = 1;
+            slice_(h, q, me + i * L, &off, &len);
+            if (sq->fused && len) q->apply.fn(q->apply.arg, off, len);
+        }
+        if (left) return DDP_OK;
         atomic_store_explicit(&h->ctl[me]->reduced, sq->seq, memory_order_release);
         h->reduced = sq->seq;
         sq->phase = SHM_COPY_OTHERS;
     }
     if (sq->phase == SHM_COPY_OTHERS) {
         if (h->copied != sq->seq - 1) return DDP_OK;
-        for (int r = 0; r < W && q->op != COLL_REDUCE_SCATTER; r++) {
+        int copies = q->op != COLL_REDUCE_SCATTER || sq->cross;
+        for (int r = 0; r < L && copies; r++) {
             if (r == me || sq->copied_from[r]) continue;
             if (atomic_load_explicit(&h->ctl[r]->reduced, memory_order_acquire) < sq->seq)
                 continue;
-            comm_block(q->count, W, r, &blk_off, &blk_len);
-            if (sq->fused)
-                for (int i = 0; i < q->apply.nextra; i++)
-                    memcpy(q->apply.extra[i] + blk_off,
-                           sq->extra_region[i]->base[r] + sq->extra_off[i] + blk_off * 4,
-                           blk_len * 4);
-            else
-                memcpy(q->buf + blk_off * q->esz,
-                       sq->region->base[r] + sq->off + blk_off * q->esz, blk_len * q->esz);
+            copy_from_(c, h, q, sq, r);
             sq->copied_from[r] = 1;
             sq->ncopied++;
         }
-        if (q->op != COLL_REDUCE_SCATTER && sq->ncopied < W - 1) return DDP_OK;
+        if (copies && sq->ncopied < L - 1) return DDP_OK;
         atomic_store_explicit(&h->ctl[me]->copied, sq->seq, memory_order_release);
         h->copied = sq->seq;
         sq->phase = SHM_WAIT_COPIES;
     }
-    for (int r = 0; r < W; r++)
+    for (int r = 0; r < L; r++)
         if (atomic_load_explicit(&h->ctl[r]->copied, memory_order_acquire) < sq->seq)
             return DDP_OK;
     q->done = 1;
@@ -349,7 +441,17 @@ static ddp_status_t shm_progress_(comm_t *c, comm_req_t *q)
 
 static int shm_usable_(comm_t *c, const comm_req_t *q)
 {
-    return mpi_shm_available(c) && q->count > 0 && shm_find_(c, q->buf, q->count * q->esz);
+    return c->nnodes == 1 && mpi_shm_available(c) && q->count > 0 &&
+           shm_find_(c, q->buf, q->count * q->esz);
+}
+
+/* Across nodes: an all-reduce or a reduce-scatter (the all-reduce, of
+ * which this rank keeps its block: the same sums bit for bit) of a
+ * node-shared buffer.  An all-gather adds nothing up and takes the ring. */
+static int hier_usable_(comm_t *c, const comm_req_t *q)
+{
+    return c->nnodes > 1 && mpi_shm_available(c) && q->count > 0 && q->op != COLL_ALLGATHER &&
+           shm_find_(c, q->buf, q->count * q->esz);
 }
 
 static ddp_status_t shm_start_(comm_t *c, comm_req_t *q)
@@ -357,14 +459,17 @@ static ddp_status_t shm_start_(comm_t *c, comm_req_t *q)
     mpi_impl_t *m = c->impl;
     mpi_shm_t *h = m->shm;
     shm_req_t *sq = calloc(1, sizeof *sq);
-    if (sq) sq->copied_from = calloc((size_t)c->size, 1);
-    if (!sq || !sq->copied_from) {
-        if (sq) free(sq);
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory starting a collective");
-    }
+    if (!sq) return ddp_fail(DDP_ERR_NOMEM, "out of memory starting a collective");
     q->state = sq;
+    sq->cross = q->algo == &mpi_algo_hier;
+    sq->nrun = sq->cross ? (h->S - h->me + h->L - 1) / h->L : 0;
+    sq->copied_from = calloc((size_t)h->L, 1);
+    sq->run = calloc((size_t)sq->nrun + 1, sizeof *sq->run);
+    sq->run_done = calloc((size_t)sq->nrun + 1, 1);
+    if (!sq->copied_from || !sq->run || !sq->run_done)
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory starting a collective");
     sq->region = shm_find_(c, q->buf, q->count * q->esz);
-    sq->off = (size_t)(q->buf - sq->region->base[c->rank]);
+    sq->off = (size_t)(q->buf - sq->region->base[h->me]);
     /* fused: an all-reduce whose every extra buffer is shared too */
     if (q->has_apply && q->op == COLL_ALLREDUCE) {
         sq->fused = q->apply.nextra >= 1 && q->apply.nextra <= COMM_APPLY_MAX;
@@ -373,7 +478,7 @@ static ddp_status_t shm_start_(comm_t *c, comm_req_t *q)
             sq->fused = sq->extra_region[i] != NULL;
             if (sq->fused)
                 sq->extra_off[i] =
-                    (size_t)((char *)q->apply.extra[i] - sq->extra_region[i]->base[c->rank]);
+                    (size_t)((char *)q->apply.extra[i] - sq->extra_region[i]->base[h->me]);
         }
         q->applied = sq->fused;
     }
@@ -383,13 +488,13 @@ static ddp_status_t shm_start_(comm_t *c, comm_req_t *q)
         DDP_TRY(comm_mpi_progress(c));
         if (m->oversubscribed && spin % 64 == 63) sched_yield();
     }
-    shm_desc_t *d = &h->ctl[c->rank]->desc[sq->seq % SHM_SLOTS];
+    shm_desc_t *d = &h->ctl[h->me]->desc[sq->seq % SHM_SLOTS];
     d->off = sq->off;
     d->count = q->count;
     d->region = sq->region->id;
     d->type = (int32_t)q->type;
     d->op = (int32_t)q->op;
-    atomic_store_explicit(&h->ctl[c->rank]->arrived, sq->seq, memory_order_release);
+    atomic_store_explicit(&h->ctl[h->me]->arrived, sq->seq, memory_order_release);
     return DDP_OK;
 }
 
@@ -397,14 +502,57 @@ static void shm_release_(comm_t *c, comm_req_t *q)
 {
     shm_req_t *sq = q->state;
     if (!sq) return;
+    for (int i = 0; sq->run && i < sq->nrun; i++) ring_run_free(c, sq->run[i]);
+    free(sq->run);
+    free(sq->run_done);
     free(sq->copied_from);
     free(sq);
     q->state = NULL;
 }
 
-/* The control blocks, when every rank is on one node and /dev/shm has room
- * for them; without them, collectives take the ring (correct, a little
- * slower). */
+/* Across nodes: who owns each slice on each node (owner), and the
+ * communicator of the slices' rings.  Collective over c->mpi. */
+static ddp_status_t hier_init_(comm_t *c, mpi_shm_t *h)
+{
+    int mine[3] = {c->node, c->local_rank, c->local_size};
+    int *all = malloc((size_t)c->size * sizeof mine);
+    if (!all) return ddp_fail(DDP_ERR_NOMEM, "out of memory creating the communicator");
+    if (MPI_Allgather(mine, 3, MPI_INT, all, 3, MPI_INT, c->mpi) != MPI_SUCCESS) {
+        free(all);
+        return ddp_fail(DDP_ERR_COMM, "MPI_Allgather (the ranks of every node) failed");
+    }
+    for (int r = 0; r < c->size; r++)
+        if (all[3 * r + 2] > h->S) h->S = all[3 * r + 2];
+    h->owner = calloc((size_t)c->nnodes * (size_t)h->S, sizeof *h->owner);
+    if (!h->owner) {
+        free(all);
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory creating the communicator");
+    }
+    for (int r = 0; r < c->size; r++) {
+        int node = all[3 * r], lr = all[3 * r + 1], ls = all[3 * r + 2];
+        for (int j = lr; j < h->S; j += ls) h->owner[node * h->S + j] = r;
+    }
+    free(all);
+    if (MPI_Comm_dup(c->mpi, &h->cross) != MPI_SUCCESS)
+        return ddp_fail(DDP_ERR_COMM, "MPI_Comm_dup (the all-reduce between nodes) failed");
+    MPI_Comm_set_errhandler(h->cross, MPI_ERRORS_RETURN);
+    void *ub = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(c->mpi, MPI_TAG_UB, &ub, &flag);
+    int tag_ub = flag && ub ? *(int *)ub : 32767;
+    h->tag_collectives = tag_ub / (h->S * RING_MAXDEPTH);
+    if (h->tag_collectives < 2)
+        return ddp_fail(DDP_ERR_COMM,
+                        "MPI's largest tag (%d) is too small for %d ranks on a node; use "
+                        "--allreduce ring",
+                        tag_ub, h->S);
+    return DDP_OK;
+}
+
+/* The control blocks of each node's ranks (node-shared memory among them),
+ * when /dev/shm has room for them; without them, collectives take the ring
+ * (correct, a little slower).  Across nodes, also the hierarchical
+ * algorithm's tables. */
 static ddp_status_t shm_init_(comm_t *c)
 {
     mpi_impl_t *m = c->impl;
@@ -412,20 +560,25 @@ static ddp_status_t shm_init_(comm_t *c)
     if (!h) return ddp_fail(DDP_ERR_NOMEM, "out of memory creating the communicator");
     m->shm = h;
     h->ctl_win = MPI_WIN_NULL;
+    h->cross = MPI_COMM_NULL;
+    h->L = c->local_size;
+    h->me = c->local_rank;
+    h->S = h->L;
     h->ok = 1; /* for shm_room_ */
-    if (c->nnodes != 1 || c->size == 1 ||
+    if (c->size == 1 ||
         !shm_room_(c, shm_need_(c, sizeof(shm_ctl_t), 1), "the all-reduce control blocks")) {
         h->ok = 0;
         return DDP_OK;
     }
+    if (c->nnodes > 1) DDP_TRY(hier_init_(c, h));
     MPI_Info info;
     MPI_Info_create(&info);
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
     shm_ctl_t *mine = NULL;
-    int rc = MPI_Win_allocate_shared((MPI_Aint)sizeof(shm_ctl_t), 64, info, c->mpi, &mine,
+    int rc = MPI_Win_allocate_shared((MPI_Aint)sizeof(shm_ctl_t), 64, info, c->node_comm, &mine,
                                      &h->ctl_win);
     MPI_Info_free(&info);
-    if (rc == MPI_SUCCESS) h->ctl = calloc((size_t)c->size, sizeof *h->ctl);
+    if (rc == MPI_SUCCESS) h->ctl = calloc((size_t)h->L, sizeof *h->ctl);
     int ok = rc == MPI_SUCCESS && h->ctl, all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->mpi);
     if (!all) {
@@ -437,7 +590,7 @@ static ddp_status_t shm_init_(comm_t *c)
         return DDP_OK;
     }
     memset(mine, 0, sizeof *mine);
-    for (int r = 0; r < c->size; r++) {
+    for (int r = 0; r < h->L; r++) {
         MPI_Aint sz;
         int disp_unit;
         void *b = NULL;
@@ -459,6 +612,8 @@ static void shm_fini_(comm_t *c)
         region_free_(reg);
     }
     if (h->ctl_win != MPI_WIN_NULL) MPI_Win_free(&h->ctl_win);
+    if (h->cross != MPI_COMM_NULL) MPI_Comm_free(&h->cross);
+    free(h->owner);
     free(h->ctl);
     free(h);
     m->shm = NULL;
@@ -469,6 +624,29 @@ const mpi_algo_t mpi_algo_shm = {
     .init = shm_init_,
     .fini = shm_fini_,
     .usable = shm_usable_,
+    .start = shm_start_,
+    .progress = shm_progress_,
+    .release = shm_release_,
+};
+
+/* The hierarchical algorithm: the same machinery, with the slices' rings
+ * between the nodes (SHM_CROSS); its state is shared memory's. */
+static ddp_status_t hier_none_(comm_t *c)
+{
+    (void)c;
+    return DDP_OK;
+}
+
+static void hier_fini_(comm_t *c)
+{
+    (void)c;
+}
+
+const mpi_algo_t mpi_algo_hier = {
+    .name = "hier",
+    .init = hier_none_,
+    .fini = hier_fini_,
+    .usable = hier_usable_,
     .start = shm_start_,
     .progress = shm_progress_,
     .release = shm_release_,

@@ -89,10 +89,12 @@ const ddp_option_t ddp_options[] = {
      "cap of the first bucket reduced (the last layers), so communication starts early", NULL, 1},
     {"grad-compress", OPT_CHOICE, OFF(grad_compress), "none", "none|bf16|fp16", NULL, 0, 0,
      "all-reduce gradients in 16 bits (summed in fp32)", NULL, 0},
-    {"allreduce", OPT_CHOICE, OFF(allreduce), "auto", "auto|ring|mpi", NULL, 0, 0,
-     "the mpi comm backend's all-reduce: auto (node-shared memory when every rank is on one "
-     "node, else the ring), ring (pipelined ring of point-to-point messages), mpi (the MPI "
-     "library's MPI_Iallreduce, in chunks); --comm nccl: auto only (NCCL chooses)", NULL, OPT_RESUMABLE},
+    {"allreduce", OPT_CHOICE, OFF(allreduce), "auto", "auto|hier|ring|mpi", NULL, 0, 0,
+     "the mpi comm backend's all-reduce: auto (node-shared memory on one node, hier across "
+     "nodes), hier (summed in each node's shared memory, each local rank's slice all-reduced "
+     "between the nodes, shared in the node), ring (pipelined ring of point-to-point messages "
+     "between all ranks), mpi (the MPI library's MPI_Iallreduce, in chunks); --comm nccl: "
+     "auto only (NCCL chooses)", NULL, OPT_RESUMABLE},
     {"update", OPT_CHOICE, OFF(update), "fused", "fused|bucket|step", NULL, 0, 0,
      "where the optimizer update runs: fused (inside each bucket's all-reduce, each rank "
      "updating the part it reduced, where the comm backend can; else bucket), bucket (on each "

@@ -24,7 +24,12 @@ typedef enum device_kind { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind_t;
 typedef enum precision_kind { PRECISION_FP32, PRECISION_BF16 } precision_kind_t;
 typedef enum comm_kind { COMM_KIND_AUTO, COMM_KIND_MPI, COMM_KIND_NCCL } comm_kind_t;
 typedef enum nonfinite_kind { NONFINITE_ABORT, NONFINITE_SKIP } nonfinite_kind_t;
-typedef enum allreduce_kind { ALLREDUCE_AUTO, ALLREDUCE_RING, ALLREDUCE_MPI } allreduce_kind_t;
+typedef enum allreduce_kind {
+    ALLREDUCE_AUTO,
+    ALLREDUCE_HIER,
+    ALLREDUCE_RING,
+    ALLREDUCE_MPI
+} allreduce_kind_t;
 typedef enum update_kind { UPDATE_FUSED, UPDATE_BUCKET, UPDATE_STEP } update_kind_t;
 
 #define CONFIG_STR_MAX 512

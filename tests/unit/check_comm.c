@@ -24,7 +24,7 @@
 #include "tests.h"
 
 static comm_t c;
-static const char *algos[] = {"auto", "ring", "mpi"};
+static const char *algos[] = {"auto", "hier", "ring", "mpi"};
 enum { NALGO = sizeof algos / sizeof *algos };
 
 static void setup_(void)
@@ -247,10 +247,59 @@ START_TEST(allreduce_half_accuracy)
 }
 END_TEST
 
+/* The hierarchical algorithm's sum of element i of n of 16-bit values
+ * (allreduce_half_special's): the slice of i (comm_block of n over the
+ * most ranks on a node), each node's sum of its ranks in local rank order,
+ * added in float32 and rounded once; then the ring between the nodes over
+ * the slice's N blocks: the block b of i is added up starting at node b+1,
+ * rounding after each addition, and finished by node b. */
+static float hier_half_sum_(comm_dtype_t t, size_t i, size_t n, int k)
+{
+    int me[3] = {c.node, c.local_rank, c.local_size}, *all = malloc((size_t)c.size * sizeof me);
+    MPI_Allgather(me, 3, MPI_INT, all, 3, MPI_INT, MPI_COMM_WORLD);
+    int S = 0, N = c.nnodes, j = 0;
+    for (int r = 0; r < c.size; r++) S = all[3 * r + 2] > S ? all[3 * r + 2] : S;
+    size_t off = 0, len = 0;
+    for (j = 0; j < S; j++) {
+        comm_block(n, S, j, &off, &len);
+        if (i >= off && i < off + len) break;
+    }
+    int b = 0;
+    for (b = 0; b < N; b++) {
+        size_t bo, bl;
+        comm_block(len, N, b, &bo, &bl);
+        if (i - off >= bo && i - off < bo + bl) break;
+    }
+    float part[64];
+    for (int node = 0; node < N; node++) {
+        float acc = 0;
+        int first = 1;
+        for (int lr = 0; lr < c.size; lr++) /* local rank lr of node */
+            for (int r = 0; r < c.size; r++) {
+                if (all[3 * r] != node || all[3 * r + 1] != lr) continue;
+                uint16_t x = (uint16_t)(rval_(i, r + 7 * k) * 32768.0 + 32768.0);
+                float v = t == COMM_BF16 ? ddp_bf16_to_f32(x) : ddp_f16_to_f32(x);
+                acc = first ? v : acc + v;
+                first = 0;
+            }
+        uint16_t h = t == COMM_BF16 ? ddp_f32_to_bf16(acc) : ddp_f32_to_f16(acc);
+        part[node] = t == COMM_BF16 ? ddp_bf16_to_f32(h) : ddp_f16_to_f32(h);
+    }
+    free(all);
+    float acc = part[(b + 1) % N];
+    for (int s = 2; s <= N; s++) {
+        acc = acc + part[(b + s) % N];
+        uint16_t h = t == COMM_BF16 ? ddp_f32_to_bf16(acc) : ddp_f32_to_f16(acc);
+        acc = t == COMM_BF16 ? ddp_bf16_to_f32(h) : ddp_f16_to_f32(h);
+    }
+    return acc;
+}
+
 /* Every kind of 16-bit value (random bit patterns: normal, subnormal, zero,
  * infinite, NaN) and both vector and scalar tails of the sums: the shared-
- * memory path must give exactly the float32 sum in rank order rounded once,
- * the ring on 2 ranks exactly the rounded float32 sum of the two. */
+ * memory path must give exactly the float32 sum in rank order rounded once
+ * (across nodes, the hierarchical algorithm's order: hier_half_sum_), the
+ * ring on 2 ranks exactly the rounded float32 sum of the two. */
 START_TEST(allreduce_half_special)
 {
     const size_t n = 4099;
@@ -268,12 +317,18 @@ START_TEST(allreduce_half_special)
             ck_assert_int_eq(comm_allreduce(&c, h, n, t, &desc), DDP_OK);
             for (size_t i = 0; i < n; i++) {
                 float acc = 0;
-                for (int r = 0; r < W; r++) {
-                    uint16_t x = (uint16_t)(rval_(i, r + 7 * k) * 32768.0 + 32768.0);
-                    float v = t == COMM_BF16 ? ddp_bf16_to_f32(x) : ddp_f16_to_f32(x);
-                    acc = r ? acc + v : v;
+                uint16_t want;
+                if (path == 0 && c.nnodes > 1) {
+                    acc = hier_half_sum_(t, i, n, k);
+                    want = t == COMM_BF16 ? ddp_f32_to_bf16(acc) : ddp_f32_to_f16(acc);
+                } else {
+                    for (int r = 0; r < W; r++) {
+                        uint16_t x = (uint16_t)(rval_(i, r + 7 * k) * 32768.0 + 32768.0);
+                        float v = t == COMM_BF16 ? ddp_bf16_to_f32(x) : ddp_f16_to_f32(x);
+                        acc = r ? acc + v : v;
+                    }
+                    want = t == COMM_BF16 ? ddp_f32_to_bf16(acc) : ddp_f32_to_f16(acc);
                 }
-                uint16_t want = t == COMM_BF16 ? ddp_f32_to_bf16(acc) : ddp_f32_to_f16(acc);
                 double got = get_(h, t, i);
                 if (isnan(acc)) {
                     ck_assert_msg(isnan(got), "%s %s element %zu: %g, expected NaN",
@@ -428,8 +483,10 @@ START_TEST(allreduce_apply)
             /* the fused path updates each element once over all ranks */
             unsigned long long all = 0, mine = updated;
             MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-            if (shared && a == 0 && c.nnodes == 1)
-                ck_assert_uint_eq(all, total);
+            /* shared memory and the hierarchical algorithm update each
+             * element once per node */
+            if (shared && a <= 1)
+                ck_assert_uint_eq(all, (unsigned long long)total * c.nnodes);
             else
                 ck_assert_uint_eq(all, (unsigned long long)total * c.size);
             if (shared) {
@@ -722,6 +779,37 @@ END_TEST
  * first; the capability of node-shared memory is there exactly when the
  * ranks share one node (and /dev/shm has room: the test machines do); host
  * memory is taken, device memory refused with a message. */
+/* Which algorithm ran (comm_algorithms): auto takes shared memory on one
+ * node and the hierarchical algorithm across nodes for node-shared
+ * buffers, the ring for private ones; forced hier on one node is shared
+ * memory. */
+START_TEST(algorithm_choice)
+{
+    const size_t n = 1000;
+    float *g = gbuf_(n * 4), *priv = calloc(n, 4);
+    char got[128];
+    comm_desc_t d = {"test-choice", 0, -1};
+    for (int a = 0; a < 2; a++) {
+        ck_assert_int_eq(comm_mpi_set_algorithm(&c, a ? "hier" : "auto"), DDP_OK);
+        ck_assert_int_eq(comm_allreduce(&c, g, n, COMM_FLOAT, &d), DDP_OK);
+    }
+    ck_assert_int_eq(comm_mpi_set_algorithm(&c, "auto"), DDP_OK);
+    comm_algorithms(&c, got, sizeof got);
+    if (c.size == 1)
+        ck_assert_msg(strstr(got, "ring 2") != NULL, "np=1: %s", got);
+    else if (c.nnodes > 1)
+        ck_assert_msg(strstr(got, "hier 2") != NULL && !strstr(got, "shm"), "%d nodes: %s",
+                      c.nnodes, got);
+    else
+        ck_assert_msg(strstr(got, "shm 2") != NULL && !strstr(got, "hier"), "one node: %s", got);
+    ck_assert_int_eq(comm_allreduce(&c, priv, n, COMM_FLOAT, &d), DDP_OK);
+    comm_algorithms(&c, got, sizeof got);
+    ck_assert_msg(strstr(got, c.size == 1 ? "ring 3" : "ring 1") != NULL, "private: %s", got);
+    comm_mem_free(&c, g);
+    free(priv);
+}
+END_TEST
+
 START_TEST(registry_caps_register)
 {
     char names[256] = "";
@@ -735,7 +823,7 @@ START_TEST(registry_caps_register)
     ck_assert_ptr_null(comm_find("no-such-backend"));
     ck_assert_str_eq(comm_backend(0)->name, c.ops->name);
     unsigned shared = comm_caps(&c) & COMM_CAP_NODE_SHARED_MEMORY;
-    ck_assert_uint_eq(shared != 0, c.nnodes == 1 && c.size > 1);
+    ck_assert_uint_eq(shared != 0, c.size > 1);
     float host[4];
     ck_assert_int_eq(comm_register(&c, host, sizeof host, DDP_MEM_HOST), DDP_OK);
     comm_deregister(&c, host);
@@ -850,6 +938,7 @@ Suite *test_suite(void)
     tcase_add_test(t, node_and_cross_communicators);
     tcase_add_test(t, bcast_and_allgather);
     tcase_add_test(t, registry_caps_register);
+    tcase_add_test(t, algorithm_choice);
     tcase_add_test(t, bad_options);
     suite_add_tcase(s, t);
     t = tcase_create("abort");
