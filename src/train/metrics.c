@@ -563,6 +563,9 @@ void metrics_summary(metrics_t *mt, trainer_t *t, int64_t steps, double elapsed)
              "grad_allreduces=%llu peak_rss_mib=%.1f pss_mib=%.1f",
              1e3 * me.step_p50, 1e3 * me.wait_p50, (unsigned long long)rs.bytes_sent,
              (unsigned long long)rs.calls, metrics_peak_rss_mib(), metrics_pss_mib());
+    char algos[160];
+    comm_algorithms(&t->comm, algos, sizeof algos);
+    log_info("summary (rank 0): collectives by algorithm: %s", algos);
     metrics_spread_t st = spread_(mt, g, offsetof(metrics_summary_rec_t, step_p50));
     metrics_spread_t co = spread_(mt, g, offsetof(metrics_summary_rec_t, compute_p50));
     metrics_spread_t wa = spread_(mt, g, offsetof(metrics_summary_rec_t, wait_p50));
@@ -581,6 +584,7 @@ void metrics_summary(metrics_t *mt, trainer_t *t, int64_t steps, double elapsed)
     jsonl_num(&r, "elapsed_s", elapsed);
     jsonl_num(&r, "samples_per_s", total_samples / elapsed);
     jsonl_num(&r, "comm_wait_fraction", rs.wait_seconds / elapsed);
+    jsonl_str(&r, "algorithms", algos);
     jsonl_num(&r, "step_ms_p50", 1e3 * me.step_p50);
     jsonl_num(&r, "data_wait_ms_p50", 1e3 * me.wait_p50);
     jsonl_num(&r, "compute_ms_p50", 1e3 * me.compute_p50);
