@@ -133,7 +133,7 @@ simnodes_up() {
       { SIMNODES_WHY="link rate '$_rate': a tc rate such as 100mbit, 10gbit, or unlimited"; return 1; }
     # the bucket: 256 KiB, or 1 ms of the rate when that is more (at 100
     # Gbit/s tbf's timer could not keep up with a smaller one)
-    _burst=$(awk -v b="$_bits" 'BEGIN { x = b / 8 / 1000; printf "%.0f\n", x > 262144 ? x : 262144 }')
+    _burst=$(awk -v b="$_bits" 'BEGIN { x = b / 8 / 1000; printf "%.0f\n", (x > 262144) ? x : 262144 }')
     SIMNODES_RATE=$_rate
   fi
   # a free id: the first whose switch namespace we could create
