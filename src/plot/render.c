@@ -599,7 +599,8 @@ static ddp_status_t links_panel_(render_dir_t *d, FILE *gp, const scaling_arg_t 
     if (!rates) return ddp_fail(DDP_ERR_NOMEM, "out of memory");
     size_t nr = 0;
     for (size_t i = 0; i < a->sc->nlinks; i++)
-        for (size_t j = 0; j < a->sc->links[i].n; j++) rates[nr++] = a->sc->links[i].pts[j].rate_bits;
+        for (size_t j = 0; j < a->sc->links[i].n; j++)
+            rates[nr++] = a->sc->links[i].pts[j].rate_bits;
     qsort(rates, nr, sizeof *rates, cmp_double_);
     size_t u = 0;
     for (size_t k = 0; k < nr; k++)

@@ -37,9 +37,8 @@ double plot_link_rate_bits(const char *text)
     static const struct {
         const char *unit;
         double bits;
-    } units[] = {{"bit", 1},     {"kbit", 1e3},  {"mbit", 1e6},  {"gbit", 1e9},
-                 {"tbit", 1e12}, {"bps", 8},     {"kbps", 8e3},  {"mbps", 8e6},
-                 {"gbps", 8e9},  {"tbps", 8e12}};
+    } units[] = {{"bit", 1}, {"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12},
+                 {"bps", 8}, {"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}, {"tbps", 8e12}};
     if (!strcmp(text, "unlimited")) return INFINITY;
     if (*text < '0' || *text > '9') return -1;
     char *end;
