@@ -20,9 +20,9 @@
 #   - the step time (the median over the ranks of each rank's step_ms p50,
 #     from the summary; median over the rounds) with stage 1 / stage 0 and
 #     stage 2 / stage 0 (target: stage 1 within 5% of stage 0 on one node);
-#   - the same step times on two simulated nodes (network namespaces joined
-#     by a veth pair, as tests/e2e/test_multinode.sh: the ranks talk over
-#     TCP on the ring path), 1 rank per node (--per-node 1,2: also 2);
+#   - the same step times on two simulated nodes (network namespaces on a
+#     bridge, tests/simnodes.sh, as tests/e2e/test_multinode.sh: the ranks
+#     talk over TCP), 1 rank per node (--per-node 1,2: also 2);
 #     skipped with the reason when not root or without ip/unshare;
 #   - the plan of `--device cuda` at stages 0/1/2 on the emulated GPUs
 #     (tests/doubles/train_emu, DDP_EMU_GPUS), when that program is built
@@ -42,8 +42,8 @@
 #   --bucket-cap-mb  the bucket cap (default 1.6: one linear layer a bucket)
 #   --no-nodes       leave out the two simulated nodes
 #   --per-node LIST  ranks per simulated node, e.g. 1,2 (default 1: np=2)
-#   --link-rate RATE limit the simulated link with tc tbf (e.g. 10gbit;
-#                    default: the veth pair unlimited)
+#   --link-rate RATE limit each node's link with tc tbf (e.g. 10gbit;
+#                    default: unlimited)
 # np=4 runs with --oversubscribe: on a 2-core machine 2 ranks share a core,
 # so its step times measure the stages against each other, not scaling.
 # With BENCH_CSV=FILE the numbers are also appended to FILE (bench/lib.sh).
@@ -51,6 +51,7 @@
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 . "$src/bench/lib.sh"
+. "$src/tests/simnodes.sh"
 quick=0 rounds=3 steps=60 nodes=1 per_node=1 link_rate="" cap=1.6 spec=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -77,12 +78,11 @@ if [ -z "$spec" ]; then
   for _ in 2 3 4 5 6 7 8; do spec=$spec,relu,linear:512; done
   spec=$spec,relu,linear:auto
 fi
-nsA="" nsB="" watcher=""
+watcher=""
 tmp=$(mktemp -d)
 cleanup() {
   [ -z "$watcher" ] || kill "$watcher" 2>/dev/null || true
-  [ -z "$nsA" ] || ip netns del "$nsA" 2>/dev/null || true
-  [ -z "$nsB" ] || ip netns del "$nsB" 2>/dev/null || true
+  simnodes_down
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -275,54 +275,17 @@ echo "same code (nothing to shard): its ratios are the noise of this run."
 step_table ddptrain "$nps" ""
 
 # ---- two simulated nodes ----------------------------------------------------
+# tests/simnodes.sh: network namespaces on a bridge, mpirun's agent starting
+# each node's daemon in its namespace
 nodes_why=""
 nodes_up() {
-  [ "$(id -u)" = 0 ] || { nodes_why="network namespaces need root"; return 1; }
-  for p in ip unshare; do
-    command -v "$p" >/dev/null 2>&1 || { nodes_why="$p not installed (scripts/install-deps installs it)"; return 1; }
-  done
-  mpirun --version 2>&1 | grep -q "Open MPI" || { nodes_why="the simulation drives Open MPI's mpirun"; return 1; }
-  id=$(($$ % 200 + 20))
-  net="10.${id}.79"
-  # cleanup deletes only the namespaces this script created
-  ip netns add "ddz${id}A" 2>/dev/null && nsA="ddz${id}A" && ip netns add "ddz${id}B" && nsB="ddz${id}B" \
-    && ip link add "ddz${id}a" type veth peer name "ddz${id}b" \
-    && ip link set "ddz${id}a" netns "$nsA" && ip link set "ddz${id}b" netns "$nsB" \
-    && ip -n "$nsA" addr add "$net.1/24" dev "ddz${id}a" \
-    && ip -n "$nsB" addr add "$net.2/24" dev "ddz${id}b" \
-    && ip -n "$nsA" link set "ddz${id}a" up && ip -n "$nsB" link set "ddz${id}b" up \
-    && ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up \
-    || { nodes_why="cannot create network namespaces and a veth pair here"; return 1; }
-  if [ -n "$link_rate" ]; then
-    for e in "$nsA ddz${id}a" "$nsB ddz${id}b"; do
-      set -- $e
-      ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$link_rate" burst 256kb latency 100ms \
-        || { nodes_why="tc tbf rate $link_rate does not work here"; return 1; }
-    done
-  fi
-  # mpirun runs on node A and starts node B's daemon through this agent
-  cat >"$tmp/agent" <<EOF
-#!/bin/sh
-host=\$1; shift
-case "\$host" in
-  $net.1) ns=$nsA; hn=ddznode${id}a ;;
-  $net.2) ns=$nsB; hn=ddznode${id}b ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$hn; \$*"
-EOF
-  chmod +x "$tmp/agent"
+  simnodes_up 1,1 "${link_rate:-unlimited}" ddz || { nodes_why=$SIMNODES_WHY; return 1; }
 }
 # on_nodes PER_NODE STAGE: one run on the two nodes, its step time
 on_nodes() {
-  printf '%s slots=%s\n%s slots=%s\n' "$net.1" "$1" "$net.2" "$1" >"$tmp/hosts"
-  np=$((2 * $1)) rc=0
-  root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
-  timeout -k 10 600 ip netns exec "$nsA" unshare --uts sh -c "hostname ddznode${id}a; exec \"\$@\"" sh \
-    mpirun $root --oversubscribe --bind-to none --hostfile "$tmp/hosts" -np "$np" \
-    --map-by node --mca plm_rsh_agent "$tmp/agent" --mca btl self,vader,tcp \
-    --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
-    -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x MALLOC_MMAP_THRESHOLD_ -x OMPI_MCA_btl_vader_single_copy_mechanism=none \
+  simnodes_layout "$1,$1" || { echo "bench_zero.sh: $SIMNODES_WHY" >&2; exit 1; }
+  np=$SIMNODES_NP rc=0
+  simnodes_mpirun -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x MALLOC_MMAP_THRESHOLD_ \
     ./ddptrain "$tmp/d.h5" $opts --steps "$steps" --zero "$2" >"$tmp/o" 2>&1 || rc=$?
   [ "$rc" = 0 ] || { cat "$tmp/o" >&2; echo "bench_zero.sh: 2 nodes x $1 --zero $2 failed (exit $rc)" >&2; exit 1; }
   grep -q "$np ranks on 2 nodes ($1 per node)" "$tmp/o" ||
@@ -341,8 +304,8 @@ elif nodes_up; then
       for z in $stages; do on_nodes "$k" "$z"; done
     done
   done
-  echo "Two network namespaces joined by a veth pair ($([ -n "$link_rate" ] && echo "tc tbf $link_rate" || echo "no rate limit")),"
-  echo "ranks mapped by node (np=2: 1 per node, np=4: 2 per node), TCP between the nodes: the ring path."
+  echo "Two network namespaces on a bridge (tests/simnodes.sh; $([ -n "$link_rate" ] && echo "tc tbf $link_rate each way" || echo "no rate limit")),"
+  echo "ranks placed node by node (np=2: 1 per node, np=4: 2 per node), TCP between the nodes."
   echo "Both nodes share this machine's $ncores cores.  As above: medians, ratios per round."
   nn=""; for k in $per_node; do nn="$nn $((2 * k))"; done
   step_table ddptrain-2-nodes "$nn" n

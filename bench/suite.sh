@@ -8,8 +8,8 @@
 # From a configured build directory (make bench runs it after building):
 #   sh /path/to/ddptrain/bench/suite.sh [--quick] [--rounds N] [--fashion-rounds N]
 #                                       [--only CASE[,CASE...]] [--out DIR]
-# Cases, in order: mlp cnn cnn-ops mlp-1-rank accum zero allreduce loader checkpoint
-# fashion.
+# Cases, in order: mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce loader
+# checkpoint fashion.
 #   --quick            1 round, fewer steps, the quick checkpoint sizes, no
 #                      Fashion-MNIST: a check that everything runs (minutes)
 #   --rounds N         rounds of the alternating benchmarks (default 3)
@@ -38,9 +38,9 @@ done
 [ -x ./ddptrain ] && [ -x ./ddptrain-prep ] || {
   echo "suite.sh: run from a build directory after 'make' (or run 'make bench' there)" >&2; exit 2; }
 for c in $(echo "$only" | tr , ' '); do
-  case " mlp cnn cnn-ops mlp-1-rank accum zero allreduce loader checkpoint fashion " in
+  case " mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce loader checkpoint fashion " in
     *" $c "*) ;;
-    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops mlp-1-rank accum zero allreduce loader checkpoint fashion)" >&2; exit 2 ;;
+    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce loader checkpoint fashion)" >&2; exit 2 ;;
   esac
 done
 wanted() { [ -z "$only" ] || case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -112,6 +112,9 @@ wanted accum && section "Gradient accumulation 4 against 1" "Gradient bytes each
   sh "$src/bench/bench_accum.sh" "$rounds" "$accum_samples"
 wanted zero && section "ZeRO stages 0, 1 and 2" "bench_zero.sh: --zero 0, 1 and 2 at np=1, 2 and 4 (np=4 oversubscribed on 2 cores) on an MLP with AdamW, batch 32 per rank: per-rank memory (the start-up table's plan and the measured PSS), the optimizer state and gradient shards against 1/N of the whole, the step time of each stage against stage 0, on one node and on two simulated nodes (network namespaces; skipped with the reason when not root), and the plan of --device cuda on the emulated GPUs." \
   sh "$src/bench/bench_zero.sh" $q --rounds "$rounds"
+# --quick: the MLP on 2 nodes x 1 rank at two link rates (about 15 s)
+wanted cluster && section "Simulated nodes: layouts and link rates" "bench_cluster.sh: the MLP 784-1024-1024-10 + BN and the Fashion-MNIST CNN, batch 64 per rank, on simulated nodes (network namespaces on a bridge, tests/simnodes.sh; each node's link limited both ways with tc tbf), layouts nodes x ranks per node at several link rates: the step, the --no-sync step, exposed communication, the ideal all-reduce time at the link rate (2(N-1)/N x the gradient through each node's link), weak-scaling efficiency against 1 rank, and the bytes per node per step on the link against that ideal. All nodes share this machine's cores (4 ranks on 2 cores are oversubscribed). Skipped with the reason when not root." \
+  sh "$src/bench/bench_cluster.sh" $q --rounds "$rounds"
 if wanted allreduce; then
   section "All-reduce bus bandwidth, shared memory" "bench_allreduce at np=2 on a buffer from comm_mem_alloc (the shared-memory path on one node), alternating with MPI_Allreduce on the same buffer; median of the rounds; busbw = algbw x 2(n-1)/n." \
     bench_mpirun -np 2 ./bench/bench_allreduce --min 64K --max 64M --reps "$((rounds * 2 + 1))"
@@ -146,14 +149,14 @@ fi
 {
   printf '\n## Summary\n\n'
   awk -F, 'function head() { if (!h++) printf "| case | quantity | median | min | max | target |\n|---|---|---:|---:|---:|---|\n" }
-    $4 ~ /^(speedup_over_pytorch|weak_scaling_efficiency|ddp_step_over_no_comm_step|final_val_acc)$/ || $4 ~ /^time_to_/ { head() }
+    $4 ~ /^(speedup_over_pytorch|weak_scaling_efficiency|ddp_step_over_no_comm_step|final_val_acc)$/ && $1 !~ /^cluster-/ || $4 ~ /^time_to_/ { head() }
     $1 ~ /^zero-stage[12]$/ && $3 > 1 && $4 ~ /^(step_over_stage0|optimizer_state_times_n_over_full|grads_over_shard_plus_bucket|measured_saving_over_plan)$/ { head() }
     END { if (!h) print "No case of this run has a headline ratio (see the sections below)." }
     $2 == "ddptrain" && $4 == "speedup_over_pytorch" { t = ($3 == 1) ? ">= 1.3x" : ">= 2.5x"
       printf "| %s | ddptrain / PyTorch samples/s, np=%s | %.2fx | %.2fx | %.2fx | %s |\n", $1, $3, $6, $5, $7, t }
     $2 == "ddptrain-no-sync-bn" && $4 == "speedup_over_pytorch" {
       printf "| %s | ddptrain --no-sync-bn / PyTorch samples/s, np=%s (both per-rank BatchNorm) | %.2fx | %.2fx | %.2fx | |\n", $1, $3, $6, $5, $7 }
-    $4 == "weak_scaling_efficiency" { printf "| %s | %s weak-scaling efficiency np=2 | %.0f%% | %.0f%% | %.0f%% | %s |\n", $1, $2, 100 * $6, 100 * $5, 100 * $7, $2 == "ddptrain" ? ">= 85%" : "" }
+    $4 == "weak_scaling_efficiency" && $1 !~ /^cluster-/ { printf "| %s | %s weak-scaling efficiency np=2 | %.0f%% | %.0f%% | %.0f%% | %s |\n", $1, $2, 100 * $6, 100 * $5, 100 * $7, $2 == "ddptrain" ? ">= 85%" : "" }
     $2 == "ddptrain" && $4 == "ddp_step_over_no_comm_step" { printf "| %s | DDP step / no-communication step | %.3f | %.3f | %.3f | <= 1.15 |\n", $1, $6, $5, $7 }
     $4 ~ /^time_to_/ { printf "| %s | %s, seconds to %s | %.1f | %.1f | %.1f | ddptrain faster |\n", $1, $2, substr($4, 9, length($4) - 10), $6, $5, $7 }
     $4 == "final_val_acc" { printf "| %s | %s, final test accuracy | %.4f | %.4f | %.4f | |\n", $1, $2, $6, $5, $7 }

@@ -1,6 +1,7 @@
 /* plot.c -- ddptrain-plot: PNG plots of ddptrain metrics files (loss,
  * validation accuracy, throughput, step-time split; several files overlaid
- * as runs) and of a benchmark results.csv (weak-scaling efficiency).
+ * as runs) and of a benchmark results.csv (weak-scaling efficiency against
+ * ranks and against the link rate of simulated nodes).
  * main(), the options and the one place errors are reported. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +29,9 @@ static const char usage_[] =
     "" PLOT_SCALING_HEADER "): median samples_per_s at N ranks / (N x the\n"
     "median at 1 rank), one line per case and implementation against ranks; rows of\n"
     "other metrics are ignored, a case without a 1-rank row is skipped with a warning.\n"
+    "The weak_scaling_efficiency rows of bench_cluster.sh (case cluster-MODEL-LAYOUT,\n"
+    "implementation NAME@RATE) are drawn against the link rate, one line per model,\n"
+    "layout and NAME; a file with both kinds gets both panels, side by side.\n"
     "\n"
     "Options:\n"
     "  -o, --output FILE   the PNG to write (required); written to a temporary file\n"
@@ -36,7 +40,7 @@ static const char usage_[] =
     "  --size WxH          the image size in pixels (default 1200x900)\n"
     "  --keep-data DIR     leave the data files and the gnuplot script in DIR (made\n"
     "                      if missing): run<i>.dat, run<i>.eval.dat, phases.dat or\n"
-    "                      scaling<i>.dat, plot.gp, gnuplot.log\n"
+    "                      scaling<i>.dat, links<i>.dat, plot.gp, gnuplot.log\n"
     "  -h, --help          this text\n"
     "  -V, --version       the version\n"
     "\n"
@@ -158,7 +162,8 @@ static int keep_data_name_(const char *name)
 {
     return !strcmp(name, "plot.gp") || !strcmp(name, "gnuplot.log") ||
            !strcmp(name, "phases.dat") || numbered_(name, "run", ".dat") ||
-           numbered_(name, "run", ".eval.dat") || numbered_(name, "scaling", ".dat");
+           numbered_(name, "run", ".eval.dat") || numbered_(name, "scaling", ".dat") ||
+           numbered_(name, "links", ".dat");
 }
 
 /* Every input against -o and --keep-data's files, and none of them a FIFO

@@ -118,18 +118,40 @@ typedef struct plot_scaling_line {
     size_t n;
 } plot_scaling_line_t;
 
-typedef struct plot_scaling {
-    plot_scaling_line_t *lines;
+/* A point of bench_cluster.sh's rows: the efficiency at one link rate. */
+typedef struct plot_link_point {
+    double rate_bits; /* bit/s; INFINITY for "unlimited" */
+    double efficiency;
+} plot_link_point_t;
+
+typedef struct plot_link_line {
+    char label[256];        /* "MODEL-LAYOUT IMPLEMENTATION", e.g. "mlp-2x2 ddptrain-auto" */
+    plot_link_point_t *pts; /* by rate, increasing, unlimited last */
     size_t n;
+} plot_link_line_t;
+
+typedef struct plot_scaling {
+    plot_scaling_line_t *lines; /* against ranks */
+    size_t n;
+    plot_link_line_t *links; /* against the link rate */
+    size_t nlinks;
 } plot_scaling_t;
 
-/* Read the samples_per_s rows of a results.csv (header PLOT_SCALING_HEADER,
- * 8 fields a row, other metrics ignored) into one line per (case,
- * implementation); one without a 1-rank row is skipped with a warning.
- * DDP_ERR_IO when unreadable, DDP_ERR_INPUT for a bad header or row
- * (FILE:LINE) or when no line is left. */
+/* Read a results.csv (header PLOT_SCALING_HEADER, 8 fields a row, other
+ * metrics ignored): its samples_per_s rows into one line per (case,
+ * implementation) against ranks, one without a 1-rank row skipped with a
+ * warning; and bench_cluster.sh's weak_scaling_efficiency rows (case
+ * "cluster-MODEL-LAYOUT", implementation "NAME@RATE", RATE a tc rate such
+ * as 10gbit or "unlimited") into one line per (MODEL-LAYOUT, NAME) against
+ * the link rate (plot_link_rate_bits).  DDP_ERR_IO when unreadable,
+ * DDP_ERR_INPUT for a bad header or row (FILE:LINE) or when no line of
+ * either kind is left. */
 ddp_status_t plot_scaling_read(const char *path, plot_scaling_t *sc);
 void plot_scaling_free(plot_scaling_t *sc);
+
+/* A tc rate ("100mbit", "10gbit", "1.5gbit", "125mbps") in bit/s, INFINITY
+ * for "unlimited"; -1 when text is none of these. */
+double plot_link_rate_bits(const char *text);
 
 /* ---- rendering (render.c) ---- */
 

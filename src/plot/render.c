@@ -525,9 +525,10 @@ typedef struct scaling_arg {
     const plot_scaling_t *sc;
 } scaling_arg_t;
 
-static ddp_status_t scaling_body_(render_dir_t *d, FILE *gp, const void *arg)
+/* The panel of efficiency against ranks (samples_per_s rows). */
+static ddp_status_t ranks_panel_(render_dir_t *d, FILE *gp, const scaling_arg_t *a,
+                                 const char *title)
 {
-    const scaling_arg_t *a = arg;
     int64_t max_ranks = 1;
     double max_eff = 1.0;
     for (size_t i = 0; i < a->sc->n; i++) {
@@ -550,8 +551,7 @@ static ddp_status_t scaling_body_(render_dir_t *d, FILE *gp, const void *arg)
         }
         DDP_TRY(file_close_(f, full));
     }
-    gp_panel_(gp, a->opts->title ? a->opts->title : "weak-scaling efficiency", "ranks",
-              "efficiency (samples/s at N ranks / (N x at 1 rank))");
+    gp_panel_(gp, title, "ranks", "efficiency (samples/s at N ranks / (N x at 1 rank))");
     /* the ideal (1.0) inside the frame, not on its border */
     fprintf(gp, "set logscale x 2\nset xrange [0.8:%g]\nset yrange [0:%g]\nset key bottom left\n",
             (double)max_ranks * 1.25, max_eff * 1.1);
@@ -566,6 +566,110 @@ static ddp_status_t scaling_body_(render_dir_t *d, FILE *gp, const void *arg)
     }
     fputs("\n", gp);
     return DDP_OK;
+}
+
+/* A link rate for a tic: "100 Mbit/s", "10 Gbit/s", "unlimited". */
+static void rate_label_(char *buf, size_t n, double bits)
+{
+    if (!isfinite(bits))
+        snprintf(buf, n, "unlimited");
+    else if (bits >= 1e9)
+        snprintf(buf, n, "%g Gbit/s", bits / 1e9);
+    else if (bits >= 1e6)
+        snprintf(buf, n, "%g Mbit/s", bits / 1e6);
+    else
+        snprintf(buf, n, "%g kbit/s", bits / 1e3);
+}
+
+static int cmp_double_(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The panel of efficiency against the link rate (bench_cluster.sh's rows):
+ * the rates of all lines as evenly spaced categories, slowest first,
+ * unlimited last. */
+static ddp_status_t links_panel_(render_dir_t *d, FILE *gp, const scaling_arg_t *a,
+                                 const char *title)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < a->sc->nlinks; i++) total += a->sc->links[i].n;
+    double *rates = malloc((total ? total : 1) * sizeof *rates);
+    if (!rates) return ddp_fail(DDP_ERR_NOMEM, "out of memory");
+    size_t nr = 0;
+    for (size_t i = 0; i < a->sc->nlinks; i++)
+        for (size_t j = 0; j < a->sc->links[i].n; j++)
+            rates[nr++] = a->sc->links[i].pts[j].rate_bits;
+    qsort(rates, nr, sizeof *rates, cmp_double_);
+    size_t u = 0;
+    for (size_t k = 0; k < nr; k++)
+        if (!u || rates[k] != rates[u - 1]) rates[u++] = rates[k];
+    double max_eff = 1.0;
+    ddp_status_t s = DDP_OK;
+    for (size_t i = 0; i < a->sc->nlinks && s == DDP_OK; i++) {
+        const plot_link_line_t *l = &a->sc->links[i];
+        char name[64], full[RENDER_PATH_MAX_ + 100];
+        snprintf(name, sizeof name, "links%zu.dat", i + 1);
+        FILE *f = dir_file_(d, name, full, sizeof full);
+        if (!f) {
+            s = DDP_ERR_IO;
+            break;
+        }
+        fprintf(f,
+                "# %s: weak-scaling efficiency (1-rank step / step) against the link rate\n"
+                "# category rate_bit_per_s efficiency\n",
+                l->label);
+        for (size_t j = 0; j < l->n; j++) {
+            size_t x = 0;
+            while (rates[x] != l->pts[j].rate_bits) x++;
+            fprintf(f, "%zu", x);
+            gp_num_(f, l->pts[j].rate_bits);
+            gp_num_(f, l->pts[j].efficiency);
+            fputc('\n', f);
+            if (l->pts[j].efficiency > max_eff) max_eff = l->pts[j].efficiency;
+        }
+        s = file_close_(f, full);
+    }
+    if (s == DDP_OK) {
+        gp_panel_(gp, title, "link rate of each node", "efficiency (1-rank step / step)");
+        fprintf(gp, "set xrange [-0.5:%g]\nset yrange [0:%g]\nset key bottom right\nset xtics (",
+                (double)u - 0.5, max_eff * 1.1);
+        for (size_t k = 0; k < u; k++) {
+            char lab[64];
+            rate_label_(lab, sizeof lab, rates[k]);
+            fprintf(gp, "%s\"%s\" %zu", k ? ", " : "", lab, k);
+        }
+        fputs(")\nplot 1 with lines dt 2 lc 'gray' title 'ideal'", gp);
+        for (size_t i = 0; i < a->sc->nlinks; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "links%zu.dat", i + 1);
+            fputs(", \\\n     ", gp);
+            gp_path_(gp, d, name);
+            fprintf(gp, " using 1:3 with linespoints pt 7 lc %zu title ", i + 1);
+            gp_str_(gp, a->sc->links[i].label);
+        }
+        fputs("\n", gp);
+    }
+    free(rates);
+    return s;
+}
+
+static ddp_status_t scaling_body_(render_dir_t *d, FILE *gp, const void *arg)
+{
+    const scaling_arg_t *a = arg;
+    const char *title = a->opts->title ? a->opts->title : "weak-scaling efficiency";
+    if (a->sc->n && a->sc->nlinks) { /* both kinds: two panels side by side */
+        fputs("set multiplot layout 1,2 title ", gp);
+        gp_str_(gp, title);
+        fputs("\n", gp);
+        DDP_TRY(ranks_panel_(d, gp, a, "against ranks (samples/s)"));
+        return links_panel_(d, gp, a, "against the link rate (simulated nodes)");
+    }
+    if (a->sc->n) return ranks_panel_(d, gp, a, title);
+    return links_panel_(d, gp, a,
+                        a->opts->title ? a->opts->title
+                                       : "weak-scaling efficiency against the link rate");
 }
 
 ddp_status_t plot_render_scaling(const plot_opts_t *opts, const char *gnuplot,

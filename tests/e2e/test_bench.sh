@@ -7,8 +7,10 @@
 # and the numbers are those of gradient accumulation: each rank all-reduces
 # the float32 gradient once per optimizer step, so the bytes per sample
 # match 4 x parameters / (64 x accum) within 0.5% and --accum 4 sends a
-# quarter of --accum 1's.  Bad arguments are refused with one line, exit 2,
-# and nothing written.
+# quarter of --accum 1's.  The cluster case on simulated nodes (skipped
+# there when they cannot be made) writes its section and rows, and its
+# bytes per node per step are the all-reduce's.  Bad arguments are refused
+# with one line, exit 2, and nothing written.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -35,6 +37,27 @@ for s in "# bench/results.md" "- machine: " "- ddptrain: ddptrain " "- MPI: " "-
   "## Summary" "## Gradient accumulation 4 against 1" "sh ../bench/bench_accum.sh" "--accum 4 "; do
   grep -qF -- "$s" "$md" || { cat "$md"; fail "results.md lacks '$s'"; }
 done
+# the cluster case (bench/bench_cluster.sh --quick: the MLP on 2 simulated
+# nodes at two link rates): its section, and where the nodes could be made,
+# a weak-scaling efficiency in (0, 1.5] and each node's link carrying the
+# gradient all-reduce's 2(N-1)/N x the gradient per step, within -2%/+15%
+# (TCP/IP headers and acknowledgements)
+mkdir "$T/cl"
+sh "$top_srcdir/bench/suite.sh" --quick --only cluster --out "$T/cl" >"$T/log" 2>&1 ||
+  { cat "$T/log"; fail "suite.sh --quick --only cluster failed"; }
+grep -q "## Simulated nodes: layouts and link rates" "$T/cl/results.md" || { cat "$T/cl/results.md"; fail "no cluster section"; }
+if grep -q "^Not run: " "$T/cl/results.md"; then
+  echo "cluster case: $(grep "^Not run: " "$T/cl/results.md" | head -n 1)"
+else
+  awk -F, '$1 == "cluster-mlp-2x1" && $4 == "weak_scaling_efficiency" { n++; if (!($6 > 0 && $6 <= 1.5)) bad = 1 }
+    END { exit bad || n != 2 }' "$T/cl/results.csv" || { cat "$T/cl/results.csv"; fail "cluster: efficiency rows"; }
+  awk -F, '$1 == "cluster-mlp-2x1" && $4 == "link_bytes_per_node_step" { b[$2] = $6 }
+    $1 == "cluster-mlp-2x1" && $4 == "ideal_link_bytes_per_node_step" { w[$2] = $6 }
+    END { for (i in w) { n++; r = b[i] / w[i]; printf "%s: %.3f of the ideal link bytes\n", i, r; if (!(r > 0.98 && r < 1.15)) bad = 1 }
+      exit bad || n != 2 }' "$T/cl/results.csv" >"$T/ratio" || { cat "$T/cl/results.csv" "$T/ratio"; fail "cluster: bytes per node per step"; }
+  echo "cluster case: $(tr '\n' ' ' <"$T/ratio")"
+fi
+
 # bad arguments: one line, exit 2, nothing written
 mkdir "$T/bad"
 for args in "--only nosuchcase --out $T/bad" "--out $T/missing" "--frobnicate --out $T/bad" "--rounds"; do

@@ -6,11 +6,14 @@
 # step and eval record, null as missing ("?"), never 0, the records past a
 # resume point replaced, the mean step-time split per run.  --scaling on a
 # hand-written results.csv: the efficiencies, a case without a 1-rank row
-# skipped with a warning.  Errors, each one line, a set exit code and the
-# output left as it was (no temporary file left beside it): a missing file,
-# a malformed line and a cut-short last line (FILE:LINE), no step records,
-# an output in a missing directory, gnuplot not on PATH, a gnuplot that
-# fails or writes no PNG, a bad CSV header or row, no usable CSV rows.
+# skipped with a warning; on bench_cluster.sh's rows the efficiencies
+# against the link rate, and both panels for both kinds of rows.  Errors,
+# each one line, a set exit code and the output left as it was (no
+# temporary file left beside it): a missing file, a malformed line and a
+# cut-short last line (FILE:LINE), no step records, an output in a missing
+# directory, gnuplot not on PATH, a gnuplot that fails or writes no PNG, a
+# bad CSV header or row (a cluster row without @RATE, a bad rate or
+# efficiency, two rows for one rate), no usable CSV rows.
 # Without gnuplot the test is skipped, or fails with DDP_REQUIRE_PLOT=1.
 # KEEP_PLOTS=DIR copies the PNGs into DIR, for a look.
 . ./testenv.sh || exit 99
@@ -207,6 +210,38 @@ import os
 assert not os.path.exists(d + "/scaling3.dat"), "a third line (mlp torch was not skipped)"
 PY
 
+# 3b. --scaling on bench_cluster.sh's rows: efficiency against the link
+# rate, one line per model-layout and implementation, the rates as
+# categories slowest first and unlimited last; with samples_per_s rows too,
+# both panels
+cat >"$T/c.csv" <<'EOF2'
+case,implementation,ranks,metric,min,median,max,unit
+cluster-mlp-1x1,ddptrain-local,1,step_ms,20,20,20,ms
+cluster-mlp-2x1,ddptrain-auto@unlimited,2,weak_scaling_efficiency,0.8,0.9,0.95,ratio
+cluster-mlp-2x1,ddptrain-auto@1gbit,2,weak_scaling_efficiency,0.2,0.25,0.3,ratio
+cluster-mlp-2x1,ddptrain-auto@10gbit,2,step_ms,30,30,30,ms
+cluster-mlp-2x1,ddptrain-auto@10gbit,2,weak_scaling_efficiency,0.5,0.6,0.7,ratio
+cluster-mlp-4x1,ddptrain-auto@100mbit,4,weak_scaling_efficiency,0.05,0.05,0.05,ratio
+cluster-cnn-2x2,ddptrain-hier@10gbit,4,weak_scaling_efficiency,0.7,0.7,0.7,ratio
+EOF2
+"$DDPPLOT" --scaling "$T/c.csv" -o "$T/c.png" --keep-data "$T/kc" --size 800x600 >"$T/po" 2>"$T/pe" \
+  || { cat "$T/pe"; fail "--scaling on cluster rows"; }
+[ ! -s "$T/pe" ] || { cat "$T/pe"; fail "--scaling on cluster rows: stderr not empty"; }
+$PY "$T/png.py" "$T/c.png" 800 600 || fail "c.png"
+want='cnn-2x2 ddptrain-hier: 2 10000000000 0.7;mlp-2x1 ddptrain-auto: 1 1000000000 0.25 2 10000000000 0.6 3 ? 0.9;mlp-4x1 ddptrain-auto: 0 100000000 0.05;'
+got=$(for i in 1 2 3; do
+  printf '%s:' "$(sed -n '1s/^# \([^:]*\):.*/\1/p' "$T/kc/links$i.dat")"
+  grep -v '^#' "$T/kc/links$i.dat" | awk '{ printf " %s %s %.15g", $1, $2, $3 }'; printf ';'
+done)
+[ "$got" = "$want" ] || fail "--scaling link lines: got '$got', want '$want'"
+[ ! -e "$T/kc/links4.dat" ] && [ ! -e "$T/kc/scaling1.dat" ] || fail "--scaling: lines that are not in c.csv"
+grep -qF 'set xtics ("100 Mbit/s" 0, "1 Gbit/s" 1, "10 Gbit/s" 2, "unlimited" 3)' "$T/kc/plot.gp" \
+  || { cat "$T/kc/plot.gp"; fail "--scaling: the link-rate axis"; }
+{ cat "$T/c.csv"; tail -n +2 "$T/r.csv"; } >"$T/both.csv"
+"$DDPPLOT" --scaling "$T/both.csv" -o "$T/both.png" --keep-data "$T/kb" 2>"$T/pe" || { cat "$T/pe"; fail "--scaling, both kinds"; }
+[ -e "$T/kb/links3.dat" ] && [ -e "$T/kb/scaling2.dat" ] && grep -q "set multiplot layout 1,2" "$T/kb/plot.gp" \
+  || { ls "$T/kb"; fail "--scaling with both kinds of rows: not both panels"; }
+
 # 4. errors: one line, the exit code, the output unchanged, nothing beside it
 mkdir "$T/out"
 echo "an older plot" >"$T/out/keep.png"
@@ -264,6 +299,19 @@ grep -v ',1,samples_per_s' "$T/r.csv" >"$T/no1.csv"
 [ $? -eq 3 ] && grep -q "no usable rows" "$T/pe" && [ "$(grep -c 'error' "$T/pe")" -eq 1 ] \
   || { cat "$T/pe"; fail "--scaling without 1-rank rows"; }
 expect_error 4 "$T/none.csv: cannot open it" --scaling "$T/none.csv"
+# cluster rows: no @RATE, a rate that is none, a bad efficiency, two rows
+# for one rate, and a file with cluster rows but no efficiency among them
+sed '3s/@unlimited//' "$T/c.csv" >"$T/noat.csv"
+expect_error 3 "$T/noat.csv:3: cluster row implementation 'ddptrain-auto' has no @RATE" --scaling "$T/noat.csv"
+sed '3s/@unlimited/@fast/' "$T/c.csv" >"$T/rate.csv"
+expect_error 3 "$T/rate.csv:3: link rate 'fast' is neither" --scaling "$T/rate.csv"
+sed '4s/,0.25,/,-1,/' "$T/c.csv" >"$T/eff.csv"
+expect_error 3 "$T/eff.csv:4: efficiency '-1' is not a number > 0" --scaling "$T/eff.csv"
+{ cat "$T/c.csv"; echo "cluster-mlp-2x1,ddptrain-auto@1000mbit,2,weak_scaling_efficiency,1,1,1,ratio"; } >"$T/dup.csv"
+expect_error 3 "$T/dup.csv:9: a second weak_scaling_efficiency row for mlp-2x1 ddptrain-auto at the same link rate (the first is line 4)" \
+  --scaling "$T/dup.csv"
+grep -v weak_scaling_efficiency "$T/c.csv" >"$T/noeff.csv"
+expect_error 3 "$T/noeff.csv: no usable rows" --scaling "$T/noeff.csv"
 # the output: a missing directory, no -o, a usage error
 "$DDPPLOT" "$T/a.jsonl" -o "$T/nodir/x.png" >"$T/po" 2>"$T/pe"
 rc=$?
