@@ -4,8 +4,9 @@
 # and mpirun's remote-shell agent replaced by a script that starts Open MPI's
 # daemon inside the namespace of the "host" it is given.  Open MPI then sees
 # two nodes: ranks on different nodes talk over TCP, and ddptrain's
-# all-reduce takes its multi-node path (the ring over point-to-point
-# messages) instead of shared memory.  Checks that
+# all-reduce takes its multi-node path (the hierarchical all-reduce: node-
+# shared memory, then point-to-point messages between the nodes) instead
+# of one node's shared memory.  Checks that
 #   - 2 ranks on 2 nodes give bit-identically the weights of 2 ranks on one
 #     node (shared memory), and with SyncBN and dropout match 1 rank with
 #     the global batch (relative difference <= 1e-5);
@@ -20,7 +21,11 @@
 #   - bad input is one error line and exit code 3, no hang, across nodes;
 #   - on three nodes of 2, 1 and 1 ranks (tests/simnodes.sh's layouts) the
 #     ranks land node by node, every node's link carries the all-reduce,
-#     and 4 ranks match 1 rank with the global batch.
+#     and 4 ranks match 1 rank with the global batch;
+#   - the hierarchical all-reduce (--allreduce auto across nodes) runs on
+#     2x2, 3x1 and 2+1, with identical replicas every step and 1-rank
+#     equivalence, and with 2 ranks per node each node's link carries the
+#     gradient bytes of 1 rank per node (a flat ring: 1.5 times).
 # The nodes come from tests/simnodes.sh (a bridge, so any layout works);
 # ranks land node by node (with 2 per node: ranks 0 and 1 on node a).
 # Needs root (namespaces), ip (iproute2) and unshare (util-linux); skipped
@@ -67,6 +72,8 @@ echo "2 nodes x 1 rank vs 1 rank: $(tail -n 1 "$T/cmp")"
 run_nodes 2,2 "$DDPTRAIN" "$T/d.h5" $common --batch 8 --check-replicas 1 --save "$T/nodes4.h5" \
   >"$T/o" 2>&1 || { cat "$T/o"; fail "4 ranks on 2 nodes"; }
 grep -q "4 ranks on 2 nodes (2 per node)" "$T/o" || { cat "$T/o"; fail "4 ranks: not 2 per node"; }
+grep -q "collectives by algorithm: .*hier [1-9]" "$T/o" \
+  || { cat "$T/o"; fail "4 ranks on 2 nodes: the gradients did not take the hierarchical all-reduce"; }
 "$WEIGHTS_CMP" "$T/nodes4.h5" "$T/one.h5" 1e-5 >"$T/cmp" \
   || { cat "$T/cmp"; fail "4 ranks on 2 nodes vs 1 rank with the global batch"; }
 echo "2 nodes x 2 ranks vs 1 rank: $(tail -n 1 "$T/cmp")"
@@ -139,4 +146,41 @@ for i in 0 1 2; do
   [ "$(simnodes_tx $i)" -gt 100000 ] || fail "layout 2,1,1: node $i sent $(simnodes_tx $i) bytes on its link"
 done
 echo "3 nodes (2,1,1) vs 1 rank: $(tail -n 1 "$T/cmp"); bytes sent per node: $(simnodes_tx 0) $(simnodes_tx 1) $(simnodes_tx 2)"
+
+# 3x1 and 2+1 (uneven): the hierarchical all-reduce, replicas identical
+# every step, 3 ranks match 1 rank with the global batch
+mpirun_np 1 "$DDPTRAIN" "$T/d.h5" $common --batch 24 --save "$T/one24.h5" >"$T/o" 2>&1 \
+  || { cat "$T/o"; fail "1 rank, batch 24"; }
+for lay in 1,1,1 2,1; do
+  if [ $lay = 2,1 ]; then simnodes_down; simnodes_up 2,1 unlimited ddp || fail "2,1: $SIMNODES_WHY"; fi
+  simnodes_layout $lay || fail "$SIMNODES_WHY"
+  SIMNODES_TIMEOUT=300 simnodes_mpirun -x OPENBLAS_NUM_THREADS=1 "$DDPTRAIN" "$T/d.h5" $common \
+    --batch 8 --check-replicas 1 --save "$T/n$lay.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "layout $lay"; }
+  grep -q "collectives by algorithm: .*hier [1-9]" "$T/o" \
+    || { cat "$T/o"; fail "layout $lay: the gradients did not take the hierarchical all-reduce"; }
+  "$WEIGHTS_CMP" "$T/n$lay.h5" "$T/one24.h5" 1e-5 >"$T/cmp" \
+    || { cat "$T/cmp"; fail "3 ranks on nodes $lay vs 1 rank with the global batch"; }
+  echo "nodes $lay vs 1 rank: $(tail -n 1 "$T/cmp")"
+done
+
+# the hierarchy: with 2 ranks per node each node's link carries what it
+# carries with 1 (the gradient bytes: a run minus its --no-sync twin), where
+# a flat ring over the 4 ranks sends 1.5 times as much
+simnodes_down
+simnodes_up 1,1 unlimited ddp || fail "2 nodes: $SIMNODES_WHY"
+big="--model linear:512,relu,linear:auto --steps 20 --log-every 0 --eval-every 0 --batch 8"
+sent() { # sent LAYOUT [ARGS]: bytes node 0 sent during one run
+  simnodes_layout "$1" || fail "$SIMNODES_WHY"
+  shift
+  _b=$(simnodes_tx 0)
+  SIMNODES_TIMEOUT=300 simnodes_mpirun -x OPENBLAS_NUM_THREADS=1 "$DDPTRAIN" "$T/d.h5" $big "$@" \
+    >"$T/o" 2>&1 || { cat "$T/o"; fail "link bytes run $*"; }
+  echo $(($(simnodes_tx 0) - _b))
+}
+g11=$(($(sent 1,1) - $(sent 1,1 --no-sync)))
+g22=$(($(sent 2,2) - $(sent 2,2 --no-sync)))
+r22=$(($(sent 2,2 --allreduce ring) - $(sent 2,2 --no-sync)))
+awk -v a="$g22" -v b="$g11" -v r="$r22" 'BEGIN { exit !(b > 0 && a < 1.2 * b && r > 1.3 * b) }' \
+  || fail "link bytes of node 0: 2x2 hier $g22, 2x1 $g11, 2x2 ring $r22 (hier should be about 2x1's, the ring 1.5x)"
+echo "gradient bytes node 0 sent: 2x1 $g11, 2x2 hier $g22, 2x2 ring $r22"
 echo ok
