@@ -235,6 +235,13 @@ void comm_algorithms(const comm_t *c, char *buf, size_t len)
         snprintf(buf, len, "%s", c->ops ? c->ops->name : "none");
 }
 
+ddp_status_t comm_probe_link(comm_t *c, size_t bytes, double *gbps)
+{
+    *gbps = 0;
+    if (c->ops && c->ops->probe_link) return c->ops->probe_link(c, bytes, gbps);
+    return DDP_OK;
+}
+
 ddp_status_t comm_register(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind)
 {
     if (c->ops && c->ops->mem_register) return c->ops->mem_register(c, p, bytes, kind);

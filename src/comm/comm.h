@@ -174,6 +174,12 @@ typedef struct comm_ops {
      * collectives so far, with their counts ("hier 40, ring 12"), into buf
      * (always terminated).  NULL: the backend's name says it. */
     void (*algorithms)(const comm_t *c, char *buf, size_t len);
+    /* Measure the link between the nodes: the leaders of the nodes (local
+     * rank 0) exchange `bytes` with both neighbours of a ring of the nodes,
+     * a few times; *gbps = the slowest leader's bytes per second each way,
+     * in GB/s, the same on every rank (0 on one node).  Collective.  NULL:
+     * not measured (comm_probe_link gives 0). */
+    ddp_status_t (*probe_link)(comm_t *c, size_t bytes, double *gbps);
 } comm_ops_t;
 
 struct comm {
@@ -250,6 +256,8 @@ ddp_status_t comm_pick(const char *name, ddp_mem_kind_t kind, const char *comput
 unsigned comm_caps(const comm_t *c);
 /* ops->algorithms, or the backend's name. */
 void comm_algorithms(const comm_t *c, char *buf, size_t len);
+/* ops->probe_link, or 0 (not measured). */
+ddp_status_t comm_probe_link(comm_t *c, size_t bytes, double *gbps);
 ddp_status_t comm_register(comm_t *c, void *p, size_t bytes, ddp_mem_kind_t kind);
 void comm_deregister(comm_t *c, void *p);
 

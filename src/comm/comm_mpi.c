@@ -251,6 +251,44 @@ static ddp_status_t mpi_barrier_(comm_t *c)
     return DDP_OK;
 }
 
+/* The link between the nodes (comm_ops_t.probe_link): the node leaders
+ * (cross_comm of local rank 0) send to the next node and receive from the
+ * previous one at once, PROBE_REPS times after one untimed round. */
+#define PROBE_REPS 4
+static ddp_status_t mpi_probe_link_(comm_t *c, size_t bytes, double *gbps)
+{
+    *gbps = 0;
+    if (c->nnodes < 2) return DDP_OK;
+    DDP_TRY(comm_mpi_progress(c));
+    if (bytes > ((size_t)1 << 30)) bytes = (size_t)1 << 30;
+    comm_desc_t d = {"link-probe", -1, -1};
+    activity_block(comm_note_start(c, &d, "send-receive", bytes), NULL);
+    double mine = 1e300;
+    int rc = MPI_SUCCESS;
+    if (c->local_rank == 0) {
+        char *s = calloc(bytes ? bytes : 1, 1), *r = malloc(bytes ? bytes : 1);
+        int N = 0, me = 0;
+        MPI_Comm_size(c->cross_comm, &N);
+        MPI_Comm_rank(c->cross_comm, &me);
+        double t0 = 0;
+        for (int k = 0; s && r && k <= PROBE_REPS && rc == MPI_SUCCESS; k++) {
+            if (k == 1) t0 = MPI_Wtime();
+            rc = MPI_Sendrecv(s, (int)bytes, MPI_BYTE, (me + 1) % N, 7, r, (int)bytes, MPI_BYTE,
+                              (me + N - 1) % N, 7, c->cross_comm, MPI_STATUS_IGNORE);
+        }
+        double dt = MPI_Wtime() - t0;
+        if (s && r && dt > 0) mine = (double)bytes * PROBE_REPS / dt / 1e9;
+        free(s);
+        free(r);
+    }
+    if (rc != MPI_SUCCESS) return comm_mpi_error(rc, "MPI_Sendrecv", &d, c->seq);
+    rc = MPI_Allreduce(&mine, gbps, 1, MPI_DOUBLE, MPI_MIN, c->mpi);
+    if (rc != MPI_SUCCESS) return comm_mpi_error(rc, "MPI_Allreduce", &d, c->seq);
+    if (*gbps >= 1e300) *gbps = 0;
+    activity_unblock();
+    return DDP_OK;
+}
+
 /* ---- memory ---------------------------------------------------------------- */
 
 static ddp_status_t mpi_mem_plan_(comm_t *c, size_t bytes, int nbuffers)
@@ -344,6 +382,7 @@ const comm_ops_t comm_mpi_ops = {
     .free = mpi_free_,
     .set_algorithm = comm_mpi_set_algorithm,
     .algorithms = mpi_algorithms_,
+    .probe_link = mpi_probe_link_,
 };
 
 ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name)

@@ -83,8 +83,9 @@ const ddp_option_t ddp_options[] = {
      "on one node), nccl (GPU memory); auto: the one for the memory --device computes in",
      NULL, OPT_RESUMABLE},
 
-    {"bucket-cap-mb", OPT_FLOAT, OFF(bucket_cap_mb), "25", NULL, "MB", 0.001, 4096,
-     "gradient bucket size cap (MiB)", "Distributed", 1},
+    {"bucket-cap-mb", OPT_FLOAT, OFF(bucket_cap_mb), "auto", NULL, "MB", 0.001, 4096,
+     "gradient bucket size cap (MiB); auto: 25 on one node, across nodes from the link between "
+     "them, measured at start-up (docs/parallelism.md#buckets)", "Distributed", 1},
     {"first-bucket-mb", OPT_FLOAT, OFF(first_bucket_mb), "1", NULL, "MB", 0.001, 4096,
      "cap of the first bucket reduced (the last layers), so communication starts early", NULL, 1},
     {"grad-compress", OPT_CHOICE, OFF(grad_compress), "none", "none|bf16|fp16", NULL, 0, 0,
@@ -296,11 +297,15 @@ ddp_status_t config_set(ddp_config_t *c, const char *key, const char *value, opt
         break;
     }
     case OPT_FLOAT: {
+        if (strcmp(o->def, "auto") == 0 && strcmp(value, "auto") == 0) { /* 0: auto */
+            *(double *)field = 0;
+            break;
+        }
         errno = 0;
         double v = strtod(value, &end);
         if (errno || end == value || *end || !isfinite(v))
-            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' takes a number, not '%s'", where, key,
-                            value);
+            return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' takes a number%s, not '%s'", where,
+                            key, strcmp(o->def, "auto") == 0 ? " or auto" : "", value);
         if (v < o->min || v > o->max)
             return ddp_fail(DDP_ERR_USAGE, "%s: option '%s' = %g is out of range [%g, %g]", where,
                             key, v, o->min, o->max);
@@ -598,7 +603,7 @@ ddp_status_t config_validate(const ddp_config_t *c)
     if (c->precision == PRECISION_BF16 && c->device == DEVICE_CPU)
         return ddp_fail(DDP_ERR_USAGE, "--precision bf16 needs --device cuda (the cpu backend "
                                        "computes in fp32 only); drop --precision or use a GPU");
-    if (c->first_bucket_mb > c->bucket_cap_mb)
+    if (c->bucket_cap_mb > 0 && c->first_bucket_mb > c->bucket_cap_mb)
         return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
                         c->first_bucket_mb, c->bucket_cap_mb);
     DDP_TRY(check_paths_(c));
@@ -615,7 +620,12 @@ void config_format(const ddp_config_t *c, const ddp_option_t *o, char *buf, size
         break;
     }
     case OPT_INT: snprintf(buf, n, "%lld", (long long)*(const int64_t *)field); break;
-    case OPT_FLOAT: snprintf(buf, n, "%.9g", *(const double *)field); break;
+    case OPT_FLOAT:
+        if (strcmp(o->def, "auto") == 0 && *(const double *)field == 0)
+            snprintf(buf, n, "auto");
+        else
+            snprintf(buf, n, "%.9g", *(const double *)field);
+        break;
     case OPT_STRING: snprintf(buf, n, "%s", field); break;
     case OPT_CHOICE:
         snprintf(buf, n, "%s", config_choice_name(o->name, *(const int *)field));

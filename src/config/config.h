@@ -68,7 +68,7 @@ typedef struct ddp_config {
     int precision; /* precision_kind_t */
     int comm;      /* comm_kind_t */
     /* distributed */
-    double bucket_cap_mb;
+    double bucket_cap_mb; /* 0: auto (the trainer's bucket_cap_mb) */
     double first_bucket_mb;
     int grad_compress; /* compress_kind_t */
     int allreduce;     /* allreduce_kind_t: the MPI backend's algorithm */

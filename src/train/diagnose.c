@@ -310,6 +310,14 @@ static void print_(const trainer_t *t, const rank_rec_t *all, const report_t *rp
                    rp->allreduce_ms, rp->algbw, rp->busbw);
     else
         log_result("all-reduce alone: n/a (1 rank)");
+    if (n > 1) {
+        char algos[160], link[128] = "one node";
+        comm_algorithms(&t->comm, algos, sizeof algos);
+        if (t->comm.nnodes > 1)
+            snprintf(link, sizeof link, "%d nodes, the link between them %.3g GB/s each way",
+                     t->comm.nnodes, t->link_gbps);
+        log_result("all-reduce algorithms: %s (collectives started); %s", algos, link);
+    }
     const diagnose_verdict_t *v = &rp->verdict;
     const diagnose_numbers_t *x = &rp->num;
     char nocomm[32] = "n/a (1 rank)";
@@ -359,6 +367,11 @@ static void record_(metrics_t *mt, const trainer_t *t, const rank_rec_t *all, co
     jsonl_num(&r, "allreduce_ms", rp->allreduce_ms);
     jsonl_num(&r, "algbw_gbps", rp->algbw);
     jsonl_num(&r, "busbw_gbps", rp->busbw);
+    char algos[160];
+    comm_algorithms(&t->comm, algos, sizeof algos);
+    jsonl_str(&r, "algorithms", algos);
+    jsonl_int(&r, "nodes", t->comm.nnodes);
+    jsonl_num(&r, "link_gbps", t->link_gbps);
     jsonl_num(&r, "overlap_fraction", rp->overlap);
     jsonl_num(&r, "input_fraction", v->input_fraction);
     jsonl_num(&r, "memory_gain", v->memory_gain);

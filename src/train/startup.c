@@ -47,17 +47,49 @@ static ddp_status_t open_data_(trainer_t *t)
     return DDP_OK;
 }
 
+/* --bucket-cap-mb auto: 25 MiB on one node (shared memory sends no
+ * messages: few large buckets cost least); across nodes the link is
+ * measured (comm_probe_link, 4 MiB each way between the node leaders) and
+ * the cap is what it moves in BUCKET_AUTO_MS, within [BUCKET_AUTO_MIN_MB,
+ * 25]: buckets small enough that the first ones go out while backward
+ * still runs and the last one, which nothing overlaps, is short; large
+ * enough that per-bucket costs stay small.  docs/parallelism.md#buckets
+ * has the measurement behind the numbers.  The same on every rank (the
+ * probe's answer is). */
+#define BUCKET_AUTO_MS     4.0
+#define BUCKET_AUTO_MIN_MB 1.0
+#define BUCKET_AUTO_MAX_MB 25.0
+static ddp_status_t bucket_cap_(trainer_t *t)
+{
+    const ddp_config_t *cfg = t->cfg;
+    t->link_gbps = 0;
+    if (t->comm.nnodes > 1 && (cfg->bucket_cap_mb == 0 || cfg->diagnose))
+        DDP_TRY(comm_probe_link(&t->comm, (size_t)4 << 20, &t->link_gbps));
+    t->bucket_cap_mb = cfg->bucket_cap_mb;
+    if (t->bucket_cap_mb > 0) return DDP_OK;
+    double mb = t->link_gbps * 1e9 * BUCKET_AUTO_MS * 1e-3 / (1024.0 * 1024.0);
+    if (t->comm.nnodes < 2 || t->link_gbps <= 0 || mb > BUCKET_AUTO_MAX_MB)
+        mb = BUCKET_AUTO_MAX_MB;
+    if (mb < BUCKET_AUTO_MIN_MB) mb = BUCKET_AUTO_MIN_MB;
+    t->bucket_cap_mb = mb;
+    return DDP_OK;
+}
+
 static ddp_status_t build_model_(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
     const deck_t *d = &t->train;
+    DDP_TRY(bucket_cap_(t));
     model_opts_t mo = {
         .spec = cfg->model,
         .input = d->shape,
         .outputs = d->regression ? d->targets : d->classes,
         .batch = (int)cfg->batch,
-        .bucket_cap_bytes = (size_t)(cfg->bucket_cap_mb * 1024 * 1024),
-        .first_bucket_bytes = (size_t)(cfg->first_bucket_mb * 1024 * 1024),
+        .bucket_cap_bytes = (size_t)(t->bucket_cap_mb * 1024 * 1024),
+        .first_bucket_bytes =
+            (size_t)((cfg->first_bucket_mb < t->bucket_cap_mb ? cfg->first_bucket_mb
+                                                               : t->bucket_cap_mb) *
+                     1024 * 1024),
         .freeze = cfg->freeze,
     };
     DDP_TRY(model_layout(&t->model, &mo, t->compute));

@@ -111,6 +111,10 @@ typedef struct trainer {
     /* the start-up memory check: address space a rank will take, its limit
      * (MEMLIMIT_NONE: unlimited) */
     uint64_t mem_need_address, mem_limit_address;
+    /* the bucket cap in use (--bucket-cap-mb, or auto's choice) and the
+     * link between the nodes it was chosen from (GB/s each way, measured at
+     * start-up; 0: one node or not measured) */
+    double bucket_cap_mb, link_gbps;
     /* device compute memory: its free and total bytes at the check (0: host) */
     size_t device_free, device_total;
 } trainer_t;

@@ -88,8 +88,15 @@ void table_print(const run_t *run)
         u += (size_t)snprintf(buckets + u, sizeof buckets - u, "%s%.2f", b ? ", " : "",
                               mib_(m->buckets[b].count * sizeof(float)));
     }
-    log_info("  buckets      %d: %s MiB (cap %g MiB, first %g MiB)%s%s%s%s", m->nbuckets,
-             m->nbuckets ? buckets : "-", cfg->bucket_cap_mb, cfg->first_bucket_mb,
+    char how[128] = "";
+    if (cfg->bucket_cap_mb == 0 && t->link_gbps > 0)
+        snprintf(how, sizeof how, ": auto, for the link between the nodes, %.3g GB/s each way",
+                 t->link_gbps);
+    else if (cfg->bucket_cap_mb == 0)
+        snprintf(how, sizeof how, ": auto, %s", t->comm.nnodes > 1 ? "link not measured" : "one node");
+    log_info("  buckets      %d: %s MiB (cap %.3g MiB%s, first %g MiB)%s%s%s%s", m->nbuckets,
+             m->nbuckets ? buckets : "-", t->bucket_cap_mb, how,
+             cfg->first_bucket_mb < t->bucket_cap_mb ? cfg->first_bucket_mb : t->bucket_cap_mb,
              cfg->grad_compress
                  ? (cfg->grad_compress == COMPRESS_BF16 ? ", bf16 all-reduce" : ", fp16 all-reduce")
                  : "",

@@ -45,7 +45,21 @@ START_TEST(defaults_are_valid)
     ck_assert_int_eq(c.shuffle, 1);
     ck_assert_int_eq(c.sync_bn, -1);
     ck_assert_int_eq(c.optimizer, OPTIM_SGD);
-    ck_assert_double_eq_tol(c.bucket_cap_mb, 25.0, 1e-12);
+    ck_assert_double_eq(c.bucket_cap_mb, 0); /* auto */
+    char buf[64];
+    const ddp_option_t *o = config_find("bucket-cap-mb");
+    config_format(&c, o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "auto");
+    ck_assert_int_eq(config_set(&c, "bucket-cap-mb", "2.5", SRC_CMDLINE, "t"), DDP_OK);
+    ck_assert_double_eq(c.bucket_cap_mb, 2.5);
+    config_format(&c, o, buf, sizeof buf);
+    ck_assert_str_eq(buf, "2.5");
+    ck_assert_int_eq(config_set(&c, "bucket-cap-mb", "auto", SRC_CMDLINE, "t"), DDP_OK);
+    ck_assert_double_eq(c.bucket_cap_mb, 0);
+    ck_assert_int_eq(config_set(&c, "bucket-cap-mb", "0", SRC_CMDLINE, "t"), DDP_ERR_USAGE);
+    ck_assert_int_eq(config_set(&c, "lr", "auto", SRC_CMDLINE, "t"), DDP_ERR_USAGE);
+    ck_assert_ptr_null(strstr(ddp_error_message(), "or auto"));
+    ddp_clear_error();
 }
 END_TEST
 
