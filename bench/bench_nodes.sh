@@ -9,13 +9,17 @@
 #
 # As root, from a configured build directory (after make):
 #   sh /path/to/ddptrain/bench/bench_nodes.sh [--rate 10gbit] [--caps "25 2 1"] [ROUNDS] [STEPS]
+#   sh /path/to/ddptrain/bench/bench_nodes.sh [--rate R] --overlap "0 20 50 100" [ITERS]
 # --rate limits the link with tc tbf (burst 1mb, latency 50ms); default unlimited.
+# --overlap runs bench/bench_overlap (ring-poll against comm-thread, 3 buckets)
+# across the two nodes once per polling interval (--sleep-us) instead.
 set -eu
-rate= caps="25 4 2 1"
+rate= caps="25 4 2 1" sleeps=
 while [ $# -gt 0 ]; do
   case $1 in
     --rate) rate=$2; shift 2 ;;
     --caps) caps=$2; shift 2 ;;
+    --overlap) sleeps=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -27,7 +31,7 @@ T=$(mktemp -d)
 id=$(( $$ % 200 + 20 ))
 nsA="ddb${id}A" nsB="ddb${id}B" net="10.${id}.78"
 cleanup() { ip netns del "$nsA" 2>/dev/null; ip netns del "$nsB" 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
+trap cleanup EXIT INT TERM
 ip netns add "$nsA"; ip netns add "$nsB"
 ip link add "ddb${id}a" type veth peer name "ddb${id}b"
 ip link set "ddb${id}a" netns "$nsA"; ip link set "ddb${id}b" netns "$nsB"
@@ -38,6 +42,7 @@ for n in A B; do
   [ -z "$rate" ] || ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst 1mb latency 50ms
 done
 cat >"$T/agent" <<EOF
+#!/bin/sh
 host=\$1; shift
 case "\$host" in
   $net.1) ns=$nsA; hn=ddbnode${id}a ;;
@@ -71,12 +76,13 @@ run() { # name args...
   name=$1; shift
   rm -f "$T"/cpu.* "$T/stop"
   sample & sp=$!
-  ip netns exec "$nsA" unshare --uts sh -c "hostname ddbnode${id}a; exec \"\$@\"" sh \
+  trap 'touch "$T/stop"; kill $sp 2>/dev/null; cleanup' EXIT INT TERM
+  timeout -k 5 "${BENCH_TIMEOUT:-600}" ip netns exec "$nsA" unshare --uts sh -c "hostname ddbnode${id}a; exec \"\$@\"" sh \
     mpirun --allow-run-as-root --oversubscribe --bind-to none --hostfile "$T/hosts" -np 2 \
     --map-by node --mca plm_rsh_agent "$T/agent" --mca btl self,vader,tcp \
     --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
     -x OPENBLAS_NUM_THREADS=1 -x DDP_BENCH_TAG=$tag \
-    ./ddptrain "$T/d.h5" --model linear:1024,bn,relu,linear:1024,bn,relu,linear:10 --batch 64 \
+    "$PWD/ddptrain" "$T/d.h5" --model linear:1024,bn,relu,linear:1024,bn,relu,linear:10 --batch 64 \
     --log-every 0 --eval-every 0 --steps "$steps" "$@" >"$T/o" 2>&1 || { cat "$T/o" >&2; exit 1; }
   touch "$T/stop"; wait $sp
   grep -o 'step_ms_p50=[0-9.]*' "$T/o" | cut -d= -f2 >>"$T/$name.ms"
@@ -85,6 +91,22 @@ run() { # name args...
   cat "$T"/cpu.* 2>/dev/null | awk -v s="$steps" -v hz="$(getconf CLK_TCK)" -v on=$thr \
     '{ t += $2; n++ } END { if (on) printf "%.3f\n", n ? t / n / hz * 1e3 / s : 0 }' >>"$T/$name.cpu"
 }
+
+mpi2() { # the two-node mpirun, one rank per node
+  timeout -k 5 "${BENCH_TIMEOUT:-600}" ip netns exec "$nsA" unshare --uts sh -c "hostname ddbnode${id}a; exec \"\$@\"" sh \
+    mpirun --allow-run-as-root --oversubscribe --bind-to none --hostfile "$T/hosts" -np 2 \
+    --map-by node --mca plm_rsh_agent "$T/agent" --mca btl self,vader,tcp \
+    --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
+    -x OPENBLAS_NUM_THREADS=1 "$@"
+}
+if [ -n "$sleeps" ]; then
+  echo "# bench_overlap on 2 simulated nodes x 1 rank, link ${rate:-unlimited}"
+  for u in $sleeps; do
+    mpi2 "$PWD/bench/bench_overlap" --iters "$rounds" --warmup 10 --buckets 3 --sleep-us "$u" \
+      --only ring-poll,comm-thread,serial-ring | grep -E "^(compute|ring-poll|comm-thread|serial-ring|# comm-thread)"
+  done
+  exit 0
+fi
 
 for r in $(seq "$rounds"); do
   for cap in $caps; do
