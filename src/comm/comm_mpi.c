@@ -2,8 +2,10 @@
  * collectives of the gradient plane, each run by one algorithm of the
  * table in comm_mpi_algo.h (shared memory, ring, Open MPI's own), in flight
  * together and advanced by a progress engine that runs inside comm calls
- * (progress, test, wait, the blocking collectives); nothing runs in the
- * background.  docs/parallelism.md ("The all-reduce") has the details.
+ * (progress, test, wait, the blocking collectives) and, with --comm-thread,
+ * on the progress thread of comm_mpi_thread.c, which drives the collectives
+ * that move messages while the caller computes; every entry takes that
+ * file's lock.  docs/parallelism.md ("The all-reduce") has the details.
  * Every rank ends with the same bits: each block's sum is computed once, on
  * its owner, in an order fixed by the algorithm and W, and the other ranks
  * only copy it.  The additions themselves are in sum_kernels.c. */
