@@ -16,13 +16,18 @@
  *   ring-poll     (c) the backend's ring, comm progress between pieces
  *   ring-thread   (c) the backend's ring, progressed by a thread that polls
  *                 every --sleep-us microseconds (0: spins, yielding)
+ *   comm-thread   (c) the backend's ring with its own progress thread
+ *                 (comm_mpi_set_thread, --comm-thread on; polls every
+ *                 --sleep-us) and comm progress between pieces, as the
+ *                 trainer runs it; its CPU time per step is reported
  *   shm-poll      (e) the backend's shared-memory all-reduce (the gradient
  *                 buffer from comm_mem_alloc), comm progress between pieces
  *
  * The gradient buffer comes from comm_mem_alloc for every strategy (shared
  * memory on one node), so all see the same memory.  MPI runs at
- * MPI_THREAD_SERIALIZED: the thread strategies make every MPI call under a
- * mutex or while the main thread makes none.
+ * MPI_THREAD_MULTIPLE (the backend's progress thread needs it; the older
+ * thread strategies make every MPI call under a mutex or while the main
+ * thread makes none).
  *
  * Reported per strategy: the step time (median and p10/p90 over iterations
  * of the slowest rank), the exposed communication (step - compute step), the
@@ -138,15 +143,17 @@ typedef enum strat {
     S_RING_POLL,
     S_RING_THREAD,
     S_SHM_POLL,
+    S_COMM_THREAD,
     NSTRAT
 } strat_t;
 
 static const char *strat_name[NSTRAT] = {"compute",     "compute+bn", "serial-mpi", "serial-ring",
                                          "serial-shm",  "nbc-poll",   "thread-mpi", "ring-poll",
-                                         "ring-thread", "shm-poll"};
+                                         "ring-thread", "shm-poll",   "comm-thread"};
 static const char *strat_kind[NSTRAT] = {
     "reference",    "reference",       "(d) no overlap", "(d) no overlap",  "(d) no overlap",
-    "(a) MPI_Test", "(b) comm thread", "(c) ring+poll",  "(c) ring+thread", "(e) shm+poll"};
+    "(a) MPI_Test", "(b) comm thread", "(c) ring+poll",  "(c) ring+thread", "(e) shm+poll",
+    "(c) ring+backend"};
 
 /* A comm thread.  mode 0: runs blocking MPI_Allreduce jobs from a queue
  * (thread-mpi).  mode 1: calls comm progress in a loop while enabled
@@ -266,7 +273,7 @@ static void die_(ddp_status_t s, const char *what)
 
 static void poll_(run_t *r)
 {
-    if (r->s == S_RING_POLL || r->s == S_NBC_POLL || r->s == S_SHM_POLL)
+    if (r->s == S_RING_POLL || r->s == S_NBC_POLL || r->s == S_SHM_POLL || r->s == S_COMM_THREAD)
         die_(r->c->ops->progress(r->c), "progress");
 }
 
@@ -320,6 +327,7 @@ static void bucket_ready_(run_t *r, model_t *m, int b, int64_t step)
     case S_NBC_POLL:
     case S_RING_POLL:
     case S_SHM_POLL:
+    case S_COMM_THREAD:
         die_(r->c->ops->iallreduce(r->c, m->grad + k->off, k->count, COMM_FLOAT, &d, &r->req[b]),
              "iallreduce");
         break;
@@ -352,7 +360,8 @@ static void wait_all_(run_t *r, model_t *m, int64_t step)
             break;
         case S_NBC_POLL:
         case S_RING_POLL:
-        case S_SHM_POLL: die_(r->c->ops->wait(r->c, r->req[b]), "wait"); break;
+        case S_SHM_POLL:
+        case S_COMM_THREAD: die_(r->c->ops->wait(r->c, r->req[b]), "wait"); break;
         case S_RING_THREAD:
             pthread_mutex_lock(&r->th[1].mu);
             die_(r->c->ops->wait(r->c, r->req[b]), "wait");
@@ -440,10 +449,22 @@ static void strat_end_(void *arg)
     (*x->step)++;
 }
 
+/* comm-thread: the progress thread's CPU time over the timed steps */
+static double thread_cpu_s_;
+static long thread_steps_;
+
 static void step_case_(void *arg, long it)
 {
     strat_run_t *x = arg;
+    double cpu0 = 0, cpu1 = 0;
+    uint64_t passes;
+    if (x->r.s == S_COMM_THREAD) comm_mpi_thread_usage(x->r.c, &cpu0, &passes);
     step_(&x->r, x->m, *x->step);
+    if (x->r.s == S_COMM_THREAD && it >= 0) {
+        comm_mpi_thread_usage(x->r.c, &cpu1, &passes);
+        thread_cpu_s_ += cpu1 - cpu0;
+        thread_steps_++;
+    }
     if (it >= 0) x->tail[it] = x->r.tail_s;
 }
 
@@ -472,7 +493,7 @@ static void usage_(void)
 int main(int argc, char **argv)
 {
     int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int iters = 100, warmup = 10, nbuckets = 3, pieces = 1, sleep_us = 50;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -498,12 +519,20 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     /* one communicator per algorithm, so the strategies can interleave */
-    comm_t c, cring, cnbc;
+    comm_t c, cring, cnbc, cthr;
     die_(comm_init_mpi(&c, MPI_COMM_WORLD), "comm_init_mpi"); /* "auto": shared memory */
     die_(comm_init_mpi(&cring, MPI_COMM_WORLD), "comm_init_mpi");
     die_(comm_mpi_set_algorithm(&cring, "ring"), "algorithm");
     die_(comm_init_mpi(&cnbc, MPI_COMM_WORLD), "comm_init_mpi");
     die_(comm_mpi_set_algorithm(&cnbc, "mpi"), "algorithm");
+    die_(comm_init_mpi(&cthr, MPI_COMM_WORLD), "comm_init_mpi");
+    die_(comm_mpi_set_algorithm(&cthr, "ring"), "algorithm");
+    char why[256] = "";
+    die_(comm_mpi_set_thread(&cthr, 1, sleep_us, why, sizeof why), "progress thread");
+    if (why[0]) {
+        fprintf(stderr, "bench_overlap: comm-thread: %s\n", why);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
 
     model_t m;
     model_init(&m, nbuckets, &c);
@@ -540,7 +569,8 @@ int main(int argc, char **argv)
     for (int s = 0; s < NSTRAT; s++) {
         if (!on[s]) continue;
         strat_t st = (strat_t)s;
-        comm_t *use = st == S_NBC_POLL || st == S_THREAD_MPI                            ? &cnbc
+        comm_t *use = st == S_COMM_THREAD                                               ? &cthr
+                      : st == S_NBC_POLL || st == S_THREAD_MPI                          ? &cnbc
                       : st == S_SERIAL_RING || st == S_RING_POLL || st == S_RING_THREAD ? &cring
                                                                                         : &c;
         runs[s] = (strat_run_t){.r = {.s = st, .c = use, .th = th, .pieces = pieces},
@@ -621,6 +651,10 @@ int main(int argc, char **argv)
                    : identical[s] ? "yes"
                                   : "NO");
         }
+        if (on[S_COMM_THREAD] && thread_steps_)
+            printf("# comm-thread: the progress thread used %.3f ms of CPU per step (rank 0, "
+                   "%ld timed steps, polling every %d us)\n",
+                   thread_cpu_s_ / (double)thread_steps_ * 1e3, thread_steps_, sleep_us);
     }
 
     for (int k = 0; k < 2; k++) {
@@ -632,6 +666,7 @@ int main(int argc, char **argv)
     }
     for (int s = 0; s < NSTRAT; s++) free(t[s]), free(tw[s]), free(ta[s]);
     model_free(&m, &c);
+    comm_free(&cthr);
     comm_free(&cnbc);
     comm_free(&cring);
     comm_free(&c);

@@ -18,7 +18,7 @@ typedef struct job {
     config_action_t action;
 } job_t;
 
-/* MPI_Init_thread at COMM_MPI_THREAD_LEVEL, signals.h's stop requests
+/* MPI_Init_thread at COMM_MPI_THREAD_WANTED (MULTIPLE), signals.h's stop requests
  * (from here a SIGUSR1/SIGTERM/SIGINT does not kill the rank), the
  * activity record, the log, HDF5's own messages off, the control plane
  * over MPI_COMM_WORLD (when that fails: the error on every rank, then

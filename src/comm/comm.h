@@ -26,10 +26,12 @@
  *     buffer from the compute backend and register it: the ring is used;
  *   - start a bucket's iallreduce as soon as its gradients are written,
  *     call ops->progress between layers during backward, wait for every
- *     bucket before the optimizer.  Nothing runs in the background: an
- *     in-flight all-reduce advances only inside comm calls (progress, test,
- *     wait and the other collectives), and each progress call does all the
- *     work that is ready without waiting for another rank;
+ *     bucket before the optimizer.  Without a progress thread
+ *     (set_progress_thread) an in-flight all-reduce advances only inside
+ *     comm calls (progress, test, wait and the other collectives), and each
+ *     progress call does all the work that is ready without waiting for
+ *     another rank; with one (MPI_THREAD_MULTIPLE), collectives that move
+ *     messages also advance while the caller computes;
  *   - a blocking all-reduce (comm_allreduce, e.g. SyncBatchNorm) may run
  *     while buckets are in flight; it drives them too.
  * After an error the communicator is unusable: report and abort the job.
@@ -180,6 +182,15 @@ typedef struct comm_ops {
      * in GB/s, the same on every rank (0 on one node).  Collective.  NULL:
      * not measured (comm_probe_link gives 0). */
     ddp_status_t (*probe_link)(comm_t *c, size_t bytes, double *gbps);
+    /* Progress in the background (--comm-thread): on = 1 starts a thread of
+     * the backend's own that drives the collectives in flight while the
+     * caller computes, 0 stops it; *running says whether one runs now.
+     * Where the backend cannot (MPI below MPI_THREAD_MULTIPLE) it returns
+     * DDP_OK with *running = 0 and `why` says why in one line.  Not
+     * collective; before the first collective.  NULL: the backend needs no
+     * thread (NCCL progresses on the device). */
+    ddp_status_t (*set_progress_thread)(comm_t *c, int on, int *running, char *why,
+                                        size_t whylen);
 } comm_ops_t;
 
 struct comm {

@@ -2,8 +2,10 @@
  * collectives of the gradient plane, each run by one algorithm of the
  * table in comm_mpi_algo.h (shared memory, ring, Open MPI's own), in flight
  * together and advanced by a progress engine that runs inside comm calls
- * (progress, test, wait, the blocking collectives); nothing runs in the
- * background.  docs/parallelism.md ("The all-reduce") has the details.
+ * (progress, test, wait, the blocking collectives) and, with --comm-thread,
+ * on the progress thread of comm_mpi_thread.c, which drives the collectives
+ * that move messages while the caller computes; every entry takes that
+ * file's lock.  docs/parallelism.md ("The all-reduce") has the details.
  * Every rank ends with the same bits: each block's sum is computed once, on
  * its owner, in an order fixed by the algorithm and W, and the other ranks
  * only copy it.  The additions themselves are in sum_kernels.c. */
@@ -16,6 +18,8 @@
 #include "activity.h"
 #include "comm_mpi.h"
 #include "comm_mpi_algo.h"
+#include "comm_mpi_thread.h"
+#include "log.h"
 
 /* Largest MPI_Bcast of the broadcast op (MPI counts are ints). */
 #define BCAST_CHUNK ((size_t)8 << 20)
@@ -85,8 +89,9 @@ static ddp_status_t req_progress_(comm_t *c, comm_req_t *q)
     }
     /* the update after the sums, where the algorithm did not fuse it: on
      * every rank over the whole range (all-reduce), or the owner's block
-     * (reduce-scatter) */
-    if (q->done && q->has_apply && !q->applied) {
+     * (reduce-scatter); always on the main thread (the optimizer calls the
+     * compute backend), never on the progress thread */
+    if (q->done && q->has_apply && !q->applied && !mpi_thread_self()) {
         q->applied = 1;
         size_t first = 0, n = q->count;
         if (q->op == COLL_REDUCE_SCATTER) comm_block(q->count, c->size, c->rank, &first, &n);
@@ -121,12 +126,14 @@ static const mpi_algo_t *choose_(comm_t *c, const comm_req_t *q)
 }
 
 /* Start a collective; a: the update after it (NULL: none). */
-static ddp_status_t start_(comm_t *c, coll_op_t op, void *buf, size_t count, comm_dtype_t t,
-                           const comm_apply_t *a, const comm_desc_t *d, comm_req_t **req)
+static ddp_status_t start_locked_(comm_t *c, coll_op_t op, void *buf, size_t count,
+                                  comm_dtype_t t, const comm_apply_t *a, const comm_desc_t *d,
+                                  comm_req_t **req)
 {
     static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather"};
     mpi_impl_t *m = c->impl;
     *req = NULL;
+    DDP_TRY(mpi_thread_error(c));
     comm_req_t *q = calloc(1, sizeof *q);
     if (!q) return ddp_fail(DDP_ERR_NOMEM, "out of memory starting a collective");
     size_t esz = comm_dtype_size(t);
@@ -149,6 +156,7 @@ static ddp_status_t start_(comm_t *c, coll_op_t op, void *buf, size_t count, com
     ddp_status_t s = q->algo->start(c, q);
     if (s == DDP_OK) link_(m, q);
     if (s == DDP_OK) s = req_progress_(c, q);
+    if (s == DDP_OK) mpi_thread_wake(c);
     if (s != DDP_OK) {
         /* the communicator is unusable after a failed start; the caller aborts */
         if (q->next || q->prev || m->head == q) unlink_(m, q);
@@ -157,6 +165,15 @@ static ddp_status_t start_(comm_t *c, coll_op_t op, void *buf, size_t count, com
     }
     *req = q;
     return DDP_OK;
+}
+
+static ddp_status_t start_(comm_t *c, coll_op_t op, void *buf, size_t count, comm_dtype_t t,
+                           const comm_apply_t *a, const comm_desc_t *d, comm_req_t **req)
+{
+    mpi_lock(c);
+    ddp_status_t s = start_locked_(c, op, buf, count, t, a, d, req);
+    mpi_unlock(c);
+    return s;
 }
 
 static ddp_status_t mpi_iallreduce_(comm_t *c, void *buf, size_t count, comm_dtype_t t,
@@ -188,15 +205,31 @@ static ddp_status_t mpi_iallgather_(comm_t *c, void *buf, size_t count, comm_dty
 static ddp_status_t mpi_test_(comm_t *c, comm_req_t *req, int *done)
 {
     *done = 0;
-    DDP_TRY(comm_mpi_progress(c));
-    *done = req->done;
-    return DDP_OK;
+    mpi_lock(c);
+    ddp_status_t s = mpi_thread_error(c);
+    if (s == DDP_OK) s = comm_mpi_progress(c);
+    /* done once its update has run too (the main thread's) */
+    if (s == DDP_OK) *done = req->done && (!req->has_apply || req->applied);
+    mpi_unlock(c);
+    return s;
+}
+
+/* The progress op: the engine under the lock. */
+static ddp_status_t mpi_progress_(comm_t *c)
+{
+    mpi_lock(c);
+    ddp_status_t s = mpi_thread_error(c);
+    if (s == DDP_OK) s = comm_mpi_progress(c);
+    mpi_unlock(c);
+    return s;
 }
 
 static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
 {
     mpi_impl_t *m = c->impl;
-    ddp_status_t s = comm_mpi_progress(c);
+    mpi_lock(c);
+    ddp_status_t s = mpi_thread_error(c);
+    if (s == DDP_OK) s = comm_mpi_progress(c);
     if (!req->done && s == DDP_OK) {
         /* the watchdog thread sees this wait (activity.h) and ends the job
          * when it outlasts --timeout */
@@ -212,12 +245,25 @@ static ddp_status_t mpi_wait_(comm_t *c, comm_req_t *req)
     if (req->err) s = req->err;
     unlink_(m, req);
     req_free_(c, req);
+    mpi_unlock(c);
+    return s;
+}
+
+/* Before a blocking collective: drive what is in flight (under the lock,
+ * which the blocking MPI call then runs without, so the progress thread
+ * keeps the ring going meanwhile). */
+static ddp_status_t before_blocking_(comm_t *c)
+{
+    mpi_lock(c);
+    ddp_status_t s = mpi_thread_error(c);
+    if (s == DDP_OK) s = comm_mpi_progress(c);
+    mpi_unlock(c);
     return s;
 }
 
 static ddp_status_t mpi_bcast_(comm_t *c, void *buf, size_t bytes, int root, const comm_desc_t *d)
 {
-    DDP_TRY(comm_mpi_progress(c));
+    DDP_TRY(before_blocking_(c));
     activity_block(comm_note_start(c, d, "broadcast", bytes), NULL);
     for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += BCAST_CHUNK) {
         size_t len = bytes - off < BCAST_CHUNK ? bytes - off : BCAST_CHUNK;
@@ -232,7 +278,7 @@ static ddp_status_t mpi_bcast_(comm_t *c, void *buf, size_t bytes, int root, con
 static ddp_status_t mpi_allgather_(comm_t *c, const void *send, void *recv, size_t bytes,
                                    const comm_desc_t *d)
 {
-    DDP_TRY(comm_mpi_progress(c));
+    DDP_TRY(before_blocking_(c));
     activity_block(comm_note_start(c, d, "all-gather", bytes), NULL);
     int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->mpi);
     if (rc != MPI_SUCCESS) return comm_mpi_error(rc, "MPI_Allgather", &c->last, c->seq);
@@ -242,7 +288,7 @@ static ddp_status_t mpi_allgather_(comm_t *c, const void *send, void *recv, size
 
 static ddp_status_t mpi_barrier_(comm_t *c)
 {
-    DDP_TRY(comm_mpi_progress(c));
+    DDP_TRY(before_blocking_(c));
     comm_desc_t d = {"barrier", -1, -1};
     activity_block(comm_note_start(c, &d, "barrier", 0), NULL);
     int rc = MPI_Barrier(c->mpi);
@@ -312,6 +358,7 @@ static void mpi_free_(comm_t *c)
 {
     mpi_impl_t *m = c->impl;
     if (m) {
+        mpi_thread_stop(c); /* joined before the requests it drives go */
         /* requests never waited for: cancel what is pending, release */
         while (m->head) {
             comm_req_t *q = m->head;
@@ -323,6 +370,54 @@ static void mpi_free_(comm_t *c)
         c->impl = NULL;
     }
     comm_detach(c);
+}
+
+/* The watchdog's or control_abort's end of the job (any thread): the
+ * progress thread makes no more MPI calls; comm_free joins it. */
+static void mpi_abort_(comm_t *c)
+{
+    mpi_thread_abort(c);
+}
+
+/* ---- the progress thread ---------------------------------------------------- */
+
+ddp_status_t comm_mpi_set_thread(comm_t *c, int on, int sleep_us, char *why, size_t whylen)
+{
+    if (!c->impl || c->ops != &comm_mpi_ops)
+        return ddp_fail(DDP_ERR_INTERNAL, "comm_mpi_set_thread on a non-MPI communicator");
+    if (why && whylen) why[0] = 0;
+    if (!on) {
+        mpi_thread_stop(c);
+        return DDP_OK;
+    }
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+        if (why && whylen)
+            snprintf(why, whylen,
+                     "MPI provides thread level %s, not MPI_THREAD_MULTIPLE: all-reduces advance "
+                     "only between layers (use an MPI built with thread support for overlap "
+                     "across nodes)",
+                     provided == MPI_THREAD_SERIALIZED ? "SERIALIZED"
+                     : provided == MPI_THREAD_FUNNELED ? "FUNNELED"
+                                                       : "SINGLE");
+        return DDP_OK;
+    }
+    if (sleep_us < 0) sleep_us = COMM_MPI_THREAD_SLEEP_US;
+    return mpi_thread_start(c, sleep_us);
+}
+
+static ddp_status_t mpi_set_progress_thread_(comm_t *c, int on, int *running, char *why,
+                                             size_t whylen)
+{
+    ddp_status_t s = comm_mpi_set_thread(c, on, -1, why, whylen);
+    *running = mpi_thread_running(c);
+    return s;
+}
+
+void comm_mpi_thread_usage(const comm_t *c, double *cpu_s, uint64_t *passes)
+{
+    mpi_thread_usage(c, cpu_s, passes);
 }
 
 /* ---- capabilities and registration -------------------------------------- */
@@ -372,7 +467,7 @@ const comm_ops_t comm_mpi_ops = {
     .iallgather = mpi_iallgather_,
     .test = mpi_test_,
     .wait = mpi_wait_,
-    .progress = comm_mpi_progress,
+    .progress = mpi_progress_,
     .bcast = mpi_bcast_,
     .allgather = mpi_allgather_,
     .barrier = mpi_barrier_,
@@ -380,9 +475,11 @@ const comm_ops_t comm_mpi_ops = {
     .mem_alloc = mpi_mem_alloc_,
     .mem_free = mpi_mem_free_,
     .free = mpi_free_,
+    .abort = mpi_abort_,
     .set_algorithm = comm_mpi_set_algorithm,
     .algorithms = mpi_algorithms_,
     .probe_link = mpi_probe_link_,
+    .set_progress_thread = mpi_set_progress_thread_,
 };
 
 ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name)

@@ -7,12 +7,20 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 
 /* MPI thread level the MPI backend needs: main() passes it (or more) to
  * MPI_Init_thread and makes every comm call from that thread. */
 #define COMM_MPI_THREAD_LEVEL MPI_THREAD_FUNNELED
+/* The level the progress thread needs (comm_mpi_set_thread): it makes MPI
+ * calls while the main thread makes its own (the control plane's).  The
+ * trainer asks for it and runs without the thread where MPI gives less. */
+#define COMM_MPI_THREAD_WANTED MPI_THREAD_MULTIPLE
+/* The progress thread's default polling interval (microseconds between
+ * passes over the collectives in flight; bench/findings.md). */
+#define COMM_MPI_THREAD_SLEEP_US 20
 
 /* Its ops table (the registry entry comm_mpi_backend is comm.h's). */
 extern const comm_ops_t comm_mpi_ops;
@@ -46,5 +54,17 @@ ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
  * of every block) in flight per collective (1..16; default 2).  0 keeps the
  * current value. */
 ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
+
+/* The progress thread (--comm-thread): on = 1 starts a thread that drives
+ * the collectives that move messages (ring, mpi; not shared memory) while
+ * they are in flight, polling every sleep_us microseconds (-1: the default;
+ * 0: sched_yield between passes), and sleeps otherwise; 0 stops it.
+ * Updates (iallreduce_apply) still run on the calling thread, at its next
+ * comm call.  Where MPI was initialised below MPI_THREAD_MULTIPLE no thread
+ * starts and `why` (when given) says so in one line.  Not collective; call
+ * it before the first collective or between collectives. */
+ddp_status_t comm_mpi_set_thread(comm_t *c, int on, int sleep_us, char *why, size_t whylen);
+/* The thread's CPU time so far and the passes it made (zeros: none). */
+void comm_mpi_thread_usage(const comm_t *c, double *cpu_s, uint64_t *passes);
 
 #endif

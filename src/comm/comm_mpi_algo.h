@@ -60,6 +60,7 @@ struct comm_req {
 typedef struct mpi_shm mpi_shm_t;
 typedef struct mpi_ring mpi_ring_t;
 typedef struct mpi_chunked mpi_chunked_t;
+typedef struct mpi_thread mpi_thread_t;
 
 typedef struct mpi_impl {
     const mpi_algo_t *forced; /* comm_mpi_set_algorithm; NULL: "auto" */
@@ -70,6 +71,7 @@ typedef struct mpi_impl {
     mpi_ring_t *ring;
     mpi_chunked_t *chunked;
     uint64_t used[4]; /* collectives started per algorithm (comm_mpi.c's table order) */
+    mpi_thread_t *thread; /* the progress thread (comm_mpi_thread.h); NULL: none */
 } mpi_impl_t;
 
 struct mpi_algo {

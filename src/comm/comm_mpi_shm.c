@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "comm_mpi_algo.h"
+#include "comm_mpi_thread.h"
 #include "log.h"
 #include "sum_kernels.h"
 
@@ -407,10 +408,15 @@ static ddp_status_t shm_progress_(comm_t *c, comm_req_t *q)
                 continue;
             }
             sq->run_done[i] = 1;
-            slice_(h, q, me + i * L, &off, &len);
-            if (sq->fused && len) q->apply.fn(q->apply.arg, off, len);
         }
         if (left) return DDP_OK;
+        /* the owner updates its slices: on the main thread (the progress
+         * thread leaves it to the next comm call, comm_mpi_thread.h) */
+        if (sq->fused && mpi_thread_self()) return DDP_OK;
+        for (int i = 0; sq->fused && i < sq->nrun; i++) {
+            slice_(h, q, me + i * L, &off, &len);
+            if (len) q->apply.fn(q->apply.arg, off, len);
+        }
         atomic_store_explicit(&h->ctl[me]->reduced, sq->seq, memory_order_release);
         h->reduced = sq->seq;
         sq->phase = SHM_COPY_OTHERS;

@@ -96,6 +96,12 @@ const ddp_option_t ddp_options[] = {
      "between the nodes, shared in the node), ring (pipelined ring of point-to-point messages "
      "between all ranks), mpi (the MPI library's MPI_Iallreduce, in chunks); --comm nccl: "
      "auto only (NCCL chooses)", NULL, OPT_RESUMABLE},
+    {"comm-thread", OPT_CHOICE, OFF(comm_thread), "auto", "auto|on|off", NULL, 0, 0,
+     "a progress thread per rank that advances the mpi backend's all-reduce messages while "
+     "backward computes (needs MPI_THREAD_MULTIPLE; costs CPU time on a core of its own): "
+     "auto (on when the ranks span several nodes, off on one node, where shared memory sends "
+     "no messages), on, off (all-reduces advance only between layers); --comm nccl: no effect",
+     NULL, OPT_RESUMABLE},
     {"update", OPT_CHOICE, OFF(update), "fused", "fused|bucket|step", NULL, 0, 0,
      "where the optimizer update runs: fused (inside each bucket's all-reduce, each rank "
      "updating the part it reduced, where the comm backend can; else bucket), bucket (on each "

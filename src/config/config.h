@@ -31,6 +31,7 @@ typedef enum allreduce_kind {
     ALLREDUCE_MPI
 } allreduce_kind_t;
 typedef enum update_kind { UPDATE_FUSED, UPDATE_BUCKET, UPDATE_STEP } update_kind_t;
+typedef enum comm_thread_kind { COMM_THREAD_AUTO, COMM_THREAD_ON, COMM_THREAD_OFF } comm_thread_kind_t;
 
 #define CONFIG_STR_MAX 512
 
@@ -72,6 +73,7 @@ typedef struct ddp_config {
     double first_bucket_mb;
     int grad_compress; /* compress_kind_t */
     int allreduce;     /* allreduce_kind_t: the MPI backend's algorithm */
+    int comm_thread;   /* comm_thread_kind_t: progress all-reduces on a thread */
     int update;        /* update_kind_t: where the optimizer update runs */
     int64_t zero;      /* --zero: 0, 1 (shard the optimizer state), 2 (and the gradients) */
     char freeze[CONFIG_STR_MAX];

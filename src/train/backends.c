@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+
 /* --device and --precision: the compute backend (compute_pick); --comm:
  * the comm backend for its memory (comm_pick: mpi for host memory, nccl
  * for device memory).  Not collective (agreed by the caller). */
@@ -123,6 +125,20 @@ ddp_status_t backends_start(trainer_t *t)
                                 "--allreduce %s: the %s comm backend chooses its own algorithm "
                                 "(NCCL: set NCCL_ALGO); use --allreduce auto, or --comm mpi",
                                 name, comm->name)));
+    }
+    /* --comm-thread: auto runs it where messages cross nodes (on one node
+     * shared memory sends none) */
+    int want = cfg->comm_thread == COMM_THREAD_ON ||
+               (cfg->comm_thread == COMM_THREAD_AUTO && t->comm.nnodes > 1);
+    t->comm_thread_why[0] = 0;
+    if (want && t->comm.ops->set_progress_thread) {
+        ddp_status_t ts = t->comm.ops->set_progress_thread(
+            &t->comm, 1, &t->comm_thread, t->comm_thread_why, sizeof t->comm_thread_why);
+        /* MPI below MULTIPLE is alike on every rank: said once, by rank 0 */
+        if (ts == DDP_OK && !t->comm_thread && t->comm.rank == 0)
+            log_warn("--comm-thread %s: no progress thread: %s",
+                     config_choice_name("comm-thread", cfg->comm_thread), t->comm_thread_why);
+        DDP_TRY(control_agree(ctl, ts));
     }
     return DDP_OK;
 }

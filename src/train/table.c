@@ -105,6 +105,13 @@ void table_print(const run_t *run)
              cfg->update == UPDATE_BUCKET ? ", update per bucket"
              : cfg->update == UPDATE_STEP ? ", update after the step"
                                           : "");
+    if (t->comm.size > 1 && t->comm.ops->set_progress_thread)
+        log_info("  comm thread  %s (--comm-thread %s)",
+                 t->comm_thread                 ? "on: all-reduce messages advance during backward"
+                 : t->comm_thread_why[0]        ? "off: MPI lacks MPI_THREAD_MULTIPLE"
+                 : t->comm.nnodes > 1           ? "off: all-reduces advance between layers"
+                                                : "off: one node, shared memory",
+                 config_choice_name("comm-thread", cfg->comm_thread));
     log_info("  batch        %lld per rank x accum %lld x %d ranks = global batch %lld",
              (long long)cfg->batch, (long long)cfg->accum, t->comm.size,
              (long long)(cfg->batch * cfg->accum * t->comm.size));

@@ -914,6 +914,78 @@ START_TEST(abort_and_free_take_turns)
 }
 END_TEST
 
+/* The progress thread (comm_mpi_set_thread) advances a ring all-reduce
+ * while the caller makes no comm call: rank 1 starts its part and then
+ * sleeps; with the thread, the other ranks' waits end long before rank 1
+ * comes back, and on rank 1 the transfer is done by then (its wait has
+ * nothing left to do); without it, they wait for rank 1.  The update of
+ * iallreduce_apply still runs on the calling thread, and the sums are the
+ * same bits either way. */
+static pthread_t apply_caller_;
+static atomic_int apply_elsewhere_;
+static void record_caller_(void *arg, size_t first, size_t count)
+{
+    float *out = arg;
+    if (!pthread_equal(pthread_self(), apply_caller_)) atomic_store(&apply_elsewhere_, 1);
+    for (size_t e = first; e < first + count; e++) out[e] = 2.0f * out[e];
+}
+
+START_TEST(progress_thread_advances)
+{
+    if (c.size < 2) return;
+    enum { N = 1 << 20, SLEEP_MS = 400 };
+    ck_assert_int_eq(comm_mpi_set_algorithm(&c, "ring"), DDP_OK);
+    ck_assert_int_eq(comm_mpi_set_ring(&c, 256 << 10, 2), DDP_OK); /* several steps */
+    float *buf = malloc(N * sizeof *buf), *extra = malloc(N * sizeof *extra);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_ptr_nonnull(extra);
+    float *first_bits = malloc(N * sizeof *first_bits);
+    ck_assert_ptr_nonnull(first_bits);
+    apply_caller_ = pthread_self();
+    for (int thread = 0; thread < 2; thread++) {
+        char why[256] = "";
+        ck_assert_int_eq(comm_mpi_set_thread(&c, thread, -1, why, sizeof why), DDP_OK);
+        ck_assert_msg(why[0] == 0, "no thread: %s", why);
+        for (size_t i = 0; i < N; i++) buf[i] = 0.001f * (float)((i * 7 + (size_t)c.rank) % 1013);
+        memcpy(extra, buf, N * sizeof *extra);
+        comm_apply_t a = {.fn = record_caller_, .arg = extra, .nextra = 1, .extra = {extra}};
+        comm_desc_t d = {"gradient-bucket", 0, thread};
+        ck_assert_int_eq(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);
+        comm_req_t *q = NULL;
+        ck_assert_int_eq(c.ops->iallreduce_apply(&c, buf, N, &a, &d, &q), DDP_OK);
+        double t0 = MPI_Wtime();
+        if (c.rank == 1) usleep(SLEEP_MS * 1000); /* no comm call meanwhile */
+        double t1 = MPI_Wtime();
+        ck_assert_int_eq(c.ops->wait(&c, q), DDP_OK);
+        double waited = MPI_Wtime() - t1, total = MPI_Wtime() - t0;
+        if (c.rank != 1 && thread)
+            ck_assert_msg(total < 0.5 * SLEEP_MS * 1e-3,
+                          "rank %d: the ring took %.0f ms while rank 1 slept %d ms: the progress "
+                          "thread does not advance it",
+                          c.rank, total * 1e3, SLEEP_MS);
+        if (c.rank != 1 && !thread)
+            ck_assert_msg(total > 0.5 * SLEEP_MS * 1e-3,
+                          "rank %d: the ring finished in %.0f ms without rank 1's comm calls",
+                          c.rank, total * 1e3);
+        if (c.rank == 1 && thread)
+            ck_assert_msg(waited < 0.1 * SLEEP_MS * 1e-3,
+                          "rank 1: %.0f ms left to wait after sleeping: the thread did not "
+                          "finish the transfer", waited * 1e3);
+        ck_assert_int_eq(atomic_load(&apply_elsewhere_), 0);
+        if (!thread)
+            memcpy(first_bits, extra, N * sizeof *extra);
+        else
+            ck_assert_int_eq(memcmp(first_bits, extra, N * sizeof *extra), 0);
+        double cpu;
+        uint64_t passes;
+        comm_mpi_thread_usage(&c, &cpu, &passes);
+        if (thread && c.rank == 1) ck_assert_uint_gt(passes, 0); /* it did the work */
+    }
+    ck_assert_int_eq(comm_mpi_set_thread(&c, 0, 0, NULL, 0), DDP_OK);
+    free(buf), free(extra), free(first_bits);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("comm");
@@ -940,6 +1012,7 @@ Suite *test_suite(void)
     tcase_add_test(t, registry_caps_register);
     tcase_add_test(t, algorithm_choice);
     tcase_add_test(t, bad_options);
+    tcase_add_test(t, progress_thread_advances);
     suite_add_tcase(s, t);
     t = tcase_create("abort");
     tcase_add_test(t, abort_and_free_take_turns);
