@@ -18,7 +18,9 @@
  * starts -- all-reduce, reduce-scatter, all-gather -- or says it cannot
  * (usable); comm_mpi.c chooses one per collective, the same on every rank,
  * and drives every request in flight in start order from its progress
- * engine: nothing runs in the background. */
+ * engine, inside comm calls and, with --comm-thread, on the progress
+ * thread too (comm_mpi_thread.h: one lock; the optimizer update never runs
+ * there). */
 #ifndef DDP_COMM_MPI_ALGO_H
 #define DDP_COMM_MPI_ALGO_H
 
