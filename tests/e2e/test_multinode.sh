@@ -60,7 +60,7 @@ run_nodes 1,1 "$DDPTRAIN" "$T/d.h5" $common --batch 16 --save "$T/nodes2.h5" >"$
 grep -q "2 ranks on 2 nodes (1 per node)" "$T/o" || { cat "$T/o"; fail "the ranks did not see 2 nodes"; }
 # across nodes --comm-thread auto runs the progress thread; off gives the same bits
 grep -q "comm thread  on" "$T/o" || { cat "$T/o"; fail "2 nodes: --comm-thread auto did not start the progress thread"; }
-run_nodes 1 "$DDPTRAIN" "$T/d.h5" $common --batch 16 --comm-thread off --save "$T/nodes2off.h5" \
+run_nodes 1,1 "$DDPTRAIN" "$T/d.h5" $common --batch 16 --comm-thread off --save "$T/nodes2off.h5" \
   >"$T/o" 2>&1 || { cat "$T/o"; fail "2 ranks on 2 nodes, --comm-thread off"; }
 grep -q "comm thread  off" "$T/o" || { cat "$T/o"; fail "--comm-thread off: the table does not say off"; }
 "$WEIGHTS_CMP" "$T/nodes2.h5" "$T/nodes2off.h5" 0 >"$T/cmp" \
