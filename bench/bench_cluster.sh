@@ -19,9 +19,8 @@
 #             interface, TCP/IP headers included; mean over the nodes) less
 #             those of the no-sync run, over the steps: the gradient
 #             all-reduce's traffic alone, against the ideal above
-#   algo      the all-reduce algorithm as ddptrain's output names it: the
-#             start-up table names it only when --allreduce forces one, so
-#             under auto the column says "auto" (not printed)
+#   algo      the all-reduce algorithm that ran the gradient buckets, from
+#             the summary's "collectives by algorithm" line
 # This machine's cores are shared by all the simulated nodes: 2x2 and 4x1 run
 # 4 ranks on 2 cores (oversubscribed), so their steps measure that more than
 # the network; the bench says so and is still a check that everything runs.
@@ -125,11 +124,16 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # all_ranks_ms LOG: the median over the ranks of their step_ms p50
 all_ranks_ms() { sed -n 's/^summary (all ranks): step_ms min [0-9.]* (rank [0-9]*) median \([0-9.]*\) .*/\1/p' "$1"; }
-# algo_of LOG: the all-reduce algorithm the output names, or "auto"
+# algo_of LOG: the algorithm that ran the gradient buckets: of the summary's
+# "collectives by algorithm", the first of hier, shm, mpi (chunked) and ring
+# that ran (SyncBatchNorm's small all-reduces of private buffers take the
+# ring beside the others); "?" when the output names none
 algo_of() {
-  a=$(grep -oE '(all-reduce|allreduce) +(algorithm )?(hier|ring|mpi|shm|chunked)\b' "$1" | head -n 1 | awk '{ print $NF }')
-  [ -n "$a" ] || a=$(sed -n 's/.*, --allreduce \([a-z]*\).*/\1/p' "$1" | head -n 1)
-  echo "${a:-auto}"
+  l=$(sed -n 's/^summary (rank 0): collectives by algorithm: //p' "$1" | head -n 1)
+  for a in hier shm mpi ring; do
+    case ", $l" in *", $a "[0-9]*) echo "$a"; return ;; esac
+  done
+  echo "?"
 }
 runfail() { cat "$tmp/o" >&2; echo "bench_cluster.sh: $*" >&2; exit 1; }
 
@@ -217,9 +221,8 @@ for model in $models; do
 done
 echo
 echo "Each node: a network namespace on a bridge (tests/simnodes.sh), its link limited both ways"
-echo "by tc tbf at the rate shown; ranks placed node by node.  algo: the algorithm ddptrain's output"
-echo "names; \"auto\" means it names none (the start-up table names one only under a forced"
-echo "--allreduce).  MB/step: bytes a node sent on its link per step beyond the no-sync run's,"
+echo "by tc tbf at the rate shown; ranks placed node by node.  algo: the algorithm that ran the"
+echo "gradient buckets (the summary's collectives by algorithm).  MB/step: bytes a node sent on its link per step beyond the no-sync run's,"
 echo "TCP/IP headers included, mean over the nodes; ideal: 2(N-1)/N x the gradient (N nodes)."
 echo "All nodes share this machine's $ncores cores: runs of more than $ncores ranks are oversubscribed"
 echo "(their steps measure the shared cores more than the network)."
