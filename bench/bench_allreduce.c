@@ -4,8 +4,10 @@
  *
  * --algo takes one algorithm or a comma-separated list (auto,ring): one
  * column group per algorithm, all on the same communicator and buffer, then
- * MPI_Allreduce.  Which of Open MPI's collective components answers
- * MPI_Allreduce (coll tuned by default, coll han with
+ * MPI_Allreduce.  An entry NAME:PIECE[:DEPTH] (auto:256K:4) gives that
+ * column its own ring piece and depth (the ring, and the hierarchical
+ * all-reduce's ring between nodes), so one run compares ring settings.  Which of Open MPI's
+ * collective components answers MPI_Allreduce (coll tuned by default, coll han with
  * OMPI_MCA_coll_han_priority=100) is fixed at MPI_Init: the header names the
  * coll MCA parameters of the environment, and bench_nodes_allreduce.sh runs
  * one process per component.
@@ -27,7 +29,8 @@
  * shared-memory path when all ranks are on one node.
  *
  *   mpirun -np 2 ./bench_allreduce [--min 4K] [--max 64M] [--iters 50]
- *       [--warmup 5] [--reps 11] [--algo auto|hier|ring|mpi[,...]] [--piece BYTES]
+ *       [--warmup 5] [--reps 11] [--algo auto|hier|ring|mpi[:PIECE[:DEPTH]][,...]]
+ *       [--piece BYTES]
  *       [--depth D] [--dtype float|bf16|fp16] [--mem shared|private]
  */
 #include <stdint.h>
@@ -107,6 +110,8 @@ static uint64_t fnv1a_(const void *p, size_t bytes)
 typedef struct path {
     comm_t *c;        /* NULL: plain MPI_Allreduce */
     const char *algo; /* the backend's algorithm (comm_mpi_set_algorithm) */
+    size_t piece;     /* its ring piece and depth (comm_mpi_set_ring) */
+    int depth;
     comm_dtype_t t;
     MPI_Datatype dt;
     MPI_Op op;
@@ -117,6 +122,7 @@ static void allreduce_(const path_t *p, void *buf, size_t n)
     if (p->c) {
         comm_desc_t d = {"bench", 0, -1};
         die_(comm_mpi_set_algorithm(p->c, p->algo), "--algo");
+        die_(comm_mpi_set_ring(p->c, p->piece, p->depth), "--piece/--depth");
         die_(comm_allreduce(p->c, buf, n, p->t, &d), "all-reduce");
     } else {
         MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, p->dt, p->op, MPI_COMM_WORLD);
@@ -216,19 +222,37 @@ int main(int argc, char **argv)
 
     comm_t c;
     die_(comm_init_mpi(&c, MPI_COMM_WORLD), "comm_init_mpi");
-    /* --algo: one algorithm, or a comma-separated list */
-    char algo_list[128], *names[MAX_ALGOS];
-    int nalgo = 0;
+    /* --algo: one algorithm, or a comma-separated list of NAME[:PIECE[:DEPTH]] */
+    die_(comm_mpi_set_ring(&c, piece, depth), "--piece/--depth");
+    size_t ring_piece;
+    int ring_depth;
+    comm_mpi_get_ring(&c, &ring_piece, &ring_depth);
+    char algo_list[128], label_list[128], *names[MAX_ALGOS], *labels[MAX_ALGOS];
+    size_t pieces[MAX_ALGOS];
+    int depths[MAX_ALGOS], nalgo = 0;
     if (strlen(algo) >= sizeof algo_list) goto usage;
     strcpy(algo_list, algo);
-    for (char *save = NULL, *a = strtok_r(algo_list, ",", &save); a;
-         a = strtok_r(NULL, ",", &save)) {
+    strcpy(label_list, algo);
+    char *save = NULL, *save2 = NULL, *a = strtok_r(algo_list, ",", &save),
+         *l = strtok_r(label_list, ",", &save2);
+    for (; a; a = strtok_r(NULL, ",", &save), l = strtok_r(NULL, ",", &save2)) {
         if (nalgo == MAX_ALGOS) goto usage;
+        char *colon = strchr(a, ':');
+        pieces[nalgo] = ring_piece;
+        depths[nalgo] = ring_depth;
+        if (colon) {
+            *colon = 0;
+            pieces[nalgo] = parse_size_(colon + 1);
+            char *d = strchr(colon + 1, ':');
+            if (d) depths[nalgo] = atoi(d + 1);
+            if (!pieces[nalgo] || (d && !depths[nalgo])) goto usage;
+            die_(comm_mpi_set_ring(&c, pieces[nalgo], depths[nalgo]), "--algo NAME:PIECE:DEPTH");
+        }
         die_(comm_mpi_set_algorithm(&c, a), "--algo");
+        labels[nalgo] = l;
         names[nalgo++] = a;
     }
     if (!nalgo) goto usage;
-    die_(comm_mpi_set_ring(&c, piece, depth), "--piece/--depth");
     comm_dtype_t t = !strcmp(dtype, "bf16")   ? COMM_BF16
                      : !strcmp(dtype, "fp16") ? COMM_FP16
                                               : COMM_FLOAT;
@@ -241,8 +265,14 @@ int main(int argc, char **argv)
     /* paths 0 .. nalgo-1: the backend's algorithms; path nalgo: MPI_Allreduce */
     const int npath = nalgo + 1;
     path_t paths[MAX_ALGOS + 1];
-    for (int p = 0; p < nalgo; p++) paths[p] = (path_t){&c, names[p], t, MPI_FLOAT, MPI_SUM};
-    paths[nalgo] = (path_t){NULL, NULL, t, t == COMM_FLOAT ? MPI_FLOAT : half_dt,
+    for (int p = 0; p < nalgo; p++)
+        paths[p] = (path_t){&c, names[p], pieces[p], depths[p], t, MPI_FLOAT, MPI_SUM};
+    paths[nalgo] = (path_t){NULL,
+                            NULL,
+                            0,
+                            0,
+                            t,
+                            t == COMM_FLOAT ? MPI_FLOAT : half_dt,
                             t == COMM_FLOAT ? MPI_SUM : half_op};
     const int W = c.size;
     char *buf = NULL;
@@ -294,7 +324,7 @@ int main(int argc, char **argv)
         for (int p = 0; p < nalgo; p++) {
             char label[64];
             snprintf(label, sizeof label, "  comm backend%s%s", nalgo > 1 ? " " : "",
-                     nalgo > 1 ? names[p] : "");
+                     nalgo > 1 ? labels[p] : "");
             printf(" | %-41s", label);
         }
         printf(" | %-35s |\n", "  MPI_Allreduce");
@@ -376,9 +406,11 @@ int main(int argc, char **argv)
     return total_wrong ? 1 : 0;
 
 usage:
-    fprintf(stderr, "usage: bench_allreduce [--min 4K] [--max 64M] [--iters N] [--warmup N] "
-                    "[--reps N] [--algo auto|hier|ring|mpi[,...]] [--piece BYTES] [--depth D] "
-                    "[--dtype float|bf16|fp16] [--mem shared|private]\n");
+    fprintf(
+        stderr,
+        "usage: bench_allreduce [--min 4K] [--max 64M] [--iters N] [--warmup N] "
+        "[--reps N] [--algo auto|hier|ring|mpi[:PIECE[:DEPTH]][,...]] [--piece BYTES] [--depth D] "
+        "[--dtype float|bf16|fp16] [--mem shared|private]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
 }

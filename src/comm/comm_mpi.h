@@ -46,5 +46,7 @@ ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
  * of every block) in flight per collective (1..16; default 2).  0 keeps the
  * current value. */
 ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
+/* The ring's current piece (bytes) and depth. */
+void comm_mpi_get_ring(const comm_t *c, size_t *piece_bytes, int *depth);
 
 #endif
