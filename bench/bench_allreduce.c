@@ -26,12 +26,16 @@
  *
  * The buffer comes from comm_mem_alloc, as the trainer's gradient buffer
  * does (--mem private: malloc), so the default algorithm "auto" takes the
- * shared-memory path when all ranks are on one node.
+ * shared-memory path when all ranks are on one node.  --mpi-in-place no:
+ * MPI_Allreduce reads a separate send buffer (coll han of Open MPI 4.1.4
+ * crashes on MPI_IN_PLACE with several ranks per node; fixed upstream by
+ * open-mpi/ompi#11488).
  *
  *   mpirun -np 2 ./bench_allreduce [--min 4K] [--max 64M] [--iters 50]
  *       [--warmup 5] [--reps 11] [--algo auto|hier|ring|mpi[:PIECE[:DEPTH]][,...]]
  *       [--piece BYTES]
  *       [--depth D] [--dtype float|bf16|fp16] [--mem shared|private]
+ *       [--mpi-in-place yes|no]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -115,6 +119,7 @@ typedef struct path {
     comm_dtype_t t;
     MPI_Datatype dt;
     MPI_Op op;
+    const void *send; /* MPI_Allreduce's send buffer; NULL: in place */
 } path_t;
 
 static void allreduce_(const path_t *p, void *buf, size_t n)
@@ -125,7 +130,7 @@ static void allreduce_(const path_t *p, void *buf, size_t n)
         die_(comm_mpi_set_ring(p->c, p->piece, p->depth), "--piece/--depth");
         die_(comm_allreduce(p->c, buf, n, p->t, &d), "all-reduce");
     } else {
-        MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, p->dt, p->op, MPI_COMM_WORLD);
+        MPI_Allreduce(p->send ? p->send : MPI_IN_PLACE, buf, (int)n, p->dt, p->op, MPI_COMM_WORLD);
     }
 }
 
@@ -187,7 +192,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, COMM_MPI_THREAD_LEVEL, &provided);
     size_t minb = 4096, maxb = (size_t)64 << 20, piece = 0;
     int iters = 50, warmup = 5, reps = 11, depth = 0;
-    const char *algo = "auto", *dtype = "float", *mem = "shared";
+    const char *algo = "auto", *dtype = "float", *mem = "shared", *mpi_in_place = "yes";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto usage;
@@ -209,6 +214,8 @@ int main(int argc, char **argv)
             depth = atoi(v);
         else if (!strcmp(a, "--dtype"))
             dtype = v;
+        else if (!strcmp(a, "--mpi-in-place"))
+            mpi_in_place = v;
         else if (!strcmp(a, "--mem"))
             mem = v;
         else
@@ -217,7 +224,8 @@ int main(int argc, char **argv)
     }
     if (minb < 4 || maxb < minb || iters < 1 || reps < 1 || warmup < 0 ||
         (strcmp(dtype, "float") && strcmp(dtype, "bf16") && strcmp(dtype, "fp16")) ||
-        (strcmp(mem, "shared") && strcmp(mem, "private")))
+        (strcmp(mem, "shared") && strcmp(mem, "private")) ||
+        (strcmp(mpi_in_place, "yes") && strcmp(mpi_in_place, "no")))
         goto usage;
 
     comm_t c;
@@ -266,14 +274,10 @@ int main(int argc, char **argv)
     const int npath = nalgo + 1;
     path_t paths[MAX_ALGOS + 1];
     for (int p = 0; p < nalgo; p++)
-        paths[p] = (path_t){&c, names[p], pieces[p], depths[p], t, MPI_FLOAT, MPI_SUM};
-    paths[nalgo] = (path_t){NULL,
-                            NULL,
-                            0,
-                            0,
-                            t,
-                            t == COMM_FLOAT ? MPI_FLOAT : half_dt,
-                            t == COMM_FLOAT ? MPI_SUM : half_op};
+        paths[p] = (path_t){&c, names[p], pieces[p], depths[p], t, MPI_FLOAT, MPI_SUM, NULL};
+    paths[nalgo] = (path_t){.t = t,
+                            .dt = t == COMM_FLOAT ? MPI_FLOAT : half_dt,
+                            .op = t == COMM_FLOAT ? MPI_SUM : half_op};
     const int W = c.size;
     char *buf = NULL;
     if (!strcmp(mem, "shared")) {
@@ -283,6 +287,14 @@ int main(int argc, char **argv)
     } else {
         buf = malloc(maxb);
         if (!buf) die_(DDP_ERR_NOMEM, "buffer");
+    }
+    /* --mpi-in-place no: MPI_Allreduce from a separate send buffer (Open MPI
+     * 4.1.4's coll han crashes on MPI_IN_PLACE with several ranks a node) */
+    char *send = NULL;
+    if (!strcmp(mpi_in_place, "no")) {
+        send = calloc(1, maxb);
+        if (!send) die_(DDP_ERR_NOMEM, "send buffer");
+        paths[nalgo].send = send;
     }
     char *src = malloc(maxb), *dst = malloc(maxb);
     if (!src || !dst) die_(DDP_ERR_NOMEM, "memcpy buffers");
@@ -295,8 +307,8 @@ int main(int argc, char **argv)
         const char *cma = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
         char coll[512];
         coll_params_(coll, sizeof coll);
-        printf("# bench_allreduce: %d ranks on %d node(s), dtype %s, sum, in place\n", W, c.nnodes,
-               dtype);
+        printf("# bench_allreduce: %d ranks on %d node(s), dtype %s, sum, in place%s\n", W,
+               c.nnodes, dtype, send ? " (MPI_Allreduce: from a separate send buffer)" : "");
         printf("# backend: comm \"%s\" algorithm %s%s on %s memory; reference: MPI_Allreduce "
                "(Open MPI %s%s) on the same buffer; vader single copy: %s\n",
                c.ops->name, algo, piece || depth ? " (tuned ring)" : "",
@@ -337,7 +349,7 @@ int main(int argc, char **argv)
         long wrong[MAX_ALGOS + 1];
         int ident[MAX_ALGOS + 1];
         for (int p = 0; p < npath; p++) {
-            fill_(buf, t, n, c.rank);
+            fill_(paths[p].send ? send : buf, t, n, c.rank);
             allreduce_(&paths[p], buf, n);
             long w = count_wrong_(buf, t, n, W);
             MPI_Allreduce(&w, &wrong[p], 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -351,6 +363,7 @@ int main(int argc, char **argv)
             total_wrong += wrong[p] + !ident[p];
         }
         memset(buf, 0, bytes);
+        if (send) memset(send, 0, bytes);
         /* --reps rounds, each: per path --warmup untimed and `it` timed
          * all-reduces of zeros, then `it` memcpys after one untimed; a
          * barrier before each clock; the slowest rank's averages */
@@ -397,6 +410,7 @@ int main(int argc, char **argv)
     else
         free(buf);
     for (int p = 0; p <= npath; p++) free(rt[p]);
+    free(send);
     free(src);
     free(dst);
     MPI_Op_free(&half_op);
@@ -410,7 +424,7 @@ usage:
         stderr,
         "usage: bench_allreduce [--min 4K] [--max 64M] [--iters N] [--warmup N] "
         "[--reps N] [--algo auto|hier|ring|mpi[:PIECE[:DEPTH]][,...]] [--piece BYTES] [--depth D] "
-        "[--dtype float|bf16|fp16] [--mem shared|private]\n");
+        "[--dtype float|bf16|fp16] [--mem shared|private] [--mpi-in-place yes|no]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
 }

@@ -12,7 +12,10 @@
 # one with OMPI_MCA_coll_han_priority=100 (coll han answers), alternating
 # which goes first; each job also measures ddptrain's two algorithms
 # alternating with its MPI_Allreduce, so every MPI number has ddptrain's from
-# the same process beside it.  Columns (per size, medians over the rounds;
+# the same process beside it.  MPI_Allreduce reads a separate send buffer
+# (bench_allreduce --mpi-in-place no) under both components: Open MPI
+# 4.1.4's coll han crashes on MPI_IN_PLACE with several ranks per node
+# (open-mpi/ompi#11488, fixed after 4.1.4); ddptrain's are in place.  Columns (per size, medians over the rounds;
 # ddptrain's over both jobs of every round):
 #   hier   ddptrain --allreduce auto, which on several nodes with node-shared
 #          buffers is the hierarchical all-reduce (the script checks that hier
@@ -121,7 +124,7 @@ one_job() {
   rc=0
   # shellcheck disable=SC2086
   simnodes_mpirun $mca ./bench/bench_allreduce --algo auto,ring --min "$minb" --max "$maxb" \
-    --reps "$reps" --iters "$iters" --warmup 2 $tune >"$tmp/o" 2>&1 || rc=$?
+    --reps "$reps" --iters "$iters" --warmup 2 --mpi-in-place no $tune >"$tmp/o" 2>&1 || rc=$?
   [ "$rc" = 0 ] || { cat "$tmp/o" >&2; echo "bench_nodes_allreduce.sh: $lname at $rate, coll $1: exit $rc" >&2; exit 1; }
   grep -q "ranks on $SIMNODES_N node(s)" "$tmp/o" ||
     { cat "$tmp/o" >&2; echo "bench_nodes_allreduce.sh: $lname: the ranks did not see $SIMNODES_N nodes" >&2; exit 1; }
