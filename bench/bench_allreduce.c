@@ -6,11 +6,11 @@
  * column group per algorithm, all on the same communicator and buffer, then
  * MPI_Allreduce.  An entry NAME:PIECE[:DEPTH] (auto:256K:4) gives that
  * column its own ring piece and depth (the ring, and the hierarchical
- * all-reduce's ring between nodes), so one run compares ring settings.  Which of Open MPI's
- * collective components answers MPI_Allreduce (coll tuned by default, coll han with
- * OMPI_MCA_coll_han_priority=100) is fixed at MPI_Init: the header names the
- * coll MCA parameters of the environment, and bench_nodes_allreduce.sh runs
- * one process per component.
+ * all-reduce's ring between nodes), so one run compares ring settings.
+ * Which of Open MPI's collective components answers MPI_Allreduce (coll
+ * tuned by default, coll han with OMPI_MCA_coll_han_priority=100) is fixed
+ * at MPI_Init: the header names the coll MCA parameters of the environment,
+ * and bench_nodes_allreduce.sh runs one process per component.
  *
  * Per size: one checked all-reduce of known integer values per path (the
  * #wrong columns count elements that are not the exact sum; the backend's
@@ -33,9 +33,8 @@
  *
  *   mpirun -np 2 ./bench_allreduce [--min 4K] [--max 64M] [--iters 50]
  *       [--warmup 5] [--reps 11] [--algo auto|hier|ring|mpi[:PIECE[:DEPTH]][,...]]
- *       [--piece BYTES]
- *       [--depth D] [--dtype float|bf16|fp16] [--mem shared|private]
- *       [--mpi-in-place yes|no]
+ *       [--piece BYTES] [--depth D] [--dtype float|bf16|fp16]
+ *       [--mem shared|private] [--mpi-in-place yes|no]
  */
 #include <stdint.h>
 #include <stdio.h>
