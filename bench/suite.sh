@@ -129,8 +129,8 @@ if wanted allreduce; then
   while read -r b ring; do csv_value "allreduce-${b}B" ddptrain-ring 2 busbw_gb_per_s "$ring" GB/s; done <"$tmp/ar2"
 fi
 # --quick: 2 nodes x 1 rank, unlimited link, 1-2 MB (seconds)
-wanted allreduce-nodes && section "All-reduce across simulated nodes against Open MPI's tuned and han" "bench_nodes_allreduce.sh: bench_allreduce --algo auto,ring on a comm_mem_alloc'd buffer (auto = the hierarchical all-reduce across nodes) on simulated nodes (tests/simnodes.sh), layouts 2x1, 2x2 and 4x1 at an unlimited and a 10 Gbit/s link, 1-64 MB, against MPI_Allreduce in the same processes: one job per round under Open MPI's default coll tuned and one under coll han (coll_han_priority 100), alternating; medians; ratio = ddptrain's best busbw / MPI's best. 4 ranks on 2 cores are oversubscribed. Skipped with the reason when not root." \
-  sh "$src/bench/bench_nodes_allreduce.sh" $q --rounds "$rounds"
+wanted allreduce-nodes && section "All-reduce across simulated nodes against Open MPI's tuned and han" "bench_nodes_allreduce.sh: bench_allreduce --algo auto,ring on a comm_mem_alloc'd buffer (auto = the hierarchical all-reduce across nodes) on simulated nodes (tests/simnodes.sh), layouts 2x1 and 2x2 at an unlimited and a 10 Gbit/s link, 1-64 MB, 5 timed all-reduces a repetition, against MPI_Allreduce in the same processes: one job per round under Open MPI's default coll tuned and one under coll han (coll_han_priority 100), alternating; medians; ratio = ddptrain's best busbw / MPI's best. 4 ranks on 2 cores are oversubscribed (Open MPI's all-reduces then take seconds each, so 4x1 is left out here). Skipped with the reason when not root." \
+  sh "$src/bench/bench_nodes_allreduce.sh" $q --rounds "$rounds" --layouts "2x1 2x2" --iters 5
 wanted loader && section "Loader against raw reads" "bench_loader.sh: the loader's samples/s against a raw pread of the same bytes (hot page cache), and its peak RSS as N grows 10x." \
   env BATCHES=64 REPS="$((rounds + 2))" sh "$src/bench/bench_loader.sh"
 if wanted checkpoint; then
