@@ -8,8 +8,8 @@
 # From a configured build directory (make bench runs it after building):
 #   sh /path/to/ddptrain/bench/suite.sh [--quick] [--rounds N] [--fashion-rounds N]
 #                                       [--only CASE[,CASE...]] [--out DIR]
-# Cases, in order: mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce loader
-# checkpoint fashion.
+# Cases, in order: mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce
+# allreduce-nodes loader checkpoint fashion.
 #   --quick            1 round, fewer steps, the quick checkpoint sizes, no
 #                      Fashion-MNIST: a check that everything runs (minutes)
 #   --rounds N         rounds of the alternating benchmarks (default 3)
@@ -38,13 +38,13 @@ done
 [ -x ./ddptrain ] && [ -x ./ddptrain-prep ] || {
   echo "suite.sh: run from a build directory after 'make' (or run 'make bench' there)" >&2; exit 2; }
 for c in $(echo "$only" | tr , ' '); do
-  case " mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce loader checkpoint fashion " in
+  case " mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion " in
     *" $c "*) ;;
-    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce loader checkpoint fashion)" >&2; exit 2 ;;
+    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion)" >&2; exit 2 ;;
   esac
 done
 wanted() { [ -z "$only" ] || case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-for c in mlp cnn cnn-ops mlp-1-rank allreduce loader; do
+for c in mlp cnn cnn-ops mlp-1-rank allreduce allreduce-nodes loader; do
   wanted "$c" || continue
   [ -x ./bench/bench_allreduce ] && [ -x ./bench/bench_kernels ] && [ -x ./bench/bench_loader ] &&
     [ -x ./bench/bench_cnn ] || {
@@ -128,6 +128,9 @@ if wanted allreduce; then
   done <"$tmp/ar"
   while read -r b ring; do csv_value "allreduce-${b}B" ddptrain-ring 2 busbw_gb_per_s "$ring" GB/s; done <"$tmp/ar2"
 fi
+# --quick: 2 nodes x 1 rank, unlimited link, 1-2 MB (seconds)
+wanted allreduce-nodes && section "All-reduce across simulated nodes against Open MPI's tuned and han" "bench_nodes_allreduce.sh: bench_allreduce --algo auto,ring on a comm_mem_alloc'd buffer (auto = the hierarchical all-reduce across nodes) on simulated nodes (tests/simnodes.sh), layouts 2x1 and 2x2 at an unlimited and a 10 Gbit/s link, 1-64 MB, 5 timed all-reduces a repetition, against MPI_Allreduce in the same processes: one job per round under Open MPI's default coll tuned and one under coll han (coll_han_priority 100), alternating; medians; ratio = ddptrain's best busbw / MPI's best. 4 ranks on 2 cores are oversubscribed (Open MPI's all-reduces then take seconds each, so 4x1 is left out here). Skipped with the reason when not root." \
+  sh "$src/bench/bench_nodes_allreduce.sh" $q --rounds "$rounds" --layouts "2x1 2x2" --iters 5
 wanted loader && section "Loader against raw reads" "bench_loader.sh: the loader's samples/s against a raw pread of the same bytes (hot page cache), and its peak RSS as N grows 10x." \
   env BATCHES=64 REPS="$((rounds + 2))" sh "$src/bench/bench_loader.sh"
 if wanted checkpoint; then

@@ -507,6 +507,11 @@ ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth)
     return mpi_ring_set(c, piece_bytes, depth);
 }
 
+void comm_mpi_get_ring(const comm_t *c, size_t *piece_bytes, int *depth)
+{
+    mpi_ring_get(c, piece_bytes, depth);
+}
+
 ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world)
 {
     memset(c, 0, sizeof *c);

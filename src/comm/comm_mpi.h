@@ -54,6 +54,8 @@ ddp_status_t comm_mpi_set_algorithm(comm_t *c, const char *name);
  * of every block) in flight per collective (1..16; default 2).  0 keeps the
  * current value. */
 ddp_status_t comm_mpi_set_ring(comm_t *c, size_t piece_bytes, int depth);
+/* The ring's current piece (bytes) and depth. */
+void comm_mpi_get_ring(const comm_t *c, size_t *piece_bytes, int *depth);
 
 /* The progress thread (--comm-thread): on = 1 starts a thread that drives
  * the collectives that move messages (ring, mpi; not shared memory) while

@@ -135,5 +135,6 @@ void ring_run_free(comm_t *c, ring_run_t *rq);
 
 /* Ring tuning (comm_mpi_set_ring). */
 ddp_status_t mpi_ring_set(comm_t *c, size_t piece_bytes, int depth);
+void mpi_ring_get(const comm_t *c, size_t *piece_bytes, int *depth);
 
 #endif

@@ -319,6 +319,13 @@ ddp_status_t mpi_ring_set(comm_t *c, size_t piece_bytes, int depth)
     return DDP_OK;
 }
 
+void mpi_ring_get(const comm_t *c, size_t *piece_bytes, int *depth)
+{
+    const mpi_ring_t *g = ((const mpi_impl_t *)c->impl)->ring;
+    *piece_bytes = g->piece_bytes;
+    *depth = g->depth;
+}
+
 const mpi_algo_t mpi_algo_ring = {
     .name = "ring",
     .init = ring_init_,

@@ -9,7 +9,9 @@
 # match 4 x parameters / (64 x accum) within 0.5% and --accum 4 sends a
 # quarter of --accum 1's.  The cluster case on simulated nodes (skipped
 # there when they cannot be made) writes its section and rows, and its
-# bytes per node per step are the all-reduce's.  Bad arguments are refused
+# bytes per node per step are the all-reduce's; the allreduce-nodes case
+# (ddptrain against Open MPI's tuned and han on simulated nodes) writes its
+# section and rows.  Bad arguments are refused
 # with one line, exit 2, and nothing written.
 . ./testenv.sh || exit 99
 set -u
@@ -56,6 +58,24 @@ else
     END { for (i in w) { n++; r = b[i] / w[i]; printf "%s: %.3f of the ideal link bytes\n", i, r; if (!(r > 0.98 && r < 1.15)) bad = 1 }
       exit bad || n != 2 }' "$T/cl/results.csv" >"$T/ratio" || { cat "$T/cl/results.csv" "$T/ratio"; fail "cluster: bytes per node per step"; }
   echo "cluster case: $(tr '\n' ' ' <"$T/ratio")"
+fi
+
+# the allreduce-nodes case (bench/bench_nodes_allreduce.sh --quick: 2
+# simulated nodes x 1 rank, 1-2 MB, ddptrain's hier and ring against
+# MPI_Allreduce under coll tuned and coll han; a wrong sum fails the run):
+# its section, and where the nodes could be made, a positive busbw for each
+# of the four at both sizes and a ratio row per size
+mkdir "$T/an"
+sh "$top_srcdir/bench/suite.sh" --quick --only allreduce-nodes --out "$T/an" >"$T/log" 2>&1 ||
+  { cat "$T/log"; fail "suite.sh --quick --only allreduce-nodes failed"; }
+grep -q "## All-reduce across simulated nodes" "$T/an/results.md" || { cat "$T/an/results.md"; fail "no allreduce-nodes section"; }
+if grep -q "^Not run: " "$T/an/results.md"; then
+  echo "allreduce-nodes case: $(grep "^Not run: " "$T/an/results.md" | head -n 1)"
+else
+  awk -F, '$1 ~ /^allreduce-nodes-2x1-(1048576|2097152)B$/ && $4 == "busbw_gb_per_s" { n++; if (!($6 > 0)) bad = 1 }
+    $1 ~ /^allreduce-nodes-2x1-/ && $4 == "busbw_ratio" { r++; if (!($6 > 0)) bad = 1 }
+    END { exit bad || n != 8 || r != 2 }' "$T/an/results.csv" || { cat "$T/an/results.csv"; fail "allreduce-nodes: busbw rows"; }
+  echo "allreduce-nodes case: $(awk -F, '$4 == "busbw_ratio" { printf "%s %s ", $1, $6 }' "$T/an/results.csv")"
 fi
 
 # bad arguments: one line, exit 2, nothing written
