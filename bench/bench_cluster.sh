@@ -39,6 +39,9 @@
 #   --rates R        tc rates of each node's link, or unlimited
 #   --allreduce A    passed to ddptrain (default auto), so that one bench
 #                    compares the algorithms
+#   --comm-thread T, --bucket-cap-mb C
+#                    passed to ddptrain too (default auto); results.csv names
+#                    them in the implementation (ddptrain-auto-thread-off)
 # Skipped, with the reason on one line, where the nodes cannot be simulated
 # (not root, no ip, unshare or tc, not Open MPI).
 # With BENCH_CSV=FILE the numbers are also appended to FILE (bench/lib.sh):
@@ -55,7 +58,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 . "$src/bench/lib.sh"
 . "$src/tests/simnodes.sh"
 quick=0 rounds=1 steps="" layouts="2x1 2x2 4x1" rates="unlimited 100gbit 10gbit 1gbit" models="mlp cnn"
-allreduce=auto
+allreduce=auto thread=auto cap=auto
 usage() { echo "bench_cluster.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -66,6 +69,8 @@ while [ $# -gt 0 ]; do
     --rates) rates=${2:?--rates LIST}; shift ;;
     --models) models=${2:?--models LIST}; shift ;;
     --allreduce) allreduce=${2:?--allreduce NAME}; shift ;;
+    --comm-thread) thread=${2:?--comm-thread auto|on|off}; shift ;;
+    --bucket-cap-mb) cap=${2:?--bucket-cap-mb MB|auto}; shift ;;
     -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) usage "unknown argument $1 (see --help)" ;;
   esac
@@ -78,6 +83,13 @@ steps=${steps:-60}
 case $rounds in '' | *[!0-9]* | 0) usage "--rounds $rounds: a number >= 1" ;; esac
 case $steps in '' | *[!0-9]* | 0) usage "--steps $steps: a number >= 1" ;; esac
 case $allreduce in '' | *[!a-z]*) usage "--allreduce $allreduce: an algorithm name" ;; esac
+case $thread in auto | on | off) ;; *) usage "--comm-thread $thread: auto, on or off" ;; esac
+case $cap in auto | [0-9]*) ;; *) usage "--bucket-cap-mb $cap: MB or auto" ;; esac
+# the implementation's name in results.csv: ddptrain-ALGO, then what differs
+# from the defaults
+impl=ddptrain-$allreduce
+[ "$thread" = auto ] || impl=$impl-thread-$thread
+[ "$cap" = auto ] || impl=$impl-cap-$cap
 for m in $models; do
   case $m in mlp | cnn) ;; *) usage "--models: $m is not mlp or cnn" ;; esac
 done
@@ -146,7 +158,8 @@ one_run() {
   before=$(node_tx)
   rc=0
   simnodes_mpirun -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS \
-    ./ddptrain "$tmp/d.h5" $opts --steps "$steps" --allreduce "$allreduce" "$@" >"$tmp/o" 2>&1 || rc=$?
+    ./ddptrain "$tmp/d.h5" $opts --steps "$steps" --allreduce "$allreduce" --comm-thread "$thread" \
+    --bucket-cap-mb "$cap" "$@" >"$tmp/o" 2>&1 || rc=$?
   [ "$rc" = 0 ] || runfail "$model on $lname at $rate $* failed (exit $rc)"
   after=$(node_tx)
   grep -q "$SIMNODES_NP ranks on $SIMNODES_N nodes" "$tmp/o" || runfail "$lname: the ranks did not see $SIMNODES_N nodes"
@@ -154,7 +167,7 @@ one_run() {
   [ -n "$ms" ] || runfail "$lname at $rate: no summary line"
   echo "$ms" >>"$tmp/$tag.ms"
   echo "$before" "$after" | awk -v n="$SIMNODES_N" '{ s = 0; for (i = 1; i <= n; i++) s += $(n + i) - $i; printf "%.0f\n", s / n }' >>"$tmp/$tag.tx"
-  algo=$(algo_of "$tmp/o")
+  [ "$tag" != sync ] || algo=$(algo_of "$tmp/o")
 }
 
 for model in $models; do
@@ -208,7 +221,7 @@ for model in $models; do
         "$step" "$nos" "$(med <"$tmp/exposed")" "$ideal_ms" "$(med <"$tmp/eff")" \
         "$(med <"$tmp/bytes" | awk '{ print $1 / 1e6 }')" "$(awk -v b="$ideal_b" 'BEGIN { print b / 1e6 }')" \
         "$(med <"$tmp/bytes" | awk -v b="$ideal_b" '{ print (b > 0) ? $1 / b : 0 }')"
-      c="cluster-$model-$lname" i="ddptrain-$allreduce@$rate"
+      c="cluster-$model-$lname" i="$impl@$rate"
       csv_rows "$c" "$i" "$np" step_ms "$tmp/sync.ms" ms
       csv_rows "$c" "$i" "$np" no_sync_step_ms "$tmp/nosync.ms" ms
       csv_rows "$c" "$i" "$np" exposed_comm_ms "$tmp/exposed" ms

@@ -1,10 +1,13 @@
 /* backends.c -- the backends of a run and the devices they compute on
  * (see backends.h). */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "backends.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -92,6 +95,17 @@ static ddp_status_t check_devices_(trainer_t *t)
     /* every rank found the same: no agreement needed */
     return s;
 }
+/* A core for the progress thread: this rank may run on more than one CPU
+ * (its affinity mask: not bound to a single core) and its machine has more
+ * online CPUs than ranks. */
+static int spare_core_(const comm_t *c)
+{
+    cpu_set_t set;
+    int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return mine >= 2 && online > c->host_size;
+}
+
 ddp_status_t backends_start(trainer_t *t)
 {
     const ddp_config_t *cfg = t->cfg;
@@ -127,18 +141,24 @@ ddp_status_t backends_start(trainer_t *t)
                                 name, comm->name)));
     }
     /* --comm-thread: auto runs it where messages cross nodes (on one node
-     * shared memory sends none) */
+     * shared memory sends none) and the rank has a core to spare for it
+     * (a thread on the core that computes only time-slices with backward:
+     * measured, docs/parallelism.md) */
+    t->comm_thread_spare = spare_core_(&t->comm);
     int want = cfg->comm_thread == COMM_THREAD_ON ||
-               (cfg->comm_thread == COMM_THREAD_AUTO && t->comm.nnodes > 1);
+               (cfg->comm_thread == COMM_THREAD_AUTO && t->comm.nnodes > 1 &&
+                t->comm_thread_spare);
     t->comm_thread_why[0] = 0;
+    ddp_status_t ts = DDP_OK;
     if (want && t->comm.ops->set_progress_thread) {
-        ddp_status_t ts = t->comm.ops->set_progress_thread(
-            &t->comm, 1, &t->comm_thread, t->comm_thread_why, sizeof t->comm_thread_why);
+        ts = t->comm.ops->set_progress_thread(&t->comm, 1, &t->comm_thread, t->comm_thread_why,
+                                              sizeof t->comm_thread_why);
         /* MPI below MULTIPLE is alike on every rank: said once, by rank 0 */
         if (ts == DDP_OK && !t->comm_thread && t->comm.rank == 0)
             log_warn("--comm-thread %s: no progress thread: %s",
                      config_choice_name("comm-thread", cfg->comm_thread), t->comm_thread_why);
-        DDP_TRY(control_agree(ctl, ts));
     }
-    return DDP_OK;
+    /* every rank, wanted or not (auto's answer is each rank's own: its
+     * cores) */
+    return control_agree(ctl, ts);
 }

@@ -73,6 +73,7 @@ typedef struct trainer {
     int have_comm;
     int comm_thread;            /* the comm backend's progress thread runs (--comm-thread) */
     char comm_thread_why[256];  /* why not, where it was asked for and cannot run */
+    int comm_thread_spare;      /* a core to spare for it (--comm-thread auto) */
     const compute_ops_t *compute;
     char device[128]; /* the backend's description, for the start-up table */
     /* device memory: every rank's host and description (the start-up table) */

@@ -109,6 +109,9 @@ void table_print(const run_t *run)
         log_info("  comm thread  %s (--comm-thread %s)",
                  t->comm_thread                 ? "on: all-reduce messages advance during backward"
                  : t->comm_thread_why[0]        ? "off: MPI lacks MPI_THREAD_MULTIPLE"
+                 : t->comm.nnodes > 1 && !t->comm_thread_spare
+                     ? "off: no core to spare for it (bound to one CPU, or as many ranks as "
+                       "CPUs); all-reduces advance between layers"
                  : t->comm.nnodes > 1           ? "off: all-reduces advance between layers"
                                                 : "off: one node, shared memory",
                  config_choice_name("comm-thread", cfg->comm_thread));

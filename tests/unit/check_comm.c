@@ -270,7 +270,8 @@ static float hier_half_sum_(comm_dtype_t t, size_t i, size_t n, int k)
         comm_block(len, N, b, &bo, &bl);
         if (i - off >= bo && i - off < bo + bl) break;
     }
-    float part[64];
+    float part[64] = {0};
+    ck_assert_int_le(N, 64);
     for (int node = 0; node < N; node++) {
         float acc = 0;
         int first = 1;
@@ -872,17 +873,17 @@ END_TEST
  * no abort reaches a communicator once its free began.  A backend whose
  * abort takes a while (ncclCommAbort) records what its free saw. */
 static atomic_int slow_entered_, slow_done_, slow_aborts_, free_overlapped_, free_calls_;
-static void slow_abort_(comm_t *c)
+static void slow_abort_(comm_t *cc)
 {
-    (void)c;
+    (void)cc;
     atomic_fetch_add(&slow_aborts_, 1);
     atomic_store(&slow_entered_, 1);
     usleep(300000);
     atomic_store(&slow_done_, 1);
 }
-static void watch_free_(comm_t *c)
+static void watch_free_(comm_t *cc)
 {
-    (void)c;
+    (void)cc;
     atomic_fetch_add(&free_calls_, 1);
     if (atomic_load(&slow_entered_) && !atomic_load(&slow_done_)) atomic_store(&free_overlapped_, 1);
 }
@@ -986,6 +987,68 @@ START_TEST(progress_thread_advances)
 }
 END_TEST
 
+/* The hierarchical all-reduce across (simulated) nodes with the progress
+ * thread: with rank 1 asleep, making no comm call, the thread finishes an
+ * all-reduce for everyone; the fused update of iallreduce_apply still runs
+ * on the calling thread (the thread leaves it to the next comm call), with
+ * the bits of a run without the thread. */
+START_TEST(progress_thread_hier)
+{
+    if (c.nnodes < 2) return;
+    enum { N = 1 << 20, SLEEP_MS = 400 };
+    float *buf = gbuf_(N * sizeof(float)), *extra = gbuf_(N * sizeof(float));
+    float *first_bits = malloc(N * sizeof *first_bits);
+    ck_assert_ptr_nonnull(first_bits);
+    apply_caller_ = pthread_self();
+    atomic_store(&apply_elsewhere_, 0);
+    char why[256] = "", got[128];
+    ck_assert_int_eq(comm_mpi_set_thread(&c, 1, -1, why, sizeof why), DDP_OK);
+    ck_assert_msg(why[0] == 0, "no thread: %s", why);
+    for (size_t i = 0; i < N; i++) buf[i] = (float)((i + (size_t)c.rank) % 7);
+    comm_desc_t d = {"gradient-bucket", 0, 0};
+    ck_assert_int_eq(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);
+    comm_req_t *q = NULL;
+    ck_assert_int_eq(c.ops->iallreduce(&c, buf, N, COMM_FLOAT, &d, &q), DDP_OK);
+    double t0 = MPI_Wtime();
+    if (c.rank == 1) usleep(SLEEP_MS * 1000); /* no comm call meanwhile */
+    double t1 = MPI_Wtime();
+    ck_assert_int_eq(c.ops->wait(&c, q), DDP_OK);
+    double waited = MPI_Wtime() - t1, total = MPI_Wtime() - t0;
+    if (c.rank != 1)
+        ck_assert_msg(total < 0.5 * SLEEP_MS * 1e-3,
+                      "rank %d: hier took %.0f ms while rank 1 slept %d ms: the progress thread "
+                      "does not advance it",
+                      c.rank, total * 1e3, SLEEP_MS);
+    else
+        ck_assert_msg(waited < 0.1 * SLEEP_MS * 1e-3,
+                      "rank 1: %.0f ms left to wait after sleeping", waited * 1e3);
+    for (size_t i = 0; i < N; i++) {
+        double want = 0;
+        for (int r = 0; r < c.size; r++) want += (double)((i + (size_t)r) % 7);
+        if (buf[i] != (float)want) ck_abort_msg("element %zu: %g, want %g", i, buf[i], want);
+    }
+    for (int thread = 1; thread >= 0; thread--) {
+        ck_assert_int_eq(comm_mpi_set_thread(&c, thread, -1, why, sizeof why), DDP_OK);
+        for (size_t i = 0; i < N; i++) buf[i] = extra[i] = 0.001f * (float)((i * 7 + (size_t)c.rank) % 1013);
+        comm_apply_t a = {.fn = record_caller_, .arg = extra, .nextra = 1, .extra = {extra}};
+        ck_assert_int_eq(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);
+        ck_assert_int_eq(c.ops->iallreduce_apply(&c, buf, N, &a, &d, &q), DDP_OK);
+        if (c.rank == 1) usleep(50 * 1000);
+        ck_assert_int_eq(c.ops->wait(&c, q), DDP_OK);
+        ck_assert_int_eq(atomic_load(&apply_elsewhere_), 0);
+        if (thread)
+            memcpy(first_bits, extra, N * sizeof *extra);
+        else
+            ck_assert_int_eq(memcmp(first_bits, extra, N * sizeof *extra), 0);
+    }
+    comm_algorithms(&c, got, sizeof got);
+    ck_assert_msg(strstr(got, "hier 3") != NULL, "%s", got);
+    comm_mem_free(&c, extra);
+    comm_mem_free(&c, buf);
+    free(first_bits);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("comm");
@@ -1013,6 +1076,7 @@ Suite *test_suite(void)
     tcase_add_test(t, algorithm_choice);
     tcase_add_test(t, bad_options);
     tcase_add_test(t, progress_thread_advances);
+    tcase_add_test(t, progress_thread_hier);
     suite_add_tcase(s, t);
     t = tcase_create("abort");
     tcase_add_test(t, abort_and_free_take_turns);
