@@ -175,7 +175,9 @@ done
 # a flat ring over the 4 ranks sends 1.5 times as much
 simnodes_down
 simnodes_up 1,1 unlimited ddp || fail "2 nodes: $SIMNODES_WHY"
-big="--model linear:512,relu,linear:auto --steps 20 --log-every 0 --eval-every 0 --batch 8"
+# (the thread off everywhere: with it, TCP sends smaller segments, more headers)
+big="--model linear:512,relu,linear:auto --steps 20 --log-every 0 --eval-every 0 --batch 8 \
+  --comm-thread off"
 sent() { # sent LAYOUT [ARGS]: bytes node 0 sent during one run
   simnodes_layout "$1" || fail "$SIMNODES_WHY"
   shift
