@@ -175,9 +175,11 @@ done
 # a flat ring over the 4 ranks sends 1.5 times as much
 simnodes_down
 simnodes_up 1,1 unlimited ddp || fail "2 nodes: $SIMNODES_WHY"
-# (the thread off everywhere: with it, TCP sends smaller segments, more headers)
+# (the thread off everywhere: with it, TCP sends smaller segments, more
+# headers; a fixed bucket cap: auto's link probe sends 20 MB, whose noise
+# would swamp the gradients' 1.3 MB)
 big="--model linear:512,relu,linear:auto --steps 20 --log-every 0 --eval-every 0 --batch 8 \
-  --comm-thread off"
+  --comm-thread off --bucket-cap-mb 25"
 sent() { # sent LAYOUT [ARGS]: bytes node 0 sent during one run
   simnodes_layout "$1" || fail "$SIMNODES_WHY"
   shift
