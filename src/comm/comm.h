@@ -18,11 +18,13 @@
  * What a trainer does with the MPI backend (CPU ranks):
  *   - MPI_Init_thread with at least COMM_MPI_THREAD_LEVEL, and every comm
  *     call from that thread (comm_init_mpi fails if MPI provides less);
- *   - with COMM_CAP_NODE_SHARED_MEMORY (all ranks on one node, room in
- *     /dev/shm) allocate the gradient buffer with comm_mem_alloc
- *     (collective) and all-reduce buckets as slices of it, at the same
- *     offset on every rank: they are then summed in place through shared
- *     memory, about twice as fast as message passing; otherwise take the
+ *   - with COMM_CAP_NODE_SHARED_MEMORY (more than one rank, room in
+ *     /dev/shm; each node's ranks share theirs) allocate the gradient
+ *     buffer with comm_mem_alloc (collective) and all-reduce buckets as
+ *     slices of it, at the same offset on every rank: they are then summed
+ *     in place through shared memory, about twice as fast as message
+ *     passing, and across nodes each node's sums go between the nodes once
+ *     (the hierarchical algorithm); otherwise take the
  *     buffer from the compute backend and register it: the ring is used;
  *   - start a bucket's iallreduce as soon as its gradients are written,
  *     call ops->progress between layers during backward, wait for every

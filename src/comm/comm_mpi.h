@@ -1,6 +1,6 @@
 /* comm_mpi.h -- the "mpi" comm backend: the gradient plane on host memory,
- * over MPI point-to-point messages and, when every rank is on one node,
- * node-shared memory (comm.h).  Its own settings live here, not in the
+ * over each node's shared memory and MPI point-to-point messages between
+ * the nodes (comm.h).  Its own settings live here, not in the
  * generic comm.h: the thread level it needs and the algorithm choice. */
 #ifndef DDP_COMM_MPI_H
 #define DDP_COMM_MPI_H
@@ -27,8 +27,8 @@ extern const comm_ops_t comm_mpi_ops;
 
 /* MPI backend over (a duplicate of) `world`.  Computes rank, size, the local
  * rank (ranks sharing a node) and the number of nodes.  Host memory only;
- * COMM_CAP_NODE_SHARED_MEMORY when every rank is on one node (W > 1) and
- * /dev/shm has room. */
+ * COMM_CAP_NODE_SHARED_MEMORY when W > 1 and /dev/shm has room (each
+ * node's ranks share their memory). */
 ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
 
 /* All-reduce algorithm of the MPI backend, set on every rank alike before
@@ -37,11 +37,17 @@ ddp_status_t comm_init_mpi(comm_t *c, MPI_Comm world);
  *                     when all ranks are on one node: every rank sums its
  *                     block straight from the others' buffers and copies
  *                     the other blocks from their owners (about 2x faster
- *                     than message passing here); "ring" for everything
- *                     else (other buffers, several nodes).  Every rank must
+ *                     than message passing here); across nodes "hier" for
+ *                     such slices; "ring" for everything else (other
+ *                     buffers).  Every rank must
  *                     then pass the same slice (offset and count) of its
  *                     comm-allocated buffer -- checked, DDP_ERR_MISMATCH --
  *                     or all ranks a buffer of their own.
+ *   "hier"            across nodes (comm_mpi_algo.h): a node-shared slice
+ *                     summed within each node, each local rank's slices
+ *                     all-reduced between the nodes by a ring of their
+ *                     owners, shared in the node; on one node shared
+ *                     memory, for other buffers the ring.
  *   "ring"            reduce-scatter + allgather over MPI_Isend/Irecv in
  *                     pieces of at most 4 MB, progressed by comm calls.
  *   "mpi"             MPI_Iallreduce in pieces of at most 8 MB (Open MPI's
