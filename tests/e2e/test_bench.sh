@@ -66,6 +66,10 @@ fi
 # its section, and where the nodes could be made, a positive busbw for each
 # of the four at both sizes and a ratio row per size
 mkdir "$T/an"
+# (it runs bench/bench_allreduce, built on demand as test_gpu_bench.sh does)
+[ -x "$top_builddir/bench/bench_allreduce" ] ||
+  make -s -C "$top_builddir/bench" bench_allreduce >"$T/make.log" 2>&1 ||
+  { cat "$T/make.log"; fail "make -C bench bench_allreduce"; }
 sh "$top_srcdir/bench/suite.sh" --quick --only allreduce-nodes --out "$T/an" >"$T/log" 2>&1 ||
   { cat "$T/log"; fail "suite.sh --quick --only allreduce-nodes failed"; }
 grep -q "## All-reduce across simulated nodes" "$T/an/results.md" || { cat "$T/an/results.md"; fail "no allreduce-nodes section"; }
