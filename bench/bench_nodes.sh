@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_nodes.sh -- the progress thread (--comm-thread) on two simulated
-# nodes: network namespaces joined by a veth pair (as tests/e2e/test_multinode.sh),
+# nodes (tests/simnodes.sh, as tests/e2e/test_multinode.sh),
 # one rank per node, the MLP 784-1024-1024-10 + BN, batch 64 per rank.  For
 # each bucket cap, in alternating rounds: the step with --comm-thread off,
 # with it on, and with --no-sync (no gradient all-reduce; the exposed
@@ -10,7 +10,7 @@
 # As root, from a configured build directory (after make):
 #   sh /path/to/ddptrain/bench/bench_nodes.sh [--rate 10gbit] [--caps "25 2 1"] [ROUNDS] [STEPS]
 #   sh /path/to/ddptrain/bench/bench_nodes.sh [--rate R] --overlap "0 20 50 100" [ITERS]
-# --rate limits the link with tc tbf (burst 1mb, latency 50ms); default unlimited.
+# --rate limits each node's link with tc tbf (tests/simnodes.sh); default unlimited.
 # --overlap runs bench/bench_overlap (ring-poll against comm-thread, 3 buckets)
 # across the two nodes once per polling interval (--sleep-us) instead.
 set -eu
@@ -27,31 +27,13 @@ rounds=${1:-3}
 steps=${2:-300}
 [ "$(id -u)" = 0 ] || { echo "bench_nodes.sh: network namespaces need root" >&2; exit 2; }
 [ -x ./ddptrain ] || { echo "run from a build directory after make" >&2; exit 2; }
+src=$(cd "$(dirname "$0")/.." && pwd)
+. "$src/tests/simnodes.sh"
+simnodes_check "${rate:-unlimited}" || { echo "bench_nodes.sh: $SIMNODES_WHY" >&2; exit 2; }
 T=$(mktemp -d)
-id=$(( $$ % 200 + 20 ))
-nsA="ddb${id}A" nsB="ddb${id}B" net="10.${id}.78"
-cleanup() { ip netns del "$nsA" 2>/dev/null; ip netns del "$nsB" 2>/dev/null; rm -rf "$T"; }
+cleanup() { simnodes_down; rm -rf "$T"; }
 trap cleanup EXIT INT TERM
-ip netns add "$nsA"; ip netns add "$nsB"
-ip link add "ddb${id}a" type veth peer name "ddb${id}b"
-ip link set "ddb${id}a" netns "$nsA"; ip link set "ddb${id}b" netns "$nsB"
-ip -n "$nsA" addr add "$net.1/24" dev "ddb${id}a"; ip -n "$nsB" addr add "$net.2/24" dev "ddb${id}b"
-for n in A B; do
-  ns=$(eval echo "\$ns$n") dev="ddb${id}$(echo $n | tr AB ab)"
-  ip -n "$ns" link set "$dev" up; ip -n "$ns" link set lo up
-  [ -z "$rate" ] || ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst 1mb latency 50ms
-done
-cat >"$T/agent" <<EOF
-#!/bin/sh
-host=\$1; shift
-case "\$host" in
-  $net.1) ns=$nsA; hn=ddbnode${id}a ;;
-  $net.2) ns=$nsB; hn=ddbnode${id}b ;;
-esac
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$hn; \$*"
-EOF
-chmod +x "$T/agent"
-printf '%s slots=1\n%s slots=1\n' "$net.1" "$net.2" >"$T/hosts"
+simnodes_up 1,1 "${rate:-unlimited}" ddb || { echo "bench_nodes.sh: $SIMNODES_WHY" >&2; exit 2; }
 ./ddptrain-prep synthetic --classes 10 --features 784 --samples 20000 --seed 1 -o "$T/d.h5" >/dev/null
 tag="bn$$"
 
@@ -76,12 +58,8 @@ run() { # name args...
   name=$1; shift
   rm -f "$T"/cpu.* "$T/stop"
   sample & sp=$!
-  trap 'touch "$T/stop"; kill $sp 2>/dev/null; cleanup' EXIT INT TERM
-  timeout -k 5 "${BENCH_TIMEOUT:-600}" ip netns exec "$nsA" unshare --uts sh -c "hostname ddbnode${id}a; exec \"\$@\"" sh \
-    mpirun --allow-run-as-root --oversubscribe --bind-to none --hostfile "$T/hosts" -np 2 \
-    --map-by node --mca plm_rsh_agent "$T/agent" --mca btl self,vader,tcp \
-    --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
-    -x OPENBLAS_NUM_THREADS=1 -x DDP_BENCH_TAG=$tag \
+  trap 'touch "$T/stop"; kill $sp 2>/dev/null || true; cleanup' EXIT INT TERM
+  SIMNODES_TIMEOUT=${BENCH_TIMEOUT:-600} simnodes_mpirun -x OPENBLAS_NUM_THREADS=1 -x DDP_BENCH_TAG=$tag \
     "$PWD/ddptrain" "$T/d.h5" --model linear:1024,bn,relu,linear:1024,bn,relu,linear:10 --batch 64 \
     --log-every 0 --eval-every 0 --steps "$steps" "$@" >"$T/o" 2>&1 || { cat "$T/o" >&2; exit 1; }
   touch "$T/stop"; wait $sp
@@ -93,11 +71,7 @@ run() { # name args...
 }
 
 mpi2() { # the two-node mpirun, one rank per node
-  timeout -k 5 "${BENCH_TIMEOUT:-600}" ip netns exec "$nsA" unshare --uts sh -c "hostname ddbnode${id}a; exec \"\$@\"" sh \
-    mpirun --allow-run-as-root --oversubscribe --bind-to none --hostfile "$T/hosts" -np 2 \
-    --map-by node --mca plm_rsh_agent "$T/agent" --mca btl self,vader,tcp \
-    --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
-    -x OPENBLAS_NUM_THREADS=1 "$@"
+  SIMNODES_TIMEOUT=${BENCH_TIMEOUT:-600} simnodes_mpirun -x OPENBLAS_NUM_THREADS=1 "$@"
 }
 if [ -n "$sleeps" ]; then
   echo "# bench_overlap on 2 simulated nodes x 1 rank, link ${rate:-unlimited}"

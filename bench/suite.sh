@@ -44,12 +44,15 @@ for c in $(echo "$only" | tr , ' '); do
   esac
 done
 wanted() { [ -z "$only" ] || case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-for c in mlp cnn cnn-ops mlp-1-rank allreduce allreduce-nodes loader; do
+for c in mlp cnn cnn-ops mlp-1-rank allreduce loader; do
   wanted "$c" || continue
   [ -x ./bench/bench_allreduce ] && [ -x ./bench/bench_kernels ] && [ -x ./bench/bench_loader ] &&
     [ -x ./bench/bench_cnn ] || {
     echo "suite.sh: the benchmark programs are not built: run 'make -C bench bench' (or 'make bench')" >&2; exit 2; }
 done
+# allreduce-nodes runs bench_allreduce alone
+! wanted allreduce-nodes || [ -x ./bench/bench_allreduce ] || {
+  echo "suite.sh: bench/bench_allreduce is not built: run 'make -C bench bench' (or 'make bench')" >&2; exit 2; }
 [ -d "$out" ] && [ -w "$out" ] || { echo "suite.sh: --out $out: not a writable directory" >&2; exit 2; }
 if [ "$quick" = 1 ]; then rounds=1 fashion_rounds=0 steps=100 cnn_steps=30 accum_samples=6400 q=--quick
 else steps=400 cnn_steps=150 accum_samples=25600 q=""; fi
