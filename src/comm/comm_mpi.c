@@ -420,6 +420,11 @@ void comm_mpi_thread_usage(const comm_t *c, double *cpu_s, uint64_t *passes)
     mpi_thread_usage(c, cpu_s, passes);
 }
 
+uint64_t comm_mpi_thread_sleeps(const comm_t *c)
+{
+    return mpi_thread_sleeps(c);
+}
+
 /* ---- capabilities and registration -------------------------------------- */
 
 static unsigned mpi_caps_(const comm_t *c)

@@ -74,5 +74,7 @@ void comm_mpi_get_ring(const comm_t *c, size_t *piece_bytes, int *depth);
 ddp_status_t comm_mpi_set_thread(comm_t *c, int on, int sleep_us, char *why, size_t whylen);
 /* The thread's CPU time so far and the passes it made (zeros: none). */
 void comm_mpi_thread_usage(const comm_t *c, double *cpu_s, uint64_t *passes);
+/* How often the thread went to wait for work (mpi_thread_sleeps). */
+uint64_t comm_mpi_thread_sleeps(const comm_t *c);
 
 #endif

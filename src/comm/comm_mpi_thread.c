@@ -26,6 +26,7 @@ struct mpi_thread {
     int err_reported;
     char msg[1024];
     atomic_uint_least64_t passes;
+    atomic_uint_least64_t sleeps; /* times it went to wait for work */
     comm_t *c;
 };
 
@@ -61,6 +62,7 @@ static void *thread_main_(void *arg)
     pthread_mutex_lock(&t->lock);
     while (!t->stop) {
         if (atomic_load(&t->aborted) || t->err || !has_messages_(m)) {
+            atomic_fetch_add(&t->sleeps, 1);
             pthread_cond_wait(&t->work, &t->lock);
             continue;
         }
@@ -178,4 +180,10 @@ void mpi_thread_usage(const comm_t *c, double *cpu_s, uint64_t *passes)
     if (pthread_getcpuclockid(t->th, &id) == 0 && clock_gettime(id, &ts) == 0)
         *cpu_s = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     *passes = atomic_load(&t->passes);
+}
+
+uint64_t mpi_thread_sleeps(const comm_t *c)
+{
+    mpi_thread_t *t = thread_of_(c);
+    return t ? atomic_load(&t->sleeps) : 0;
 }

@@ -44,5 +44,9 @@ int mpi_thread_self(void);
 /* CPU seconds the thread has used and the polling passes it made (0 when
  * there is none). */
 void mpi_thread_usage(const comm_t *c, double *cpu_s, uint64_t *passes);
+/* How often the thread went to wait for work (its lock released, only a
+ * signal wakes it): a test knows the thread sleeps before it starts a
+ * collective. */
+uint64_t mpi_thread_sleeps(const comm_t *c);
 
 #endif

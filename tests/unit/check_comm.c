@@ -982,6 +982,8 @@ START_TEST(progress_thread_advances)
         memcpy(extra, buf, N * sizeof *extra);
         comm_apply_t a = {.fn = record_caller_, .arg = extra, .nextra = 1, .extra = {extra}};
         comm_desc_t d = {"gradient-bucket", 0, thread};
+        /* the thread waits for work: only the start's signal can wake it */
+        while (thread && comm_mpi_thread_sleeps(&c) == 0) usleep(1000);
         ck_assert_int_eq(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);
         comm_req_t *q = NULL;
         ck_assert_int_eq(c.ops->iallreduce_apply(&c, buf, N, &a, &d, &q), DDP_OK);
@@ -1030,6 +1032,7 @@ START_TEST(progress_thread_hier)
     ck_assert_msg(why[0] == 0, "no thread: %s", why);
     for (size_t i = 0; i < N; i++) buf[i] = (float)((i + (size_t)c.rank) % 7);
     comm_desc_t d = {"gradient-bucket", 0, 0};
+    while (comm_mpi_thread_sleeps(&c) == 0) usleep(1000); /* only the start's signal wakes it */
     ck_assert_int_eq(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);
     comm_req_t *q = NULL;
     ck_assert_int_eq(c.ops->iallreduce(&c, buf, N, COMM_FLOAT, &d, &q), DDP_OK);
