@@ -132,8 +132,8 @@ static void net_init_(net_t *m, const compute_ops_t *compute, int batch)
     const int n = batch, h1 = H0 / 2, h2 = H0 / 4, flat = C2 * h2 * h2;
     m->cd[0] = (conv_dims_t){n, 1, H0, H0, C1, 3, 1, 1, H0, H0};
     m->cd[1] = (conv_dims_t){n, C1, h1, h1, C2, 3, 1, 1, h1, h1};
-    m->pd[0] = (pool_dims_t){n, C1, H0, H0, 2, 2, h1, h1};
-    m->pd[1] = (pool_dims_t){n, C2, h1, h1, 2, 2, h2, h2};
+    m->pd[0] = (pool_dims_t){n, C1, H0, H0, 2, 2, 0, h1, h1};
+    m->pd[1] = (pool_dims_t){n, C2, h1, h1, 2, 2, 0, h2, h2};
     size_t np = (size_t)C1 * 9 + C1 + (size_t)C2 * C1 * 9 + C2 + (size_t)FC * flat + FC +
                 (size_t)NCLS * FC + NCLS + 2 * (C1 + C2);
     m->nparams = np;

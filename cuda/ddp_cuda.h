@@ -109,9 +109,9 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
 int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, const float *dy,
                       float *dx, float *dw, float *db, float beta, void *ws);
 
-/* ---- pooling (pool.cu); dims as compute.h's pool_dims_t ----------------- */
+/* ---- pooling (pool.cu); dims as compute.h's pool_dims_t (same field order) */
 typedef struct ddp_cuda_pool {
-    int n, c, h, w, k, stride, oh, ow;
+    int n, c, h, w, k, stride, pad, oh, ow;
 } ddp_cuda_pool_t;
 int ddp_cuda_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, float *y, int32_t *argmax);
 int ddp_cuda_maxpool_bwd(const ddp_cuda_pool_t *d, const float *dy, const int32_t *argmax,

@@ -1,11 +1,15 @@
-// pool.cu -- max and average pooling (square window, no padding, floor
-// mode) and the global average pool.  Forward: a thread per output.
-// Backward: a thread per input pixel gathering the windows that cover it in
-// row-major window order (the CPU backend's order of additions, no atomics).
-// argmax is the index in the input plane (iy*w + ix) of the first maximum
-// in row-major window order; a NaN wins (of several NaNs the last), as the
-// CPU backend.
+// pool.cu -- max pooling (square window, -inf padding, floor mode),
+// average pooling (no padding) and the global average pool.  Forward: a
+// thread per output.  Backward: a thread per input pixel gathering the
+// windows that cover it in row-major window order (the CPU backend's order
+// of additions, no atomics).  argmax is the index in the unpadded input
+// plane (iy*w + ix) of the first maximum in row-major window order; a NaN
+// wins (of several NaNs the last); a padded cell never wins (the scan
+// covers the window's cells inside the plane, from -inf); a window with no
+// cell inside (pad >= k) gives -inf and argmax -1: as the CPU backend.
 #include "ddp_cuda_rt.h"
+
+#include <math.h>
 
 namespace
 {
@@ -23,11 +27,15 @@ __global__ void maxpool_fwd_kernel(ddp_cuda_pool_t d, const float *x, float *y, 
         size_t pl = idx / ohw;
         int o = (int)(idx % ohw), oy = o / d.ow, ox = o % d.ow;
         const float *xp = x + pl * hw;
-        int y0 = oy * d.stride, x0 = ox * d.stride;
-        int best = y0 * d.w + x0;
-        float bv = xp[best];
-        for (int ky = 0; ky < d.k; ky++)
-            for (int kx = 0; kx < d.k; kx++) {
+        // the window's top-left corner, maybe in the padding, and its cells
+        // inside the plane: ky in [ky0, ky1), kx in [kx0, kx1)
+        const int y0 = oy * d.stride - d.pad, x0 = ox * d.stride - d.pad;
+        const int ky0 = y0 < 0 ? -y0 : 0, ky1 = d.h - y0 < d.k ? d.h - y0 : d.k;
+        const int kx0 = x0 < 0 ? -x0 : 0, kx1 = d.w - x0 < d.k ? d.w - x0 : d.k;
+        int best = ky0 < ky1 && kx0 < kx1 ? (y0 + ky0) * d.w + x0 + kx0 : -1;
+        float bv = -INFINITY;
+        for (int ky = ky0; ky < ky1; ky++)
+            for (int kx = kx0; kx < kx1; kx++) {
                 int i = (y0 + ky) * d.w + x0 + kx;
                 float v = xp[i];
                 if (v > bv || v != v) {
@@ -40,7 +48,8 @@ __global__ void maxpool_fwd_kernel(ddp_cuda_pool_t d, const float *x, float *y, 
     }
 }
 
-// The output windows covering input coordinate i: o in [lo, hi].
+// The output windows covering coordinate i of the padded input (the input's
+// coordinate + pad): o in [lo, hi].
 __device__ inline void covering(int i, int k, int stride, int on, int *lo, int *hi)
 {
     // o*stride <= i < o*stride + k  <=>  (i - k)/stride < o <= i/stride
@@ -60,8 +69,8 @@ __global__ void maxpool_bwd_kernel(ddp_cuda_pool_t d, const float *dy, const int
         size_t pl = idx / hw;
         int i = (int)(idx % hw), iy = i / d.w, ix = i % d.w;
         int ylo, yhi, xlo, xhi;
-        covering(iy, d.k, d.stride, d.oh, &ylo, &yhi);
-        covering(ix, d.k, d.stride, d.ow, &xlo, &xhi);
+        covering(iy + d.pad, d.k, d.stride, d.oh, &ylo, &yhi);
+        covering(ix + d.pad, d.k, d.stride, d.ow, &xlo, &xhi);
         const float *dyp = dy + pl * ohw;
         const int32_t *ap = argmax + pl * ohw;
         float acc = 0.0f;
@@ -74,6 +83,7 @@ __global__ void maxpool_bwd_kernel(ddp_cuda_pool_t d, const float *dy, const int
     }
 }
 
+// Average pooling has no padding (pool_dims_t: d.pad is 0).
 __global__ void avgpool_fwd_kernel(ddp_cuda_pool_t d, const float *x, float *y)
 {
     const size_t ohw = (size_t)d.oh * d.ow, hw = (size_t)d.h * d.w;

@@ -81,9 +81,18 @@ typedef struct conv_dims {
     int oh, ow;      /* output [n, oc, oh, ow] */
 } conv_dims_t;
 
+/* Pooling: square windows, floor mode (PyTorch's defaults), so
+ * oh = (h + 2 pad - k) / stride + 1.  Max pooling pads with -inf, as
+ * PyTorch's MaxPool2d: a padded cell never wins, and argmax indexes the
+ * unpadded input plane (iy*w + ix).  PyTorch requires pad <= k/2, so every
+ * window holds an input cell; the kernels stay inside the plane for any
+ * pad (a window with no input cell, pad >= k: y = -inf, argmax = -1, which
+ * backward skips).  Average pooling takes pad == 0 only (the model refuses
+ * an avgpool with padding). */
 typedef struct pool_dims {
     int n, c, h, w; /* input  [n, c, h, w] */
-    int k, stride;  /* square window, no padding (PyTorch defaults) */
+    int k, stride;  /* square window */
+    int pad;        /* implicit -inf on every side (max pooling only) */
     int oh, ow;     /* output [n, c, oh, ow], floor mode */
 } pool_dims_t;
 

@@ -218,7 +218,7 @@ static void cuda_conv_bwd(const conv_dims_t *d, const float *x, const float *w, 
 
 static ddp_cuda_pool_t cuda_pool_(const pool_dims_t *d)
 {
-    ddp_cuda_pool_t p = {d->n, d->c, d->h, d->w, d->k, d->stride, d->oh, d->ow};
+    ddp_cuda_pool_t p = {d->n, d->c, d->h, d->w, d->k, d->stride, d->pad, d->oh, d->ow};
     return p;
 }
 

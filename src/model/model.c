@@ -624,7 +624,7 @@ static void conv_dims_(const layer_t *L, int n, conv_dims_t *d)
 
 static void pool_dims_(const layer_t *L, int n, pool_dims_t *d)
 {
-    *d = (pool_dims_t){n, L->in.c, L->in.h, L->in.w, L->k, L->stride, L->out.h, L->out.w};
+    *d = (pool_dims_t){n, L->in.c, L->in.h, L->in.w, L->k, L->stride, L->pad, L->out.h, L->out.w};
 }
 
 /* Tensor t's slice of the parameters, gradients and buffers (NULL when

@@ -39,6 +39,7 @@
  *                                              u = 2^-24, S = sum |terms| (the CPU op on
  *                                              |inputs|); TF32 or a wrong term fails it
  *   maxpool         bits           bits        compares; dx the CPU's additions, its order
+ *                                              (with -inf padding too)
  *   avgpool y, dx   bits           4k^2 ulp + 1e-6   the CPU's additions; FMA
  *   gap y           2 ulp + 1e-15 hw S, both   a double sum in another order
  *   gap dx          bits           2 ulp       one multiply
@@ -836,14 +837,20 @@ START_TEST(conv_matches)
 }
 END_TEST
 
-static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
+enum { POOL_RANDOM, POOL_TIES, POOL_NEGATIVE };
+
+/* values: POOL_TIES coarse values, ties in most windows; POOL_NEGATIVE
+ * every value below zero (a padded 0 would win).  Average pooling only
+ * without padding. */
+static void pool_case_(int n, int c, int h, int w, int k, int stride, int pad, int values)
 {
-    pool_dims_t d = {n, c, h, w, k, stride, (h - k) / stride + 1, (w - k) / stride + 1};
-    ddp_cuda_pool_t g = {d.n, d.c, d.h, d.w, d.k, d.stride, d.oh, d.ow};
+    pool_dims_t d = {
+        n, c, h, w, k, stride, pad, (h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1};
+    ddp_cuda_pool_t g = {d.n, d.c, d.h, d.w, d.k, d.stride, d.pad, d.oh, d.ow};
     const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * d.oh * d.ow;
     float *x = test_fvec(nx, 2.0f), *dy = test_fvec(ny, 1.0f);
-    if (ties) /* coarse values: ties in most windows */
-        for (size_t i = 0; i < nx; i++) x[i] = (float)(int)(x[i] * 1.5f);
+    for (size_t i = 0; i < nx && values == POOL_TIES; i++) x[i] = (float)(int)(x[i] * 1.5f);
+    for (size_t i = 0; i < nx && values == POOL_NEGATIVE; i++) x[i] = -0.25f - fabsf(x[i]);
     float *y = hnew_(ny * 4), *dx = hnew_(nx * 4), *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4);
     int32_t *am = hnew_(ny * 4), *gam = hnew_(ny * 4);
     float *dxd = dput_(x, nx * 4), *dyd = dput_(dy, ny * 4), *yd = dput_(NULL, ny * 4);
@@ -858,21 +865,24 @@ static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
     dget_(gy, yd, ny * 4);
     dget_(gam, amd, ny * 4);
     dget_(gdx, dxo, nx * 4);
-    snprintf(what, sizeof what, "maxpool n=%d c=%d %dx%d k=%d s=%d", n, c, h, w, k, stride);
+    snprintf(what, sizeof what, "maxpool n=%d c=%d %dx%d k=%d s=%d p=%d values %d", n, c, h, w, k,
+             stride, pad, values);
     same_bits_(what, gy, y, ny, 4);
     same_bits_(what, gam, am, ny, 4);
     same_bits_(what, gdx, dx, nx, 4);
     /* average: the same float additions (pool.cu's file comment) */
-    C->avgpool_fwd(&d, x, y);
-    C->avgpool_bwd(&d, dy, dx);
-    CU(ddp_cuda_avgpool_fwd(&g, dxd, yd));
-    CU(ddp_cuda_avgpool_bwd(&g, dyd, dxo));
-    dget_(gy, yd, ny * 4);
-    dget_(gdx, dxo, nx * 4);
-    snprintf(what, sizeof what, "avgpool n=%d c=%d %dx%d k=%d s=%d y", n, c, h, w, k, stride);
-    close_(what, gy, y, ny, 4 * k * k, 1e-6, 1);
-    snprintf(what, sizeof what, "avgpool n=%d c=%d %dx%d k=%d s=%d dx", n, c, h, w, k, stride);
-    close_(what, gdx, dx, nx, 4 * k * k, 1e-6, 1);
+    if (pad == 0) {
+        C->avgpool_fwd(&d, x, y);
+        C->avgpool_bwd(&d, dy, dx);
+        CU(ddp_cuda_avgpool_fwd(&g, dxd, yd));
+        CU(ddp_cuda_avgpool_bwd(&g, dyd, dxo));
+        dget_(gy, yd, ny * 4);
+        dget_(gdx, dxo, nx * 4);
+        snprintf(what, sizeof what, "avgpool n=%d c=%d %dx%d k=%d s=%d y", n, c, h, w, k, stride);
+        close_(what, gy, y, ny, 4 * k * k, 1e-6, 1);
+        snprintf(what, sizeof what, "avgpool n=%d c=%d %dx%d k=%d s=%d dx", n, c, h, w, k, stride);
+        close_(what, gdx, dx, nx, 4 * k * k, 1e-6, 1);
+    }
     /* global average over h*w */
     const int hw = h * w;
     float *gy2 = hnew_((size_t)n * c * 4), *y2 = hnew_((size_t)n * c * 4);
@@ -900,12 +910,22 @@ static void pool_case_(int n, int c, int h, int w, int k, int stride, int ties)
 START_TEST(pool_matches)
 {
     test_seed(140);
-    pool_case_(0, 3, 4, 4, 2, 2, 0);
-    pool_case_(2, 3, 8, 8, 2, 2, 0);
-    pool_case_(2, 3, 9, 7, 2, 2, 1);   /* odd sizes: the last row/column dropped */
-    pool_case_(3, 2, 10, 11, 3, 2, 1); /* overlapping windows */
-    pool_case_(1, 1, 5, 5, 3, 1, 0);
-    pool_case_(2, 4, 28, 28, 2, 2, 1);
+    pool_case_(0, 3, 4, 4, 2, 2, 0, POOL_RANDOM);
+    pool_case_(2, 3, 8, 8, 2, 2, 0, POOL_RANDOM);
+    pool_case_(2, 3, 9, 7, 2, 2, 0, POOL_TIES);   /* odd sizes: the last row/column dropped */
+    pool_case_(3, 2, 10, 11, 3, 2, 0, POOL_TIES); /* overlapping windows */
+    pool_case_(1, 1, 5, 5, 3, 1, 0, POOL_RANDOM);
+    pool_case_(2, 4, 28, 28, 2, 2, 0, POOL_TIES);
+    /* -inf padding: ResNet's stem (3x3 stride 2 pad 1) on odd and even
+     * sizes, 2x2 stride 1 pad 1, 2x2 stride 2 pad 1; on negative planes */
+    pool_case_(0, 3, 4, 4, 3, 2, 1, POOL_RANDOM);
+    pool_case_(2, 3, 9, 9, 3, 2, 1, POOL_RANDOM);
+    pool_case_(2, 3, 8, 10, 3, 2, 1, POOL_TIES);
+    pool_case_(2, 3, 9, 8, 3, 2, 1, POOL_NEGATIVE);
+    pool_case_(2, 2, 16, 16, 3, 2, 1, POOL_NEGATIVE);
+    pool_case_(1, 2, 7, 8, 2, 1, 1, POOL_TIES);
+    pool_case_(1, 2, 7, 8, 2, 1, 1, POOL_NEGATIVE);
+    pool_case_(1, 2, 6, 9, 2, 2, 1, POOL_NEGATIVE);
 }
 END_TEST
 

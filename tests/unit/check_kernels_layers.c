@@ -3,8 +3,9 @@
  * the beta and n == 0 contracts), convolution (finite differences, the naive
  * loops over every GEMM path, an empty batch), average, max and global
  * average pooling (finite differences; max pooling bit for bit against its
- * definition, with ties, NaNs and -0) and batch normalisation (finite
- * differences, running statistics and eval mode, data far from zero). */
+ * definition, with ties, NaNs and -0, and with -inf padding on planes of
+ * negative values) and batch normalisation (finite differences, running
+ * statistics and eval mode, data far from zero). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,18 +283,20 @@ static float *distinct_(size_t n)
 }
 
 /* window 2 stride 2 on odd sizes (floor mode drops the last row/column),
- * window 3 stride 2 and stride 1 (overlapping windows) */
-static const int pool_cases_[][6] = {
-    {2, 3, 6, 7, 2, 2}, {1, 2, 7, 11, 2, 2}, {2, 2, 7, 7, 3, 2},
-    {1, 2, 5, 6, 3, 1}, {2, 1, 4, 4, 2, 1},
+ * window 3 stride 2 and stride 1 (overlapping windows); with padding (max
+ * pooling only): window 3 stride 2 on odd and even sizes, window 2 stride 1 */
+static const int pool_cases_[][7] = {
+    /* n, c, h, w, k, stride, pad */
+    {2, 3, 6, 7, 2, 2, 0}, {1, 2, 7, 11, 2, 2, 0}, {2, 2, 7, 7, 3, 2, 0}, {1, 2, 5, 6, 3, 1, 0},
+    {2, 1, 4, 4, 2, 1, 0}, {2, 2, 7, 9, 3, 2, 1},  {1, 2, 8, 6, 3, 2, 1}, {1, 2, 5, 6, 2, 1, 1},
 };
 
 START_TEST(pool_gradients)
 {
     const int *k = pool_cases_[_i];
-    for (int max = 0; max < 2; max++) {
+    for (int max = k[6] > 0; max < 2; max++) { /* average pooling has no padding */
         test_seed(30 + (uint64_t)_i);
-        pool_ctx_t c = {.d = pool_dims_(k[0], k[1], k[2], k[3], k[4], k[5]), .max = max};
+        pool_ctx_t c = {.d = pool_dims_pad_(k[0], k[1], k[2], k[3], k[4], k[5], k[6]), .max = max};
         size_t xn = (size_t)c.d.n * c.d.c * c.d.h * c.d.w;
         size_t yn = (size_t)c.d.n * c.d.c * c.d.oh * c.d.ow;
         c.x = distinct_(xn), c.y = fzero_(yn), c.wo = test_fvec(yn, 1);
@@ -313,8 +316,10 @@ START_TEST(pool_gradients)
 END_TEST
 
 /* The definition, as loops: the first maximum in row-major window order, a
- * NaN replacing whatever came before it (PyTorch CPU); backward sums dy
- * onto zero at the argmax. */
+ * NaN replacing whatever came before it (PyTorch CPU); padded cells are
+ * -inf and never win, so a window of -infs has the first of its cells
+ * inside the plane as argmax (PyTorch's MaxPool2d); backward sums dy onto
+ * zero at the argmax. */
 static void maxpool_naive_(const pool_dims_t *d, const float *x, const float *dy, float *y,
                            int32_t *am, float *dx)
 {
@@ -327,7 +332,9 @@ static void maxpool_naive_(const pool_dims_t *d, const float *x, const float *dy
                 int best = -1;
                 for (int ky = 0; ky < d->k; ky++)
                     for (int kx = 0; kx < d->k; kx++) {
-                        int idx = (oy * d->stride + ky) * d->w + ox * d->stride + kx;
+                        int iy = oy * d->stride - d->pad + ky, ix = ox * d->stride - d->pad + kx;
+                        if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w) continue; /* padding */
+                        int idx = iy * d->w + ix;
                         float v = x[pl * hw + idx];
                         if (best < 0 || v > x[pl * hw + best] || isnan(v)) best = idx;
                     }
@@ -342,41 +349,61 @@ static void maxpool_naive_(const pool_dims_t *d, const float *x, const float *dy
  * in the input and -0 in dy: the 2x2 stride-2 fast path on rows of 4 or
  * more windows (a multiple of 4 and not: the last block overlaps), rows of
  * fewer, odd sizes (floor mode leaves a row and a column out), and the
- * generic loop (3x3 stride 2, 2x2 stride 1). */
-static const int maxpool_naive_cases_[][6] = {
-    /* n, c, h, w, k, stride */
-    {2, 3, 9, 11, 2, 2}, {1, 2, 8, 8, 2, 2},  {2, 2, 28, 28, 2, 2}, {1, 3, 14, 15, 2, 2},
-    {2, 2, 6, 7, 2, 2},  {1, 2, 9, 10, 3, 2}, {1, 2, 7, 9, 2, 1},
+ * generic loop (3x3 stride 2, 2x2 stride 1); with padding (the ResNet stem's
+ * 3x3 stride 2 pad 1 on odd and even sizes, 2x2 stride 1 pad 1, and 2x2
+ * stride 2 pad 1, which must not take the fast path), each also on planes
+ * of negative values and -infs, where a padded 0 would win. */
+static const int maxpool_naive_cases_[][7] = {
+    /* n, c, h, w, k, stride, pad */
+    {2, 3, 9, 11, 2, 2, 0},  {1, 2, 8, 8, 2, 2, 0}, {2, 2, 28, 28, 2, 2, 0},
+    {1, 3, 14, 15, 2, 2, 0}, {2, 2, 6, 7, 2, 2, 0}, {1, 2, 9, 10, 3, 2, 0},
+    {1, 2, 7, 9, 2, 1, 0},   {2, 2, 9, 9, 3, 2, 1}, {1, 3, 8, 10, 3, 2, 1},
+    {2, 2, 15, 16, 3, 2, 1}, {2, 2, 7, 8, 2, 1, 1}, {1, 2, 7, 9, 2, 2, 1},
+    {1, 2, 6, 20, 2, 2, 1},
 };
+
+static void maxpool_naive_case_(const pool_dims_t *d, const float *x, const float *dy,
+                                const char *what)
+{
+    size_t xn = (size_t)d->n * d->c * d->h * d->w, yn = (size_t)d->n * d->c * d->oh * d->ow;
+    float *y = fconst_(yn, 7), *ry = fconst_(yn, 7), *dx = fconst_(xn, 7), *rdx = fconst_(xn, 7);
+    int32_t *am = calloc(yn, sizeof *am), *ram = calloc(yn, sizeof *ram);
+    maxpool_naive_(d, x, dy, ry, ram, rdx);
+    B->maxpool_fwd(d, x, y, am);
+    B->maxpool_bwd(d, dy, am, dx);
+    for (size_t i = 0; i < yn; i++) {
+        ck_assert_msg(am[i] == ram[i], "%s: argmax[%zu] %d, want %d", what, i, am[i], ram[i]);
+        ck_assert_msg(memcmp(&y[i], &ry[i], sizeof *y) == 0, "%s: y[%zu] %g, want %g", what, i,
+                      y[i], ry[i]);
+    }
+    for (size_t i = 0; i < xn; i++)
+        ck_assert_msg(memcmp(&dx[i], &rdx[i], sizeof *dx) == 0, "%s: dx[%zu] %g, want %g", what, i,
+                      dx[i], rdx[i]);
+    free(y), free(ry), free(dx), free(rdx), free(am), free(ram);
+}
 
 START_TEST(maxpool_naive)
 {
     const int *k = maxpool_naive_cases_[_i];
     test_seed(50 + (uint64_t)_i);
-    pool_dims_t d = pool_dims_(k[0], k[1], k[2], k[3], k[4], k[5]);
+    pool_dims_t d = pool_dims_pad_(k[0], k[1], k[2], k[3], k[4], k[5], k[6]);
     size_t xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.c * d.oh * d.ow;
-    float *x = test_fvec(xn, 1), *dy = test_fvec(yn, 1);
+    float *x = test_fvec(xn, 1), *dy = test_fvec(yn, 1), *neg = fzero_(xn);
     for (size_t i = 0; i < xn; i++) {
+        /* every value below zero, ties and -infs among them */
+        neg[i] = -0.5f - fabsf(roundf(x[i] * 2.0f) * 0.5f);
+        if (i % 29 == 3) neg[i] = -INFINITY;
         x[i] = roundf(x[i] * 2.0f) * 0.5f; /* five values: many ties, +0 and -0 */
         if (i % 37 == 5) x[i] = NAN;
         if (i % 53 == 7) x[i] = -0.0f;
     }
     for (size_t i = 0; i < yn; i += 7) dy[i] = -0.0f;
-    float *y = fconst_(yn, 7), *ry = fconst_(yn, 7), *dx = fconst_(xn, 7), *rdx = fconst_(xn, 7);
-    int32_t *am = calloc(yn, sizeof *am), *ram = calloc(yn, sizeof *ram);
-    maxpool_naive_(&d, x, dy, ry, ram, rdx);
-    B->maxpool_fwd(&d, x, y, am);
-    B->maxpool_bwd(&d, dy, am, dx);
-    for (size_t i = 0; i < yn; i++) {
-        ck_assert_msg(am[i] == ram[i], "maxpool case %d: argmax[%zu] %d, want %d", _i, i, am[i],
-                      ram[i]);
-        ck_assert_msg(memcmp(&y[i], &ry[i], sizeof *y) == 0, "maxpool case %d: y[%zu] %g, want %g",
-                      _i, i, y[i], ry[i]);
-    }
-    for (size_t i = 0; i < xn; i++)
-        ck_assert_msg(memcmp(&dx[i], &rdx[i], sizeof *dx) == 0,
-                      "maxpool case %d: dx[%zu] %g, want %g", _i, i, dx[i], rdx[i]);
-    free(x), free(dy), free(y), free(ry), free(dx), free(rdx), free(am), free(ram);
+    char what[64];
+    snprintf(what, sizeof what, "maxpool case %d", _i);
+    maxpool_naive_case_(&d, x, dy, what);
+    snprintf(what, sizeof what, "maxpool case %d, negative plane", _i);
+    maxpool_naive_case_(&d, neg, dy, what);
+    free(x), free(dy), free(neg);
 }
 END_TEST
 
@@ -399,6 +426,26 @@ START_TEST(maxpool_ties_and_naive)
     B->maxpool_bwd(&d, dy, am, dx);
     const float want[16] = {0, 1, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0};
     ck_assert_mem_eq(dx, want, sizeof want);
+    /* 3x3 stride 2 pad 1 (ResNet's stem) on a plane of negative values: the
+     * padding is -inf, never 0; argmax in the unpadded plane */
+    pool_dims_t p = pool_dims_pad_(1, 1, 4, 4, 3, 2, 1);
+    ck_assert_int_eq(p.oh, 2);
+    ck_assert_int_eq(p.ow, 2);
+    float neg[16];
+    for (int i = 0; i < 16; i++) neg[i] = -(float)(i + 1);
+    B->maxpool_fwd(&p, neg, y, am);
+    const float want_y[4] = {-1, -2, -5, -6};
+    const int32_t want_am[4] = {0, 1, 4, 5};
+    ck_assert_mem_eq(y, want_y, sizeof want_y);
+    ck_assert_mem_eq(am, want_am, sizeof want_am);
+    B->maxpool_bwd(&p, dy, am, dx);
+    const float want_dx[16] = {1, 2, 0, 0, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    ck_assert_mem_eq(dx, want_dx, sizeof want_dx);
+    /* a plane of -infs: each window's first cell inside the plane */
+    for (int i = 0; i < 16; i++) neg[i] = -INFINITY;
+    B->maxpool_fwd(&p, neg, y, am);
+    for (int i = 0; i < 4; i++) ck_assert(isinf(y[i]) && y[i] < 0);
+    ck_assert_mem_eq(am, want_am, sizeof want_am);
     /* avg pool values against the definition */
     B->avgpool_fwd(&d, x, y);
     ck_assert_float_eq(y[0], 2.25f);

@@ -84,12 +84,17 @@ static inline void fd_check_(const char *what, objective_fn f, void *ctx, float 
 
 /* ---- pooling and convolution shapes, the naive convolution ------------ */
 
+static inline pool_dims_t pool_dims_pad_(int n, int c, int h, int w, int k, int s, int p)
+{
+    pool_dims_t d = {.n = n, .c = c, .h = h, .w = w, .k = k, .stride = s, .pad = p};
+    d.oh = (h + 2 * p - k) / s + 1;
+    d.ow = (w + 2 * p - k) / s + 1;
+    return d;
+}
+
 static inline pool_dims_t pool_dims_(int n, int c, int h, int w, int k, int s)
 {
-    pool_dims_t d = {.n = n, .c = c, .h = h, .w = w, .k = k, .stride = s};
-    d.oh = (h - k) / s + 1;
-    d.ow = (w - k) / s + 1;
-    return d;
+    return pool_dims_pad_(n, c, h, w, k, s, 0);
 }
 
 static inline conv_dims_t conv_dims_(int n, int c, int h, int w, int oc, int k, int s, int p)

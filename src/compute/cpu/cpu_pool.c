@@ -1,7 +1,8 @@
 /* cpu_pool.c -- pooling in the CPU backend (as cuda/pool.cu): max pooling
- * with its argmax (2x2 stride-2 windows, the common case, on a branch-free
- * SSE2 path, four windows at a time), average pooling (square windows, no
- * padding, floor mode) and the global average pool, forward and backward. */
+ * with its argmax and -inf padding (2x2 stride-2 windows without padding,
+ * the common case, on a branch-free SSE2 path, four windows at a time),
+ * average pooling (square windows, no padding, floor mode) and the global
+ * average pool, forward and backward. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,12 +98,16 @@ static void maxpool2_plane_(const pool_dims_t *d, const float *xp, float *yp, in
 
 /* Max over each window; argmax is the index in the input plane (iy*w + ix)
  * of the first maximum in row-major window order; a NaN wins (PyTorch CPU;
- * of several NaNs the last). */
+ * of several NaNs the last).  Padding is -inf (PyTorch): the scan covers
+ * the window's cells inside the plane, starting from -inf at the first of
+ * them, so a padded cell never wins and a window of -infs has its first
+ * cell as argmax.  A window with no cell inside (pad >= k; compute.h):
+ * -inf and argmax -1. */
 void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int32_t *argmax)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
     const size_t ohw = (size_t)d->oh * d->ow;
-    if (d->k == 2 && d->stride == 2) {
+    if (d->k == 2 && d->stride == 2 && d->pad == 0) {
         for (size_t pl = 0; pl < planes; pl++)
             maxpool2_plane_(d, x + pl * hw, y + pl * ohw, argmax + pl * ohw);
         return;
@@ -113,11 +118,15 @@ void cpu_maxpool_fwd(const pool_dims_t *d, const float *x, float *y, int32_t *ar
         int32_t *ap = argmax + pl * ohw;
         for (int oy = 0; oy < d->oh; oy++)
             for (int ox = 0; ox < d->ow; ox++) {
-                int y0 = oy * d->stride, x0 = ox * d->stride;
-                int best = y0 * d->w + x0;
-                float bv = xp[best];
-                for (int ky = 0; ky < d->k; ky++)
-                    for (int kx = 0; kx < d->k; kx++) {
+                /* the window's top-left corner, maybe in the padding, and
+                 * its cells inside the plane: ky in [ky0, ky1), kx in [kx0, kx1) */
+                const int y0 = oy * d->stride - d->pad, x0 = ox * d->stride - d->pad;
+                const int ky0 = MAX(-y0, 0), ky1 = MIN(d->k, d->h - y0);
+                const int kx0 = MAX(-x0, 0), kx1 = MIN(d->k, d->w - x0);
+                int best = ky0 < ky1 && kx0 < kx1 ? (y0 + ky0) * d->w + x0 + kx0 : -1;
+                float bv = -INFINITY;
+                for (int ky = ky0; ky < ky1; ky++)
+                    for (int kx = kx0; kx < kx1; kx++) {
                         int idx = (y0 + ky) * d->w + x0 + kx;
                         float v = xp[idx];
                         if (v > bv || isnan(v)) {
@@ -191,11 +200,13 @@ static void maxpool2_bwd_plane_(const pool_dims_t *d, const float *dyp, const in
     if (d->h > 2 * d->oh) memset(dxp + (size_t)(d->h - 1) * w, 0, (size_t)w * sizeof *dxp);
 }
 
+/* dx = the sum of dy onto zero at each window's argmax, in window order
+ * (argmax indexes the unpadded plane: padding needs nothing here). */
 void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argmax, float *dx)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
     const size_t ohw = (size_t)d->oh * d->ow;
-    if (d->k == 2 && d->stride == 2) {
+    if (d->k == 2 && d->stride == 2 && d->pad == 0) {
         for (size_t pl = 0; pl < planes; pl++)
             maxpool2_bwd_plane_(d, dy + pl * ohw, argmax + pl * ohw, dx + pl * hw);
         return;
@@ -205,10 +216,12 @@ void cpu_maxpool_bwd(const pool_dims_t *d, const float *dy, const int32_t *argma
         float *dxp = dx + pl * hw;
         const float *dyp = dy + pl * ohw;
         const int32_t *ap = argmax + pl * ohw;
-        for (size_t o = 0; o < ohw; o++) dxp[ap[o]] += dyp[o];
+        for (size_t o = 0; o < ohw; o++)
+            if (ap[o] >= 0) dxp[ap[o]] += dyp[o]; /* -1: a window of padding only */
     }
 }
 
+/* Average pooling has no padding (pool_dims_t: d->pad is 0). */
 void cpu_avgpool_fwd(const pool_dims_t *d, const float *x, float *y)
 {
     const size_t planes = (size_t)d->n * d->c, hw = (size_t)d->h * d->w;
