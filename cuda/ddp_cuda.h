@@ -138,6 +138,7 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
                          double count, float *dx);
 
 /* ---- elementwise, dropout, casts (elementwise.cu) ----------------------- */
+int ddp_cuda_add(size_t count, const float *a, const float *b, float *y);
 int ddp_cuda_relu_fwd(size_t count, const float *x, float *y);
 int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx);
 int ddp_cuda_gelu_fwd(size_t count, const float *x, float *y);

@@ -1,18 +1,19 @@
-// elementwise.cu -- the elementwise launchers of ddp_cuda.h: ReLU and GELU
-// (erf form) forward and backward, dropout forward and backward, scale, and
-// the 16-bit casts of gradient compression.
+// elementwise.cu -- the elementwise launchers of ddp_cuda.h: the sum of two
+// tensors (residual connections), ReLU and GELU (erf form) forward and
+// backward, dropout forward and backward, scale, and the 16-bit casts of
+// gradient compression.
 //
 // Every kernel is a grid-stride loop over ddp_blocks_for(count) blocks of
 // kDdpThreads threads, computing each element with the same float
 // operations as the CPU backend (src/compute/cpu/cpu_elementwise.c):
-//   - ReLU, scale, the casts and dropout give the CPU's bits: the casts are
-//     half.h's functions and the dropout mask is rng.h's Philox draw, both
-//     compiled for the device (DDP_HD), so CPU and GPU keep the same
-//     elements (keyed by seed, step, layer, global sample, element);
+//   - add, ReLU, scale, the casts and dropout give the CPU's bits: the
+//     casts are half.h's functions and the dropout mask is rng.h's Philox
+//     draw, both compiled for the device (DDP_HD), so CPU and GPU keep the
+//     same elements (keyed by seed, step, layer, global sample, element);
 //   - GELU calls the device's erff/expf, which differ from the host's by a
 //     few ulp at most.
-// In place (y == x, dx == dy) is fine: each element is read, then written,
-// by one thread.
+// In place (y == x, dx == dy; y == a or b) is fine: each element is read,
+// then written, by one thread.
 #include "ddp_cuda_rt.h"
 
 #include <math.h>
@@ -22,6 +23,13 @@
 
 namespace
 {
+
+__global__ void add_k(size_t count, const float *a, const float *b, float *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = a[i] + b[i];
+}
 
 // NaN passes through (PyTorch)
 __global__ void relu_fwd_k(size_t count, const float *x, float *y)
@@ -127,6 +135,14 @@ int dropout_apply(int n, size_t features, const float *in, float *out, float p, 
 }
 
 } // namespace
+
+extern "C" int ddp_cuda_add(size_t count, const float *a, const float *b, float *y)
+{
+    if (count == 0) return 0;
+    DDP_LAUNCH(add_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, a, b, y);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
 
 extern "C" int ddp_cuda_relu_fwd(size_t count, const float *x, float *y)
 {

@@ -32,21 +32,22 @@ static ddp_status_t builtin_failed_ = DDP_OK; /* a builtin refused at registrati
 /* The ops every backend must have (compute.h lists the optional ones). */
 #define REQUIRED(f) OPS_FIELD(compute_ops_t, f)
 static const ops_field_t required_[] = {
-    REQUIRED(init),          REQUIRED(alloc),          REQUIRED(free),
-    REQUIRED(upload),        REQUIRED(download),       REQUIRED(copy),
-    REQUIRED(zero),          REQUIRED(sync),           REQUIRED(upload_async),
-    REQUIRED(event_create),  REQUIRED(event_destroy),  REQUIRED(event_record),
-    REQUIRED(event_wait),    REQUIRED(linear_fwd),     REQUIRED(linear_bwd),
-    REQUIRED(conv_ws_bytes), REQUIRED(conv_fwd),       REQUIRED(conv_bwd),
-    REQUIRED(maxpool_fwd),   REQUIRED(maxpool_bwd),    REQUIRED(avgpool_fwd),
-    REQUIRED(avgpool_bwd),   REQUIRED(gap_fwd),        REQUIRED(gap_bwd),
-    REQUIRED(bn_stats),      REQUIRED(bn_finalize),    REQUIRED(bn_eval_params),
-    REQUIRED(bn_fwd),        REQUIRED(bn_bwd_stats),   REQUIRED(bn_bwd_data),
-    REQUIRED(relu_fwd),      REQUIRED(relu_bwd),       REQUIRED(gelu_fwd),
-    REQUIRED(gelu_bwd),      REQUIRED(dropout_fwd),    REQUIRED(dropout_bwd),
-    REQUIRED(xent),          REQUIRED(mse),            REQUIRED(sgd_step),
-    REQUIRED(adamw_step),    REQUIRED(scale),          REQUIRED(sumsq),
-    REQUIRED(all_finite),    REQUIRED(to_half),        REQUIRED(from_half),
+    REQUIRED(init),          REQUIRED(alloc),         REQUIRED(free),
+    REQUIRED(upload),        REQUIRED(download),      REQUIRED(copy),
+    REQUIRED(zero),          REQUIRED(sync),          REQUIRED(upload_async),
+    REQUIRED(event_create),  REQUIRED(event_destroy), REQUIRED(event_record),
+    REQUIRED(event_wait),    REQUIRED(linear_fwd),    REQUIRED(linear_bwd),
+    REQUIRED(conv_ws_bytes), REQUIRED(conv_fwd),      REQUIRED(conv_bwd),
+    REQUIRED(maxpool_fwd),   REQUIRED(maxpool_bwd),   REQUIRED(avgpool_fwd),
+    REQUIRED(avgpool_bwd),   REQUIRED(gap_fwd),       REQUIRED(gap_bwd),
+    REQUIRED(bn_stats),      REQUIRED(bn_finalize),   REQUIRED(bn_eval_params),
+    REQUIRED(bn_fwd),        REQUIRED(bn_bwd_stats),  REQUIRED(bn_bwd_data),
+    REQUIRED(add),           REQUIRED(relu_fwd),      REQUIRED(relu_bwd),
+    REQUIRED(gelu_fwd),      REQUIRED(gelu_bwd),      REQUIRED(dropout_fwd),
+    REQUIRED(dropout_bwd),   REQUIRED(xent),          REQUIRED(mse),
+    REQUIRED(sgd_step),      REQUIRED(adamw_step),    REQUIRED(scale),
+    REQUIRED(sumsq),         REQUIRED(all_finite),    REQUIRED(to_half),
+    REQUIRED(from_half),
 };
 
 static void builtins_(void);

@@ -210,6 +210,8 @@ typedef struct compute_ops {
                         float *dx);
 
     /* ---- elementwise ----------------------------------------------------- */
+    /* y = a + b (a residual connection); y may be a or b */
+    void (*add)(size_t count, const float *a, const float *b, float *y);
     void (*relu_fwd)(size_t count, const float *x, float *y);
     void (*relu_bwd)(size_t count, const float *x, const float *dy, float *dx);
     void (*gelu_fwd)(size_t count, const float *x, float *y); /* erf form */

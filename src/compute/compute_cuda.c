@@ -300,6 +300,11 @@ static void cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *
 
 /* ---- elementwise, losses, optimizers, reductions ------------------------------ */
 
+static void cuda_add(size_t count, const float *a, const float *b, float *y)
+{
+    cuda_rc_(ddp_cuda_add(count, a, b, y));
+}
+
 static void cuda_relu_fwd(size_t count, const float *x, float *y)
 {
     cuda_rc_(ddp_cuda_relu_fwd(count, x, y));
@@ -429,6 +434,7 @@ const compute_ops_t compute_cuda_ops = {
     .bn_fwd = cuda_bn_fwd,
     .bn_bwd_stats = cuda_bn_bwd_stats,
     .bn_bwd_data = cuda_bn_bwd_data,
+    .add = cuda_add,
     .relu_fwd = cuda_relu_fwd,
     .relu_bwd = cuda_relu_bwd,
     .gelu_fwd = cuda_gelu_fwd,

@@ -370,6 +370,13 @@ static void m_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy,
 
 /* ---- elementwise, losses, optimizers, reductions ------------------------------ */
 
+static void m_add(size_t count, const float *a, const float *b, float *y)
+{
+    begin_();
+    D->add(count, IN(a, count * F4), IN(b, count * F4), OUT(y, count * F4));
+    done_("add");
+}
+
 static void m_relu_fwd(size_t count, const float *x, float *y)
 {
     begin_();
@@ -526,6 +533,7 @@ static compute_ops_t mirror_ = {
     .bn_fwd = m_bn_fwd,
     .bn_bwd_stats = m_bn_bwd_stats,
     .bn_bwd_data = m_bn_bwd_data,
+    .add = m_add,
     .relu_fwd = m_relu_fwd,
     .relu_bwd = m_relu_bwd,
     .gelu_fwd = m_gelu_fwd,

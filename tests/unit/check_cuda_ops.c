@@ -14,6 +14,8 @@
  * at |r|; "abs" an absolute floor for results that cancel to near zero.
  *
  *   op              EMU            GPU             why
+ *   add             bits           bits, NaN       one addition (the device's NaNs
+ *                                  for NaN         carry no payload)
  *   relu fwd/bwd    bits           bits            a compare and a select
  *   dropout f/b     bits           bits            rng.h's Philox on both; one multiply
  *   scale           bits           bits            one multiply
@@ -219,6 +221,40 @@ START_TEST(relu_bits)
         }
         dfree_(dxd), dfree_(ddy), dfree_(dyd), dfree_(ddx);
         free(x), free(dy), free(y), free(dx), free(gy), free(gdx);
+    }
+}
+END_TEST
+
+START_TEST(add_bits)
+{
+    const size_t sizes[] = {0, 1, 257, LARGE};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const size_t n = sizes[s];
+        test_seed(15 + s);
+        float *a = special_vec_(n), *b = test_fvec(n, 4.0f);
+        float *y = hnew_(n * 4), *gy = hnew_(n * 4);
+        C->add(n, a, b, y);
+        float *ad = dput_(a, n * 4), *bd = dput_(b, n * 4), *yd = dput_(NULL, n * 4);
+        const float sentinel[4] = {42.0f, 42.0f, 42.0f, 42.0f};
+        if (n == 0) CU(ddp_cuda_upload(yd, sentinel, sizeof sentinel)); /* must stay */
+        CU(ddp_cuda_add(n, ad, bd, yd));
+        dget_(gy, yd, n * 4);
+        close_("add", gy, y, n, 0, 0, 1);
+        if (n == 0) {
+            float probe[4];
+            dget_(probe, yd, sizeof probe);
+            ck_assert(memcmp(probe, sentinel, sizeof probe) == 0);
+        }
+        /* in place: y == b, then y == a */
+        CU(ddp_cuda_add(n, ad, bd, bd));
+        dget_(gy, bd, n * 4);
+        close_("add in place (y == b)", gy, y, n, 0, 0, 1);
+        CU(ddp_cuda_upload(bd, b, n * 4));
+        CU(ddp_cuda_add(n, ad, bd, ad));
+        dget_(gy, ad, n * 4);
+        close_("add in place (y == a)", gy, y, n, 0, 0, 1);
+        dfree_(ad), dfree_(bd), dfree_(yd);
+        free(a), free(b), free(y), free(gy);
     }
 }
 END_TEST
@@ -1048,6 +1084,7 @@ Suite *test_suite(void)
     }
     Suite *s = suite_create("cuda_ops");
     TCase *t = tcase_create("elementwise");
+    tcase_add_test(t, add_bits);
     tcase_add_test(t, relu_bits);
     tcase_add_test(t, gelu_matches);
     tcase_add_test(t, dropout_bits);

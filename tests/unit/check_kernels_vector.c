@@ -1,6 +1,6 @@
 /* check_kernels_vector.c -- the compute backend's ops over flat vectors
- * against outside references (see check_kernels.c): relu and gelu (finite
- * differences), dropout's mask, cross-entropy and MSE (finite differences,
+ * against outside references (see check_kernels.c): add (the float sum),
+ * relu and gelu (finite differences), dropout's mask, cross-entropy and MSE (finite differences,
  * values, accuracy ties), the SGD and AdamW steps against their recurrences
  * in double, sum of squares, scale and the finite check, half and bfloat16
  * conversions, the memory ops, and the count == 0 contract. */
@@ -73,6 +73,30 @@ START_TEST(relu_gelu_gradients)
             B->relu_fwd(c.count, t, t);
         ck_assert_mem_eq(t, c.y, c.count * sizeof *t);
         free(c.x), free(c.y), free(c.wo), free(dx), free(t);
+    }
+}
+END_TEST
+
+/* y = a + b, the float sum element by element: lengths that fill no
+ * vector block, several and a tail, and in place (y == a, y == b) */
+START_TEST(add_sums)
+{
+    const size_t counts[] = {1, 15, 16, 77};
+    for (size_t s = 0; s < sizeof counts / sizeof *counts; s++) {
+        const size_t n = counts[s];
+        test_seed(75 + s);
+        float *a = test_fvec(n, 3), *b = test_fvec(n, 3), *y = fconst_(n, NAN);
+        float *want = fzero_(n), *t = fzero_(n);
+        for (size_t i = 0; i < n; i++) want[i] = a[i] + b[i];
+        B->add(n, a, b, y);
+        ck_assert_mem_eq(y, want, n * sizeof *y);
+        memcpy(t, a, n * sizeof *t);
+        B->add(n, t, b, t);
+        ck_assert_mem_eq(t, want, n * sizeof *t);
+        memcpy(t, b, n * sizeof *t);
+        B->add(n, a, t, t);
+        ck_assert_mem_eq(t, want, n * sizeof *t);
+        free(a), free(b), free(y), free(want), free(t);
     }
 }
 END_TEST
@@ -404,6 +428,7 @@ START_TEST(empty_counts)
 {
     float a[4] = {1, -2, 3, -4}, b[4] = {5, 5, 5, 5}, m[4] = {0}, v[4] = {0};
     uint16_t h[4] = {7, 7, 7, 7};
+    B->add(0, a, a, b);
     B->relu_fwd(0, a, b), B->relu_bwd(0, a, a, b), B->gelu_fwd(0, a, b), B->gelu_bwd(0, a, a, b);
     B->scale(0, b, 3.0f), B->to_half(0, a, h, 1), B->from_half(0, h, b, 0);
     B->sgd_step(0, b, a, m, 0.1f, 0.9f, 1, 0.1f, 1);
@@ -419,6 +444,7 @@ END_TEST
 void kernels_vector_tests(TCase *t, const compute_ops_t *backend)
 {
     B = backend;
+    tcase_add_test(t, add_sums);
     tcase_add_test(t, relu_gelu_gradients);
     tcase_add_test(t, dropout_mask);
     tcase_add_test(t, xent_gradients_and_values);

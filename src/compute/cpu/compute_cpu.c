@@ -148,6 +148,7 @@ const compute_ops_t compute_cpu_ops = {
     .bn_fwd = cpu_bn_fwd,
     .bn_bwd_stats = cpu_bn_bwd_stats,
     .bn_bwd_data = cpu_bn_bwd_data,
+    .add = cpu_add,
     .relu_fwd = cpu_relu_fwd,
     .relu_bwd = cpu_relu_bwd,
     .gelu_fwd = cpu_gelu_fwd,

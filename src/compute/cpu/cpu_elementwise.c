@@ -1,5 +1,6 @@
 /* cpu_elementwise.c -- the elementwise ops of the CPU backend (as
- * cuda/elementwise.cu): ReLU and GELU (erf form) forward and backward,
+ * cuda/elementwise.cu): the sum of two tensors (residual connections),
+ * ReLU and GELU (erf form) forward and backward,
  * dropout forward and backward (the keep decision is rng.h's Philox draw,
  * keyed by seed, step, layer, global sample and element), scale, and the
  * 16-bit casts of gradient compression (half.h). */
@@ -10,6 +11,20 @@
 #include "cpu_kernels.h"
 #include "half.h"
 #include "rng.h"
+
+/* y = a + b; in place (y == a or y == b) is fine */
+void cpu_add(size_t count, const float *a, const float *b, float *y)
+{
+    size_t i = 0;
+    for (; i + VB <= count; i += VB) {
+        float t[VB];
+        UNROLL_VB
+        for (int q = 0; q < VB; q++) t[q] = a[i + q] + b[i + q];
+        UNROLL_VB
+        for (int q = 0; q < VB; q++) y[i + q] = t[q];
+    }
+    for (; i < count; i++) y[i] = a[i] + b[i];
+}
 
 /* NaN passes through (PyTorch); in place is fine */
 void cpu_relu_fwd(size_t count, const float *x, float *y)
