@@ -17,4 +17,9 @@ static inline size_t act_numel(act_shape_t s)
     return (size_t)s.c * s.h * s.w;
 }
 
+static inline int act_same(act_shape_t a, act_shape_t b)
+{
+    return a.c == b.c && a.h == b.h && a.w == b.w && a.image == b.image;
+}
+
 #endif

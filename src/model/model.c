@@ -9,14 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "archs.h"
 #include "rng.h"
 
 #define BN_EPS      1e-5f
 #define BN_MOMENTUM 0.1f
 
 static const char *const spec_help =
-    "allowed layers: linear:OUT, conv:OUT:K[:STRIDE[:PAD]], maxpool:K[:STRIDE], "
-    "avgpool:K[:STRIDE], gap, bn, relu, gelu, dropout:P, flatten";
+    "allowed layers: linear:OUT, conv:OUT:K[:STRIDE[:PAD]][:nobias], maxpool:K[:STRIDE[:PAD]], "
+    "avgpool:K[:STRIDE], gap, bn, relu, gelu, dropout:P, flatten; res(LAYER,...) for a residual "
+    "block; NAME=LAYER to name one; or a named architecture: resnet20 ... resnet152 (docs/usage.md, \"Model spec\")";
 
 /* ---- spec parsing -------------------------------------------------------- */
 
@@ -26,8 +28,19 @@ typedef struct spec_layer {
     int a[4]; /* numeric arguments */
     int nargs;
     int auto_out; /* linear:auto */
+    int nobias;   /* conv:...:nobias */
     float p;
 } spec_layer_t;
+
+/* The parsed spec: layers, and the two ends of each residual block, with
+ * the name of every layer and block. */
+typedef enum { ITEM_LAYER, ITEM_BLOCK_BEGIN, ITEM_BLOCK_END } item_mark_t;
+typedef struct spec_item {
+    item_mark_t mark;
+    spec_layer_t l;             /* ITEM_LAYER */
+    char name[LAYER_NAME_MAX];  /* layer or block name */
+    int item;                   /* position of the top-level item it belongs to */
+} spec_item_t;
 
 static ddp_status_t spec_err_(int idx, const char *tok, const char *fmt, const char *detail)
 {
@@ -45,7 +58,7 @@ static ddp_status_t parse_token_(int idx, const char *tok, spec_layer_t *s)
         int min_args, max_args;
     } kinds[] = {
         {"linear", LAYER_LINEAR, 1, 1},   {"conv", LAYER_CONV, 2, 4},
-        {"maxpool", LAYER_MAXPOOL, 1, 2}, {"avgpool", LAYER_AVGPOOL, 1, 2},
+        {"maxpool", LAYER_MAXPOOL, 1, 3}, {"avgpool", LAYER_AVGPOOL, 1, 2},
         {"gap", LAYER_GAP, 0, 0},         {"bn", LAYER_BN, 0, 0},
         {"relu", LAYER_RELU, 0, 0},       {"gelu", LAYER_GELU, 0, 0},
         {"dropout", LAYER_DROPOUT, 1, 1}, {"flatten", LAYER_FLATTEN, 0, 0},
@@ -64,6 +77,10 @@ static ddp_status_t parse_token_(int idx, const char *tok, spec_layer_t *s)
     s->kind = kinds[k].kind;
     char *arg;
     while ((arg = strtok_r(NULL, ":", &save)) != NULL) {
+        if (s->kind == LAYER_CONV && strcmp(arg, "nobias") == 0 && !s->nobias) {
+            s->nobias = 1; /* not an argument: any position after conv */
+            continue;
+        }
         if (s->nargs >= kinds[k].max_args)
             return spec_err_(idx, tok, "too many arguments for %s", name);
         char *end;
@@ -76,7 +93,8 @@ static ddp_status_t parse_token_(int idx, const char *tok, spec_layer_t *s)
             s->auto_out = 1;
         } else {
             long v = strtol(arg, &end, 10);
-            int allow_zero = s->kind == LAYER_CONV && s->nargs == 3; /* padding */
+            int allow_zero = (s->kind == LAYER_CONV && s->nargs == 3) ||
+                             (s->kind == LAYER_MAXPOOL && s->nargs == 2); /* padding */
             if (*end || end == arg || v < (allow_zero ? 0 : 1) || v > (1 << 24))
                 return spec_err_(idx, tok, "argument '%s' must be a positive integer", arg);
             s->a[s->nargs] = (int)v;
@@ -85,6 +103,122 @@ static ddp_status_t parse_token_(int idx, const char *tok, spec_layer_t *s)
     }
     if (s->nargs < kinds[k].min_args) return spec_err_(idx, tok, "%s needs more arguments", name);
     return DDP_OK;
+}
+
+/* A name given in the spec: letters, digits, '_' and '.', not empty. */
+static int name_char_(char c)
+{
+    return isalnum((unsigned char)c) || c == '_' || c == '.';
+}
+
+static ddp_status_t structure_err_(const char *what, const char *at)
+{
+    return ddp_fail(DDP_ERR_USAGE, "--model: %s at '%.24s%s'; %s", what, at,
+                    strlen(at) > 24 ? "..." : "", spec_help);
+}
+
+typedef struct spec_list {
+    spec_item_t *it;
+    int n, cap;
+} spec_list_t;
+
+static spec_item_t *push_(spec_list_t *l)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        spec_item_t *p = realloc(l->it, (size_t)cap * sizeof *p);
+        if (!p) return NULL;
+        l->it = p;
+        l->cap = cap;
+    }
+    memset(&l->it[l->n], 0, sizeof l->it[0]);
+    return &l->it[l->n++];
+}
+
+/* Parse the items of a spec (depth 0) or of a block's res(...) (depth 1,
+ * `block` its name) from *p; at depth 1 stops before the closing ')'.
+ * Names: NAME=item, else layers.<i> (depth 0) or <block>.body.<j>; inside
+ * a block a given name is prefixed by the block's. */
+static ddp_status_t parse_items_(const char **p, int depth, const char *block, spec_list_t *l)
+{
+    for (int pos = 0;; pos++) {
+        const char *q = *p;
+        while (isspace((unsigned char)*q)) q++;
+        const char *start = q;
+        if (depth > 0 && pos == 0 && *q == ')')
+            return structure_err_("a residual block needs at least one layer", q);
+        char given[LAYER_NAME_MAX] = "";
+        const char *e = q;
+        while (name_char_(*e)) e++;
+        if (*e == '=' && e > q) {
+            if ((size_t)(e - q) >= sizeof given - (depth ? strlen(block) + 1 : 0))
+                return structure_err_("the name is too long", q);
+            snprintf(given, sizeof given, "%.*s", (int)(e - q), q);
+            q = e + 1;
+        } else if (*e == '=') {
+            return structure_err_("a name before '=' is empty or has a character other than "
+                                  "letters, digits, '_' and '.'", start);
+        }
+        char name[LAYER_NAME_MAX];
+        if (depth == 0 && given[0])
+            snprintf(name, sizeof name, "%s", given);
+        else if (depth == 0)
+            snprintf(name, sizeof name, "layers.%d", pos);
+        else if (given[0])
+            snprintf(name, sizeof name, "%s.%s", block, given);
+        else if (snprintf(name, sizeof name, "%s.body.%d", block, pos) >= (int)sizeof name)
+            return structure_err_("the block's name is too long for its layers' names", start);
+        int item = depth ? l->it[l->n - 1].item : pos; /* the block's, inside one */
+        if (strncmp(q, "res(", 4) == 0) {
+            if (depth > 0) return structure_err_("residual blocks do not nest", q);
+            spec_item_t *b = push_(l);
+            if (!b) return ddp_fail(DDP_ERR_NOMEM, "out of memory parsing --model");
+            b->mark = ITEM_BLOCK_BEGIN;
+            b->item = pos;
+            snprintf(b->name, sizeof b->name, "%s", name);
+            const char *inner = q + 4;
+            DDP_TRY(parse_items_(&inner, 1, name, l));
+            if (*inner != ')') return structure_err_("res( has no closing ')'", q);
+            if (l->it[l->n - 1].mark == ITEM_BLOCK_BEGIN)
+                return structure_err_("a residual block needs at least one layer", q);
+            spec_item_t *end = push_(l);
+            if (!end) return ddp_fail(DDP_ERR_NOMEM, "out of memory parsing --model");
+            end->mark = ITEM_BLOCK_END;
+            end->item = pos;
+            snprintf(end->name, sizeof end->name, "%s", name);
+            q = inner + 1;
+        } else {
+            size_t len = strcspn(q, ",()");
+            if (q[len] == '(') return structure_err_("'(' belongs only after res", q);
+            char tok[64];
+            if (len >= sizeof tok) return structure_err_("layer token too long", q);
+            snprintf(tok, sizeof tok, "%.*s", (int)len, q);
+            char *t = tok;
+            for (char *te = t + strlen(t); te > t && isspace((unsigned char)te[-1]);) *--te = '\0';
+            spec_item_t *it = push_(l);
+            if (!it) return ddp_fail(DDP_ERR_NOMEM, "out of memory parsing --model");
+            it->mark = ITEM_LAYER;
+            it->item = item;
+            snprintf(it->name, sizeof it->name, "%s", name);
+            DDP_TRY(parse_token_(l->n - 1, t, &it->l));
+            q += len;
+        }
+        while (isspace((unsigned char)*q)) q++;
+        *p = q;
+        if (*q == ',') {
+            *p = q + 1;
+            continue;
+        }
+        if (*q == ')') {
+            if (depth == 0) return structure_err_("')' without its res(", q);
+            return DDP_OK;
+        }
+        if (*q == '\0') {
+            if (depth > 0) return structure_err_("res( has no closing ')'", start);
+            return DDP_OK;
+        }
+        return structure_err_("expected ',' between layers", q);
+    }
 }
 
 /* ---- layout ---------------------------------------------------------------- */
@@ -107,7 +241,7 @@ static int add_tensor_(builder_t *b, int layer, const char *suffix, tensor_kind_
     }
     tensor_t *t = &m->tensors[m->ntensors];
     memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "layers.%d.%s", m->layers[layer].index, suffix);
+    snprintf(t->name, sizeof t->name, "%s.%s", m->layers[layer].name, suffix);
     t->kind = kind;
     t->ndim = ndim;
     t->numel = 1;
@@ -120,110 +254,201 @@ static int add_tensor_(builder_t *b, int layer, const char *suffix, tensor_kind_
     return m->ntensors++;
 }
 
-/* Shapes: infer every layer's output from its input; create its tensors. */
-static ddp_status_t infer_(builder_t *b, const spec_layer_t *sl, int nspec, const model_opts_t *o)
+static void shape_txt_(act_shape_t a, char *txt, size_t n)
+{
+    if (a.image)
+        snprintf(txt, n, "[%d, %d, %d]", a.c, a.h, a.w);
+    else
+        snprintf(txt, n, "[%d] features", a.c);
+}
+
+/* Layer L (its kind, index, src and name set) from its spec on input `in`:
+ * its output shape and its tensors. */
+static ddp_status_t infer_layer_(builder_t *b, layer_t *L, const spec_layer_t *s, act_shape_t in,
+                                 const model_opts_t *o)
+{
+    act_shape_t out = in;
+    char shape_txt[64];
+    shape_txt_(in, shape_txt, sizeof shape_txt);
+    switch (s->kind) {
+    case LAYER_LINEAR: {
+        int fin = (int)act_numel(in); /* implicit flatten of images */
+        int fout = s->auto_out ? o->outputs : s->a[0];
+        if (fout < 1)
+            return spec_err_(L->index, s->token, "%s",
+                             "'auto' needs the number of outputs of the data");
+        in = (act_shape_t){fin, 1, 1, 0};
+        out = (act_shape_t){fout, 1, 1, 0};
+        int ws[2] = {fout, fin}, bs[1] = {fout};
+        L->weight = add_tensor_(b, L->index, "weight", TENSOR_PARAM, 2, ws);
+        L->bias = add_tensor_(b, L->index, "bias", TENSOR_PARAM, 1, bs);
+        break;
+    }
+    case LAYER_CONV: {
+        if (!in.image)
+            return spec_err_(L->index, s->token, "conv needs image input [C, H, W], got %s",
+                             shape_txt);
+        L->k = s->a[1];
+        L->stride = s->nargs > 2 ? s->a[2] : 1;
+        L->pad = s->nargs > 3 ? s->a[3] : 0;
+        int oh = (in.h + 2 * L->pad - L->k) / L->stride + 1;
+        int ow = (in.w + 2 * L->pad - L->k) / L->stride + 1;
+        if (in.h + 2 * L->pad < L->k || in.w + 2 * L->pad < L->k || oh < 1 || ow < 1)
+            return spec_err_(L->index, s->token, "kernel larger than the (padded) input %s",
+                             shape_txt);
+        out = (act_shape_t){s->a[0], oh, ow, 1};
+        int ws[4] = {s->a[0], in.c, L->k, L->k}, bs[1] = {s->a[0]};
+        L->weight = add_tensor_(b, L->index, "weight", TENSOR_PARAM, 4, ws);
+        if (!s->nobias) L->bias = add_tensor_(b, L->index, "bias", TENSOR_PARAM, 1, bs);
+        break;
+    }
+    case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL: {
+        if (!in.image)
+            return spec_err_(L->index, s->token, "pooling needs image input [C, H, W], got %s",
+                             shape_txt);
+        L->k = s->a[0];
+        L->stride = s->nargs > 1 ? s->a[1] : L->k;
+        L->pad = s->nargs > 2 ? s->a[2] : 0;
+        if (2 * L->pad > L->k)
+            return spec_err_(L->index, s->token, "%s",
+                             "the padding must be at most half the window (as PyTorch's)");
+        if (in.h + 2 * L->pad < L->k || in.w + 2 * L->pad < L->k)
+            return spec_err_(L->index, s->token, "window larger than the input %s", shape_txt);
+        out = (act_shape_t){in.c, (in.h + 2 * L->pad - L->k) / L->stride + 1,
+                            (in.w + 2 * L->pad - L->k) / L->stride + 1, 1};
+        break;
+    }
+    case LAYER_GAP:
+        if (!in.image)
+            return spec_err_(L->index, s->token, "gap needs image input [C, H, W], got %s", shape_txt);
+        out = (act_shape_t){in.c, 1, 1, 0};
+        break;
+    case LAYER_BN: {
+        int cs[1] = {in.c}, none[1] = {0};
+        L->weight = add_tensor_(b, L->index, "weight", TENSOR_PARAM, 1, cs);
+        L->bias = add_tensor_(b, L->index, "bias", TENSOR_PARAM, 1, cs);
+        L->running_mean = add_tensor_(b, L->index, "running_mean", TENSOR_BUFFER, 1, cs);
+        L->running_var = add_tensor_(b, L->index, "running_var", TENSOR_BUFFER, 1, cs);
+        L->num_batches = add_tensor_(b, L->index, "num_batches_tracked", TENSOR_COUNTER, 0, none);
+        break;
+    }
+    case LAYER_FLATTEN: out = (act_shape_t){(int)act_numel(in), 1, 1, 0}; break;
+    case LAYER_DROPOUT: L->p = s->p; break;
+    case LAYER_RELU:
+    case LAYER_GELU:
+    case LAYER_ADD: break;
+    }
+    if (b->m->ntensors > 0 && b->m->tensors == NULL)
+        return ddp_fail(DDP_ERR_NOMEM, "out of memory building the model");
+    L->in = in;
+    L->out = out;
+    return DDP_OK;
+}
+
+static layer_t *new_layer_(model_t *m, layer_kind_t kind, int src, int item, const char *name,
+                           const char *token)
+{
+    layer_t *L = &m->layers[m->nlayers];
+    memset(L, 0, sizeof *L);
+    L->kind = kind;
+    L->index = m->nlayers++;
+    L->item = item;
+    L->src = src;
+    L->skip = -1;
+    snprintf(L->name, sizeof L->name, "%s", name);
+    snprintf(L->token, sizeof L->token, "%s", token);
+    L->weight = L->bias = L->running_mean = L->running_var = L->num_batches = -1;
+    return L;
+}
+
+/* The end of a residual block that began at `bsrc` (its input, of shape
+ * bin): the projection where the path changed the shape, then the add. */
+static ddp_status_t close_block_(builder_t *b, const spec_item_t *end, int bsrc, act_shape_t bin,
+                                 const model_opts_t *o)
 {
     model_t *m = b->m;
-    act_shape_t cur = o->input;
-    for (int i = 0; i < nspec; i++) {
-        layer_t *L = &m->layers[i];
-        const spec_layer_t *s = &sl[i];
-        memset(L, 0, sizeof *L);
-        L->kind = s->kind;
-        L->index = i;
-        strcpy(L->token, s->token);
-        L->weight = L->bias = L->running_mean = L->running_var = L->num_batches = -1;
-        act_shape_t in = cur, out = cur;
-        char shape_txt[64];
-        if (in.image)
-            snprintf(shape_txt, sizeof shape_txt, "[%d, %d, %d]", in.c, in.h, in.w);
-        else
-            snprintf(shape_txt, sizeof shape_txt, "[%d] features", in.c);
-        switch (s->kind) {
-        case LAYER_LINEAR: {
-            int fin = (int)act_numel(in); /* implicit flatten of images */
-            int fout = s->auto_out ? o->outputs : s->a[0];
-            if (fout < 1)
-                return spec_err_(i, s->token, "%s",
-                                 "'auto' needs the number of outputs of the data");
-            in = (act_shape_t){fin, 1, 1, 0};
-            out = (act_shape_t){fout, 1, 1, 0};
-            int ws[2] = {fout, fin}, bs[1] = {fout};
-            L->weight = add_tensor_(b, i, "weight", TENSOR_PARAM, 2, ws);
-            L->bias = add_tensor_(b, i, "bias", TENSOR_PARAM, 1, bs);
-            break;
+    const layer_t *last = &m->layers[m->nlayers - 1];
+    act_shape_t mout = last->out;
+    int skip = bsrc;
+    char bt[64], mt[64];
+    shape_txt_(bin, bt, sizeof bt);
+    shape_txt_(mout, mt, sizeof mt);
+    if (!act_same(bin, mout)) {
+        int stride = 0;
+        for (int st = 1; bin.image && mout.image && st <= bin.h && !stride; st++)
+            if ((bin.h - 1) / st + 1 == mout.h && (bin.w - 1) / st + 1 == mout.w) stride = st;
+        if (!stride)
+            return ddp_fail(DDP_ERR_USAGE,
+                            "--model: residual block %s turns its input %s into %s, which no 1x1 "
+                            "convolution with a stride can match for the skip connection; give "
+                            "its layers an output of the input's shape, or of its shape with "
+                            "other channels and the height and width divided by a stride",
+                            end->name, bt, mt);
+        char name[LAYER_NAME_MAX], tok[40];
+        spec_layer_t sc = {.kind = LAYER_CONV, .nargs = 4, .a = {mout.c, 1, stride, 0}, .nobias = 1};
+        snprintf(tok, sizeof tok, "conv:%d:1:%d:0:nobias", mout.c, stride);
+        snprintf(sc.token, sizeof sc.token, "%s", tok);
+        if (snprintf(name, sizeof name, "%s.downsample.0", end->name) >= (int)sizeof name)
+            return ddp_fail(DDP_ERR_USAGE, "--model: block name %s is too long", end->name);
+        layer_t *P = new_layer_(m, LAYER_CONV, bsrc, end->item, name, tok);
+        DDP_TRY(infer_layer_(b, P, &sc, bin, o));
+        spec_layer_t sb = {.kind = LAYER_BN, .token = "bn"};
+        if (snprintf(name, sizeof name, "%s.downsample.1", end->name) >= (int)sizeof name)
+            return ddp_fail(DDP_ERR_USAGE, "--model: block name %s is too long", end->name);
+        layer_t *N = new_layer_(m, LAYER_BN, P->index, end->item, name, "bn");
+        DDP_TRY(infer_layer_(b, N, &sb, P->out, o));
+        skip = N->index;
+    }
+    spec_layer_t sa = {.kind = LAYER_ADD, .token = "add"};
+    layer_t *A = new_layer_(m, LAYER_ADD, last->index, end->item, end->name, "add");
+    A->skip = skip;
+    return infer_layer_(b, A, &sa, mout, o);
+}
+
+/* The layers of the parsed spec, in order: every layer's output from its
+ * input, its tensors; a block's layers read the block's input, and at its
+ * end come its projection and the add. */
+static ddp_status_t infer_(builder_t *b, const spec_list_t *l, const model_opts_t *o)
+{
+    model_t *m = b->m;
+    act_shape_t cur = o->input, bin = o->input;
+    int cur_src = -1, bsrc = -1;
+    for (int i = 0; i < l->n; i++) {
+        const spec_item_t *it = &l->it[i];
+        if (it->mark == ITEM_BLOCK_BEGIN) {
+            bin = cur;
+            bsrc = cur_src;
+            continue;
         }
-        case LAYER_CONV: {
-            if (!in.image)
-                return spec_err_(i, s->token, "conv needs image input [C, H, W], got %s",
-                                 shape_txt);
-            L->k = s->a[1];
-            L->stride = s->nargs > 2 ? s->a[2] : 1;
-            L->pad = s->nargs > 3 ? s->a[3] : 0;
-            int oh = (in.h + 2 * L->pad - L->k) / L->stride + 1;
-            int ow = (in.w + 2 * L->pad - L->k) / L->stride + 1;
-            if (in.h + 2 * L->pad < L->k || in.w + 2 * L->pad < L->k || oh < 1 || ow < 1)
-                return spec_err_(i, s->token, "kernel larger than the (padded) input %s",
-                                 shape_txt);
-            out = (act_shape_t){s->a[0], oh, ow, 1};
-            int ws[4] = {s->a[0], in.c, L->k, L->k}, bs[1] = {s->a[0]};
-            L->weight = add_tensor_(b, i, "weight", TENSOR_PARAM, 4, ws);
-            L->bias = add_tensor_(b, i, "bias", TENSOR_PARAM, 1, bs);
-            break;
+        if (it->mark == ITEM_BLOCK_END) {
+            DDP_TRY(close_block_(b, it, bsrc, bin, o));
+        } else {
+            layer_t *L = new_layer_(m, it->l.kind, cur_src, it->item, it->name, it->l.token);
+            DDP_TRY(infer_layer_(b, L, &it->l, cur, o));
         }
-        case LAYER_MAXPOOL:
-        case LAYER_AVGPOOL: {
-            if (!in.image)
-                return spec_err_(i, s->token, "pooling needs image input [C, H, W], got %s",
-                                 shape_txt);
-            L->k = s->a[0];
-            L->stride = s->nargs > 1 ? s->a[1] : L->k;
-            if (in.h < L->k || in.w < L->k)
-                return spec_err_(i, s->token, "window larger than the input %s", shape_txt);
-            out = (act_shape_t){in.c, (in.h - L->k) / L->stride + 1, (in.w - L->k) / L->stride + 1,
-                                1};
-            break;
-        }
-        case LAYER_GAP:
-            if (!in.image)
-                return spec_err_(i, s->token, "gap needs image input [C, H, W], got %s", shape_txt);
-            out = (act_shape_t){in.c, 1, 1, 0};
-            break;
-        case LAYER_BN: {
-            int cs[1] = {in.c}, none[1] = {0};
-            L->weight = add_tensor_(b, i, "weight", TENSOR_PARAM, 1, cs);
-            L->bias = add_tensor_(b, i, "bias", TENSOR_PARAM, 1, cs);
-            L->running_mean = add_tensor_(b, i, "running_mean", TENSOR_BUFFER, 1, cs);
-            L->running_var = add_tensor_(b, i, "running_var", TENSOR_BUFFER, 1, cs);
-            L->num_batches = add_tensor_(b, i, "num_batches_tracked", TENSOR_COUNTER, 0, none);
-            break;
-        }
-        case LAYER_FLATTEN: out = (act_shape_t){(int)act_numel(in), 1, 1, 0}; break;
-        case LAYER_DROPOUT: L->p = s->p; break;
-        case LAYER_RELU:
-        case LAYER_GELU: break;
-        }
-        if (m->ntensors > 0 && m->tensors == NULL)
-            return ddp_fail(DDP_ERR_NOMEM, "out of memory building the model");
-        L->in = in;
-        L->out = out;
-        cur = out;
+        cur = m->layers[m->nlayers - 1].out;
+        cur_src = m->nlayers - 1;
     }
     return DDP_OK;
 }
 
-/* Is tensor t named by the --freeze list?  Entries are tensor names or
- * "layers.<i>" for all parameters of a layer. */
-static int frozen_by_(const char *list, const tensor_t *t, const layer_t *L)
+/* Does --freeze entry p[0, len) name tensor t: its name, or a prefix of
+ * it that ends at a '.' (layers.0, layer1, layer1.0.bn1)? */
+static int entry_names_(const char *p, size_t len, const char *tname)
 {
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "layers.%d", L->index);
+    return len > 0 && strncmp(p, tname, len) == 0 && (tname[len] == '\0' || tname[len] == '.');
+}
+
+/* Is tensor t named by the --freeze list?  Entries are tensor names or
+ * the names of layers or blocks (layers.<i>, layer1.0) for all their
+ * parameters. */
+static int frozen_by_(const char *list, const tensor_t *t)
+{
     const char *p = list;
     while (*p) {
         size_t len = strcspn(p, ",");
-        if ((len == strlen(t->name) && strncmp(p, t->name, len) == 0) ||
-            (len == strlen(prefix) && strncmp(p, prefix, len) == 0))
-            return 1;
+        if (entry_names_(p, len, t->name)) return 1;
         p += len;
         if (*p == ',') p++;
     }
@@ -236,20 +461,14 @@ static ddp_status_t check_freeze_list_(const model_t *m, const char *list)
     while (*p) {
         size_t len = strcspn(p, ",");
         int found = 0;
-        for (int t = 0; t < m->ntensors && !found; t++) {
-            const tensor_t *T = &m->tensors[t];
-            char prefix[32];
-            snprintf(prefix, sizeof prefix, "layers.%d", m->layers[T->layer].index);
-            if (T->kind == TENSOR_PARAM &&
-                ((len == strlen(T->name) && strncmp(p, T->name, len) == 0) ||
-                 (len == strlen(prefix) && strncmp(p, prefix, len) == 0)))
-                found = 1;
-        }
+        for (int t = 0; t < m->ntensors && !found; t++)
+            found = m->tensors[t].kind == TENSOR_PARAM && entry_names_(p, len, m->tensors[t].name);
         if (!found && len > 0)
             return ddp_fail(DDP_ERR_USAGE,
                             "--freeze: '%.*s' names no parameter of the model "
-                            "(use names like layers.0.weight or layers.0)",
-                            (int)len, p);
+                            "(use names like %s or %s)",
+                            (int)len, p, m->ntensors ? m->tensors[0].name : "layers.0.weight",
+                            m->ntensors ? m->layers[m->tensors[0].layer].name : "layers.0");
         p += len;
         if (*p == ',') p++;
     }
@@ -266,7 +485,7 @@ static ddp_status_t layout_(model_t *m, const model_opts_t *o)
         tensor_t *T = &m->tensors[t];
         if (T->kind != TENSOR_PARAM) continue;
         nparam++;
-        T->frozen = o->freeze && o->freeze[0] && frozen_by_(o->freeze, T, &m->layers[T->layer]);
+        T->frozen = o->freeze && o->freeze[0] && frozen_by_(o->freeze, T);
     }
     if (o->freeze && o->freeze[0]) DDP_TRY(check_freeze_list_(m, o->freeze));
     m->buckets = calloc((size_t)(nparam ? nparam : 1), sizeof *m->buckets);
@@ -408,7 +627,7 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
             L->stats = dev_alloc_(m, (size_t)2 * L->in.c * sizeof(double), &s, L->token);
         }
     }
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < m->ndact; k++)
         m->dact[k] =
             dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
     if (ws) m->conv_ws = dev_alloc_(m, ws, &s, "convolution workspace");
@@ -459,7 +678,8 @@ size_t model_act_bytes_at(const model_t *m, int batch)
         if (L->kind != LAYER_FLATTEN) bytes += B * outn * sizeof(float);
         if (L->kind == LAYER_MAXPOOL) bytes += B * outn * sizeof(int32_t);
     }
-    return bytes + 2 * B * model_max_act(m) * sizeof(float) + model_conv_ws_bytes(m, batch);
+    return bytes + (size_t)m->ndact * B * model_max_act(m) * sizeof(float) +
+           model_conv_ws_bytes(m, batch);
 }
 
 size_t model_act_bytes(const model_t *m)
@@ -475,6 +695,8 @@ ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t 
     return s;
 }
 
+static void mark_backward_(model_t *m);
+
 ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t *compute)
 {
     memset(m, 0, sizeof *m);
@@ -482,31 +704,19 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
     m->input = o->input;
     m->batch = o->batch;
     if (!o->spec || !o->spec[0]) return ddp_fail(DDP_ERR_USAGE, "--model is empty; %s", spec_help);
-    /* split the spec */
-    int nspec = 1;
-    for (const char *p = o->spec; *p; p++) nspec += *p == ',';
-    spec_layer_t *sl = calloc((size_t)nspec, sizeof *sl);
-    m->layers = calloc((size_t)nspec, sizeof *m->layers);
-    if (!sl || !m->layers) {
-        free(sl);
-        return ddp_fail(DDP_ERR_NOMEM, "out of memory parsing --model");
-    }
-    ddp_status_t s = DDP_OK;
-    const char *p = o->spec;
-    for (int i = 0; i < nspec && s == DDP_OK; i++) {
-        size_t len = strcspn(p, ",");
-        char tok[64];
-        snprintf(tok, sizeof tok, "%.*s", (int)(len < 63 ? len : 63), p);
-        char *t = tok;
-        while (isspace((unsigned char)*t)) t++;
-        for (char *e = t + strlen(t); e > t && isspace((unsigned char)e[-1]);) *--e = '\0';
-        s = parse_token_(i, t, &sl[i]);
-        p += len + (p[len] == ',');
-    }
-    m->nlayers = nspec;
+    DDP_TRY(model_expand(o->spec, &m->expanded));
+    spec_list_t l = {0};
+    const char *p = m->expanded;
+    ddp_status_t s = parse_items_(&p, 0, "", &l);
+    /* every item one layer; a block's end: its projection (2) and add */
+    int cap = 0;
+    for (int i = 0; i < l.n; i++) cap += l.it[i].mark == ITEM_LAYER ? 1 : 3;
+    if (s == DDP_OK && !(m->layers = calloc((size_t)(cap ? cap : 1), sizeof *m->layers)))
+        s = ddp_fail(DDP_ERR_NOMEM, "out of memory parsing --model");
     builder_t b = {m, 0};
-    if (s == DDP_OK) s = infer_(&b, sl, nspec, o);
-    free(sl);
+    if (s == DDP_OK) s = infer_(&b, &l, o);
+    free(l.it);
+    m->ndact = model_has_layer(m, LAYER_ADD) ? 3 : 2;
     if (s == DDP_OK) {
         act_shape_t last = m->layers[m->nlayers - 1].out;
         if (last.image)
@@ -516,7 +726,17 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
                          m->layers[m->nlayers - 1].token, last.c, last.h, last.w);
         m->outputs = last.c;
     }
+    for (int t = 0; s == DDP_OK && t < m->ntensors; t++)
+        for (int u = 0; u < t; u++)
+            if (strcmp(m->tensors[t].name, m->tensors[u].name) == 0) {
+                s = ddp_fail(DDP_ERR_USAGE,
+                             "--model: two layers are named %s (tensor %s twice); give them "
+                             "different names",
+                             m->layers[m->tensors[t].layer].name, m->tensors[t].name);
+                break;
+            }
     if (s == DDP_OK) s = layout_(m, o);
+    if (s == DDP_OK) mark_backward_(m);
     if (s != DDP_OK) model_free(m);
     return s;
 }
@@ -542,8 +762,7 @@ void model_free(model_t *m)
             compute->free(m->grads);
         }
         compute->free(m->bufs);
-        compute->free(m->dact[0]);
-        compute->free(m->dact[1]);
+        for (int k = 0; k < 3; k++) compute->free(m->dact[k]);
         compute->free(m->conv_ws);
     }
     for (int b = 0; b < m->nbuckets; b++) free(m->buckets[b].tensors);
@@ -551,6 +770,7 @@ void model_free(model_t *m)
     free(m->buckets);
     free(m->tensors);
     free(m->layers);
+    free(m->expanded);
     memset(m, 0, sizeof *m);
 }
 
@@ -566,6 +786,32 @@ int model_has_layer(const model_t *m, layer_kind_t kind)
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].kind == kind) return 1;
     return 0;
+}
+
+int model_item_text(const model_t *m, int first, char *name, size_t nn, char *text, size_t n,
+                    size_t *params)
+{
+    int item = m->layers[first].item, end = first;
+    while (end < m->nlayers && m->layers[end].item == item) end++;
+    const layer_t *last = &m->layers[end - 1];
+    int block = last->kind == LAYER_ADD;
+    snprintf(name, nn, "%s", last->name);
+    size_t u = 0;
+    *params = 0;
+    text[0] = '\0';
+    for (int i = first; i < end; i++) {
+        const layer_t *L = &m->layers[i];
+        for (int t = 0; t < m->ntensors; t++)
+            if (m->tensors[t].layer == i && m->tensors[t].kind == TENSOR_PARAM)
+                *params += m->tensors[t].numel;
+        if (L->kind == LAYER_ADD) continue;
+        int proj = block && L->src == m->layers[first].src && i > first;
+        const char *pre = i == first && block ? "res(" : proj ? ") + downsample(" : i > first ? "," : "";
+        if (u < n) u += (size_t)snprintf(text + u, n - u, "%s%s", pre, L->token);
+    }
+    if (block && u < n) u += (size_t)snprintf(text + u, n - u, ")");
+    if (u >= n && n > 4) strcpy(text + n - 4, "...");
+    return end;
 }
 
 /* ---- initialisation ------------------------------------------------------ */
@@ -624,7 +870,8 @@ static void conv_dims_(const layer_t *L, int n, conv_dims_t *d)
 
 static void pool_dims_(const layer_t *L, int n, pool_dims_t *d)
 {
-    *d = (pool_dims_t){n, L->in.c, L->in.h, L->in.w, L->k, L->stride, L->pad, L->out.h, L->out.w};
+    *d = (pool_dims_t){.n = n, .c = L->in.c, .h = L->in.h, .w = L->in.w, .k = L->k,
+                       .stride = L->stride, .pad = L->pad, .oh = L->out.h, .ow = L->out.w};
 }
 
 /* Tensor t's slice of the parameters, gradients and buffers (NULL when
@@ -687,13 +934,20 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
     return DDP_OK;
 }
 
+/* The output of layer j (a flatten's is its input's; j < 0: x). */
+static const float *act_(const model_t *m, int j, const float *x)
+{
+    while (j >= 0 && m->layers[j].kind == LAYER_FLATTEN) j = m->layers[j].src;
+    return j < 0 ? x : m->layers[j].y;
+}
+
 ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, const float **out)
 {
     const compute_ops_t *compute = m->compute;
     int n = ctx->n;
-    const float *cur = x;
     for (int i = 0; i < m->nlayers; i++) {
         layer_t *L = &m->layers[i];
+        const float *cur = act_(m, L->src, x);
         size_t count = (size_t)n * act_numel(L->in);
         switch (L->kind) {
         case LAYER_LINEAR:
@@ -729,11 +983,11 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
             else
                 compute->copy(L->y, cur, count * sizeof(float));
             break;
+        case LAYER_ADD: compute->add(count, cur, act_(m, L->skip, x), L->y); break;
         case LAYER_FLATTEN: break;
         }
-        if (L->kind != LAYER_FLATTEN) cur = L->y;
     }
-    *out = cur;
+    *out = act_(m, m->nlayers - 1, x);
     return DDP_OK;
 }
 
@@ -742,40 +996,79 @@ float *model_dout(model_t *m)
     return m->dact[0];
 }
 
-/* The lowest layer that must run backward: the first with trainable
- * parameters (nothing below it needs gradients). */
-static int first_backward_layer_(const model_t *m)
+/* Which layers run backward: those with trainable parameters and every
+ * layer above one (a layer whose input's gradient is needed). */
+static void mark_backward_(model_t *m)
 {
     for (int i = 0; i < m->nlayers; i++) {
-        const layer_t *L = &m->layers[i];
-        if ((L->weight >= 0 && !m->tensors[L->weight].frozen) ||
-            (L->bias >= 0 && !m->tensors[L->bias].frozen))
-            return i;
+        layer_t *L = &m->layers[i];
+        int own = (L->weight >= 0 && !m->tensors[L->weight].frozen) ||
+                  (L->bias >= 0 && !m->tensors[L->bias].frozen);
+        L->bwd = own || (L->src >= 0 && m->layers[L->src].bwd) ||
+                 (L->kind == LAYER_ADD && L->skip >= 0 && m->layers[L->skip].bwd);
     }
-    return m->nlayers;
+}
+
+/* Backward's bookkeeping of the activation-gradient buffers: layer j's
+ * gslot is the buffer holding d(loss)/d(its output) until it ran; live[k]
+ * counts the layers waiting on buffer k. */
+typedef struct grad_slots {
+    int live[3];
+} grad_slots_t;
+
+/* A buffer no waiting layer holds. */
+static int free_slot_(const model_t *m, const grad_slots_t *g)
+{
+    for (int k = 0; k < m->ndact; k++)
+        if (g->live[k] == 0) return k;
+    return -1;
+}
+
+/* Buffer w holds a gradient for layer j's output, from `n` samples: the
+ * first contribution is taken as it is; another is added into w (a layer
+ * read by two: a block's input).  `computed`: w was just written for j
+ * alone (a pass-through of another layer's buffer cannot be summed into). */
+static ddp_status_t contribute_(model_t *m, grad_slots_t *g, int j, int w, int computed, int n)
+{
+    if (j < 0 || !m->layers[j].bwd) return DDP_OK;
+    layer_t *J = &m->layers[j];
+    if (J->gslot >= 0) {
+        if (!computed || J->gslot == w)
+            return ddp_fail(DDP_ERR_INTERNAL, "model backward: layer %d's gradient has two "
+                            "sources it cannot sum", j);
+        m->compute->add((size_t)n * act_numel(J->out), m->dact[w], m->dact[J->gslot], m->dact[w]);
+        g->live[J->gslot]--;
+    }
+    J->gslot = w;
+    g->live[w]++;
+    return DDP_OK;
 }
 
 ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
 {
     const compute_ops_t *compute = m->compute;
-    int n = ctx->n, k = 0; /* dact[k] holds d(loss)/d(output of layer i) */
-    int lo = first_backward_layer_(m);
+    int n = ctx->n;
     float beta = ctx->grad_beta;
-    for (int i = m->nlayers - 1; i >= lo; i--) {
+    grad_slots_t g = {{0}};
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].gslot = -1;
+    DDP_TRY(contribute_(m, &g, m->nlayers - 1, 0, 1, n)); /* the loss wrote dact[0] */
+    for (int i = m->nlayers - 1; i >= 0; i--) {
         layer_t *L = &m->layers[i];
-        /* the layer's input: the previous non-flatten output, or x */
-        const float *in = x;
-        for (int j = i - 1; j >= 0; j--)
-            if (m->layers[j].kind != LAYER_FLATTEN) {
-                in = m->layers[j].y;
-                break;
-            }
+        if (!L->bwd) continue;
+        int r = L->gslot;
+        if (r < 0) return ddp_fail(DDP_ERR_INTERNAL, "model backward: no gradient for layer %d", i);
+        const float *in = act_(m, L->src, x);
         if (ctx->grads_needed && (L->weight >= 0 || L->bias >= 0))
             DDP_TRY(ctx->grads_needed(ctx->grads_ready_arg, i));
-        const float *dy = m->dact[k];
-        float *dx = i > lo ? m->dact[1 - k] : NULL;
+        const float *dy = m->dact[r];
+        /* dx: where the input's gradient goes, when a layer below needs it */
+        int pass = L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD; /* dx is dy */
+        int w = !pass && L->src >= 0 && m->layers[L->src].bwd ? free_slot_(m, &g) : -1;
+        if (!pass && L->src >= 0 && m->layers[L->src].bwd && w < 0)
+            return ddp_fail(DDP_ERR_INTERNAL, "model backward: no free gradient buffer at layer %d",
+                            i);
+        float *dx = w >= 0 ? m->dact[w] : NULL;
         size_t count = (size_t)n * act_numel(L->in);
-        int swap = 1;
         switch (L->kind) {
         case LAYER_LINEAR:
             compute->linear_bwd(n, L->in.c, L->out.c, in, param_(m, L->weight), dy, dx,
@@ -835,11 +1128,17 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
                     compute->copy(dx, dy, count * sizeof(float));
             }
             break;
-        case LAYER_FLATTEN: swap = 0; break;
+        case LAYER_FLATTEN: DDP_TRY(contribute_(m, &g, L->src, r, 0, n)); break;
+        case LAYER_ADD: /* both paths get the sum's gradient */
+            DDP_TRY(contribute_(m, &g, L->src, r, 0, n));
+            DDP_TRY(contribute_(m, &g, L->skip, r, 0, n));
+            break;
         }
         if (ctx->grads_ready && (L->weight >= 0 || L->bias >= 0))
             DDP_TRY(ctx->grads_ready(ctx->grads_ready_arg, i));
-        if (swap) k = 1 - k;
+        if (w >= 0) DDP_TRY(contribute_(m, &g, L->src, w, 1, n));
+        g.live[r]--;
+        L->gslot = -1;
     }
     return DDP_OK;
 }

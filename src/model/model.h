@@ -1,6 +1,8 @@
-/* model.h -- the model: a sequential layer list built from a spec string,
- * with named tensor views over ONE flat parameter buffer and ONE flat
- * gradient buffer.
+/* model.h -- the model: a layer list built from a spec string (residual
+ * blocks included: a block's layers, its projection and the add that joins
+ * the two paths are layers of the list, each reading the output of the
+ * layer its `src` names), with named tensor views over ONE flat parameter
+ * buffer and ONE flat gradient buffer.
  *
  * Layout: trainable parameters are placed bucket by bucket (buckets follow
  * reverse layer order, so the last layers' gradients come first), then the
@@ -8,7 +10,11 @@
  * so every bucket is one contiguous slice of both and the optimizer is one
  * loop over [0, ntrainable).  Running statistics of BatchNorm live in a
  * separate flat buffer.  Tensor names and shapes are those of PyTorch's
- * nn.Sequential state_dict (layers.<i>.weight ...), i counting every layer.
+ * nn.Sequential state_dict (layers.<i>.weight ...), i counting every item
+ * of the spec; a residual block's layers are layers.<i>.body.<j>, its
+ * projection layers.<i>.downsample.0 and .1; a name given in the spec
+ * (NAME=layer) replaces layers.<i>, and the named architectures (resnet18
+ * ...) use torchvision's names (conv1, layer1.0.bn2, fc).
  */
 #ifndef DDP_MODEL_H
 #define DDP_MODEL_H
@@ -31,10 +37,12 @@ typedef enum layer_kind {
     LAYER_RELU,
     LAYER_GELU,
     LAYER_DROPOUT,
-    LAYER_FLATTEN
+    LAYER_FLATTEN,
+    LAYER_ADD /* the end of a residual block: its path's output + its input (or projection) */
 } layer_kind_t;
 
-#define TENSOR_NAME_MAX 48
+#define TENSOR_NAME_MAX 64
+#define LAYER_NAME_MAX  40 /* a layer's name, its tensors' prefix: "layer1.0.downsample.0" */
 
 typedef enum tensor_kind {
     TENSOR_PARAM,  /* in params/grads */
@@ -62,8 +70,14 @@ typedef struct bucket {
 
 typedef struct layer {
     layer_kind_t kind;
-    int index;      /* position in the spec (state_dict index) */
-    char token[40]; /* the spec token, for messages */
+    int index;                 /* position in the layer list (unique; dropout keys, messages) */
+    int item;                  /* position of its item (a layer or a block) in the spec */
+    char token[40];            /* the spec token, for messages */
+    char name[LAYER_NAME_MAX]; /* its tensors are <name>.weight ... */
+    int src;                   /* the layer whose output is its input; -1: the model's input */
+    int skip;                  /* LAYER_ADD: the layer whose output is added; -1: the input */
+    int bwd;                   /* runs backward (it or a layer below has trainable parameters) */
+    int gslot;                 /* backward's scratch: the buffer of its output's gradient */
     act_shape_t in, out;
     int k, stride, pad;                         /* conv / pools */
     float p;                                    /* dropout */
@@ -112,7 +126,9 @@ typedef struct model {
     act_shape_t input;
     int outputs; /* features of the last layer */
     int batch;
-    float *dact[2];   /* activation-gradient ping-pong buffers [batch, max act] */
+    int ndact;        /* 2, or 3 with residual blocks (a path's gradient waits for the other) */
+    float *dact[3];   /* activation-gradient buffers [batch, max act] */
+    char *expanded;   /* the spec the layers were built from (a named architecture expanded) */
     void *conv_ws;    /* shared convolution workspace */
     model_mem_t mem;  /* how params and grads were allocated (alloc == NULL: backend) */
     /* Where the gradients are written (model_bucket_grads): by default the
@@ -131,14 +147,15 @@ typedef struct model {
     compute_event_t *ops_done;
 } model_t;
 
-/* Parse the spec, check it against the input shape, lay out tensors and
- * buckets; no memory yet.  Errors name the offending layer token. */
+/* Parse the spec (a named architecture is expanded first: model_expand),
+ * check it against the input shape, lay out tensors and buckets; no memory
+ * yet.  Errors name the offending layer token or block. */
 ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t *compute);
 /* Allocate parameters, buffers, activations (device memory of the backend);
  * the parameter and gradient buffers from `mem` when given. */
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem);
 /* The activation memory model_alloc takes (layer outputs, pooling indices,
- * the two activation-gradient buffers, the convolution workspace): known
+ * the activation-gradient buffers, the convolution workspace): known
  * from the layout alone, before model_alloc. */
 size_t model_act_bytes(const model_t *m);
 /* The same for a batch of `batch` samples (what another --batch would take). */
@@ -171,6 +188,12 @@ float *model_tensor_grad(const model_t *m, int id);
 /* The largest bucket, in elements. */
 size_t model_max_bucket(const model_t *m);
 int model_has_layer(const model_t *m, layer_kind_t kind);
+/* The spec item (a layer, or a residual block with its projection) whose
+ * first layer is `first`, for the start-up table: its name, its layers'
+ * tokens ("res(conv:64:3:1:1:nobias,bn,...) + downsample(conv:...,bn)"),
+ * its parameters; returns the first layer of the next item. */
+int model_item_text(const model_t *m, int first, char *name, size_t nn, char *text, size_t n,
+                    size_t *params);
 
 /* Everything a forward/backward pass needs to know about the step. */
 typedef struct step_ctx {

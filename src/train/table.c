@@ -14,6 +14,45 @@ static double mib_(size_t bytes)
     return (double)bytes / (1024.0 * 1024.0);
 }
 
+/* A model with residual blocks or a named architecture, item by item: its
+ * name, layers, output shape and parameters; a run of identical items
+ * (layer3.1 ... layer3.5) on one line. */
+static void model_items_(const model_t *m)
+{
+    char name[LAYER_NAME_MAX], text[400], pname[LAYER_NAME_MAX] = "", ptext[400] = "", shape[48];
+    char pshape[48] = "";
+    size_t params = 0, pparams = 0;
+    int run = 0;
+    for (int i = 0; i <= m->nlayers;) {
+        int next = i;
+        if (i < m->nlayers) {
+            next = model_item_text(m, i, name, sizeof name, text, sizeof text, &params);
+            act_shape_t o = m->layers[next - 1].out;
+            if (o.image)
+                snprintf(shape, sizeof shape, "[%d, %d, %d]", o.c, o.h, o.w);
+            else
+                snprintf(shape, sizeof shape, "[%d]", o.c);
+            if (run && strcmp(text, ptext) == 0 && strcmp(shape, pshape) == 0) {
+                run++;
+                i = next;
+                continue;
+            }
+        }
+        if (run == 1)
+            log_info("               %-12s %-60s %-14s %zu", pname, ptext, pshape, pparams);
+        else if (run > 1)
+            log_info("               %-12s %-60s %-14s %zu each, %d in a row", pname, ptext, pshape,
+                     pparams, run);
+        if (i == m->nlayers) break;
+        snprintf(pname, sizeof pname, "%s", name);
+        snprintf(ptext, sizeof ptext, "%s", text);
+        snprintf(pshape, sizeof pshape, "%s", shape);
+        pparams = params;
+        run = 1;
+        i = next;
+    }
+}
+
 /* --zero: the plan, and what it leaves out. */
 static void zero_line_(const trainer_t *t)
 {
@@ -75,6 +114,7 @@ void table_print(const run_t *run)
              cfg->ninputs > 1 ? " (+ more shards)" : "", desc,
              (long long)(t->have_val ? t->val.n : 0));
     log_info("  model        %s", cfg->model);
+    if (model_has_layer(m, LAYER_ADD) || strcmp(m->expanded, cfg->model) != 0) model_items_(m);
     log_info("               %d layers, %zu parameters (%zu trainable), loss %s", m->nlayers,
              m->nparams, m->ntrainable, t->loss.kind == LOSS_XENT ? "cross-entropy" : "mse");
     char buckets[512];

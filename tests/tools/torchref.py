@@ -92,23 +92,25 @@ def build(spec, n, out):
     return torch.nn.Sequential(*layers)
 
 
-def save_weights(net, path):
+def save_weights(net, path, prefix="layers."):
     """Write a module's (or a state_dict's) tensors as a weights file for
     ddptrain --init: floating tensors as float32, the int64 BN counters
-    (num_batches_tracked) as they are."""
+    (num_batches_tracked) as they are.  PREFIX: "layers." for the
+    Sequential of a spec, "" for a module with ddptrain's names itself (the
+    named architectures: resnets.py)."""
     sd = net.state_dict() if isinstance(net, torch.nn.Module) else net
     with h5py.File(path, "w") as f:
         for k, v in sd.items():
             v = v.detach().cpu().numpy()
-            f.create_dataset("model/layers." + k,
+            f.create_dataset("model/" + prefix + k,
                              data=v if v.dtype == np.int64 else v.astype(np.float32))
 
 
-def load_weights(net, path):
+def load_weights(net, path, prefix="layers."):
     """Load a weights file that ddptrain saved (--save) into NET, the
-    Sequential of the same --model spec (strict: every tensor must match);
-    returns NET."""
+    Sequential of the same --model spec, or (PREFIX "") a module with
+    ddptrain's names (strict: every tensor must match); returns NET."""
     with h5py.File(path, "r") as f:
-        sd = {k.removeprefix("layers."): torch.as_tensor(v[()]) for k, v in f["model"].items()}
+        sd = {k.removeprefix(prefix): torch.as_tensor(v[()]) for k, v in f["model"].items()}
     net.load_state_dict(sd)
     return net

@@ -1,6 +1,7 @@
 /* check_model.c -- model specs (shapes, names, errors), the flat layout and
  * buckets, --freeze, PyTorch-default initialisation, weights files. */
 #define _GNU_SOURCE /* memmem */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +380,183 @@ START_TEST(dropout_keyed_by_step_and_sample)
 }
 END_TEST
 
+/* Residual blocks: names (the block's body and downsample, as a PyTorch
+ * module with attributes body and downsample), shapes, the projection only
+ * where the shape changes, the add's inputs. */
+START_TEST(residual_blocks_shapes_and_names)
+{
+    model_t m;
+    ck_assert_int_eq(build_(&m,
+                            "conv:8:3:1:1:nobias,bn,relu,res(conv:8:3:1:1:nobias,bn,relu,"
+                            "conv:8:3:1:1:nobias,bn),relu,res(conv:16:3:2:1:nobias,bn,relu,"
+                            "conv:16:3:1:1:nobias,bn),relu,gap,linear:auto",
+                            img, 5, 1 << 20, 1 << 20, ""),
+                     DDP_OK);
+    /* 3 + (5 + add) + relu + (5 + downsample 2 + add) + relu + gap + linear */
+    ck_assert_int_eq(m.nlayers, 3 + 6 + 1 + 8 + 1 + 2);
+    ck_assert_int_eq(m.ndact, 3);
+    ck_assert_int_lt(model_find_tensor(&m, "layers.0.bias"), 0); /* nobias */
+    ck_assert_int_ge(model_find_tensor(&m, "layers.3.body.0.weight"), 0);
+    ck_assert_int_ge(model_find_tensor(&m, "layers.3.body.4.running_var"), 0);
+    ck_assert_int_lt(model_find_tensor(&m, "layers.3.downsample.0.weight"), 0); /* identity */
+    int t = model_find_tensor(&m, "layers.5.downsample.0.weight");
+    ck_assert_int_ge(t, 0);
+    ck_assert_int_eq(m.tensors[t].shape[0], 16);
+    ck_assert_int_eq(m.tensors[t].shape[1], 8);
+    ck_assert_int_eq(m.tensors[t].shape[2], 1);
+    ck_assert_int_lt(model_find_tensor(&m, "layers.5.downsample.0.bias"), 0);
+    ck_assert_int_ge(model_find_tensor(&m, "layers.5.downsample.1.num_batches_tracked"), 0);
+    const layer_t *P = &m.layers[m.tensors[t].layer];
+    ck_assert_int_eq(P->stride, 2);
+    ck_assert_int_eq(P->src, 9); /* the block's input: the relu after the first block */
+    const layer_t *A = &m.layers[P->index + 2];
+    ck_assert_int_eq(A->kind, LAYER_ADD);
+    ck_assert_int_eq(A->src, P->index - 1); /* the body's last bn */
+    ck_assert_int_eq(A->skip, P->index + 1);
+    ck_assert_int_eq(A->out.c, 16);
+    ck_assert_int_eq(A->out.h, 4);
+    ck_assert_int_eq(m.layers[8].kind, LAYER_ADD); /* the identity block's */
+    ck_assert_int_eq(m.layers[8].skip, 2);
+    ck_assert_int_eq(m.outputs, 5);
+    /* --freeze by a block's name freezes its body and projection */
+    model_free(&m);
+    ck_assert_int_eq(build_(&m, "conv:4:3:1:1,res(conv:6:3:2:1,bn),gap,linear:auto", img, 5,
+                            1 << 20, 1 << 20, "layers.1"),
+                     DDP_OK);
+    for (int i = 0; i < m.ntensors; i++)
+        if (m.tensors[i].kind == TENSOR_PARAM)
+            ck_assert_int_eq(m.tensors[i].frozen, strncmp(m.tensors[i].name, "layers.1.", 9) == 0);
+    model_free(&m);
+}
+END_TEST
+
+/* The named architectures: parameter counts of torchvision's resnet18 and
+ * resnet50 (torchvision.models, 3-channel input, 1000 classes: 11,689,512
+ * and 25,557,032), and of the CIFAR ResNet-20 and -56 with projection
+ * shortcuts (counted by PyTorch on tests/tools/resnets.py's modules, which
+ * give torchvision's two counts too: 272,474 and 855,770), names as
+ * torchvision's. */
+START_TEST(named_architectures)
+{
+    static const struct {
+        const char *spec;
+        act_shape_t in;
+        int classes;
+        size_t params;
+    } cases[] = {
+        {"resnet18", {3, 64, 64, 1}, 1000, 11689512},
+        {"resnet50", {3, 64, 64, 1}, 1000, 25557032},
+        {"resnet20", {3, 32, 32, 1}, 10, 272474},
+        {"resnet56", {3, 32, 32, 1}, 10, 855770},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_t m;
+        model_opts_t o = {.spec = cases[i].spec, .input = cases[i].in, .outputs = cases[i].classes,
+                          .batch = 2, .bucket_cap_bytes = 25 << 20, .first_bucket_bytes = 1 << 20};
+        ck_assert_int_eq(model_layout(&m, &o, &compute_cpu_ops), DDP_OK);
+        ck_assert_msg(m.nparams == cases[i].params, "%s: %zu parameters, torchvision has %zu",
+                      cases[i].spec, m.nparams, cases[i].params);
+        ck_assert_int_ge(model_find_tensor(&m, "conv1.weight"), 0);
+        ck_assert_int_ge(model_find_tensor(&m, "bn1.running_mean"), 0);
+        ck_assert_int_ge(model_find_tensor(&m, "layer1.0.conv1.weight"), 0);
+        ck_assert_int_ge(model_find_tensor(&m, "layer2.0.downsample.0.weight"), 0);
+        ck_assert_int_ge(model_find_tensor(&m, "layer2.0.downsample.1.running_var"), 0);
+        ck_assert_int_ge(model_find_tensor(&m, "fc.bias"), 0);
+        ck_assert_int_lt(model_find_tensor(&m, "conv1.bias"), 0);
+        model_free(&m);
+    }
+    model_t m;
+    model_opts_t o = {.spec = "resnet18:width=8", .input = {1, 28, 28, 1}, .outputs = 10,
+                      .batch = 2, .bucket_cap_bytes = 25 << 20, .first_bucket_bytes = 1 << 20};
+    ck_assert_int_eq(model_layout(&m, &o, &compute_cpu_ops), DDP_OK);
+    int t = model_find_tensor(&m, "layer4.1.conv2.weight");
+    ck_assert_int_eq(m.tensors[t].shape[0], 64); /* 8 WIDTH */
+    t = model_find_tensor(&m, "conv1.weight");
+    ck_assert_int_eq(m.tensors[t].shape[1], 1); /* the data's channels */
+    ck_assert_int_eq(m.layers[m.nlayers - 1].out.c, 10);
+    model_free(&m);
+}
+END_TEST
+
+static void bad_block_(const char *spec, act_shape_t in, const char *needle)
+{
+    model_t m;
+    ddp_clear_error();
+    ck_assert_msg(build_(&m, spec, in, 4, 1 << 20, 1 << 20, "") == DDP_ERR_USAGE,
+                  "spec '%s' was accepted", spec);
+    ck_assert_msg(strstr(ddp_error_message(), needle) != NULL, "spec '%s': message '%s' lacks '%s'",
+                  spec, ddp_error_message(), needle);
+    ddp_clear_error();
+}
+
+START_TEST(bad_blocks_are_named)
+{
+    bad_block_("conv:4:3,res(conv:4:3:1:1", img, "res( has no closing ')'");
+    bad_block_("conv:4:3,res()", img, "at least one layer");
+    bad_block_("res(res(relu)),gap,linear:4", img, "do not nest");
+    bad_block_("relu),gap,linear:4", img, "')' without its res(");
+    bad_block_("relu(2),gap,linear:4", img, "'(' belongs only after res");
+    bad_block_("conv:4:3,b1=res(linear:5),linear:4", img, "residual block b1 turns its input");
+    bad_block_("res(conv:4:3),gap,linear:4", img, "residual block layers.0 turns");
+    bad_block_("a=linear:3,a=linear:3", vec, "two layers are named a");
+    bad_block_("=linear:3", vec, "a name before '='");
+    bad_block_("maxpool:3:2:2,gap,linear:4", img, "at most half the window");
+    bad_block_("resnet19", img, "no such architecture");
+    bad_block_("resnet18:depth=3", img, "width=N");
+    bad_block_("resnet20:width=0", img, "width must be");
+    bad_block_("conv:4:3:nobias:nobias", img, "argument 'nobias'");
+}
+END_TEST
+
+/* Backward through residual blocks (identity and projection) against
+ * central differences of a weighted sum of the outputs: the layer below a
+ * block gets both paths' gradients, the projection its own.  GELU, not
+ * ReLU: a difference across ReLU's kink is off by several percent. */
+START_TEST(residual_backward_matches_differences)
+{
+    model_t m;
+    ck_assert_int_eq(build_(&m,
+                            "conv:4:3:1:1,res(conv:4:3:1:1:nobias,bn,gelu,conv:4:3:1:1),"
+                            "res(conv:6:3:2:1:nobias,bn,gelu,conv:6:3:1:1:nobias,bn),gelu,gap,"
+                            "linear:auto",
+                            img, 4, 1 << 20, 1 << 20, ""),
+                     DDP_OK);
+    ck_assert_int_eq(model_init_params(&m, 5), DDP_OK);
+    float x[4 * 3 * 8 * 8], wsum[16];
+    for (int i = 0; i < 4 * 3 * 64; i++) x[i] = (float)((i * 37) % 29) / 14.0f - 1.0f;
+    for (int i = 0; i < 16; i++) wsum[i] = (float)((i * 7) % 5) - 2.0f;
+    int64_t idx[4] = {0, 1, 2, 3};
+    step_ctx_t ctx = {.n = 4, .global_n = 4, .sample_idx = idx, .step = 1, .seed = 1, .train = 1};
+    const float *y;
+    ck_assert_int_eq(model_forward(&m, x, &ctx, &y), DDP_OK);
+    memcpy(model_dout(&m), wsum, sizeof wsum);
+    ck_assert_int_eq(model_backward(&m, x, &ctx), DDP_OK);
+    static const char *names[] = {"layers.0.weight", "layers.0.bias", "layers.1.body.0.weight",
+                                  "layers.1.body.3.bias", "layers.2.downsample.0.weight",
+                                  "layers.2.downsample.1.weight", "layers.2.body.4.bias"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const tensor_t *T = &m.tensors[model_find_tensor(&m, names[k])];
+        for (size_t j = 0; j < T->numel && j < 6; j++) {
+            float *p = m.params + T->offset + j, keep = *p, g = m.grads[T->offset + j];
+            const float h = 1e-2f;
+            double lo = 0, hi = 0;
+            float out[16];
+            *p = keep + h;
+            forward_(&m, x, idx, 1, 1, 1, out);
+            for (int i = 0; i < 16; i++) hi += (double)wsum[i] * out[i];
+            *p = keep - h;
+            forward_(&m, x, idx, 1, 1, 1, out);
+            for (int i = 0; i < 16; i++) lo += (double)wsum[i] * out[i];
+            *p = keep;
+            double fd = (hi - lo) / (2 * h);
+            ck_assert_msg(fabs(fd - g) <= 1e-3 + 1e-2 * fabs(fd),
+                          "%s[%zu]: gradient %g, central difference %g", names[k], j, g, fd);
+        }
+    }
+    model_free(&m);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("model");
@@ -392,6 +570,10 @@ Suite *test_suite(void)
     tcase_add_test(t, weights_round_trip_and_errors);
     tcase_add_test(t, weights_checksum_catches_a_flipped_bit);
     tcase_add_test(t, dropout_keyed_by_step_and_sample);
+    tcase_add_test(t, residual_blocks_shapes_and_names);
+    tcase_add_test(t, named_architectures);
+    tcase_add_test(t, bad_blocks_are_named);
+    tcase_add_test(t, residual_backward_matches_differences);
     suite_add_tcase(s, t);
     return s;
 }
