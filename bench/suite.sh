@@ -38,9 +38,9 @@ done
 [ -x ./ddptrain ] && [ -x ./ddptrain-prep ] || {
   echo "suite.sh: run from a build directory after 'make' (or run 'make bench' there)" >&2; exit 2; }
 for c in $(echo "$only" | tr , ' '); do
-  case " mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion " in
+  case " mlp cnn cnn-ops resnet18 resnet50 mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion " in
     *" $c "*) ;;
-    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion)" >&2; exit 2 ;;
+    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops resnet18 resnet50 mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion)" >&2; exit 2 ;;
   esac
 done
 wanted() { [ -z "$only" ] || case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -54,8 +54,8 @@ done
 ! wanted allreduce-nodes || [ -x ./bench/bench_allreduce ] || {
   echo "suite.sh: bench/bench_allreduce is not built: run 'make -C bench bench' (or 'make bench')" >&2; exit 2; }
 [ -d "$out" ] && [ -w "$out" ] || { echo "suite.sh: --out $out: not a writable directory" >&2; exit 2; }
-if [ "$quick" = 1 ]; then rounds=1 fashion_rounds=0 steps=100 cnn_steps=30 accum_samples=6400 q=--quick
-else steps=400 cnn_steps=150 accum_samples=25600 q=""; fi
+if [ "$quick" = 1 ]; then rounds=1 fashion_rounds=0 steps=100 cnn_steps=30 rn_steps=3 accum_samples=6400 q=--quick
+else steps=400 cnn_steps=150 rn_steps=10 accum_samples=25600 q=""; fi
 md=$out/results.md csv=$out/results.csv
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -103,6 +103,10 @@ wanted mlp && section "MLP 784-1024-1024-10 + BN, np=1 and np=2" "$t1" \
   sh "$src/bench/bench_ddp.sh" --case mlp "$rounds" "$steps"
 wanted cnn && section "CNN (Fashion-MNIST shape), np=1 and np=2" "$t1 The model: conv:32:3:1:1,bn,relu,maxpool:2,conv:64:3:1:1,bn,relu,maxpool:2,linear:128,relu,linear:10 on 1x28x28 uint8 images." \
   sh "$src/bench/bench_ddp.sh" --case cnn "$rounds" "$cnn_steps"
+wanted resnet18 && section "ResNet-18, synthetic 3x64x64 images, np=1 and np=2" "The synthetic-image benchmark of the data-parallel papers: --model resnet18 (torchvision's ResNet-18, 10 classes) on a generated uint8 2048 x 3x64x64 deck, batch 16 per rank, one thread per rank: ddptrain at np=1, np=2, np=2 --no-sync and --no-sync-bn, PyTorch (the same module, tests/tools/resnets.py) and PyTorch DDP (gloo) at np=1 and np=2, and the gradient all-reduce alone, alternating in every round; medians; samples/s are images/s." \
+  sh "$src/bench/bench_ddp.sh" --case resnet18 "$rounds" "$rn_steps"
+wanted resnet50 && section "ResNet-50, synthetic 3x112x112 images, np=1 and np=2" "As ResNet-18, with --model resnet50 on 3x112x112 images, batch 8 per rank." \
+  sh "$src/bench/bench_ddp.sh" --case resnet50 "$rounds" "$rn_steps"
 if wanted cnn-ops; then
   section "CNN: where the step goes" "bench_cnn: the CNN's training step through the CPU ops table, one thread, batch 64, each op timed per step (convolutions split into their phases) next to cblas_sgemm alone on the op's GEMM shapes, in alternating blocks of 10 steps. A Winograd convolution (3x3 pad 1, 16+ channels) counts its direct multiply-adds, so it can show more than the sgemm rate." \
     ./bench/bench_cnn -n "$cnn_steps"

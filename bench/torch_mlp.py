@@ -7,7 +7,10 @@ inputs), batch 64, cross-entropy, SGD (lr 0.01, momentum 0.9, weight decay
 5e-4), one thread, same step structure (zero grads, forward, loss, backward,
 step) on one fixed batch.
 
-    /usr/bin/python3 bench/torch_mlp.py [--model mlp|cnn] [-b BATCH] [-n STEPS] [-w WARMUP]
+    /usr/bin/python3 bench/torch_mlp.py [--model mlp|cnn|resnet18|resnet50] [--image HW]
+        [-b BATCH] [-n STEPS] [-w WARMUP]
+(resnet18/50: tests/tools/resnets.py, the modules of ddptrain's --model resnetN, on
+3 x HW x HW inputs, 10 classes.)
 
 Prints the median step time and samples/s in the format of bench_kernels.
 
@@ -22,6 +25,8 @@ and rank 0 prints `torch ranks=W batch=B samples_per_s=X step_ms_p50=Y`
 DDP model keeps per-rank BatchNorm statistics.
 """
 import argparse
+import os
+import sys
 import time
 
 import torch
@@ -34,7 +39,8 @@ def main():
     ap.add_argument("-n", "--steps", type=int, default=200)
     ap.add_argument("-w", "--warmup", type=int, default=10)
     ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo")
-    ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    ap.add_argument("--model", choices=("mlp", "cnn", "resnet18", "resnet50"), default="mlp")
+    ap.add_argument("--image", type=int, default=64, help="resnets: 3 x IMAGE x IMAGE inputs")
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -43,6 +49,12 @@ def main():
                               nn.Linear(1024, 1024), nn.BatchNorm1d(1024), nn.ReLU(),
                               nn.Linear(1024, 10))
         shape = (a.batch, 784)
+    elif a.model.startswith("resnet"):  # ddptrain's --model resnetN (torchvision's)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                        "tools"))
+        import resnets
+        model = resnets.ResNet(a.model, 3, 10)
+        shape = (a.batch, 3, a.image, a.image)
     else:
         model = nn.Sequential(nn.Conv2d(1, 32, 3, 1, 1), nn.BatchNorm2d(32), nn.ReLU(),
                               nn.MaxPool2d(2),
