@@ -34,6 +34,7 @@
 
 #include "compute.h"
 #include "ddp_build.h"
+#include "cpu_dnnl.h"
 #include "tests.h"
 #include "kernel_tests.h"
 #ifdef DDP_TEST_BACKEND_MIRROR
@@ -249,6 +250,17 @@ START_TEST(cuda_error_record)
 END_TEST
 #endif
 
+#ifndef DDP_TEST_BACKEND_MIRROR
+static void native_conv_on_(void)
+{
+    cpu_dnnl_enable(0);
+}
+static void native_conv_off_(void)
+{
+    cpu_dnnl_enable(1);
+}
+#endif
+
 Suite *test_suite(void)
 {
 #ifdef DDP_TEST_BACKEND_MIRROR
@@ -266,6 +278,13 @@ Suite *test_suite(void)
     TCase *t = tcase_create("cpu");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, registry); /* the CPU build's registry */
+    /* the layers again on the backend's own convolutions (im2col, Winograd)
+     * where oneDNN takes them by default */
+    TCase *tn = tcase_create("cpu-native-conv");
+    tcase_set_timeout(tn, 60);
+    tcase_add_checked_fixture(tn, native_conv_on_, native_conv_off_);
+    kernels_layer_tests(tn, B);
+    suite_add_tcase(s, tn);
 #endif
     kernels_layer_tests(t, B);
     kernels_vector_tests(t, B);

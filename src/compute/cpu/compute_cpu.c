@@ -18,6 +18,7 @@
 #include "ddp_build.h"
 #include "compute.h"
 #include "compute_cpu.h"
+#include "cpu_dnnl.h"
 #include "cpu_kernels.h"
 
 /* ======================================================================== */
@@ -102,7 +103,9 @@ static ddp_status_t cpu_init(int local_rank, int local_size, char *describe, siz
     if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) openblas_set_num_threads(1);
     threads = openblas_get_num_threads();
 #endif
-    snprintf(describe, n, "cpu (%d BLAS thread%s per rank)", threads, threads > 1 ? "s" : "");
+    cpu_dnnl_threads(threads);
+    snprintf(describe, n, "cpu (%d BLAS thread%s per rank%s)", threads, threads > 1 ? "s" : "",
+             cpu_dnnl_conv_usable(&(conv_dims_t){.n = 1}) ? ", oneDNN convolutions" : "");
     return DDP_OK;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "compute_cpu.h"
+#include "cpu_dnnl.h"
 #include "cpu_kernels.h"
 #include "cpu_winograd.h"
 
@@ -208,10 +209,26 @@ static int conv_direct_(const conv_dims_t *d, int g)
     return d->k == 1 && d->stride == 1 && d->pad == 0 && g == 1;
 }
 
+/* oneDNN's convolution (cpu_dnnl.c), then the bias as the one-sample path
+ * adds it; 0, or -1: not done. */
+static int dnnl_fwd_(const conv_dims_t *d, const float *x, const float *w, const float *b, float *y)
+{
+    if (!cpu_dnnl_conv_usable(d) || cpu_dnnl_conv_fwd(d, x, w, y) != 0) return -1;
+    const size_t ohw = (size_t)d->oh * d->ow;
+    if (b)
+        for (int i = 0; i < d->n; i++)
+            for (int o = 0; o < d->oc; o++) {
+                float *yo = y + ((size_t)i * d->oc + o) * ohw;
+                span_axpb_s_(ohw, yo, 1.0f, b[o], yo);
+            }
+    return 0;
+}
+
 void cpu_conv_fwd(const conv_dims_t *d, const float *x, const float *w, const float *b, float *y,
                   void *ws)
 {
     if (d->n <= 0 || d->oc <= 0) return;
+    if (dnnl_fwd_(d, x, w, b, y) == 0) return;
     if (cpu_winograd_ok(d)) {
         cpu_winograd_fwd(d, x, w, b, y, ws);
         return;
@@ -273,6 +290,10 @@ void cpu_conv_bwd(const conv_dims_t *d, const float *x, const float *w, const fl
         if (dw) grad_scale_((size_t)d->oc * ckk, dw, beta);
         if (db) grad_scale_((size_t)d->oc, db, beta);
         if (d->n > 0 && dx) memset(dx, 0, (size_t)d->n * d->c * d->h * d->w * sizeof *dx);
+        return;
+    }
+    if (cpu_dnnl_conv_usable(d) && cpu_dnnl_conv_bwd(d, x, w, dy, dx, dw, beta) == 0) {
+        if (db) conv_bias_grad_(d->n, d->oc, (size_t)d->oh * d->ow, dy, db, beta);
         return;
     }
     if (cpu_winograd_ok(d)) {
