@@ -184,18 +184,26 @@ static dconv_t *find_(const conv_dims_t *d)
     return make_(d);
 }
 
+/* Primitive p on two arguments already in its formats, its output (argument
+ * ao) into the array out. */
+static int exec3_(dnnl_primitive_t p, int a0, dnnl_memory_t m0, int a1, dnnl_memory_t m1, int ao,
+                  dmem_t *o, float *out)
+{
+    if (dnnl_memory_set_data_handle(o->user, out) != dnnl_success) return -1;
+    dnnl_exec_arg_t a[3] = {{a0, m0}, {a1, m1}, {ao, o->prim}};
+    if (dnnl_primitive_execute(p, stream_, 3, a) != dnnl_success) return -1;
+    return out_(o, out);
+}
+
 int cpu_dnnl_conv_fwd(const conv_dims_t *d, const float *x, const float *w, float *y)
 {
     if (d->n <= 0 || !init_()) return -1;
     dconv_t *c = find_(d);
     if (!c) return -1;
-    if (in_(&c->fx, x) || in_(&c->fw, w)) return -1;
-    if (dnnl_memory_set_data_handle(c->fy.user, y) != dnnl_success) return -1;
-    dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, c->fx.prim},
-                            {DNNL_ARG_WEIGHTS, c->fw.prim},
-                            {DNNL_ARG_DST, c->fy.prim}};
-    if (dnnl_primitive_execute(c->fwd, stream_, 3, a) != dnnl_success) return -1;
-    if (out_(&c->fy, y)) return -1;
+    if (in_(&c->fx, x) || in_(&c->fw, w) ||
+        exec3_(c->fwd, DNNL_ARG_SRC, c->fx.prim, DNNL_ARG_WEIGHTS, c->fw.prim, DNNL_ARG_DST, &c->fy,
+               y))
+        return -1;
     return dnnl_stream_wait(stream_) == dnnl_success ? 0 : -1;
 }
 
@@ -205,15 +213,10 @@ int cpu_dnnl_conv_bwd(const conv_dims_t *d, const float *x, const float *w, cons
     if (d->n <= 0 || !init_()) return -1;
     dconv_t *c = find_(d);
     if (!c) return -1;
-    if (dx) {
-        if (in_(&c->bdy, dy) || in_(&c->bw, w)) return -1;
-        if (dnnl_memory_set_data_handle(c->bdx.user, dx) != dnnl_success) return -1;
-        dnnl_exec_arg_t a[3] = {{DNNL_ARG_DIFF_DST, c->bdy.prim},
-                                {DNNL_ARG_WEIGHTS, c->bw.prim},
-                                {DNNL_ARG_DIFF_SRC, c->bdx.prim}};
-        if (dnnl_primitive_execute(c->bwd_data, stream_, 3, a) != dnnl_success) return -1;
-        if (out_(&c->bdx, dx)) return -1;
-    }
+    if (dx && (in_(&c->bdy, dy) || in_(&c->bw, w) ||
+               exec3_(c->bwd_data, DNNL_ARG_DIFF_DST, c->bdy.prim, DNNL_ARG_WEIGHTS, c->bw.prim,
+                      DNNL_ARG_DIFF_SRC, &c->bdx, dx)))
+        return -1;
     if (dw) {
         size_t nw = (size_t)d->oc * d->c * d->k * d->k;
         float *to = dw;
@@ -221,13 +224,15 @@ int cpu_dnnl_conv_bwd(const conv_dims_t *d, const float *x, const float *w, cons
             if (!c->dw_scratch && !(c->dw_scratch = malloc(nw * sizeof(float)))) return -1;
             to = c->dw_scratch;
         }
-        if (in_(&c->wx, x) || in_(&c->wdy, dy)) return -1;
-        if (dnnl_memory_set_data_handle(c->wdw.user, to) != dnnl_success) return -1;
-        dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, c->wx.prim},
-                                {DNNL_ARG_DIFF_DST, c->wdy.prim},
-                                {DNNL_ARG_DIFF_WEIGHTS, c->wdw.prim}};
-        if (dnnl_primitive_execute(c->bwd_weights, stream_, 3, a) != dnnl_success) return -1;
-        if (out_(&c->wdw, to)) return -1;
+        /* dy: the copy backward data reordered, when both want the same format */
+        dnnl_memory_t dym = c->wdy.prim;
+        if (dx && !c->wdy.same && dnnl_memory_desc_equal(&c->wdy.prim_md, &c->bdy.prim_md))
+            dym = c->bdy.prim;
+        else if (in_(&c->wdy, dy))
+            return -1;
+        if (in_(&c->wx, x) || exec3_(c->bwd_weights, DNNL_ARG_SRC, c->wx.prim, DNNL_ARG_DIFF_DST,
+                                     dym, DNNL_ARG_DIFF_WEIGHTS, &c->wdw, to))
+            return -1;
         if (dnnl_stream_wait(stream_) != dnnl_success) return -1;
         if (beta != 0.0f)
             for (size_t i = 0; i < nw; i++) dw[i] = beta * dw[i] + to[i];
