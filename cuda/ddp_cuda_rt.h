@@ -7,10 +7,11 @@
 // -I tests/emu/include -DDDP_CUDA_EMU, where <cuda_runtime.h>, <cublas_v2.h>
 // and <nccl.h> are the CPU emulation (tests/emu/emu_*.cc).  So the backend may
 // use only what the emulation provides (listed in tests/emu/include/
-// cuda_runtime.h and cublas_v2.h): no warp shuffles, no dynamic or extern
-// __shared__ memory, no atomics on floating point (results must not depend
-// on the order blocks run in); block reductions through static __shared__
-// arrays and __syncthreads().  Launch every kernel with DDP_LAUNCH.
+// cuda_runtime.h and cublas_v2.h): whole-warp shuffles and votes, vector
+// loads (float4, __nv_bfloat162), dynamic shared memory through
+// DDP_DYNAMIC_SHARED, and no atomics on floating point (results must not
+// depend on the order blocks run in).  Launch every kernel with DDP_LAUNCH,
+// or DDP_LAUNCH_SMEM with dynamic shared memory.
 #ifndef DDP_CUDA_RT_H
 #define DDP_CUDA_RT_H
 
@@ -22,13 +23,21 @@
 #ifdef DDP_CUDA_EMU
 // The emulation runs every thread of the grid on the CPU (tests/emu/emu_launch.cc);
 // the arguments are evaluated at the launch, as with <<<...>>>.
-#define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
-    ddp_emu_launch((grid), (block), (stream), #kernel,                                            \
+#define DDP_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)                                    \
+    ddp_emu_launch((grid), (block), (smem), (stream), #kernel,                                    \
                    ddp_emu_bind([](auto... a_) { kernel(a_...); }, __VA_ARGS__))
+// T *name: the launch's dynamic shared memory (DDP_LAUNCH_SMEM's bytes)
+#define DDP_DYNAMIC_SHARED(T, name) T *name = static_cast<T *>(ddp_emu_ctx_.dyn_smem)
 #else
-#define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
-    kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#define DDP_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)                                    \
+    kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define DDP_DYNAMIC_SHARED(T, name)                                                                \
+    extern __shared__ __align__(16) unsigned char ddp_dyn_smem_[];                                 \
+    T *name = reinterpret_cast<T *>(ddp_dyn_smem_)
 #endif
+// A launch without dynamic shared memory.
+#define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
+    DDP_LAUNCH_SMEM(kernel, grid, block, 0, stream, __VA_ARGS__)
 
 // Record the first failure (runtime.cu): call name, file:line and the
 // library's message.  Returns -1 so a launcher can `return ddp_cuda_fail_(...)`.

@@ -1,6 +1,8 @@
 // check_emu.cc -- the CPU emulation of the CUDA runtime and cuBLAS
 // (tests/emu): fibers and __syncthreads (block reductions exact, a missing
-// barrier shows, a divergent barrier aborts), launch configuration errors,
+// barrier shows, a divergent barrier aborts), warp shuffles and votes
+// against CUDA's rules (and divergent ones abort), dynamic shared memory
+// (poisoned per block, the 48 KiB limit), launch configuration errors,
 // device memory poison and tracking, devices from the environment, the
 // stream queues (DDP_EMU_STREAMS lazy and lazy-first), fault injection, and
 // cuBLAS against naive column-major loops.
@@ -108,6 +110,70 @@ __global__ void copy_floats(const float *src, float *dst, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
+}
+
+// Every warp operation once per thread, results in out[t * 10 + k]: shuffle
+// idx/up/down/xor with `width`, ballot, any, all, and two chained shuffles
+// (a lane that goes on to its next shuffle must not change what the others
+// read of the first).
+__global__ void warp_ops(int *out, int width)
+{
+    unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int v = 1000 + (int)t;
+    int *o = out + t * 10;
+    o[0] = __shfl_sync(0xffffffffu, v, 5, width);
+    o[1] = __shfl_up_sync(0xffffffffu, v, 3, width);
+    o[2] = __shfl_down_sync(0xffffffffu, v, 3, width);
+    o[3] = __shfl_xor_sync(0xffffffffu, v, 6, width);
+    o[4] = (int)__ballot_sync(0xffffffffu, t % 3 == 0);
+    o[5] = __any_sync(0xffffffffu, t % 32 == 7);
+    o[6] = __all_sync(0xffffffffu, t % 32 != 7);
+    __syncwarp();
+    int a = __shfl_xor_sync(0xffffffffu, v, 1);
+    o[7] = __shfl_xor_sync(0xffffffffu, a * 10, 2);
+    double d = __shfl_down_sync(0xffffffffu, (double)v + 0.5, 1);
+    o[8] = (int)(d * 2);
+    o[9] = __all_sync(0xffffffffu, 1);
+}
+
+// out[b] = the sum of x over block b's share, by warp shuffles (a fixed
+// tree) and dynamic shared memory across the warps; poison[b] = the bits
+// the block's dynamic shared memory held before it wrote them.
+__global__ void shfl_block_sum(const float *x, int n, float *out, unsigned *poison)
+{
+    DDP_DYNAMIC_SHARED(float, part);
+    unsigned t = threadIdx.x, nt = blockDim.x;
+    if (t == 0) memcpy(&poison[blockIdx.x], &part[nt / 32 - 1], sizeof(unsigned));
+    __syncthreads();
+    float s = 0;
+    for (unsigned i = blockIdx.x * nt + t; i < (unsigned)n; i += nt * gridDim.x) s += x[i];
+    for (int d = 16; d > 0; d >>= 1) s += __shfl_down_sync(0xffffffffu, s, d);
+    if (t % 32 == 0) part[t / 32] = s;
+    __syncthreads();
+    if (t == 0) {
+        float r = 0;
+        for (unsigned w = 0; w < nt / 32; w++) r += part[w];
+        out[blockIdx.x] = r;
+    }
+}
+
+// The divergent warp operations the emulation must refuse (kind):
+// 0 a lane returns before the shuffle, 1 half a warp waits at
+// __syncthreads while the other half shuffles, 2 a mask without every
+// lane, 3 a width that is no power of 2.
+__global__ void bad_warp_op(int *out, int kind)
+{
+    unsigned t = threadIdx.x;
+    int v = (int)t;
+    if (kind == 0 && t == 3) return;
+    if (kind == 1 && t < 16) {
+        __syncthreads();
+        return;
+    }
+    unsigned mask = kind == 2 ? 0x0000ffffu : 0xffffffffu;
+    int width = kind == 3 ? 12 : 32;
+    out[t] = __shfl_down_sync(mask, v, 1, width);
+    if (kind == 1) __syncthreads();
 }
 
 __global__ void divergent_barrier(float *x)
@@ -247,6 +313,150 @@ START_TEST(test_divergent_barrier_aborts)
                       strstr(msg, "31 wait"),
                   "message: %s", msg);
     cudaFree(x);
+}
+END_TEST
+
+// Run `launch` in a child process with stderr to a pipe; it must abort with
+// every string of `want` in its message.
+template <class F> static void expect_abort(F launch, std::vector<const char *> want)
+{
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        launch();
+        cudaDeviceSynchronize();
+        _exit(0); // not reached: the launch aborts
+    }
+    close(pipefd[1]);
+    char msg[2048] = {0};
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof msg - 1 && (r = read(pipefd[0], msg + got, sizeof msg - 1 - got)) > 0)
+        got += (size_t)r;
+    close(pipefd[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+                  "no abort (status 0x%x): %s", status, msg);
+    for (const char *w : want) ck_assert_msg(strstr(msg, w), "'%s' not in: %s", w, msg);
+}
+
+// What a warp operation gives lane l of a warp of L lanes (CUDA's rules).
+static int shfl_want(int op, const std::vector<int> &v, unsigned w0, unsigned l, unsigned L,
+                     int p, int width)
+{
+    unsigned seg = l & ~(unsigned)(width - 1), pos = l & (unsigned)(width - 1), src = l;
+    if (op == 0) src = seg + ((unsigned)p & (unsigned)(width - 1));
+    if (op == 1) src = pos < (unsigned)p ? l : l - p;
+    if (op == 2) src = pos + p >= (unsigned)width ? l : l + p;
+    if (op == 3) src = (l ^ (unsigned)p) >= seg + width ? l : (l ^ (unsigned)p);
+    ck_assert_uint_lt(src, L);
+    return v[w0 + src];
+}
+
+START_TEST(test_warp_operations)
+{
+    emu_defaults();
+    const dim3 blocks[] = {dim3(32), dim3(64), dim3(256), dim3(16, 4), dim3(8, 4, 2)};
+    for (const dim3 &bd : blocks)
+        for (int width : {32, 16, 8, 4}) {
+            const unsigned n = bd.x * bd.y * bd.z;
+            int *d = nullptr;
+            ck_assert_int_eq(cudaMalloc((void **)&d, n * 10 * sizeof(int)), cudaSuccess);
+            DDP_LAUNCH(warp_ops, 2, bd, 0, d, width);
+            ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+            std::vector<int> h(n * 10);
+            cudaMemcpy(h.data(), d, h.size() * sizeof(int), cudaMemcpyDeviceToHost);
+            cudaFree(d);
+            std::vector<int> v(n);
+            for (unsigned t = 0; t < n; t++) v[t] = 1000 + (int)t;
+            for (unsigned t = 0; t < n; t++) {
+                const unsigned w0 = t & ~31u, l = t % 32, L = 32;
+                const int *o = &h[t * 10];
+                const char *names[] = {"idx", "up", "down", "xor"};
+                const int params[] = {5, 3, 3, 6};
+                for (int op = 0; op < 4; op++)
+                    ck_assert_msg(o[op] == shfl_want(op, v, w0, l, L, params[op], width),
+                                  "block (%u,%u,%u) width %d thread %u: shfl %s gave %d, want %d",
+                                  bd.x, bd.y, bd.z, width, t, names[op], o[op],
+                                  shfl_want(op, v, w0, l, L, params[op], width));
+                unsigned ballot = 0;
+                for (unsigned k = 0; k < 32; k++)
+                    if ((w0 + k) % 3 == 0) ballot |= 1u << k;
+                ck_assert_uint_eq((unsigned)o[4], ballot);
+                ck_assert_int_eq(o[5], 1);
+                ck_assert_int_eq(o[6], 0);
+                const int a2 = 10 * (1000 + (int)(w0 + ((l ^ 2) ^ 1)));
+                ck_assert_int_eq(o[7], a2);
+                const unsigned dsrc = l + 1 < 32 ? t + 1 : t;
+                ck_assert_int_eq(o[8], 2 * (1000 + (int)dsrc) + 1);
+                ck_assert_int_eq(o[9], 1);
+            }
+        }
+}
+END_TEST
+
+START_TEST(test_warp_reduction_dynamic_shared)
+{
+    emu_defaults();
+    const int n = 5000;
+    std::vector<float> h(n);
+    double want = 0;
+    for (int i = 0; i < n; i++) want += h[i] = (float)(i % 64);
+    float *x = dev_floats(n), *out = dev_floats(4);
+    unsigned *poison = nullptr;
+    ck_assert_int_eq(cudaMalloc((void **)&poison, 4 * sizeof(unsigned)), cudaSuccess);
+    upload(x, h);
+    for (unsigned nt : {32u, 64u, 256u, 1024u}) {
+        DDP_LAUNCH_SMEM(shfl_block_sum, 4, nt, nt / 32 * sizeof(float), 0, x, n, out, poison);
+        ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+        std::vector<float> r = download(out, 4);
+        std::vector<unsigned> pz(4);
+        cudaMemcpy(pz.data(), poison, sizeof(unsigned) * 4, cudaMemcpyDeviceToHost);
+        double got = 0;
+        for (int b = 0; b < 4; b++) {
+            got += r[b];
+            // every block starts from poisoned shared memory, not the last block's
+            ck_assert_msg(pz[b] == 0xffffffffu, "block %d of %u threads: shared memory 0x%08x",
+                          b, nt, pz[b]);
+        }
+        ck_assert_msg(got == want, "%u threads: sum %.1f, expected %.1f", nt, got, want);
+    }
+    // beyond 48 KiB: the launch fails and nothing runs
+    DDP_LAUNCH_SMEM(shfl_block_sum, 1, 32, (48u << 10) + 4, 0, x, n, out, poison);
+    ck_assert_int_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+    static_assert(alignof(float4) == 16 && alignof(float2) == 8 && alignof(int4) == 16 &&
+                      alignof(__nv_bfloat162) == 4 && sizeof(__nv_bfloat162) == 4,
+                  "CUDA's vector alignment");
+    cudaFree(x);
+    cudaFree(out);
+    cudaFree(poison);
+}
+END_TEST
+
+START_TEST(test_divergent_warp_operations_abort)
+{
+    emu_defaults();
+    int *d = nullptr;
+    ck_assert_int_eq(cudaMalloc((void **)&d, 64 * sizeof(int)), cudaSuccess);
+    expect_abort([&] { DDP_LAUNCH(bad_warp_op, 1, 32, 0, d, 0); },
+                 {"divergent __shfl_down_sync", "1 lanes returned", "check_emu.cc:",
+                  "bad_warp_op"});
+    expect_abort([&] { DDP_LAUNCH(bad_warp_op, 1, 32, 0, d, 1); },
+                 {"divergent __shfl_down_sync", "wait at __syncthreads"});
+    expect_abort([&] { DDP_LAUNCH(bad_warp_op, 1, 32, 0, d, 2); },
+                 {"mask 0x0000ffff", "whole warps"});
+    expect_abort([&] { DDP_LAUNCH(bad_warp_op, 1, 32, 0, d, 3); }, {"width 12"});
+    // a block of 48 threads: lane 15 of the second warp reads lane 16, which it does not have
+    expect_abort([&] { DDP_LAUNCH(bad_warp_op, 1, 48, 0, d, 4); },
+                 {"reads lane 16, which the block does not have"});
+    cudaFree(d);
 }
 END_TEST
 
@@ -983,6 +1193,9 @@ Suite *test_suite(void)
     tcase_add_test(tc, test_launches_from_threads);
     tcase_add_test(tc, test_thread_indices);
     tcase_add_test(tc, test_divergent_barrier_aborts);
+    tcase_add_test(tc, test_warp_operations);
+    tcase_add_test(tc, test_warp_reduction_dynamic_shared);
+    tcase_add_test(tc, test_divergent_warp_operations_abort);
     tcase_add_test(tc, test_launch_configuration);
     tcase_add_test(tc, test_big_launch);
     tcase_add_test(tc, test_malloc_poison_and_tracking);

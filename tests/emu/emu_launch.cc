@@ -1,13 +1,16 @@
 // emu_launch.cc -- kernel launches in the CPU emulation of the CUDA
-// runtime: the launch checks (configuration, device, stream), the grid run
-// as an operation of the launch's stream, block by block, every GPU thread
-// of a block a fiber on the running OS thread so that __syncthreads works
-// (stack switching in assembly on x86-64, ucontext elsewhere; ASan told of
-// every switch), and the diagnostics of a divergent barrier and of a launch
-// from inside a kernel.  The contract is in include/cuda_runtime.h.
+// runtime: the launch checks (configuration, dynamic shared memory, device,
+// stream), the grid run as an operation of the launch's stream, block by
+// block, every GPU thread of a block a fiber on the running OS thread so
+// that __syncthreads and the warp operations (shuffles, votes, __syncwarp)
+// work (stack switching in assembly on x86-64, ucontext elsewhere; ASan told
+// of every switch), and the diagnostics of a divergent barrier or warp
+// operation and of a launch from inside a kernel.  The contract is in
+// include/cuda_runtime.h.
 #include "emu_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,11 +40,16 @@ using namespace emu;
 // Every thread of a block is a fiber on the launching OS thread.  A fiber
 // runs the kernel body in a loop: when the body returns, the fiber goes
 // back to the scheduler marked done and is reused for the next thread
-// without a new stack set-up.  A thread that calls __syncthreads is parked
-// (its fiber kept) and the scheduler starts the next thread; once every
-// thread of the block is parked or done, the parked ones resume in thread
-// order.  Kernels without barriers therefore use one fiber for the whole
-// grid.  Stacks come from a per-OS-thread pool (mmap with a guard page),
+// without a new stack set-up.  A thread that calls __syncthreads or a warp
+// operation is parked (its fiber kept, with what it waits for) and the
+// scheduler starts the next thread.  Once every thread of the block is
+// parked or done, the scheduler resumes, in thread order, the lanes of each
+// warp (32 consecutive linear thread ids) that all wait at a warp
+// operation, after computing every lane's result from the values the lanes
+// brought (so a lane that goes on to its next shuffle cannot change what
+// the others read); when no warp can go on, every thread must wait at
+// __syncthreads, and they all resume.  Kernels without barriers or warp
+// operations therefore use one fiber for the whole grid.  Stacks come from a per-OS-thread pool (mmap with a guard page),
 // grown to the largest block seen and kept.
 
 thread_local ddp_emu_ctx_t ddp_emu_ctx_;
@@ -93,6 +101,7 @@ namespace
 {
 
 enum FiberState { kRunning, kParked, kDone };
+enum WaitKind { kBlockBarrier, kWarpOp };
 
 struct Fiber {
     char *map = nullptr; // mmap'd region (guard page first)
@@ -107,6 +116,13 @@ struct Fiber {
     void *fake_stack = nullptr; // ASan
     uint3 tid{0, 0, 0};
     FiberState state = kDone;
+    // what a parked thread waits at; for a warp operation, its arguments
+    // and (set by the scheduler before the lane resumes) its result
+    WaitKind wait = kBlockBarrier;
+    int op = 0, param = 0, width = 32;
+    unsigned mask = 0;
+    uint64_t in = 0, out = 0;
+    const char *op_name = nullptr;
 };
 
 struct Sched {
@@ -121,6 +137,9 @@ struct Sched {
 #else
     void *sp = nullptr;
 #endif
+    // the launch running now: for the diagnostics of warp operations
+    const char *file = nullptr, *what = nullptr;
+    int line = 0;
     void *fake_stack = nullptr;         // ASan: the scheduler's
     const void *sched_bottom = nullptr; // ASan: the scheduler's stack
     size_t sched_size = 0;
@@ -253,11 +272,15 @@ Sched *sched_get()
 
 } // namespace
 
-extern "C" void __syncthreads(void)
+namespace
+{
+
+// Park the running thread (its wait already set) until the scheduler resumes it.
+Fiber *park(const char *what)
 {
     Sched *s = t_sched;
     if (!s || !s->cur) {
-        ddp_emu_warn("__syncthreads() called outside a kernel; abort");
+        ddp_emu_warn("%s called outside a kernel; abort", what);
         abort();
     }
     Fiber *f = s->cur;
@@ -269,14 +292,104 @@ extern "C" void __syncthreads(void)
     ddp_emu_switch_(&f->sp, s->sp);
 #endif
     asan_finish(f->fake_stack, &s->sched_bottom, &s->sched_size);
+    return f;
+}
+
+} // namespace
+
+extern "C" void __syncthreads(void)
+{
+    if (t_sched && t_sched->cur) t_sched->cur->wait = kBlockBarrier;
+    park("__syncthreads()");
+}
+
+extern "C" uint64_t ddp_emu_warp_op_(int op, const char *name, unsigned mask, uint64_t v, int param,
+                                     int width)
+{
+    Sched *s = t_sched;
+    if (s && s->cur) {
+        Fiber *f = s->cur;
+        f->wait = kWarpOp;
+        f->op = op;
+        f->op_name = name;
+        f->mask = mask;
+        f->in = v;
+        f->param = param;
+        f->width = width;
+    }
+    return park(name)->out;
 }
 
 namespace
 {
 
+[[noreturn]] void warp_abort(const Sched *s, uint3 b, unsigned warp, const char *why)
+{
+    ddp_emu_warn("%s in the kernel launched at %s:%d (%s): block (%u,%u,%u), warp %u "
+                 "(undefined on a GPU); abort",
+                 why, s->file, s->line, s->what, b.x, b.y, b.z, warp);
+    abort();
+}
+
+// The results of the warp operation that lanes th[0..L) (one warp, all
+// parked at a warp operation) wait at, into each lane's `out`.
+void warp_results(const Sched *s, Fiber *const *th, unsigned L, uint3 b, unsigned warp)
+{
+    const unsigned existing = L == 32 ? 0xffffffffu : (1u << L) - 1u;
+    char why[160];
+    for (unsigned l = 0; l < L; l++) {
+        const Fiber *f = th[l];
+        if (f->op != th[0]->op || f->op_name != th[0]->op_name || f->param != th[0]->param ||
+            f->width != th[0]->width || f->mask != th[0]->mask) {
+            snprintf(why, sizeof why, "lanes 0 and %u of a warp at different warp operations "
+                     "(%s and %s) or with different arguments", l, th[0]->op_name, f->op_name);
+            warp_abort(s, b, warp, why);
+        }
+    }
+    const Fiber *f0 = th[0];
+    if ((f0->mask & existing) != existing) {
+        snprintf(why, sizeof why, "%s with mask 0x%08x: the emulation runs whole warps only "
+                 "(every lane of the warp in the mask, here 0x%08x)", f0->op_name, f0->mask,
+                 existing);
+        warp_abort(s, b, warp, why);
+    }
+    const int w = f0->width;
+    if (w < 1 || w > 32 || (w & (w - 1))) {
+        snprintf(why, sizeof why, "%s with width %d (a power of 2 up to 32)", f0->op_name, w);
+        warp_abort(s, b, warp, why);
+    }
+    uint64_t ballot = 0;
+    for (unsigned l = 0; l < L; l++)
+        if (th[l]->in) ballot |= 1ull << l;
+    for (unsigned l = 0; l < L; l++) {
+        const unsigned seg = l & ~(unsigned)(w - 1), pos = l & (unsigned)(w - 1);
+        const unsigned p = (unsigned)f0->param;
+        long src = l;
+        switch (f0->op) {
+        case DDP_EMU_SHFL_IDX: src = seg + (p & (unsigned)(w - 1)); break;
+        case DDP_EMU_SHFL_UP: src = pos < p ? l : l - p; break;
+        case DDP_EMU_SHFL_DOWN: src = pos + p >= (unsigned)w ? l : l + p; break;
+        case DDP_EMU_SHFL_XOR: src = (l ^ p) >= seg + (unsigned)w ? l : (l ^ p); break;
+        case DDP_EMU_BALLOT: th[l]->out = ballot; continue;
+        case DDP_EMU_ANY: th[l]->out = ballot != 0; continue;
+        case DDP_EMU_ALL: th[l]->out = ballot == (uint64_t)existing; continue;
+        case DDP_EMU_SYNCWARP: th[l]->out = 0; continue;
+        default:
+            snprintf(why, sizeof why, "unknown warp operation %d", f0->op);
+            warp_abort(s, b, warp, why);
+        }
+        if (src >= (long)L) {
+            snprintf(why, sizeof why, "%s: lane %u reads lane %ld, which the block does not have",
+                     f0->op_name, l, src);
+            warp_abort(s, b, warp, why);
+        }
+        th[l]->out = th[src]->in;
+    }
+}
+
 // Every block of one launch, in order (what ddp_emu_launch_ queues).
-void run_grid(dim3 grid, dim3 block, void (*run)(void *), void *arg, const char *file, int line,
-              const char *what)
+void run_grid(dim3 grid, dim3 block, size_t smem, void (*run)(void *), void *arg,
+              const char *file, int line, const char *what)
 {
     Sched *s = sched_get();
     {
@@ -288,17 +401,43 @@ void run_grid(dim3 grid, dim3 block, void (*run)(void *), void *arg, const char 
     ddp_emu_ctx_t saved = ddp_emu_ctx_;
     s->run = run;
     s->arg = arg;
+    s->file = file;
+    s->line = line;
+    s->what = what;
     ddp_emu_ctx_.block_dim = block;
     ddp_emu_ctx_.grid_dim = grid;
+    // dynamic shared memory: exactly the bytes asked for (the sanitizer
+    // build sees an access past them), 0xFF at the start of every block
+    // (stale shared memory is no zero on a GPU either)
+    void *dyn_mem = nullptr;
+    if (smem) {
+        dyn_mem = aligned_alloc(256, (smem + 255) & ~(size_t)255);
+        if (!dyn_mem) {
+            ddp_emu_warn("cannot allocate %zu bytes of dynamic shared memory; abort", smem);
+            abort();
+        }
+    }
+    ddp_emu_ctx_.dyn_smem = dyn_mem;
     const unsigned n = block.x * block.y * block.z;
-    s->parked.clear();
-    s->parked.reserve(n);
+    std::vector<Fiber *> th(n);
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
-                ddp_emu_ctx_.block_idx = uint3{bx, by, bz};
-                unsigned done = 0;
-                // first pass: every thread runs until its first barrier or its end
+                const uint3 b{bx, by, bz};
+                ddp_emu_ctx_.block_idx = b;
+                if (dyn_mem) memset(dyn_mem, 0xFF, smem);
+                unsigned done = 0, parked = 0;
+                auto resume = [&](unsigned t) {
+                    fiber_resume(s, th[t]);
+                    if (th[t]->state == kDone) {
+                        s->free_list.push_back(th[t]);
+                        th[t] = nullptr;
+                        done++;
+                        parked--;
+                    }
+                };
+                // first pass: every thread runs until its first barrier,
+                // warp operation or its end
                 for (unsigned t = 0; t < n; t++) {
                     Fiber *f;
                     if (!s->free_list.empty()) {
@@ -308,33 +447,52 @@ void run_grid(dim3 grid, dim3 block, void (*run)(void *), void *arg, const char 
                         f = fiber_new(s);
                     }
                     f->tid = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-                    fiber_resume(s, f);
-                    if (f->state == kDone) {
-                        done++;
-                        s->free_list.push_back(f);
-                    } else {
-                        s->parked.push_back(f);
-                    }
+                    th[t] = f;
+                    parked++;
+                    resume(t);
                 }
-                // then barrier by barrier, in thread order
-                while (!s->parked.empty()) {
-                    if (done)
-                        divergent(file, line, what, ddp_emu_ctx_.block_idx, done,
-                                  (unsigned)s->parked.size());
-                    size_t k = 0;
-                    for (size_t i = 0; i < s->parked.size(); i++) {
-                        Fiber *f = s->parked[i];
-                        fiber_resume(s, f);
-                        if (f->state == kDone) {
-                            done++;
-                            s->free_list.push_back(f);
-                        } else {
-                            s->parked[k++] = f;
+                while (parked) {
+                    // the warps whose lanes all wait at a warp operation go on
+                    bool moved = false;
+                    for (unsigned w0 = 0; w0 < n; w0 += 32) {
+                        const unsigned L = n - w0 < 32 ? n - w0 : 32;
+                        unsigned at = 0, gone = 0;
+                        for (unsigned l = 0; l < L; l++) {
+                            if (!th[w0 + l])
+                                gone++;
+                            else if (th[w0 + l]->wait == kWarpOp)
+                                at++;
                         }
+                        if (at == 0) continue;
+                        if (gone) {
+                            unsigned l = 0;
+                            while (!th[w0 + l] || th[w0 + l]->wait != kWarpOp) l++;
+                            char why[160];
+                            snprintf(why, sizeof why, "divergent %s: %u lanes returned while %u "
+                                     "wait at it", th[w0 + l]->op_name, gone, at);
+                            warp_abort(s, b, w0 / 32, why);
+                        }
+                        if (at < L) continue; // the others are at __syncthreads: checked below
+                        warp_results(s, &th[w0], L, b, w0 / 32);
+                        for (unsigned l = 0; l < L; l++) resume(w0 + l);
+                        moved = true;
                     }
-                    s->parked.resize(k);
+                    if (moved || !parked) continue;
+                    // no warp can go on: every live thread must be at __syncthreads
+                    for (unsigned t = 0; t < n; t++)
+                        if (th[t] && th[t]->wait == kWarpOp) {
+                            char why[200];
+                            snprintf(why, sizeof why, "divergent %s: thread %u waits at it while "
+                                     "other lanes of its warp wait at __syncthreads",
+                                     th[t]->op_name, t);
+                            warp_abort(s, b, t / 32, why);
+                        }
+                    if (done) divergent(file, line, what, b, done, parked);
+                    for (unsigned t = 0; t < n; t++)
+                        if (th[t]) resume(t);
                 }
             }
+    free(dyn_mem);
     s->run = nullptr;
     s->arg = nullptr;
     ddp_emu_ctx_ = saved;
@@ -342,9 +500,9 @@ void run_grid(dim3 grid, dim3 block, void (*run)(void *), void *arg, const char 
 
 } // namespace
 
-extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void (*run)(void *),
-                                void (*destroy)(void *), void *arg, const char *file, int line,
-                                const char *what)
+extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                void (*run)(void *), void (*destroy)(void *), void *arg,
+                                const char *file, int line, const char *what)
 {
     bool inject = ddp_emu_inject("kernel");
     cudaError_t e = cudaSuccess;
@@ -361,6 +519,9 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void
          grid.z == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
          grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535))
         e = cudaErrorInvalidConfiguration;
+    // dynamic shared memory beyond the 48 KiB a kernel gets without
+    // cudaFuncSetAttribute (which the emulation does not offer)
+    if (e == cudaSuccess && smem > DDP_EMU_DYN_SMEM_MAX) e = cudaErrorInvalidValue;
     if (e == cudaSuccess && inject) e = cudaErrorLaunchFailure;
     if (e != cudaSuccess) {
         destroy(arg);
@@ -373,7 +534,7 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void
         abort();
     }
     submit(stream, [=]() {
-        run_grid(grid, block, run, arg, file, line, what);
+        run_grid(grid, block, smem, run, arg, file, line, what);
         destroy(arg);
     });
 }

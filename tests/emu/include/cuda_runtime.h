@@ -34,8 +34,25 @@
  *   shared by the block's threads and a missing barrier shows as a wrong
  *   result.  A barrier that some threads of a block skip by returning
  *   aborts the process with the launch site (undefined behaviour on a GPU).
- *   No warps:
- *   no shuffles, votes, atomics or dynamic shared memory.
+ * - Warps: 32 consecutive linear thread ids of a block.  The shuffles
+ *   (__shfl_sync, _up, _down, _xor, with width), the votes (__ballot_sync,
+ *   __any_sync, __all_sync) and __syncwarp park the lane until every lane
+ *   of its warp is at the same operation with the same arguments; the
+ *   results are computed from the values all lanes brought, then the lanes
+ *   resume in order.  Whole warps only: the mask must name every lane the
+ *   warp has.  A warp operation that some lanes skip by returning or by
+ *   waiting at __syncthreads, a mask or width the emulation does not run,
+ *   or a shuffle from a lane the block does not have aborts the process
+ *   with the launch site.  No atomics.
+ * - Dynamic shared memory: DDP_LAUNCH_SMEM's byte count (at most 48 KiB,
+ *   DDP_EMU_DYN_SMEM_MAX, what a kernel gets without cudaFuncSetAttribute:
+ *   more fails the launch with cudaErrorInvalidValue) is allocated for the
+ *   launch, exactly that size (the sanitizer build sees an access past
+ *   it), filled with 0xFF bytes before every block; kernels reach it
+ *   through DDP_DYNAMIC_SHARED (ddp_cuda_rt.h).
+ * - Vector types (float2, float4, int2, int4; __nv_bfloat162 in
+ *   cuda_bf16.h) have CUDA's alignment, so the sanitizer build's alignment
+ *   check finds a misaligned vector load, a fault on a GPU.
  * - A configuration error (threads per block outside 1..1024, block.z > 64,
  *   grid.x >= 2^31, grid.y/z > 65535, a zero dimension) sets the launch
  *   error: cudaGetLastError returns it once and clears it.  Any failing
@@ -84,8 +101,9 @@
  * sm 8.0, PCI bus id "0000:%02x:00.0" with bus 0x10 + its physical index.
  *
  * Helpers beyond the CUDA API (emu.h has the internal ones):
- *   ddp_emu_launch(grid, block, stream, name, body)   C++: what DDP_LAUNCH
- *                           expands to (with ddp_emu_bind)
+ *   ddp_emu_launch(grid, block, smem, stream, name, body)   C++: what
+ *                           DDP_LAUNCH and DDP_LAUNCH_SMEM expand to (with
+ *                           ddp_emu_bind)
  *   ddp_emu_reload_env()    re-read the environment above, reset counters
  *   ddp_emu_device_range(p, bytes)   1 when [p, p+bytes) lies in one device
  *                           allocation (what NCCL's checks use)
@@ -145,6 +163,30 @@ struct uint3 {
     unsigned int x, y, z;
 };
 typedef struct uint3 uint3;
+
+/* CUDA's vector types, with CUDA's alignment. */
+typedef struct __attribute__((aligned(8))) float2 {
+    float x, y;
+} float2;
+typedef struct __attribute__((aligned(16))) float4 {
+    float x, y, z, w;
+} float4;
+typedef struct __attribute__((aligned(8))) int2 {
+    int x, y;
+} int2;
+typedef struct __attribute__((aligned(16))) int4 {
+    int x, y, z, w;
+} int4;
+static inline float2 make_float2(float x, float y)
+{
+    float2 r = {x, y};
+    return r;
+}
+static inline float4 make_float4(float x, float y, float z, float w)
+{
+    float4 r = {x, y, z, w};
+    return r;
+}
 
 struct dim3 {
     unsigned int x, y, z;
@@ -258,12 +300,14 @@ struct ddp_emu_ctx_t {
     uint3 block_idx;
     dim3 block_dim;
     dim3 grid_dim;
+    void *dyn_smem; /* the launch's dynamic shared memory, or null */
 };
 extern thread_local ddp_emu_ctx_t ddp_emu_ctx_;
 #define threadIdx (static_cast<const uint3 &>(ddp_emu_ctx_.thread_idx))
 #define blockIdx  (static_cast<const uint3 &>(ddp_emu_ctx_.block_idx))
 #define blockDim  (static_cast<const dim3 &>(ddp_emu_ctx_.block_dim))
 #define gridDim   (static_cast<const dim3 &>(ddp_emu_ctx_.grid_dim))
+static constexpr int warpSize = 32;
 
 /* The block barrier: suspends this thread's fiber until every thread of the
  * block has reached a barrier. */
@@ -271,24 +315,88 @@ extern "C" void __syncthreads(void);
 inline void __threadfence(void) {}
 inline void __threadfence_block(void) {}
 
-/* Runs `run(arg)` once for every thread of the grid (see the file comment).
- * file, line and what name the launch site in diagnostics. */
+/* The warp operations (see the file comment): every lane parks with its
+ * value; the result for this lane comes back when the whole warp is there. */
+enum {
+    DDP_EMU_SHFL_IDX,
+    DDP_EMU_SHFL_UP,
+    DDP_EMU_SHFL_DOWN,
+    DDP_EMU_SHFL_XOR,
+    DDP_EMU_BALLOT,
+    DDP_EMU_ANY,
+    DDP_EMU_ALL,
+    DDP_EMU_SYNCWARP
+};
+extern "C" uint64_t ddp_emu_warp_op_(int op, const char *name, unsigned mask, uint64_t v,
+                                     int param, int width);
+template <class T> inline T ddp_emu_shfl_(int op, const char *name, unsigned mask, T v, int p,
+                                          int width)
+{
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
+                  "a shuffle moves at most 8 bytes");
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof v);
+    b = ddp_emu_warp_op_(op, name, mask, b, p, width);
+    T r;
+    memcpy(&r, &b, sizeof r);
+    return r;
+}
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32)
+{
+    return ddp_emu_shfl_(DDP_EMU_SHFL_IDX, "__shfl_sync", mask, v, src, width);
+}
+template <class T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32)
+{
+    return ddp_emu_shfl_(DDP_EMU_SHFL_UP, "__shfl_up_sync", mask, v, (int)delta, width);
+}
+template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)
+{
+    return ddp_emu_shfl_(DDP_EMU_SHFL_DOWN, "__shfl_down_sync", mask, v, (int)delta, width);
+}
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
+{
+    return ddp_emu_shfl_(DDP_EMU_SHFL_XOR, "__shfl_xor_sync", mask, v, lane_mask, width);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+    return (unsigned)ddp_emu_warp_op_(DDP_EMU_BALLOT, "__ballot_sync", mask, pred != 0, 0, 32);
+}
+inline int __any_sync(unsigned mask, int pred)
+{
+    return (int)ddp_emu_warp_op_(DDP_EMU_ANY, "__any_sync", mask, pred != 0, 0, 32);
+}
+inline int __all_sync(unsigned mask, int pred)
+{
+    return (int)ddp_emu_warp_op_(DDP_EMU_ALL, "__all_sync", mask, pred != 0, 0, 32);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    (void)ddp_emu_warp_op_(DDP_EMU_SYNCWARP, "__syncwarp", mask, 0, 0, 32);
+}
+
+/* The most dynamic shared memory a launch may ask for (bytes). */
+#define DDP_EMU_DYN_SMEM_MAX (48u << 10)
+
+/* Runs `run(arg)` once for every thread of the grid (see the file comment),
+ * with smem bytes of dynamic shared memory.  file, line and what name the
+ * launch site in diagnostics. */
 /* arg: a heap copy of the kernel's body (its arguments, by value, as a
  * launch copies them), run by run() and freed by destroy() after it ran or
  * when the launch fails. */
-extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, cudaStream_t stream, void (*run)(void *),
-                                void (*destroy)(void *), void *arg, const char *file, int line,
-                                const char *what);
+extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                void (*run)(void *), void (*destroy)(void *), void *arg,
+                                const char *file, int line, const char *what);
 
 /* A launch of `kernel` (its name) whose body calls it with the arguments
  * evaluated and copied now, as <<<...>>> does: the body may run later (a
  * queued stream, DDP_EMU_STREAMS). */
 template <class F>
-inline void ddp_emu_launch(dim3 grid, dim3 block, cudaStream_t stream, const char *kernel, F body,
-                           const char *file = __builtin_FILE(), int line = __builtin_LINE())
+inline void ddp_emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                           const char *kernel, F body, const char *file = __builtin_FILE(),
+                           int line = __builtin_LINE())
 {
     ddp_emu_launch_(
-        grid, block, stream, [](void *p) { (*static_cast<F *>(p))(); },
+        grid, block, smem, stream, [](void *p) { (*static_cast<F *>(p))(); },
         [](void *p) { delete static_cast<F *>(p); }, new F(body), file, line, kernel);
 }
 
