@@ -1,22 +1,33 @@
 // loss.cu -- the loss launchers of ddp_cuda.h: softmax cross-entropy with
 // label smoothing (xent) and mean squared error (mse).
 //
-// xent: one thread per row runs the CPU backend's very row function
-// (ddp_xent_row, backend_math.h), so a row's loss, hit and gradient agree
-// with cpu_loss.c's to the device's expf/log rounding.  mse: one thread
-// per element.  The sums over rows (elements) are deterministic, without
-// atomics: each block reduces its threads' partial sums in a fixed tree in
-// static shared memory (ddp_block_sum, block_reduce.h) and writes them to a
-// scratch array, then one block adds the partials in a fixed tree and adds
-// the result to acc.  The
-// partials' shape depends only on n (n * k), so the same inputs give the
-// same bits on every run.
+// xent: the row is spread over a warp (up to kXentWarpMax classes; eight
+// rows in a block of 256) or over a whole block (wider rows: the benchmark
+// MLP's 8192 classes, a 32 KB row), each thread reading every G-th float4
+// (every G-th float where the row is not 16-byte aligned).  Three passes
+// over the row: the max, first argmax and sum of the logits; the sum of
+// expf(z - max) in double (the CPU's very terms; the second read comes
+// from L1/L2, so DRAM sees the row once, as an online max/sum would, whose
+// rescaled terms would no longer be the CPU's); and the gradient.  The
+// reductions are fixed trees of warp shuffles (and, for a block row, of
+// the warps' results in shared memory), so the results depend only on the
+// shapes: the loss and gradient agree with cpu_loss.c's ddp_xent_row
+// (backend_math.h's ddp_xent_loss and ddp_xent_grad are shared) to the
+// order of the double sums and the device's expf/log.  mse: one thread per
+// element.  The sums over rows (elements) are deterministic, without
+// atomics: each block reduces its rows' (threads') partial sums in a fixed
+// tree and writes them to a scratch array, then one block adds the
+// partials in a fixed tree and adds the result to acc.  The partials' shape
+// depends only on n (n * k), so the same inputs give the same bits on
+// every run.
 #include "ddp_cuda_rt.h"
 
 #include "backend_math.h"
 #include "block_reduce.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 
 namespace
 {
@@ -38,22 +49,168 @@ int partials(double **out)
     return 0;
 }
 
-// One thread per row (ddp_xent_row).  dlogits may alias logits: each
-// row's logits are read by its thread before it writes the row.
-// part[2b] = the block's sum of losses, part[2b+1] = its hits.
-__global__ void xent_rows_k(int n, int classes, const float *logits, const int32_t *labels,
-                            float smoothing, float grad_scale, float *dlogits, double *part)
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kXentWarpMax = 1024;  // classes up to which a warp takes a row
+constexpr int kXentRowsWarp = kDdpThreads / 32;
+
+// The row's max and first argmax (a candidate at a lower index wins ties;
+// arg == INT_MAX: none yet, which any non-NaN value replaces).
+__device__ inline void argmax_take(float &m, int &a, float v, int j)
 {
-    __shared__ double sh[kDdpThreads];
-    const double eps = smoothing;
-    double loss = 0, hits = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float *dl = dlogits ? dlogits + i * classes : nullptr;
-        ddp_xent_row(classes, logits + i * classes, labels[i], eps, grad_scale, dl, &loss, &hits);
+    if (v > m || (v == m && j < a) || (a == INT_MAX && v == v)) {
+        m = v;
+        a = j;
     }
-    loss = ddp_block_sum(sh, loss);
-    hits = ddp_block_sum(sh, hits);
+}
+
+// Sums down the warp's fixed tree: lane 0 gets the total.
+__device__ inline double warp_sum(double v)
+{
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(kFull, v, d);
+    return v;
+}
+__device__ inline void warp_argmax(float &m, int &a)
+{
+    for (int d = 16; d > 0; d >>= 1) {
+        float om = __shfl_down_sync(kFull, m, d);
+        int oa = __shfl_down_sync(kFull, a, d);
+        argmax_take(m, a, om, oa);
+    }
+}
+
+// The group's (a warp's or the block's) reductions, the result in every
+// thread of the group.  sh: the block's scratch, one slot per warp.
+template <bool kBlock> __device__ inline double group_sum(double v, double *sh)
+{
+    v = warp_sum(v);
+    if (kBlock) {
+        const int w = threadIdx.x / 32;
+        if (threadIdx.x % 32 == 0) sh[w] = v;
+        __syncthreads();
+        v = 0;
+        for (int k = 0; k < kDdpThreads / 32; k++) v += sh[k];
+        __syncthreads(); // sh may be reused at once
+        return v;
+    }
+    return __shfl_sync(kFull, v, 0);
+}
+template <bool kBlock> __device__ inline void group_argmax(float &m, int &a, float *shm, int *sha)
+{
+    warp_argmax(m, a);
+    if (kBlock) {
+        const int w = threadIdx.x / 32;
+        if (threadIdx.x % 32 == 0) {
+            shm[w] = m;
+            sha[w] = a;
+        }
+        __syncthreads();
+        m = shm[0];
+        a = sha[0];
+        for (int k = 1; k < kDdpThreads / 32; k++) argmax_take(m, a, shm[k], sha[k]);
+        __syncthreads();
+        return;
+    }
+    m = __shfl_sync(kFull, m, 0);
+    a = __shfl_sync(kFull, a, 0);
+}
+
+// Calls f(j, z[j]) for this thread's share of the row: every G-th float4
+// from thread g when the row is 16-byte aligned, else every G-th float.
+template <class F> __device__ inline void row_each(const float *z, int classes, int g, int G, F f)
+{
+    if (classes % 4 == 0 && ((uintptr_t)z & 15) == 0) {
+        const float4 *z4 = reinterpret_cast<const float4 *>(z);
+        for (int q = g; q < classes / 4; q += G) {
+            float4 v = z4[q];
+            f(4 * q, v.x);
+            f(4 * q + 1, v.y);
+            f(4 * q + 2, v.z);
+            f(4 * q + 3, v.w);
+        }
+    } else {
+        for (int j = g; j < classes; j += G) f(j, z[j]);
+    }
+}
+
+// Softmax cross-entropy, a row per warp (kBlock false: kXentRowsWarp rows
+// per block) or per block (kBlock).  dlogits may alias logits: a row is
+// read in the first two passes by its own group before the third writes
+// it, each element by the thread that reads it.  part[2b] = the block's sum
+// of losses, part[2b+1] = its hits (rows in a fixed order).
+template <bool kBlock>
+__global__ void xent_k(int n, int classes, const float *logits, const int32_t *labels,
+                       float smoothing, float grad_scale, float *dlogits, double *part)
+{
+    __shared__ double shd[kDdpThreads / 32];
+    __shared__ float shm[kDdpThreads / 32];
+    __shared__ int sha[kDdpThreads / 32];
+    const int G = kBlock ? kDdpThreads : 32, rows = kBlock ? 1 : kXentRowsWarp;
+    const int g = kBlock ? (int)threadIdx.x : (int)threadIdx.x % 32;
+    const int group = kBlock ? 0 : (int)threadIdx.x / 32;
+    const double eps = smoothing;
+    double loss = 0, hits = 0; // the group's rows, in the group's first thread
+    for (size_t i = (size_t)blockIdx.x * rows + group; i < (size_t)n;
+         i += (size_t)gridDim.x * rows) {
+        const float *z = logits + i * classes;
+        const int y = labels[i];
+        const bool valid = y >= 0 && y < classes;
+        float zmax = -INFINITY;
+        int arg = INT_MAX;
+        double zsum = 0;
+        row_each(z, classes, g, G, [&](int j, float v) {
+            argmax_take(zmax, arg, v, j);
+            zsum += v;
+        });
+        group_argmax<kBlock>(zmax, arg, shm, sha);
+        zsum = group_sum<kBlock>(zsum, shd);
+        if (z[0] != z[0]) { // the CPU's rule: a NaN first logit is the max
+            zmax = z[0];
+            arg = 0;
+        }
+        double s = 0;
+        row_each(z, classes, g, G, [&](int, float v) { s += expf(v - zmax); });
+        s = group_sum<kBlock>(s, shd);
+        if (g == 0 && valid) {
+            loss += ddp_xent_loss(zmax, s, z[y], zsum, eps, classes);
+            hits += arg == y;
+        }
+        if (dlogits) {
+            float *dl = dlogits + i * classes;
+            const float inv = (float)(1.0 / s), off = (float)(eps / classes);
+            const float gy = (float)(1.0 - eps) * grad_scale;
+            auto grad = [&](int j, float v) {
+                float d = valid ? ddp_xent_grad(expf(v - zmax), inv, off, grad_scale) : 0.0f;
+                return valid && j == y ? d - gy : d;
+            };
+            if (classes % 4 == 0 && (((uintptr_t)z | (uintptr_t)dl) & 15) == 0) {
+                const float4 *z4 = reinterpret_cast<const float4 *>(z);
+                float4 *d4 = reinterpret_cast<float4 *>(dl);
+                for (int q = g; q < classes / 4; q += G) {
+                    float4 v = z4[q];
+                    d4[q] = make_float4(grad(4 * q, v.x), grad(4 * q + 1, v.y),
+                                        grad(4 * q + 2, v.z), grad(4 * q + 3, v.w));
+                }
+            } else {
+                for (int j = g; j < classes; j += G) dl[j] = grad(j, z[j]);
+            }
+        }
+    }
+    // the block's sums: the groups' in group order
+    if (!kBlock) {
+        __syncthreads();
+        if (g == 0) {
+            shd[group] = loss;
+            shm[group] = (float)hits; // at most 2^24 rows per group: exact
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            loss = hits = 0;
+            for (int k = 0; k < rows; k++) {
+                loss += shd[k];
+                hits += shm[k];
+            }
+        }
+    }
     if (threadIdx.x == 0) {
         part[2 * blockIdx.x] = loss;
         part[2 * blockIdx.x + 1] = hits;
@@ -98,10 +255,17 @@ extern "C" int ddp_cuda_xent(int n, int classes, const float *logits, const int3
     if (n <= 0 || classes <= 0) return 0;
     double *part;
     if (partials(&part)) return -1;
-    const unsigned blocks = ddp_blocks_for((size_t)n);
     cudaStream_t st = ddp_cuda_state_.stream;
-    DDP_LAUNCH(xent_rows_k, blocks, kDdpThreads, st, n, classes, logits, labels, smoothing,
-               grad_scale, dlogits, part);
+    unsigned blocks;
+    if (classes <= kXentWarpMax) {
+        blocks = ddp_blocks_for((size_t)n * 32); // a warp per row
+        DDP_LAUNCH(xent_k<false>, blocks, kDdpThreads, st, n, classes, logits, labels, smoothing,
+                   grad_scale, dlogits, part);
+    } else {
+        blocks = ddp_blocks_for((size_t)n * kDdpThreads); // a block per row
+        DDP_LAUNCH(xent_k<true>, blocks, kDdpThreads, st, n, classes, logits, labels, smoothing,
+                   grad_scale, dlogits, part);
+    }
     DDP_CU_LAUNCHED();
     DDP_LAUNCH(add_partials_k, 1, kDdpThreads, st, blocks, 2, (const double *)part, acc);
     DDP_CU_LAUNCHED();

@@ -1,8 +1,9 @@
 // optim.cu -- the optimizer launchers of ddp_cuda.h: SGD (momentum,
 // Nesterov, weight decay) and AdamW over flat buffers, PyTorch semantics.
 //
-// Each element is updated by one thread of a grid-stride loop with the CPU
-// backend's float operations in its order (SGD: cpu_optim.c sgd_mom_;
+// Each element is updated by one thread of a grid-stride loop (four
+// elements a thread, in float4 loads and stores, where every array is
+// 16-byte aligned) with the CPU backend's float operations in its order (SGD: cpu_optim.c sgd_mom_;
 // AdamW: the CPU backend's very element function, ddp_adamw_elem of
 // backend_math.h); AdamW's step constants (bias corrections, decay, step
 // size) are computed on the host in double by the CPU backend's
@@ -16,48 +17,129 @@
 #include "backend_math.h"
 
 #include <math.h>
+#include <stdint.h>
 
 namespace
 {
 
-// p -= lr (g + wd p)
-__global__ void sgd_plain_k(size_t count, float *p, const float *g, float lr, float wd)
+// Every element once, in float4s where all the arrays are 16-byte aligned
+// (vec: the launcher checked), the tail and unaligned arrays one float at a
+// time; f(i, ...) updates element i through pointers to its values, the
+// same function for both, so the vector path changes no bit.
+__device__ inline size_t tid_()
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x)
-        p[i] -= lr * (g[i] + wd * p[i]);
+    return blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+}
+__device__ inline size_t stride_()
+{
+    return (size_t)gridDim.x * blockDim.x;
+}
+
+// p -= lr (g + wd p)
+__device__ inline void sgd_plain_elem(float *p, float g, float lr, float wd)
+{
+    *p -= lr * (g + wd * *p);
 }
 
 // d = g + wd p; buf = m buf + d (buf read as 0 on the first step, as the
 // CPU's zero fill: m * 0 + d); p -= lr (nesterov ? d + m buf : buf)
-__global__ void sgd_mom_k(size_t count, float *p, const float *g, float *buf, float lr, float m,
-                          float wd, int nesterov, int first)
+__device__ inline void sgd_mom_elem(float *p, float g, float *buf, float lr, float m, float wd,
+                                    int nesterov, int first)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float old = first ? 0.0f : buf[i];
-        if (nesterov) {
-            float d = g[i] + wd * p[i];
-            float b = m * old + d;
-            buf[i] = b;
-            p[i] -= lr * (d + m * b);
-        } else {
-            float b = m * old + (g[i] + wd * p[i]);
-            buf[i] = b;
-            p[i] -= lr * b;
-        }
+    const float old = first ? 0.0f : *buf;
+    if (nesterov) {
+        float d = g + wd * *p;
+        float b = m * old + d;
+        *buf = b;
+        *p -= lr * (d + m * b);
+    } else {
+        float b = m * old + (g + wd * *p);
+        *buf = b;
+        *p -= lr * b;
     }
+}
+
+__global__ void sgd_plain_k(size_t count, float *p, const float *g, float lr, float wd, int vec)
+{
+    size_t i = tid_();
+    if (vec) {
+        float4 *p4 = reinterpret_cast<float4 *>(p);
+        const float4 *g4 = reinterpret_cast<const float4 *>(g);
+        for (size_t q = i; q < count / 4; q += stride_()) {
+            float4 pv = p4[q], gv = g4[q];
+            sgd_plain_elem(&pv.x, gv.x, lr, wd);
+            sgd_plain_elem(&pv.y, gv.y, lr, wd);
+            sgd_plain_elem(&pv.z, gv.z, lr, wd);
+            sgd_plain_elem(&pv.w, gv.w, lr, wd);
+            p4[q] = pv;
+        }
+        i += count / 4 * 4;
+    }
+    for (; i < count; i += stride_()) sgd_plain_elem(p + i, g[i], lr, wd);
+}
+
+__global__ void sgd_mom_k(size_t count, float *p, const float *g, float *buf, float lr, float m,
+                          float wd, int nesterov, int first, int vec)
+{
+    size_t i = tid_();
+    if (vec) {
+        float4 *p4 = reinterpret_cast<float4 *>(p), *b4 = reinterpret_cast<float4 *>(buf);
+        const float4 *g4 = reinterpret_cast<const float4 *>(g);
+        for (size_t q = i; q < count / 4; q += stride_()) {
+            float4 pv = p4[q], gv = g4[q], bv = first ? make_float4(0, 0, 0, 0) : b4[q];
+            sgd_mom_elem(&pv.x, gv.x, &bv.x, lr, m, wd, nesterov, first);
+            sgd_mom_elem(&pv.y, gv.y, &bv.y, lr, m, wd, nesterov, first);
+            sgd_mom_elem(&pv.z, gv.z, &bv.z, lr, m, wd, nesterov, first);
+            sgd_mom_elem(&pv.w, gv.w, &bv.w, lr, m, wd, nesterov, first);
+            p4[q] = pv;
+            b4[q] = bv;
+        }
+        i += count / 4 * 4;
+    }
+    for (; i < count; i += stride_()) sgd_mom_elem(p + i, g[i], buf + i, lr, m, wd, nesterov, first);
 }
 
 // m = b1 m + c1 g; v = b2 v + c2 g^2; p = p decay - step (m / (sqrt(v)/bc2_sqrt + eps))
 __global__ void adamw_k(size_t count, float *p, const float *g, float *m, float *v, float decay,
                         float b1, float c1, float b2, float c2, float step_size, float bc2_sqrt,
-                        float eps)
+                        float eps, int vec)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x) {
-        ddp_adamw_elem(p + i, m + i, v + i, g[i], decay, b1, c1, b2, c2, step_size, bc2_sqrt, eps);
+    size_t i = tid_();
+    if (vec) {
+        float4 *p4 = reinterpret_cast<float4 *>(p), *m4 = reinterpret_cast<float4 *>(m),
+               *v4 = reinterpret_cast<float4 *>(v);
+        const float4 *g4 = reinterpret_cast<const float4 *>(g);
+        for (size_t q = i; q < count / 4; q += stride_()) {
+            float4 pv = p4[q], gv = g4[q], mv = m4[q], vv = v4[q];
+            ddp_adamw_elem(&pv.x, &mv.x, &vv.x, gv.x, decay, b1, c1, b2, c2, step_size, bc2_sqrt,
+                           eps);
+            ddp_adamw_elem(&pv.y, &mv.y, &vv.y, gv.y, decay, b1, c1, b2, c2, step_size, bc2_sqrt,
+                           eps);
+            ddp_adamw_elem(&pv.z, &mv.z, &vv.z, gv.z, decay, b1, c1, b2, c2, step_size, bc2_sqrt,
+                           eps);
+            ddp_adamw_elem(&pv.w, &mv.w, &vv.w, gv.w, decay, b1, c1, b2, c2, step_size, bc2_sqrt,
+                           eps);
+            p4[q] = pv;
+            m4[q] = mv;
+            v4[q] = vv;
+        }
+        i += count / 4 * 4;
     }
+    for (; i < count; i += stride_())
+        ddp_adamw_elem(p + i, m + i, v + i, g[i], decay, b1, c1, b2, c2, step_size, bc2_sqrt, eps);
+}
+
+// 1 when every pointer is 16-byte aligned (float4 loads and stores)
+inline int aligned16(const void *a, const void *b, const void *c = nullptr,
+                     const void *d = nullptr)
+{
+    return ((((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15) == 0);
+}
+
+// blocks for count elements, a float4 a thread when vec
+inline unsigned blocks_(size_t count, int vec)
+{
+    return ddp_blocks_for(vec ? (count + 3) / 4 : count);
 }
 
 } // namespace
@@ -67,11 +149,14 @@ extern "C" int ddp_cuda_sgd_step(size_t count, float *p, const float *g, float *
 {
     if (count == 0) return 0;
     cudaStream_t st = ddp_cuda_state_.stream;
-    if (momentum == 0.0f || !buf)
-        DDP_LAUNCH(sgd_plain_k, ddp_blocks_for(count), kDdpThreads, st, count, p, g, lr, wd);
-    else
-        DDP_LAUNCH(sgd_mom_k, ddp_blocks_for(count), kDdpThreads, st, count, p, g, buf, lr,
-                   momentum, wd, nesterov, first);
+    if (momentum == 0.0f || !buf) {
+        const int vec = aligned16(p, g);
+        DDP_LAUNCH(sgd_plain_k, blocks_(count, vec), kDdpThreads, st, count, p, g, lr, wd, vec);
+    } else {
+        const int vec = aligned16(p, g, buf);
+        DDP_LAUNCH(sgd_mom_k, blocks_(count, vec), kDdpThreads, st, count, p, g, buf, lr,
+                   momentum, wd, nesterov, first, vec);
+    }
     DDP_CU_LAUNCHED();
     return 0;
 }
@@ -84,8 +169,9 @@ extern "C" int ddp_cuda_adamw_step(size_t count, float *p, const float *g, float
 {
     if (count == 0) return 0;
     const ddp_adamw_consts_t a = ddp_adamw_consts(lr, beta1, beta2, wd, t);
-    DDP_LAUNCH(adamw_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, p, g, m,
-               v, a.decay, beta1, a.c1, beta2, a.c2, a.step_size, a.bc2_sqrt, eps);
+    const int vec = aligned16(p, g, m, v);
+    DDP_LAUNCH(adamw_k, blocks_(count, vec), kDdpThreads, ddp_cuda_state_.stream, count, p, g, m,
+               v, a.decay, beta1, a.c1, beta2, a.c2, a.step_size, a.bc2_sqrt, eps, vec);
     DDP_CU_LAUNCHED();
     return 0;
 }

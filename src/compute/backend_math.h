@@ -3,6 +3,8 @@
  * cuda/optim.cu) share, one definition each (DDP_HD, hostdev.h), so both
  * backends do the same operations in the same order:
  *   ddp_xent_row        one row of softmax cross-entropy with label smoothing
+ *   ddp_xent_loss/_grad its loss and gradient element (cuda/loss.cu's
+ *                       row-parallel kernel computes the rest itself)
  *   ddp_bn_finalize_ch  one channel of BatchNorm's statistics finalize
  *   ddp_adamw_consts    AdamW's per-step constants (host code, in double)
  *   ddp_adamw_elem      one element of the AdamW update (float)
@@ -24,6 +26,21 @@
  * gradient; it may alias z, whose row is read before dl is written) gets
  * grad_scale (softmax - (1-eps) onehot(y) - eps/classes).  A label outside
  * [0, classes) adds nothing and zeroes dl.  classes >= 1. */
+/* The pieces of ddp_xent_row that cuda/loss.cu's row-parallel kernel
+ * shares: the row's loss from its max, sum of exp(z - max), label logit
+ * and sum of logits; and one gradient element from e = expf(z_j - max),
+ * inv = (float)(1 / sum), off = (float)(eps / classes) (before the label's
+ * -(1 - eps) grad_scale). */
+DDP_HD double ddp_xent_loss(float zmax, double s, float zy, double zsum, double eps, int classes)
+{
+    double lse = (double)zmax + log(s);
+    return lse - (1.0 - eps) * zy - eps * zsum / classes;
+}
+DDP_HD float ddp_xent_grad(float e, float inv, float off, float grad_scale)
+{
+    return (e * inv - off) * grad_scale;
+}
+
 DDP_HD void ddp_xent_row(int classes, const float *z, int y, double eps, float grad_scale,
                          float *dl, double *loss, double *hits)
 {
@@ -50,12 +67,11 @@ DDP_HD void ddp_xent_row(int classes, const float *z, int y, double eps, float g
             for (int j = 0; j < classes; j++) dl[j] = 0.0f;
         return;
     }
-    double lse = (double)zmax + log(s);
-    *loss += lse - (1.0 - eps) * zy - eps * zsum / classes;
+    *loss += ddp_xent_loss(zmax, s, zy, zsum, eps, classes);
     *hits += arg == y;
     if (dl) {
         const float inv = (float)(1.0 / s), off = (float)(eps / classes);
-        for (int j = 0; j < classes; j++) dl[j] = (dl[j] * inv - off) * grad_scale;
+        for (int j = 0; j < classes; j++) dl[j] = ddp_xent_grad(dl[j], inv, off, grad_scale);
         dl[y] -= (float)(1.0 - eps) * grad_scale;
     }
 }

@@ -24,14 +24,17 @@
  *   mse dpred       bits           bits            one subtract, one multiply
  *   gelu fwd        bits           8 ulp + 1e-6    erff 2 ulp; 1 + erf cancels for x << 0
  *   gelu bwd        bits           8 ulp + 1e-6|dy| erff, expf
- *   xent dlogits    bits           8 ulp + 1e-6 g  one thread per row in the CPU's order; expf
- *                                                  2 ulp of p <= 1, g = |grad_scale|
- *   xent acc[0]     1e-12 rel      1e-6 rel + 1e-6 n   rows summed in another order
- *                                                  (double); device expf/log per row
+ *   xent dlogits    bits           8 ulp + 1e-6 g  the CPU's terms expf(z - max), summed
+ *                                                  in double in another order (1/sum
+ *                                                  rounds to the same float); expf 2 ulp
+ *                                                  of p <= 1, g = |grad_scale|
+ *   xent acc[0]     1e-12 rel      1e-6 rel + 1e-6 n   rows and each row's sums in another
+ *                                                  order (double); device expf/log per row
  *   xent acc[1]     equal          equal           the CPU's first-argmax rule per row
  *   mse acc[0]      1e-12 rel      1e-12 rel       double sums in another order
  *   sumsq           1e-12 rel      1e-12 rel       exact double products, another order
- *   sgd p, buf      bits           16 ulp + 1e-7   same operation order; FMA contraction
+ *   sgd p, buf      bits           16 ulp + 1e-7   same operation order (float4 or one
+ *                                                  float at a time); FMA contraction
  *   adamw p         bits           16 ulp + 1e-8   same order, constants from the same host
  *   adamw m, v      bits           16 ulp + 1e-7   code in double; FMA contraction
  * (after each of 5 optimizer steps: the errors of the GPU column compound
@@ -539,6 +542,12 @@ static void xent_case_(int n, int classes, float smoothing, int with_grad, int a
             float *r = z + (size_t)i * classes;
             r[1] = r[classes - 1] = 9.0f;
             y[i] = i % 3 == 0 ? 1 : classes - 1;
+            if (classes >= 40 && i % 3 == 1) { /* the first max in a later lane than others */
+                for (int j = 16; j < classes; j += 16) r[j] = 9.0f;
+                r[1] = r[classes - 1] = 0.0f;
+                r[5] = 9.0f;
+                y[i] = 5;
+            }
         }
         if (ties && i % 3 == 2) /* a row of equal logits: argmax 0 */
             for (int j = 0; j < classes; j++) z[(size_t)i * classes + j] = 0.25f;
@@ -585,9 +594,13 @@ START_TEST(xent_matches)
             const float eps = e ? 0.1f : 0.0f;
             xent_case_(37, 10, eps, grad, 0, 1);
             xent_case_(300, 7, eps, grad, 0, 1); /* two blocks of rows */
-            xent_case_(5, 1000, eps, grad, 0, 0);
+            xent_case_(5, 1000, eps, grad, 0, 0); /* a warp per row, float4 */
+            xent_case_(37, 8, eps, grad, 0, 1);   /* float4, ties across lanes */
+            xent_case_(3, 1027, eps, grad, 0, 1); /* a block per row, floats */
+            xent_case_(4, 4096, eps, grad, 0, 1); /* a block per row, float4 */
         }
     xent_case_(37, 10, 0.1f, 1, 1, 1); /* dlogits == logits */
+    xent_case_(9, 2048, 0.1f, 1, 1, 1); /* in place, a block per row, float4 */
     /* more rows than one grid pass */
     xent_case_((int)PASS + 3, 2, 0.1f, 1, 0, 0);
 }
@@ -630,12 +643,21 @@ END_TEST
 
 /* ---- optimizers: 5 steps, compared after each ---------------------------- */
 
-static void sgd_case_(size_t n, float momentum, int nesterov, float wd, int with_buf)
+/* The parameters at element `off` of their device array: off 1 is not
+ * 16-byte aligned, so the kernels take their one-float path. */
+static float *dput_off_(const float *h, size_t n, int off, float **base)
+{
+    *base = dput_(NULL, (n + (size_t)off) * 4);
+    if (n) CU(ddp_cuda_upload(*base + off, h, n * 4));
+    return *base + off;
+}
+
+static void sgd_case_(size_t n, float momentum, int nesterov, float wd, int with_buf, int off)
 {
     const float lr = 0.1f;
     float *p = test_fvec(n, 1.0f), *buf = hnew_(n * 4), *gp = hnew_(n * 4), *gbuf = hnew_(n * 4);
     for (size_t i = 0; i < n; i++) buf[i] = NAN; /* the first step must not read it */
-    float *dp = dput_(p, n * 4), *dbuf = with_buf ? dput_(buf, n * 4) : NULL;
+    float *dpb, *dp = dput_off_(p, n, off, &dpb), *dbuf = with_buf ? dput_(buf, n * 4) : NULL;
     for (int step = 1; step <= 5; step++) {
         float *g = test_fvec(n, 1.0f);
         float *dg = dput_(g, n * 4);
@@ -643,8 +665,8 @@ static void sgd_case_(size_t n, float momentum, int nesterov, float wd, int with
         CU(ddp_cuda_sgd_step(n, dp, dg, dbuf, lr, momentum, nesterov, wd, step == 1));
         dget_(gp, dp, n * 4);
         char what[96];
-        snprintf(what, sizeof what, "sgd n=%zu m=%g nesterov=%d wd=%g step %d p", n, momentum,
-                 nesterov, wd, step);
+        snprintf(what, sizeof what, "sgd n=%zu m=%g nesterov=%d wd=%g off %d step %d p", n,
+                 momentum, nesterov, wd, off, step);
         close_(what, gp, p, n, 16, 1e-7, 1);
         if (with_buf && momentum != 0.0f) {
             dget_(gbuf, dbuf, n * 4);
@@ -655,7 +677,7 @@ static void sgd_case_(size_t n, float momentum, int nesterov, float wd, int with
         dfree_(dg);
         free(g);
     }
-    dfree_(dp);
+    dfree_(dpb);
     if (dbuf) dfree_(dbuf);
     free(p), free(buf), free(gp), free(gbuf);
 }
@@ -664,22 +686,24 @@ START_TEST(sgd_steps)
 {
     test_seed(100);
     const size_t sizes[] = {0, 1001, LARGE};
-    for (size_t s = 0; s < 3; s++) {
-        sgd_case_(sizes[s], 0.0f, 0, 0.0f, 0);
-        sgd_case_(sizes[s], 0.9f, 0, 1e-4f, 1);
-        sgd_case_(sizes[s], 0.9f, 1, 5e-4f, 1);
-    }
-    sgd_case_(1001, 0.9f, 0, 1e-4f, 0); /* momentum without a buffer: plain SGD */
-    sgd_case_(1001, 0.0f, 0, 1e-2f, 1); /* a buffer without momentum: untouched */
+    for (size_t s = 0; s < 3; s++)
+        for (int off = 0; off < 2; off++) { /* float4s (and a tail), and one float at a time */
+            sgd_case_(sizes[s], 0.0f, 0, 0.0f, 0, off);
+            sgd_case_(sizes[s], 0.9f, 0, 1e-4f, 1, off);
+            sgd_case_(sizes[s], 0.9f, 1, 5e-4f, 1, off);
+        }
+    sgd_case_(1001, 0.9f, 0, 1e-4f, 0, 0); /* momentum without a buffer: plain SGD */
+    sgd_case_(1001, 0.0f, 0, 1e-2f, 1, 0); /* a buffer without momentum: untouched */
 }
 END_TEST
 
-static void adamw_case_(size_t n, int64_t t0)
+static void adamw_case_(size_t n, int64_t t0, int off)
 {
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 1e-2f;
     float *p = test_fvec(n, 1.0f), *m = hnew_(n * 4), *v = hnew_(n * 4);
     float *gp = hnew_(n * 4), *gm = hnew_(n * 4), *gv = hnew_(n * 4);
-    float *dp = dput_(p, n * 4), *dm = dput_(NULL, n * 4), *dv = dput_(NULL, n * 4);
+    float *dpb, *dp = dput_off_(p, n, off, &dpb), *dm = dput_(NULL, n * 4),
+                *dv = dput_(NULL, n * 4);
     for (int64_t t = t0; t < t0 + 5; t++) {
         float *g = test_fvec(n, t % 2 ? 1.0f : 0.01f);
         float *dg = dput_(g, n * 4);
@@ -689,7 +713,7 @@ static void adamw_case_(size_t n, int64_t t0)
         dget_(gm, dm, n * 4);
         dget_(gv, dv, n * 4);
         char what[64];
-        snprintf(what, sizeof what, "adamw n=%zu t=%lld p", n, (long long)t);
+        snprintf(what, sizeof what, "adamw n=%zu off %d t=%lld p", n, off, (long long)t);
         close_(what, gp, p, n, 16, 1e-8, 1);
         snprintf(what, sizeof what, "adamw n=%zu t=%lld m", n, (long long)t);
         close_(what, gm, m, n, 16, 1e-7, 1);
@@ -698,19 +722,21 @@ static void adamw_case_(size_t n, int64_t t0)
         dfree_(dg);
         free(g);
     }
-    dfree_(dp), dfree_(dm), dfree_(dv);
+    dfree_(dpb), dfree_(dm), dfree_(dv);
     free(p), free(m), free(v), free(gp), free(gm), free(gv);
 }
 
 START_TEST(adamw_steps)
 {
     test_seed(110);
-    adamw_case_(0, 1);
-    adamw_case_(1, 1);
-    adamw_case_(1001, 1);
-    adamw_case_(LARGE, 1);
-    adamw_case_(257, 0); /* t = 0 counts as 1 */
-    adamw_case_(257, 1000);
+    for (int off = 0; off < 2; off++) { /* float4s (and a tail), and one float at a time */
+        adamw_case_(0, 1, off);
+        adamw_case_(1, 1, off);
+        adamw_case_(1001, 1, off);
+        adamw_case_(LARGE, 1, off);
+    }
+    adamw_case_(257, 0, 0); /* t = 0 counts as 1 */
+    adamw_case_(257, 1000, 0);
 }
 END_TEST
 
