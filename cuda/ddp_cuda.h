@@ -59,6 +59,10 @@ int ddp_cuda_init(int device);
 int ddp_cuda_bound_device(void); /* -1 before ddp_cuda_init */
 /* GEMM inputs in bf16 (fp32 accumulation, fp32 weights kept) when on. */
 int ddp_cuda_set_bf16_gemm(int on);
+/* GEMM inputs rounded to TF32 on the tensor cores when on: the cuBLAS
+ * handle's math mode (CUBLAS_TF32_TENSOR_OP_MATH; off: CUBLAS_DEFAULT_MATH,
+ * fp32 throughout); after init. */
+int ddp_cuda_set_tf32(int on);
 /* The compute stream (a cudaStream_t), for the NCCL backend. */
 void *ddp_cuda_compute_stream(void);
 void ddp_cuda_shutdown(void);

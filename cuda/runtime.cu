@@ -138,6 +138,14 @@ int ddp_cuda_set_bf16_gemm(int on)
     return 0;
 }
 
+int ddp_cuda_set_tf32(int on)
+{
+    if (ddp_cuda_state_.device < 0) return DDP_FAIL("ddp_cuda_set_tf32", "before ddp_cuda_init");
+    DDP_CUBLAS(cublasSetMathMode(ddp_cuda_state_.blas,
+                                 on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    return 0;
+}
+
 void *ddp_cuda_compute_stream(void)
 {
     return (void *)ddp_cuda_state_.stream;

@@ -124,6 +124,11 @@ typedef struct compute_ops {
      * accumulation (on != 0), after init; 0 when it took effect.  NULL: the
      * backend has no bf16 path (--precision bf16 is refused). */
     int (*set_bf16)(int on);
+    /* --precision tf32: fp32 GEMMs (and the convolutions' GEMMs) may round
+     * their inputs to TF32 (10 mantissa bits) on the tensor cores, fp32
+     * accumulation and outputs (on != 0), after init; 0 when it took
+     * effect.  NULL: no TF32 path (--precision tf32 is refused). */
+    int (*set_tf32)(int on);
     /* The device memory of this process's device after init: free and total
      * bytes now (CUDA: cudaMemGetInfo), which start-up checks its device
      * plan against before it allocates (memplan.h); a failed query is

@@ -402,6 +402,7 @@ const compute_ops_t compute_cuda_ops = {
     .device_id = cuda_device_id,
     .device_count = ddp_cuda_device_count,
     .set_bf16 = ddp_cuda_set_bf16_gemm,
+    .set_tf32 = ddp_cuda_set_tf32,
     .mem_info = cuda_mem_info,
     .alloc = cuda_alloc,
     .free = cuda_free,

@@ -75,9 +75,10 @@ const ddp_option_t ddp_options[] = {
     {"device", OPT_CHOICE, OFF(device), "auto", "cpu|cuda|auto", NULL, 0, 0,
      "where each rank computes: cpu, cuda (one GPU per rank; the binary must be built with the "
      "cuda backend), auto (cuda when built in and a GPU is visible, else cpu); docs/gpus.md", "Device", OPT_RESUMABLE},
-    {"precision", OPT_CHOICE, OFF(precision), "fp32", "fp32|bf16", NULL, 0, 0,
-     "GEMM and convolution inputs: fp32, or bf16 with fp32 accumulation and fp32 master weights "
-     "(--device cuda only)", NULL, OPT_RESUMABLE},
+    {"precision", OPT_CHOICE, OFF(precision), "fp32", "fp32|bf16|tf32", NULL, 0, 0,
+     "GEMM and convolution inputs: fp32, bf16 (fp32 accumulation and master weights), or tf32 "
+     "(fp32 GEMMs on the tensor cores, inputs rounded to 10 mantissa bits) (bf16 and tf32: "
+     "--device cuda only)", NULL, OPT_RESUMABLE},
     {"comm", OPT_CHOICE, OFF(comm), "auto", "auto|mpi|nccl", NULL, 0, 0,
      "the gradient plane's comm backend: mpi (host memory: MPI messages, and node-shared memory "
      "on one node), nccl (GPU memory); auto: the one for the memory --device computes in",
@@ -606,9 +607,11 @@ ddp_status_t config_validate(const ddp_config_t *c)
                             "layers.0,layers.2.bias",
                             c->freeze);
     }
-    if (c->precision == PRECISION_BF16 && c->device == DEVICE_CPU)
-        return ddp_fail(DDP_ERR_USAGE, "--precision bf16 needs --device cuda (the cpu backend "
-                                       "computes in fp32 only); drop --precision or use a GPU");
+    if (c->precision != PRECISION_FP32 && c->device == DEVICE_CPU)
+        return ddp_fail(DDP_ERR_USAGE,
+                        "--precision %s needs --device cuda (the cpu backend computes in fp32 "
+                        "only); drop --precision or use a GPU",
+                        config_choice_name("precision", c->precision));
     if (c->bucket_cap_mb > 0 && c->first_bucket_mb > c->bucket_cap_mb)
         return ddp_fail(DDP_ERR_USAGE, "--first-bucket-mb (%g) is larger than --bucket-cap-mb (%g)",
                         c->first_bucket_mb, c->bucket_cap_mb);

@@ -21,7 +21,7 @@ typedef enum schedule_kind { SCHED_CONSTANT, SCHED_COSINE, SCHED_STEP } schedule
 typedef enum loss_kind { LOSS_AUTO, LOSS_XENT, LOSS_MSE } loss_kind_t;
 typedef enum compress_kind { COMPRESS_NONE, COMPRESS_BF16, COMPRESS_FP16 } compress_kind_t;
 typedef enum device_kind { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind_t;
-typedef enum precision_kind { PRECISION_FP32, PRECISION_BF16 } precision_kind_t;
+typedef enum precision_kind { PRECISION_FP32, PRECISION_BF16, PRECISION_TF32 } precision_kind_t;
 typedef enum comm_kind { COMM_KIND_AUTO, COMM_KIND_MPI, COMM_KIND_NCCL } comm_kind_t;
 typedef enum nonfinite_kind { NONFINITE_ABORT, NONFINITE_SKIP } nonfinite_kind_t;
 typedef enum allreduce_kind {

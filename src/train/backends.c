@@ -18,12 +18,15 @@ static ddp_status_t choose_(trainer_t *t, const comm_backend_t **comm)
 {
     const ddp_config_t *cfg = t->cfg;
     DDP_TRY(compute_pick(config_choice_name("device", cfg->device), &t->compute));
-    if (cfg->precision == PRECISION_BF16 && !t->compute->set_bf16)
+    if ((cfg->precision == PRECISION_BF16 && !t->compute->set_bf16) ||
+        (cfg->precision == PRECISION_TF32 && !t->compute->set_tf32)) {
+        const char *p = config_choice_name("precision", cfg->precision);
         return ddp_fail(DDP_ERR_USAGE,
-                        "--precision bf16 needs the cuda backend, and this run computes on %s%s; "
-                        "drop --precision bf16 or run with --device cuda on a GPU node",
-                        t->compute->name,
-                        cfg->device == DEVICE_AUTO ? " (--device auto found no GPU)" : "");
+                        "--precision %s needs the cuda backend, and this run computes on %s%s; "
+                        "drop --precision %s or run with --device cuda on a GPU node",
+                        p, t->compute->name,
+                        cfg->device == DEVICE_AUTO ? " (--device auto found no GPU)" : "", p);
+    }
     return comm_pick(config_choice_name("comm", cfg->comm), t->compute->mem_kind, t->compute->name,
                      comm);
 }
@@ -118,11 +121,14 @@ ddp_status_t backends_start(trainer_t *t)
     local_rank_(t, &local_rank, &local_size);
     DDP_TRY(
         control_agree(ctl, t->compute->init(local_rank, local_size, t->device, sizeof t->device)));
-    if (cfg->precision == PRECISION_BF16) {
+    if (cfg->precision != PRECISION_FP32) {
         ddp_status_t bs = DDP_OK;
-        if (t->compute->set_bf16(1) != 0)
+        int (*set)(int) =
+            cfg->precision == PRECISION_BF16 ? t->compute->set_bf16 : t->compute->set_tf32;
+        if (set(1) != 0)
             bs = trainer_compute_failure(
-                t, ddp_fail(DDP_ERR_DEVICE, "--precision bf16: the cuda backend refused it"));
+                t, ddp_fail(DDP_ERR_DEVICE, "--precision %s: the cuda backend refused it",
+                            config_choice_name("precision", cfg->precision)));
         DDP_TRY(control_agree(ctl, bs));
     }
     DDP_TRY(check_devices_(t));

@@ -107,6 +107,9 @@ void table_print(const run_t *run)
         if (cfg->precision == PRECISION_BF16)
             log_info("  precision    bf16 GEMM and convolution inputs, fp32 accumulation and "
                      "master weights");
+        if (cfg->precision == PRECISION_TF32)
+            log_info("  precision    tf32 GEMM and convolution inputs (tensor cores), fp32 "
+                     "accumulation, outputs and weights");
     }
     char desc[256];
     deck_describe(d, desc, sizeof desc);

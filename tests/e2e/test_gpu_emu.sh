@@ -11,7 +11,8 @@
 #      catches one flipped bit), and np=2
 #      at batch B follows np=1 at batch 2B;
 #  (c) two ranks of a host on one GPU are refused (exit 9);
-#  (d) --precision bf16 trains on cuda close to fp32, and is refused on cpu;
+#  (d) --precision bf16 and tf32 train on cuda close to fp32, and are
+#      refused on cpu;
 #  (e) an NCCL asynchronous error ends the job with one line, no hang, and
 #      so does a failed ncclAllReduce or ncclCommInitRank (DDP_EMU_FAIL);
 #  (f) an injected CUDA failure ends it with one line naming the call;
@@ -139,6 +140,14 @@ losses "$T/mlp-bf16.log" | cmp -s - "$T/lb" && fail "bf16: the same losses as fp
 grep -q "precision    bf16" "$T/mlp-bf16.log" || fail "bf16: not in the start-up table"
 "$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision bf16 >"$T/bf.out" 2>"$T/bf.err"
 ddp_expect_error "$T/bf.err" $? 2 "bf16 on cpu" "--precision bf16 needs --device cuda"
+# ... and tf32 likewise (inputs to 10 mantissa bits: closer than bf16's 7)
+run "mlp-tf32" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda --precision tf32
+close "mlp tf32 vs fp32, steps 1-10" 1e-3 "$T/mlp-tf32.log" "$T/mlp-cuda-1.log" 10
+close "mlp tf32 vs fp32" 1e-1 "$T/mlp-tf32.log" "$T/mlp-cuda-1.log"
+losses "$T/mlp-tf32.log" | cmp -s - "$T/lb" && fail "tf32: the same losses as fp32 (TF32 GEMMs not in effect)"
+grep -q "precision    tf32" "$T/mlp-tf32.log" || fail "tf32: not in the start-up table"
+"$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision tf32 >"$T/tf.out" 2>"$T/tf.err"
+ddp_expect_error "$T/tf.err" $? 2 "tf32 on cpu" "--precision tf32 needs --device cuda"
 
 # (e) an NCCL asynchronous error: one line, a non-zero exit, no hang
 DDP_EMU_NCCL_ASYNC_ERROR=20 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \

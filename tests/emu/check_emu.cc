@@ -5,7 +5,7 @@
 // (poisoned per block, the 48 KiB limit), launch configuration errors,
 // device memory poison and tracking, devices from the environment, the
 // stream queues (DDP_EMU_STREAMS lazy and lazy-first), fault injection, and
-// cuBLAS against naive column-major loops.
+// cuBLAS against naive column-major loops (and TF32's rounding).
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -1116,6 +1116,50 @@ START_TEST(test_gemm_ex_bf16)
 }
 END_TEST
 
+// TF32: the handle's math mode rounds SGEMM's and GemmEx's fp32 inputs to 10
+// mantissa bits, to nearest with ties away (1 + 2^-11 becomes 1 + 2^-10,
+// 1 + 2^-12 becomes 1); CUBLAS_COMPUTE_32F_FAST_TF32 does so in any mode,
+// CUBLAS_COMPUTE_32F_PEDANTIC never.
+START_TEST(test_tf32)
+{
+    emu_defaults();
+    cublasHandle_t h;
+    ck_assert_int_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    const float a2[2] = {1.0f + ldexpf(1, -11), 1.0f + ldexpf(1, -12)}, one[2] = {1.0f, 1.0f};
+    float *dA = dev_floats(2), *dB = dev_floats(2), *dC = dev_floats(1);
+    upload(dA, std::vector<float>(a2, a2 + 2));
+    upload(dB, std::vector<float>(one, one + 2));
+    const float al = 1.0f, be = 0.0f;
+    // C[1x1] = A[1x2] B[2x1]
+    auto sgemm = [&]() {
+        ck_assert_int_eq(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dA, 1, dB, 2, &be,
+                                     dC, 1),
+                         CUBLAS_STATUS_SUCCESS);
+        return download(dC, 1)[0];
+    };
+    auto gemm_ex = [&](cublasComputeType_t ct) {
+        ck_assert_int_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &al, dA, CUDA_R_32F, 1,
+                                      dB, CUDA_R_32F, 2, &be, dC, CUDA_R_32F, 1, ct,
+                                      CUBLAS_GEMM_DEFAULT),
+                         CUBLAS_STATUS_SUCCESS);
+        return download(dC, 1)[0];
+    };
+    const float exact = a2[0] + a2[1], tf32 = (1.0f + ldexpf(1, -10)) + 1.0f;
+    ck_assert_float_eq(sgemm(), exact);
+    ck_assert_float_eq(gemm_ex(CUBLAS_COMPUTE_32F_FAST_TF32), tf32);
+    ck_assert_int_eq(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
+    ck_assert_float_eq(sgemm(), tf32);
+    ck_assert_float_eq(gemm_ex(CUBLAS_COMPUTE_32F), tf32);
+    ck_assert_float_eq(gemm_ex(CUBLAS_COMPUTE_32F_PEDANTIC), exact);
+    ck_assert_int_eq(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), CUBLAS_STATUS_SUCCESS);
+    ck_assert_float_eq(sgemm(), exact);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cublasDestroy(h);
+}
+END_TEST
+
 START_TEST(test_strided_batched_and_gemv)
 {
     emu_defaults();
@@ -1213,6 +1257,7 @@ Suite *test_suite(void)
     tcase_add_test(blas, test_sgemm_k0);
     tcase_add_test(blas, test_gemm_ex_bf16);
     tcase_add_test(blas, test_strided_batched_and_gemv);
+    tcase_add_test(blas, test_tf32);
     suite_add_tcase(s, blas);
     return s;
 }

@@ -1,5 +1,6 @@
 // emu_cublas.cc -- the CPU emulation of cuBLAS: handles with a stream and a
-// math mode, and SGEMM, strided batched SGEMM, GemmEx (fp32 or bf16 inputs)
+// math mode (TF32 rounds fp32 inputs to TF32), and SGEMM, strided batched
+// SGEMM, GemmEx (fp32 or bf16 inputs)
 // and SGEMV over the host CBLAS (column-major), their operands checked
 // against the device-memory table at the call and the product computed as
 // an operation of the handle's stream.  The contract is in include/
@@ -140,6 +141,45 @@ void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, f
                 beta == 0.0f ? 0.0f : beta, C, ldc);
 }
 
+// TF32 math (the handle's CUBLAS_TF32_TENSOR_OP_MATH, or GemmEx's
+// CUBLAS_COMPUTE_32F_FAST_TF32): the fp32 inputs rounded to TF32's 10
+// mantissa bits, to nearest with ties away from zero (PTX cvt.rna.tf32.f32),
+// Inf and NaN kept; the products, exact in fp32, accumulate in fp32.
+bool tf32_mode(cublasHandle_t h)
+{
+    return (h->mode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) ==
+           CUBLAS_TF32_TENSOR_OP_MATH;
+}
+float tf32_round(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+// An fp32 operand rounded to TF32, with the same leading dimension.
+std::vector<float> tf32_copy(const float *p, long rows, long cols, long ld)
+{
+    std::vector<float> out;
+    if (rows == 0 || cols == 0) return out;
+    out.resize((size_t)(cols - 1) * ld + rows);
+    for (size_t i = 0; i < out.size(); i++) out[i] = tf32_round(p[i]);
+    return out;
+}
+// gemm_run with the inputs rounded to TF32 first.
+void gemm_run_tf32(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (k == 0 || alpha == 0.0f || m == 0 || n == 0) {
+        gemm_run(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    std::vector<float> a = tf32_copy(A, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda),
+                       b = tf32_copy(B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
+    gemm_run(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
+
 // The checks every GEMM shares; 0 when they pass.
 cublasStatus_t gemm_check(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                           int n, int k, const void *alpha, const void *beta, int lda, int ldb,
@@ -211,8 +251,9 @@ extern "C" cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t t
         return CUBLAS_STATUS_EXECUTION_FAILED;
     if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float))) return CUBLAS_STATUS_EXECUTION_FAILED;
     float al = *alpha, be = *beta; // host pointer mode: read at the call
+    auto run = tf32_mode(handle) ? gemm_run_tf32 : gemm_run;
     submit(handle->stream,
-           [=]() { gemm_run(transa, transb, m, n, k, al, A, lda, B, ldb, be, C, ldc); });
+           [=]() { run(transa, transb, m, n, k, al, A, lda, B, ldb, be, C, ldc); });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -241,10 +282,11 @@ extern "C" cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cubla
     if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float), strideC, batchCount))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     float al = *alpha, be = *beta;
+    auto run = tf32_mode(handle) ? gemm_run_tf32 : gemm_run;
     submit(handle->stream, [=]() {
         for (int b = 0; b < batchCount; b++)
-            gemm_run(transa, transb, m, n, k, al, A + b * strideA, lda, B + b * strideB, ldb, be,
-                     C + b * strideC, ldc);
+            run(transa, transb, m, n, k, al, A + b * strideA, lda, B + b * strideB, ldb, be,
+                C + b * strideC, ldc);
     });
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -297,8 +339,14 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
                    !operand_ok(call, "B", B, rb, cb, ldb, elem)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float))) return CUBLAS_STATUS_EXECUTION_FAILED;
+    // fp32 inputs in TF32: asked for, or allowed by the handle's math mode
+    const bool tf32 = f32 && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                              (computeType == CUBLAS_COMPUTE_32F && tf32_mode(handle)));
     submit(handle->stream, [=]() {
-        if (bf16 && use_ab) {
+        if (tf32) {
+            gemm_run_tf32(transa, transb, m, n, k, a, (const float *)A, lda, (const float *)B,
+                          ldb, b, (float *)C, ldc);
+        } else if (bf16 && use_ab) {
             std::vector<float> fa = bf16_to_float(A, ra, ca, lda),
                                fb = bf16_to_float(B, rb, cb, ldb);
             gemm_run(transa, transb, m, n, k, a, fa.data(), lda, fb.data(), ldb, b, (float *)C,

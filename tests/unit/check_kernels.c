@@ -127,6 +127,18 @@ static float bf16r_(float v)
 static void bf16_off_(void)
 {
     ddp_cuda_set_bf16_gemm(0);
+    ddp_cuda_set_tf32(0);
+}
+
+/* TF32 as the tensor cores take an fp32 input: 10 mantissa bits, to
+ * nearest with ties away from zero (cvt.rna.tf32.f32). */
+static float tf32r_(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, sizeof v);
+    return v;
 }
 
 /* linear forward and backward with bf16 GEMM inputs against naive loops in
@@ -186,6 +198,82 @@ START_TEST(linear_bf16)
     assert_close_v_(y, ref32, yn, 1e-5, "fp32 linear y after bf16");
     free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(dw0);
     free(ref), free(ref32), free(rdx), free(rdw);
+}
+END_TEST
+
+/* --precision tf32 (ddp_cuda_set_tf32): linear forward and backward against
+ * naive loops in double over the TF32-rounded operands.  A GPU may truncate
+ * instead of rounding (each operand off by less than 2^-10 relative, a
+ * product by 2^-9), so the bound is 2^-9 S + 1e-5 max(1, |ref|), S the sum
+ * of |products|; on the emulation, which rounds as tf32r_, products of two
+ * TF32 values are exact in fp32 and only the fp32 accumulation differs:
+ * 1e-5.  That the inputs were rounded at all: the fp32 reference is off by
+ * more than 1e-4 somewhere (rounding to 11 significant bits moves these sums
+ * by ~1e-3); and off again, fp32 as before. */
+START_TEST(linear_tf32)
+{
+    test_seed(8);
+    const int n = 33, in = 70, out = 19;
+    const size_t xn = (size_t)n * in, wn = (size_t)out * in, yn = (size_t)n * out;
+    float *x = test_fvec(xn, 2), *w = test_fvec(wn, 1), *b = test_fvec(out, 1),
+          *dy = test_fvec(yn, 1);
+    float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = fzero_(wn), *db = fzero_(out);
+    float *ref = fzero_(yn), *ref32 = fzero_(yn), *sy = fzero_(yn);
+    float *rdx = fzero_(xn), *sdx = fzero_(xn), *rdw = fzero_(wn), *sdw = fzero_(wn);
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < out; o++) {
+            double s = b[o], s32 = b[o], a = fabs(b[o]);
+            for (int k = 0; k < in; k++) {
+                s += (double)tf32r_(x[i * in + k]) * tf32r_(w[o * in + k]);
+                s32 += (double)x[i * in + k] * w[o * in + k];
+                a += fabs((double)x[i * in + k] * w[o * in + k]);
+            }
+            ref[i * out + o] = (float)s, ref32[i * out + o] = (float)s32, sy[i * out + o] = a;
+        }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < in; k++) {
+            double s = 0, a = 0;
+            for (int o = 0; o < out; o++) {
+                s += (double)tf32r_(dy[i * out + o]) * tf32r_(w[o * in + k]);
+                a += fabs((double)dy[i * out + o] * w[o * in + k]);
+            }
+            rdx[i * in + k] = (float)s, sdx[i * in + k] = a;
+        }
+    for (int o = 0; o < out; o++)
+        for (int k = 0; k < in; k++) {
+            double s = 0, a = 0;
+            for (int i = 0; i < n; i++) {
+                s += (double)tf32r_(dy[i * out + o]) * tf32r_(x[i * in + k]);
+                a += fabs((double)dy[i * out + o] * x[i * in + k]);
+            }
+            rdw[o * in + k] = (float)s, sdw[o * in + k] = a;
+        }
+    ck_assert_int_eq(ddp_cuda_set_tf32(1), 0);
+    B->linear_fwd(n, in, out, x, w, b, y);
+    B->linear_bwd(n, in, out, x, w, dy, dx, dw, db, 0.0f);
+    ck_assert_int_eq(ddp_cuda_set_tf32(0), 0);
+    const float *got[] = {y, dx, dw}, *want[] = {ref, rdx, rdw}, *sum[] = {sy, sdx, sdw};
+    const size_t len[] = {yn, xn, wn};
+    const char *name[] = {"y", "dx", "dw"};
+    for (int v = 0; v < 3; v++)
+        for (size_t i = 0; i < len[v]; i++) {
+#ifdef HAVE_CUDA
+            double tol = 1e-5 * fmax(1.0, fabs(want[v][i])) + ldexp(sum[v][i], -9); /* a GPU */
+#else
+            double tol = 1e-5 * fmax(1.0, fabs(want[v][i])); /* the emulation */
+#endif
+            ck_assert_msg(fabs((double)got[v][i] - want[v][i]) <= tol,
+                          "tf32 linear %s[%zu]: %.9g, want %.9g (tolerance %.3g)", name[v], i,
+                          got[v][i], want[v][i], tol);
+        }
+    double off = 0;
+    for (size_t i = 0; i < yn; i++) off = fmax(off, fabs((double)y[i] - ref32[i]));
+    ck_assert_msg(off > 1e-4, "tf32 linear y within %g of the fp32 result: inputs not rounded",
+                  off);
+    B->linear_fwd(n, in, out, x, w, b, y);
+    assert_close_v_(y, ref32, yn, 1e-5, "fp32 linear y after tf32");
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+    free(ref), free(ref32), free(sy), free(rdx), free(sdx), free(rdw), free(sdw);
 }
 END_TEST
 
@@ -270,6 +358,7 @@ Suite *test_suite(void)
     TCase *tb = tcase_create("cuda-only");
     tcase_add_checked_fixture(tb, NULL, bf16_off_);
     tcase_add_test(tb, linear_bf16);
+    tcase_add_test(tb, linear_tf32);
     tcase_add_test(tb, cuda_error_record);
     tcase_add_test(tb, conv_groups);
     suite_add_tcase(s, tb);

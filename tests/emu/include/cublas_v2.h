@@ -14,6 +14,11 @@
  *   CUBLAS_STATUS_EXECUTION_FAILED (a GPU would fault), with one line on
  *   stderr naming the call and the operand;
  * - unsupported GemmEx types: CUBLAS_STATUS_NOT_SUPPORTED.
+ * TF32: with the handle's math mode CUBLAS_TF32_TENSOR_OP_MATH (SGEMM,
+ * strided batched SGEMM, GemmEx with CUBLAS_COMPUTE_32F) or GemmEx's
+ * CUBLAS_COMPUTE_32F_FAST_TF32, fp32 A and B are rounded to TF32 (10
+ * mantissa bits, to nearest, ties away from zero) before the product, as
+ * the tensor cores see them; accumulation and C stay fp32.
  * beta == 0 never reads C (it may hold NaN).  alpha and beta are host
  * pointers (CUBLAS_POINTER_MODE_HOST, the default), read at the call.  The
  * work is an operation of the handle's stream (queued, see cuda_runtime.h,
