@@ -120,14 +120,16 @@ __global__ void bn_eval_params_kernel(int c, const float *running_mean, const fl
     }
 }
 
-// y = x a + b with a = invstd gamma, b = beta_ - mean a
+// y = x a + b with a = invstd gamma, b = beta_ - mean a.  I: the index type
+// (DDP_LAUNCH_IDX).
+template <class I>
 __global__ void bn_fwd_kernel(int n, int c, int hw, const float *x, const float *mean,
                               const float *invstd, const float *gamma, const float *beta_, float *y)
 {
-    const size_t count = (size_t)n * c * hw;
-    GRID_STRIDE(idx, count)
+    const I count = (I)n * c * hw;
+    DDP_GRID_STRIDE(I, idx, count)
     {
-        int ch = (int)((idx / hw) % c);
+        int ch = (int)((idx / (I)hw) % (I)c);
         float a = invstd[ch] * gamma[ch], b = beta_[ch] - mean[ch] * a;
         y[idx] = x[idx] * a + b;
     }
@@ -196,14 +198,15 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float 
 
 // dx = A dy + B (x - mean) + C per channel: A = gamma invstd,
 // B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU backend)
+template <class I>
 __global__ void bn_bwd_data_kernel(int n, int c, int hw, const float *x, const float *dy,
                                    const float *mean, const float *invstd, const float *gamma,
                                    const double *gstats, double count, float *dx)
 {
-    const size_t total = (size_t)n * c * hw;
-    GRID_STRIDE(idx, total)
+    const I total = (I)n * c * hw;
+    DDP_GRID_STRIDE(I, idx, total)
     {
-        int ch = (int)((idx / hw) % c);
+        int ch = (int)((idx / (I)hw) % (I)c);
         double a = (double)gamma[ch] * invstd[ch];
         double mdy = count > 0 ? gstats[ch] / count : 0;
         double mdyx = count > 0 ? gstats[c + ch] / count : 0;
@@ -272,8 +275,8 @@ int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, con
 {
     if (n <= 0 || c <= 0 || hw <= 0) return 0;
     size_t count = (size_t)n * c * hw;
-    DDP_LAUNCH(bn_fwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, n, c, hw,
-               x, mean, invstd, gamma, beta_, y);
+    DDP_LAUNCH_IDX(bn_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream,
+                   n, c, hw, x, mean, invstd, gamma, beta_, y);
     DDP_CU_LAUNCHED();
     return 0;
 }
@@ -302,8 +305,8 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
 {
     if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
     size_t total = (size_t)n * c * hw;
-    DDP_LAUNCH(bn_bwd_data_kernel, ddp_blocks_for(total), kDdpThreads, ddp_cuda_state_.stream, n, c,
-               hw, x, dy, mean, invstd, gamma, gstats, count, dx);
+    DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads,
+                   ddp_cuda_state_.stream, n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx);
     DDP_CU_LAUNCHED();
     return 0;
 }

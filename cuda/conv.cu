@@ -26,22 +26,19 @@ int conv_direct(const ddp_cuda_conv_t *d, int gn)
     return d->k == 1 && d->stride == 1 && d->pad == 0 && gn == 1;
 }
 
-#define GRID_STRIDE(i, count)                                                                      \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (count);                    \
-         i += (size_t)gridDim.x * blockDim.x)
-
 // col[ckk, gn*ohw] of samples x[gn, c, h, w]: row (ci*k + ki)*k + kj, column
-// gi*ohw + oy*ow + ox.
-__global__ void im2col_kernel(ddp_cuda_conv_t d, int gn, const float *x, float *col)
+// gi*ohw + oy*ow + ox.  I: the index type (DDP_LAUNCH_IDX).
+template <class I> __global__ void im2col_kernel(ddp_cuda_conv_t d, int gn, const float *x, float *col)
 {
-    const size_t ohw = (size_t)d.oh * d.ow, ld = (size_t)gn * ohw;
-    const size_t count = (size_t)d.c * d.k * d.k * ld;
-    GRID_STRIDE(idx, count)
+    const I ohw = (I)d.oh * d.ow, ld = (I)gn * ohw;
+    const I count = (I)d.c * d.k * d.k * ld;
+    DDP_GRID_STRIDE(I, idx, count)
     {
-        size_t r = idx / ld, q = idx % ld;
-        int gi = (int)(q / ohw), p = (int)(q % ohw);
-        int kj = (int)(r % d.k), ki = (int)((r / d.k) % d.k), ci = (int)(r / ((size_t)d.k * d.k));
-        int oy = p / d.ow, ox = p % d.ow;
+        I r = idx / ld, q = idx - r * ld;
+        int gi = (int)(q / ohw), p = (int)(q - (I)gi * ohw);
+        int kk = (int)r, ci = kk / (d.k * d.k), kr = kk - ci * d.k * d.k;
+        int ki = kr / d.k, kj = kr - ki * d.k;
+        int oy = p / d.ow, ox = p - oy * d.ow;
         int iy = oy * d.stride - d.pad + ki, ix = ox * d.stride - d.pad + kj;
         float v = 0.0f;
         if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
@@ -51,15 +48,15 @@ __global__ void im2col_kernel(ddp_cuda_conv_t d, int gn, const float *x, float *
 }
 
 // dx[gn, c, h, w] = the sum of the columns that read each pixel (col2im).
-__global__ void col2im_kernel(ddp_cuda_conv_t d, int gn, const float *col, float *dx)
+template <class I> __global__ void col2im_kernel(ddp_cuda_conv_t d, int gn, const float *col, float *dx)
 {
     const size_t ohw = (size_t)d.oh * d.ow, ld = (size_t)gn * ohw;
-    const size_t count = (size_t)gn * d.c * d.h * d.w;
-    GRID_STRIDE(idx, count)
+    const I hw = (I)d.h * d.w, count = (I)gn * d.c * hw;
+    DDP_GRID_STRIDE(I, idx, count)
     {
-        int ix = (int)(idx % d.w), iy = (int)((idx / d.w) % d.h);
-        int ci = (int)((idx / ((size_t)d.w * d.h)) % d.c);
-        int gi = (int)(idx / ((size_t)d.w * d.h * d.c));
+        I plane = idx / hw, pix = idx - plane * hw;
+        int iy = (int)pix / d.w, ix = (int)pix - iy * d.w;
+        int gi = (int)(plane / d.c), ci = (int)plane - gi * d.c;
         float acc = 0.0f;
         for (int ki = 0; ki < d.k; ki++) {
             int ty = iy + d.pad - ki;
@@ -80,34 +77,36 @@ __global__ void col2im_kernel(ddp_cuda_conv_t d, int gn, const float *col, float
 }
 
 // y[gn, oc, ohw] = stage[oc, gn*ohw] + b (b may be NULL)
-__global__ void scatter_bias_kernel(int gn, int oc, size_t ohw, const float *stage, const float *b,
+template <class I>
+__global__ void scatter_bias_kernel(int gn, int oc, size_t ohw_, const float *stage, const float *b,
                                     float *y)
 {
-    const size_t ld = (size_t)gn * ohw, count = (size_t)gn * oc * ohw;
-    GRID_STRIDE(idx, count)
+    const I ohw = (I)ohw_, ld = (I)gn * ohw, count = (I)gn * oc * ohw;
+    DDP_GRID_STRIDE(I, idx, count)
     {
-        size_t p = idx % ohw;
-        int o = (int)((idx / ohw) % oc), gi = (int)(idx / (ohw * oc));
-        y[idx] = stage[(size_t)o * ld + (size_t)gi * ohw + p] + (b ? b[o] : 0.0f);
+        I plane = idx / ohw, p = idx - plane * ohw;
+        int gi = (int)(plane / oc), o = (int)plane - gi * oc;
+        y[idx] = stage[(I)o * ld + (I)gi * ohw + p] + (b ? b[o] : 0.0f);
     }
 }
 
 // y[oc, ohw] += b (one sample, in place)
-__global__ void bias_add_kernel(int oc, size_t ohw, const float *b, float *y)
+template <class I> __global__ void bias_add_kernel(int oc, size_t ohw_, const float *b, float *y)
 {
-    const size_t count = (size_t)oc * ohw;
-    GRID_STRIDE(idx, count) y[idx] += b[idx / ohw];
+    const I ohw = (I)ohw_, count = (I)oc * ohw;
+    DDP_GRID_STRIDE(I, idx, count) y[idx] += b[idx / ohw];
 }
 
 // stage[oc, gn*ohw] = dy[gn, oc, ohw]
-__global__ void gather_kernel(int gn, int oc, size_t ohw, const float *dy, float *stage)
+template <class I>
+__global__ void gather_kernel(int gn, int oc, size_t ohw_, const float *dy, float *stage)
 {
-    const size_t ld = (size_t)gn * ohw, count = (size_t)gn * oc * ohw;
-    GRID_STRIDE(idx, count)
+    const I ohw = (I)ohw_, ld = (I)gn * ohw, count = (I)gn * oc * ohw;
+    DDP_GRID_STRIDE(I, idx, count)
     {
-        size_t p = idx % ohw;
-        int o = (int)((idx / ohw) % oc), gi = (int)(idx / (ohw * oc));
-        stage[(size_t)o * ld + (size_t)gi * ohw + p] = dy[idx];
+        I plane = idx / ohw, p = idx - plane * ohw;
+        int gi = (int)(plane / oc), o = (int)plane - gi * oc;
+        stage[(I)o * ld + (I)gi * ohw + p] = dy[idx];
     }
 }
 
@@ -168,7 +167,8 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         const float *xg = x + (size_t)i0 * chw;
         const float *cg = xg; // direct: x is [c, ohw] already
         if (!conv_direct(d, gn)) {
-            DDP_LAUNCH(im2col_kernel, grid_for((size_t)ckk * ld), kDdpThreads, s, *d, gn, xg, col);
+            DDP_LAUNCH_IDX(im2col_kernel, (size_t)ckk * ld, grid_for((size_t)ckk * ld),
+                           kDdpThreads, s, *d, gn, xg, col);
             DDP_CU_LAUNCHED();
             cg = col;
         }
@@ -178,8 +178,8 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                                   (int)ohw) != 0)
                 return -1;
             if (b) {
-                DDP_LAUNCH(bias_add_kernel, grid_for((size_t)d->oc * ohw), kDdpThreads, s, d->oc,
-                           ohw, b, yi);
+                DDP_LAUNCH_IDX(bias_add_kernel, (size_t)d->oc * ohw, grid_for((size_t)d->oc * ohw),
+                               kDdpThreads, s, d->oc, ohw, b, yi);
                 DDP_CU_LAUNCHED();
             }
             continue;
@@ -187,8 +187,8 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         if (ddp_cuda_gemm_rm_(0, 0, d->oc, (int)ld, ckk, 1.0f, w, ckk, cg, (int)ld, 0.0f, stage,
                               (int)ld) != 0)
             return -1;
-        DDP_LAUNCH(scatter_bias_kernel, grid_for((size_t)d->oc * ld), kDdpThreads, s, gn, d->oc,
-                   ohw, stage, b, y + (size_t)i0 * d->oc * ohw);
+        DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
+                       kDdpThreads, s, gn, d->oc, ohw, stage, b, y + (size_t)i0 * d->oc * ohw);
         DDP_CU_LAUNCHED();
     }
     return 0;
@@ -223,16 +223,16 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         const int direct = conv_direct(d, gn);
         const float *dyg = dy + (size_t)i0 * d->oc * ohw; // [oc, ohw] for one sample
         if (gn > 1) {
-            DDP_LAUNCH(gather_kernel, grid_for((size_t)d->oc * ld), kDdpThreads, s, gn, d->oc, ohw,
-                       dyg, stage);
+            DDP_LAUNCH_IDX(gather_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
+                           kDdpThreads, s, gn, d->oc, ohw, dyg, stage);
             DDP_CU_LAUNCHED();
             dyg = stage;
         }
         if (dw) {
             const float *xg = x + (size_t)i0 * chw, *xcol = xg;
             if (!direct) {
-                DDP_LAUNCH(im2col_kernel, grid_for((size_t)ckk * ld), kDdpThreads, s, *d, gn, xg,
-                           col);
+                DDP_LAUNCH_IDX(im2col_kernel, (size_t)ckk * ld, grid_for((size_t)ckk * ld),
+                               kDdpThreads, s, *d, gn, xg, col);
                 DDP_CU_LAUNCHED();
                 xcol = col;
             }
@@ -250,8 +250,8 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                                   (int)ld) != 0)
                 return -1;
             if (!direct) {
-                DDP_LAUNCH(col2im_kernel, grid_for((size_t)gn * chw), kDdpThreads, s, *d, gn, col,
-                           dxg);
+                DDP_LAUNCH_IDX(col2im_kernel, (size_t)gn * chw, grid_for((size_t)gn * chw),
+                               kDdpThreads, s, *d, gn, col, dxg);
                 DDP_CU_LAUNCHED();
             }
         }

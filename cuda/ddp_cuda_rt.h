@@ -38,6 +38,21 @@
 // A launch without dynamic shared memory.
 #define DDP_LAUNCH(kernel, grid, block, stream, ...)                                               \
     DDP_LAUNCH_SMEM(kernel, grid, block, 0, stream, __VA_ARGS__)
+// An element kernel templated on its index type (DDP_GRID_STRIDE): 32-bit
+// indices when count < 2^31 (i plus the grid's stride then never wraps), so
+// the per-element divisions into coordinates are 32-bit, not the long
+// 64-bit division routine; size_t beyond.
+#define DDP_LAUNCH_IDX(kernel, count, grid, block, stream, ...)                                    \
+    do {                                                                                           \
+        if ((size_t)(count) < ((size_t)1 << 31))                                                   \
+            DDP_LAUNCH(kernel<uint32_t>, grid, block, stream, __VA_ARGS__);                        \
+        else                                                                                       \
+            DDP_LAUNCH(kernel<size_t>, grid, block, stream, __VA_ARGS__);                          \
+    } while (0)
+// for (I i = this thread's first; i < count; i += the grid's threads)
+#define DDP_GRID_STRIDE(I, i, count)                                                               \
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)(count);                           \
+         i += (I)gridDim.x * blockDim.x)
 
 // Record the first failure (runtime.cu): call name, file:line and the
 // library's message.  Returns -1 so a launcher can `return ddp_cuda_fail_(...)`.
