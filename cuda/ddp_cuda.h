@@ -63,6 +63,10 @@ int ddp_cuda_set_bf16_gemm(int on);
  * handle's math mode (CUBLAS_TF32_TENSOR_OP_MATH; off: CUBLAS_DEFAULT_MATH,
  * fp32 throughout); after init. */
 int ddp_cuda_set_tf32(int on);
+/* Profiler ranges (NVTX): a named range and its id, and its end (the
+ * compute ops' range_start/range_end). */
+uint64_t ddp_cuda_range_start(const char *name);
+void ddp_cuda_range_end(uint64_t id);
 /* The compute stream (a cudaStream_t), for the NCCL backend. */
 void *ddp_cuda_compute_stream(void);
 void ddp_cuda_shutdown(void);

@@ -11,6 +11,8 @@
 #include "ddp_cuda_rt.h"
 #include "gemm.h"
 
+#include <nvtx3/nvToolsExt.h>
+
 struct ddp_cuda_state ddp_cuda_state_ = {-1, nullptr, nullptr, nullptr, 0};
 
 // The first failure since the last clear; "" when none.
@@ -136,6 +138,16 @@ int ddp_cuda_set_bf16_gemm(int on)
 {
     ddp_cuda_state_.bf16_gemm = on ? 1 : 0;
     return 0;
+}
+
+uint64_t ddp_cuda_range_start(const char *name)
+{
+    return (uint64_t)nvtxRangeStartA(name);
+}
+
+void ddp_cuda_range_end(uint64_t id)
+{
+    nvtxRangeEnd((nvtxRangeId_t)id);
 }
 
 int ddp_cuda_set_tf32(int on)

@@ -129,6 +129,13 @@ typedef struct compute_ops {
      * accumulation and outputs (on != 0), after init; 0 when it took
      * effect.  NULL: no TF32 path (--precision tf32 is refused). */
     int (*set_tf32)(int on);
+    /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
+     * on the host thread and projects them onto the GPU work launched
+     * inside): range_start opens a range named `name` and returns its id,
+     * range_end closes it; ranges need not nest.  NULL: no profiler ranges
+     * (the cpu backend). */
+    uint64_t (*range_start)(const char *name);
+    void (*range_end)(uint64_t id);
     /* The device memory of this process's device after init: free and total
      * bytes now (CUDA: cudaMemGetInfo), which start-up checks its device
      * plan against before it allocates (memplan.h); a failed query is

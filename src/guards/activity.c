@@ -20,6 +20,25 @@ static uint64_t device_done_;
 static int device_blocked_; /* the block is activity_device_wait_begin's */
 static double in_phase_[PHASE_COUNT]; /* seconds spent in each phase, up to the last change */
 static activity_hook_t hook_;
+/* activity_trace: the profiler's range calls and the current phase's range */
+static uint64_t (*trace_start_)(const char *name);
+static void (*trace_end_)(uint64_t id);
+static uint64_t trace_id_;
+
+static void trace_open_(int phase)
+{
+    char name[64];
+    snprintf(name, sizeof name, "ddptrain %s", activity_phase_name(phase));
+    trace_id_ = trace_start_(name);
+}
+
+void activity_trace(uint64_t (*start)(const char *name), void (*end)(uint64_t id))
+{
+    if (trace_start_) trace_end_(trace_id_);
+    trace_start_ = start && end ? start : NULL;
+    trace_end_ = start && end ? end : NULL;
+    if (trace_start_) trace_open_(rec_.phase);
+}
 static void *hook_arg_;
 
 static void write_begin_(void)
@@ -62,6 +81,10 @@ void activity_phase(activity_phase_t p)
     rec_.phase = (int32_t)p;
     rec_.phase_since = now;
     write_end_();
+    if (trace_start_) {
+        trace_end_(trace_id_);
+        trace_open_(p);
+    }
 }
 
 void activity_phase_seconds(double out[PHASE_COUNT])

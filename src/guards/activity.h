@@ -109,6 +109,13 @@ void activity_snapshot(activity_record_t *out);
 typedef void (*activity_hook_t)(void *arg, const activity_coll_t *c);
 void activity_set_start_hook(activity_hook_t fn, void *arg);
 
+/* Profiler ranges for the phases (a compute backend's range_start and
+ * range_end, compute.h; NULL, NULL: none): from now on the current phase is
+ * an open range named "ddptrain PHASE" ("ddptrain forward"), ended when the
+ * phase changes; the call opens the current phase's range, and the one
+ * with NULL ends the open range.  Main thread only. */
+void activity_trace(uint64_t (*start)(const char *name), void (*end)(uint64_t id));
+
 const char *activity_phase_name(int phase);
 /* "gradient-bucket 2 all-reduce (1.1 MB) at step 12" */
 void activity_coll_format(const activity_coll_t *c, char *buf, size_t n);

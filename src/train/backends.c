@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "activity.h"
 #include "log.h"
 
 /* --device and --precision: the compute backend (compute_pick); --comm:
@@ -132,6 +133,8 @@ ddp_status_t backends_start(trainer_t *t)
         DDP_TRY(control_agree(ctl, bs));
     }
     DDP_TRY(check_devices_(t));
+    /* the phases as profiler ranges (NVTX on the cuda backend) */
+    if (t->compute->range_start) activity_trace(t->compute->range_start, t->compute->range_end);
     ddp_status_t s = control_agree(ctl, comm->init(&t->comm, ctl->mpi));
     t->have_comm = s == DDP_OK;
     DDP_TRY(s);

@@ -1,6 +1,7 @@
 /* reducer.c -- bucketed, overlapped gradient all-reduce (see reducer.h). */
 #include "reducer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,7 +182,7 @@ static ddp_status_t launch_zero_(reducer_t *r, int b, const comm_desc_t *d)
                                          d, &r->req[b]);
 }
 
-static ddp_status_t launch_(reducer_t *r, int b)
+static ddp_status_t launch_body_(reducer_t *r, int b)
 {
     const bucket_t *B = &r->m->buckets[b];
     comm_desc_t d = {"gradient-bucket", b, r->step + 1}; /* the step as logged */
@@ -199,6 +200,21 @@ static ddp_status_t launch_(reducer_t *r, int b)
     uint16_t *h = r->half + B->offset;
     r->compute->to_half(B->count, g, h, r->wire == COMM_BF16);
     return r->comm->ops->iallreduce(r->comm, h, B->count, r->wire, &d, &r->req[b]);
+}
+
+/* Bucket b's collective, inside a profiler range "ddptrain all-reduce
+ * bucket B" where the compute backend has them (NVTX: Nsight projects it
+ * onto the NCCL kernel it launches). */
+static ddp_status_t launch_(reducer_t *r, int b)
+{
+    if (!r->compute->range_start) return launch_body_(r, b);
+    char name[64];
+    snprintf(name, sizeof name, "ddptrain %s bucket %d", r->zero ? "reduce-scatter" : "all-reduce",
+             b);
+    uint64_t id = r->compute->range_start(name);
+    ddp_status_t s = launch_body_(r, b);
+    r->compute->range_end(id);
+    return s;
 }
 
 /* Launch every ready bucket in order, once the compute backend has

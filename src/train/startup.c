@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "activity.h"
 #include "backends.h"
 #include "consistency.h"
 #include "log.h"
@@ -338,6 +339,7 @@ ddp_status_t startup_run(run_t *r)
 void startup_teardown(run_t *r)
 {
     trainer_t *t = &r->t;
+    activity_trace(NULL, NULL); /* the open phase range ends */
     if (t->loader) loader_stop(t->loader);
     metrics_free(&r->metrics);
     reducer_free(t->reducer);

@@ -33,6 +33,9 @@
 #      micro-batches a step so the two device batches are each reused
 #      within a step; and under sync everything runs when called.  Each
 #      trains the cpu curve;
+#  (k) the profiler ranges (NVTX, counted by the emulation): each step's
+#      forward, backward and optimizer phase and each bucket's all-reduce,
+#      every range closed;
 #  and a --device cuda checkpoint resumes to the same weights as a run
 #  without the interruption.
 #
@@ -148,6 +151,23 @@ losses "$T/mlp-tf32.log" | cmp -s - "$T/lb" && fail "tf32: the same losses as fp
 grep -q "precision    tf32" "$T/mlp-tf32.log" || fail "tf32: not in the start-up table"
 "$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision tf32 >"$T/tf.out" 2>"$T/tf.err"
 ddp_expect_error "$T/tf.err" $? 2 "tf32 on cpu" "--precision tf32 needs --device cuda"
+
+# (k) profiler ranges (NVTX; the emulation counts them, DDP_EMU_NVTX_REPORT):
+# per rank, each step's backward phase and every bucket's all-reduce
+# (several buckets here) once a step, forward and optimizer at least once
+# (the next step's upload starts in a forward phase inside the optimizer's),
+# each range closed
+DDP_EMU_NVTX_REPORT=1 run "mlp-nvtx" 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 20 --device cuda \
+  --bucket-cap-mb 0.002 --first-bucket-mb 0.002
+grep 'ddp_emu: nvtx range' "$T/mlp-nvtx.log" >"$T/nvtx" || { cat "$T/mlp-nvtx.log"; fail "nvtx: no report"; }
+sed 's/.*range "\(.*\)" started \([0-9]*\) ended \([0-9]*\) (pid.*/\1|\2|\3/' "$T/nvtx" >"$T/nvtx.t"
+awk -F'|' '$2 != $3 { print "nvtx: range \"" $1 "\" started " $2 " times, ended " $3; bad = 1 }
+  $1 == "ddptrain backward" && $2 == 20 { phases++ }
+  $1 ~ /^ddptrain (forward|optimizer)$/ && $2 >= 20 { phases++ }
+  $1 ~ /^ddptrain all-reduce bucket [0-9]+$/ && $2 == 20 { buckets++ }
+  END { if (phases != 6) { print "nvtx: " phases + 0 " of 6 phase ranges (3 per rank) opened 20 times or more"; bad = 1 }
+        if (buckets < 4) { print "nvtx: " buckets + 0 " bucket ranges opened 20 times, not >= 2 per rank"; bad = 1 }
+        exit bad }' "$T/nvtx.t" || { cat "$T/nvtx"; fail "nvtx ranges"; }
 
 # (e) an NCCL asynchronous error: one line, a non-zero exit, no hang
 DDP_EMU_NCCL_ASYNC_ERROR=20 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 \
