@@ -135,22 +135,18 @@ mpirun_np 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cuda --allreduce 
 ddp_expect_error "$T/ar.err" $? 2 "--allreduce ring with nccl" \
   "--allreduce ring: the nccl comm backend chooses its own algorithm"
 
-# (d) bf16: close to fp32, not equal; refused on cpu
-run "mlp-bf16" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda --precision bf16
-close "mlp bf16 vs fp32, steps 1-10" 5e-3 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log" 10
-close "mlp bf16 vs fp32" 1e-1 "$T/mlp-bf16.log" "$T/mlp-cuda-1.log"
-losses "$T/mlp-bf16.log" | cmp -s - "$T/lb" && fail "bf16: the same losses as fp32 (bf16 GEMMs not in effect)"
-grep -q "precision    bf16" "$T/mlp-bf16.log" || fail "bf16: not in the start-up table"
-"$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision bf16 >"$T/bf.out" 2>"$T/bf.err"
-ddp_expect_error "$T/bf.err" $? 2 "bf16 on cpu" "--precision bf16 needs --device cuda"
-# ... and tf32 likewise (inputs to 10 mantissa bits: closer than bf16's 7)
-run "mlp-tf32" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda --precision tf32
-close "mlp tf32 vs fp32, steps 1-10" 1e-3 "$T/mlp-tf32.log" "$T/mlp-cuda-1.log" 10
-close "mlp tf32 vs fp32" 1e-1 "$T/mlp-tf32.log" "$T/mlp-cuda-1.log"
-losses "$T/mlp-tf32.log" | cmp -s - "$T/lb" && fail "tf32: the same losses as fp32 (TF32 GEMMs not in effect)"
-grep -q "precision    tf32" "$T/mlp-tf32.log" || fail "tf32: not in the start-up table"
-"$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision tf32 >"$T/tf.out" 2>"$T/tf.err"
-ddp_expect_error "$T/tf.err" $? 2 "tf32 on cpu" "--precision tf32 needs --device cuda"
+# (d) bf16 and tf32 (inputs to 10 mantissa bits: closer than bf16's 7): close
+# to fp32, not equal; refused on cpu
+for pt in "bf16 5e-3" "tf32 1e-3"; do
+  set -- $pt
+  run "mlp-$1" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 50 --device cuda --precision "$1"
+  close "mlp $1 vs fp32, steps 1-10" "$2" "$T/mlp-$1.log" "$T/mlp-cuda-1.log" 10
+  close "mlp $1 vs fp32" 1e-1 "$T/mlp-$1.log" "$T/mlp-cuda-1.log"
+  losses "$T/mlp-$1.log" | cmp -s - "$T/lb" && fail "$1: the same losses as fp32 ($1 GEMMs not in effect)"
+  grep -q "precision    $1" "$T/mlp-$1.log" || fail "$1: not in the start-up table"
+  "$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision "$1" >"$T/$1.out" 2>"$T/$1.err"
+  ddp_expect_error "$T/$1.err" $? 2 "$1 on cpu" "--precision $1 needs --device cuda"
+done
 
 # (k) profiler ranges (NVTX; the emulation counts them, DDP_EMU_NVTX_REPORT):
 # per rank, each step's backward phase and every bucket's all-reduce
