@@ -1,7 +1,9 @@
 // bn.cu -- batch normalisation over x[n, c, hw] (hw = 1: BatchNorm1d).  The
-// per-channel sums (bn_stats, bn_bwd_stats) are one block per channel,
-// each thread adding its share in double, then a fixed tree through static
-// shared memory: deterministic (no atomics, no dependence on block order).
+// per-channel sums (bn_stats, bn_bwd_stats) are two passes: blocks of
+// (channel, chunk of samples), each thread adding its share in double and
+// the block a fixed tree through static shared memory, then each channel's
+// chunks added in order: deterministic (no atomics, no dependence on block
+// order), and enough blocks for the GPU when channels are few.
 // For hw = 1 a channel is a strided column of x[n, c]: there a block takes
 // 32 channels at a time with 32 lanes of rows, so that a warp reads 32
 // consecutive floats of one row.
@@ -33,25 +35,58 @@ __device__ inline void block_sum2(double *a, double *b, double a1, double a2)
     }
 }
 
-// stats[ch] = sum x, stats[c + ch] = sum x^2 of channel ch: one block each.
-__global__ void bn_stats_kernel(int n, int c, int hw, const float *x, double *stats)
+// BatchNorm2d's sums in two passes over many blocks: the samples of a
+// channel are cut into S chunks (bn_chunks: enough blocks to fill the GPU
+// when there are few channels), block (ch, s) sums its chunk's values --
+// threads over the chunk's (sample, pixel) pairs, consecutive threads on
+// consecutive pixels -- in a fixed tree, and one thread per channel adds
+// the S partials in order.  The order depends only on the shapes.
+// kBwd false: the partials of x and x^2; true: of dy and dy (x - mean).
+template <bool kBwd>
+__global__ void bn_partials_kernel(int n, int c, int hw, int chunks, const float *x,
+                                   const float *dy, const float *mean, double *part)
 {
     __shared__ double s1[kDdpThreads], s2[kDdpThreads];
-    const size_t per = (size_t)n * hw;
+    const int s = blockIdx.y;
+    const int i0 = (int)((long long)n * s / chunks), i1 = (int)((long long)n * (s + 1) / chunks);
+    const unsigned per = (unsigned)(i1 - i0) * (unsigned)hw; // < 2^31 (the launcher checks)
     for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        const float m = kBwd ? mean[ch] : 0.0f;
         double a1 = 0.0, a2 = 0.0;
-        for (size_t e = threadIdx.x; e < per; e += blockDim.x) {
-            size_t i = e / hw, k = e % hw;
-            double v = x[(i * c + ch) * hw + k];
-            a1 += v;
-            a2 += v * v;
+        for (unsigned e = threadIdx.x; e < per; e += blockDim.x) {
+            const unsigned i = e / (unsigned)hw, k = e - i * (unsigned)hw;
+            const size_t off = ((size_t)(i0 + i) * c + ch) * hw + k;
+            if (kBwd) {
+                float g = dy[off];
+                a1 += (double)g;
+                a2 += (double)(g * (x[off] - m));
+            } else {
+                double v = x[off];
+                a1 += v;
+                a2 += v * v;
+            }
         }
         block_sum2(s1, s2, a1, a2);
         if (threadIdx.x == 0) {
-            stats[ch] = s1[0];
-            stats[c + ch] = s2[0];
+            part[2 * ((size_t)ch * chunks + s)] = s1[0];
+            part[2 * ((size_t)ch * chunks + s) + 1] = s2[0];
         }
         __syncthreads(); // s1[0], s2[0] read before the next channel
+    }
+}
+
+// stats[ch] = sum x, stats[c + ch] = sum x^2: channel ch's partials in order.
+__global__ void bn_stats_combine_kernel(int c, int chunks, const double *part, double *stats)
+{
+    GRID_STRIDE(ch, (size_t)c)
+    {
+        double a1 = 0.0, a2 = 0.0;
+        for (int s = 0; s < chunks; s++) {
+            a1 += part[2 * (ch * chunks + s)];
+            a2 += part[2 * (ch * chunks + s) + 1];
+        }
+        stats[ch] = a1;
+        stats[c + ch] = a2;
     }
 }
 
@@ -77,7 +112,7 @@ __device__ inline void lane_sum2(lane_sums_t &a, lane_sums_t &b, double a1, doub
     }
 }
 
-// bn_stats_kernel for hw = 1
+// the sums for hw = 1
 __global__ void bn1d_stats_kernel(int n, int c, const float *x, double *stats)
 {
     __shared__ lane_sums_t s1, s2;
@@ -136,36 +171,27 @@ __global__ void bn_fwd_kernel(int n, int c, int hw, const float *x, const float 
 }
 
 // gstats[ch] = sum dy, gstats[c + ch] = invstd sum dy (x - mean); dgamma,
-// dbeta with beta.  One block per channel.
-__global__ void bn_bwd_stats_kernel(int n, int c, int hw, const float *x, const float *dy,
-                                    const float *mean, const float *invstd, double *gstats,
-                                    float *dgamma, float *dbeta, float beta)
+// dbeta with beta: channel ch's partials (bn_partials_kernel<true>) in order.
+__global__ void bn_bwd_stats_combine_kernel(int c, int chunks, const double *part,
+                                            const float *invstd, double *gstats, float *dgamma,
+                                            float *dbeta, float beta)
 {
-    __shared__ double s1[kDdpThreads], s2[kDdpThreads];
-    const size_t per = (size_t)n * hw;
-    for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        const float m = mean[ch];
+    GRID_STRIDE(ch, (size_t)c)
+    {
         double a1 = 0.0, a2 = 0.0;
-        for (size_t e = threadIdx.x; e < per; e += blockDim.x) {
-            size_t i = e / hw, k = e % hw;
-            size_t off = (i * c + ch) * hw + k;
-            float g = dy[off];
-            a1 += (double)g;
-            a2 += (double)(g * (x[off] - m));
+        for (int s = 0; s < chunks; s++) {
+            a1 += part[2 * (ch * chunks + s)];
+            a2 += part[2 * (ch * chunks + s) + 1];
         }
-        block_sum2(s1, s2, a1, a2);
-        if (threadIdx.x == 0) {
-            double g1 = s1[0], g2 = s2[0] * (double)invstd[ch];
-            gstats[ch] = g1;
-            gstats[c + ch] = g2;
-            if (dgamma) dgamma[ch] = (float)(beta == 0.0f ? g2 : beta * dgamma[ch] + g2);
-            if (dbeta) dbeta[ch] = (float)(beta == 0.0f ? g1 : beta * dbeta[ch] + g1);
-        }
-        __syncthreads();
+        double g1 = a1, g2 = a2 * (double)invstd[ch];
+        gstats[ch] = g1;
+        gstats[c + ch] = g2;
+        if (dgamma) dgamma[ch] = (float)(beta == 0.0f ? g2 : beta * dgamma[ch] + g2);
+        if (dbeta) dbeta[ch] = (float)(beta == 0.0f ? g1 : beta * dbeta[ch] + g1);
     }
 }
 
-// bn_bwd_stats_kernel for hw = 1
+// the backward sums for hw = 1
 __global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float *dy,
                                       const float *mean, const float *invstd, double *gstats,
                                       float *dgamma, float *dbeta, float beta)
@@ -228,6 +254,42 @@ unsigned column_blocks(int c)
 
 const dim3 kColBlock(kColTile, kColLanes);
 
+// The chunks of a channel's samples (bn_partials_kernel): about 4 blocks
+// per SM of an H200 (132) over all channels, at most one per sample, and a
+// chunk's (sample, pixel) pairs within 32 bits.
+int bn_chunks(int n, int c, int hw)
+{
+    long long want = (528 + (long long)c - 1) / c;
+    if (want > n) want = n;
+    if (want > 65535) want = 65535;
+    while (want < n && (long long)((n + want - 1) / want) * hw >= (1LL << 31)) want++;
+    return want < 1 ? 1 : (int)want;
+}
+
+// Two doubles per (channel, chunk) on the bound device, grown as needed
+// (cudaFree waits for the kernels still using the old one).
+double *part_ = nullptr;
+size_t part_cap_ = 0;
+int part_device_ = -1;
+
+int partials(size_t pairs, double **out)
+{
+    if (part_device_ != ddp_cuda_state_.device) {
+        part_ = nullptr;
+        part_cap_ = 0;
+        part_device_ = ddp_cuda_state_.device;
+    }
+    if (pairs > part_cap_) {
+        if (part_) DDP_CU(cudaFree(part_));
+        part_ = nullptr;
+        part_cap_ = 0;
+        DDP_CU(cudaMalloc((void **)&part_, 2 * pairs * sizeof(double)));
+        part_cap_ = pairs;
+    }
+    *out = part_;
+    return 0;
+}
+
 } // namespace
 
 extern "C" {
@@ -240,10 +302,19 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
         DDP_CU(cudaMemsetAsync(stats, 0, 2 * (size_t)c * sizeof *stats, s));
         return 0;
     }
-    if (hw == 1)
+    if (hw == 1) {
         DDP_LAUNCH(bn1d_stats_kernel, column_blocks(c), kColBlock, s, n, c, x, stats);
-    else
-        DDP_LAUNCH(bn_stats_kernel, channel_blocks(c), kDdpThreads, s, n, c, hw, x, stats);
+        DDP_CU_LAUNCHED();
+        return 0;
+    }
+    const int chunks = bn_chunks(n, c, hw);
+    double *part;
+    if (partials((size_t)c * chunks, &part)) return -1;
+    DDP_LAUNCH(bn_partials_kernel<false>, dim3(channel_blocks(c), chunks), kDdpThreads, s, n, c, hw,
+               chunks, x, (const float *)nullptr, (const float *)nullptr, part);
+    DDP_CU_LAUNCHED();
+    DDP_LAUNCH(bn_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
+               (const double *)part, stats);
     DDP_CU_LAUNCHED();
     return 0;
 }
@@ -289,12 +360,21 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
     // n == 0 or hw == 0: the block sums are 0 (no element), dgamma and dbeta
     // still take beta.
     int nn = n > 0 && hw > 0 ? n : 0, hh = hw > 0 ? hw : 1;
-    if (hh == 1)
-        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, ddp_cuda_state_.stream, nn,
-                   c, x, dy, mean, invstd, gstats, dgamma, dbeta, beta);
-    else
-        DDP_LAUNCH(bn_bwd_stats_kernel, channel_blocks(c), kDdpThreads, ddp_cuda_state_.stream,
-                   nn, c, hh, x, dy, mean, invstd, gstats, dgamma, dbeta, beta);
+    cudaStream_t s = ddp_cuda_state_.stream;
+    if (hh == 1) {
+        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, x, dy, mean,
+                   invstd, gstats, dgamma, dbeta, beta);
+        DDP_CU_LAUNCHED();
+        return 0;
+    }
+    const int chunks = bn_chunks(nn, c, hh);
+    double *part;
+    if (partials((size_t)c * chunks, &part)) return -1;
+    DDP_LAUNCH(bn_partials_kernel<true>, dim3(channel_blocks(c), chunks), kDdpThreads, s, nn, c, hh,
+               chunks, x, dy, mean, part);
+    DDP_CU_LAUNCHED();
+    DDP_LAUNCH(bn_bwd_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
+               (const double *)part, invstd, gstats, dgamma, dbeta, beta);
     DDP_CU_LAUNCHED();
     return 0;
 }

@@ -1086,6 +1086,7 @@ START_TEST(bn_matches)
     bn_case_(64, 300, 1, 0.0f); /* BatchNorm1d */
     bn_case_(64, 300, 1, 1.0f);
     bn_case_(8, 6, 49, 0.0f); /* BatchNorm2d */
+    bn_case_(64, 12, 9, 1.0f); /* 44 chunks of samples, uneven */
     bn_case_(3, 4, 1031, 1.0f);
 }
 END_TEST
