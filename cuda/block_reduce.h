@@ -1,7 +1,7 @@
 // block_reduce.h -- the block reduction of the kernels (loss.cu, reduce.cu):
 // the sum of one double per thread over the block, in a fixed tree through
-// static shared memory (no atomics, no warp shuffles: the same bits on
-// every run and in the CPU emulation).  Device code only; include after
+// static shared memory (no atomics: the same bits on every run, on a GPU
+// and in the CPU emulation).  Device code only; include after
 // ddp_cuda_rt.h.
 #ifndef DDP_CUDA_BLOCK_REDUCE_H
 #define DDP_CUDA_BLOCK_REDUCE_H
