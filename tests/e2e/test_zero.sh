@@ -19,10 +19,9 @@
 #      without the interruption, and at np=2 --zero 1 to within 1e-5;
 #  (e) --check-replicas compares the parameters under --zero (a flipped
 #      parameter bit is named, exit 6); flipping the sharded state is refused
-#      at start-up with one line (exit 2);
-#  (f) the emulated GPU path (--device cuda, NCCL's reduce-scatter and
-#      all-gather on the emulation): --zero 1 and 2 give --zero 0's bits at
-#      np=2 and 3.
+#      at start-up with one line (exit 2).
+# The GPU path's ZeRO (NCCL's reduce-scatter and all-gather) on the CPU
+# emulation: test_zero_emu.sh.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -127,18 +126,4 @@ mpirun_np 3 "$DDPTRAIN" "$T/d.h5" $common $adamw --batch 8 --zero 1 --check-repl
 ddp_expect_error "$T/e" $? 2 "flipping sharded optimizer state" \
   "under --zero 1 the optimizer state is sharded|does not compare it"
 
-# (f) the emulated GPU path: NCCL's reduce-scatter and all-gather
-EMU="$top_builddir/tests/doubles/train_emu"
-export DDP_EMU_GPUS=3
-for np in 2 3; do
-  for z in 0 1 2; do
-    mpirun_np $np "$EMU" "$T/d.h5" $common $adamw --clip-grad-norm 0.5 --batch $((24 / np)) \
-      --device cuda --zero $z --save "$T/emu$np-z$z.h5" >"$T/emu.log" 2>&1 \
-      || { cat "$T/emu.log"; fail "emulated cuda np=$np --zero $z"; }
-  done
-  grep -q "comm nccl" "$T/emu.log" || { cat "$T/emu.log"; fail "not the nccl path"; }
-  same "emu$np-z0" "emu$np-z1" "emulated cuda np=$np --zero 1"
-  same "emu$np-z0" "emu$np-z2" "emulated cuda np=$np --zero 2"
-  echo "emulated cuda + nccl np=$np: --zero 1 and 2 = --zero 0, bit for bit"
-done
 echo ok
