@@ -147,9 +147,13 @@ __global__ void xent_k(int n, int classes, const float *logits, const int32_t *l
     const int G = kBlock ? kDdpThreads : 32, rows = kBlock ? 1 : kXentRowsWarp;
     const int g = kBlock ? (int)threadIdx.x : (int)threadIdx.x % 32;
     const int group = kBlock ? 0 : (int)threadIdx.x / 32;
+    // the indices read once, before the warp operations: the sanitizer
+    // build (GCC 12, UBSan) reported the emulation's thread-local launch
+    // context as a null pointer when blockIdx was read after them
+    const unsigned block = blockIdx.x, first = threadIdx.x == 0;
     const double eps = smoothing;
     double loss = 0, hits = 0; // the group's rows, in the group's first thread
-    for (size_t i = (size_t)blockIdx.x * rows + group; i < (size_t)n;
+    for (size_t i = (size_t)block * rows + group; i < (size_t)n;
          i += (size_t)gridDim.x * rows) {
         const float *z = logits + i * classes;
         const int y = labels[i];
@@ -203,7 +207,7 @@ __global__ void xent_k(int n, int classes, const float *logits, const int32_t *l
             shm[group] = (float)hits; // at most 2^24 rows per group: exact
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
+        if (first) {
             loss = hits = 0;
             for (int k = 0; k < rows; k++) {
                 loss += shd[k];
@@ -211,9 +215,9 @@ __global__ void xent_k(int n, int classes, const float *logits, const int32_t *l
             }
         }
     }
-    if (threadIdx.x == 0) {
-        part[2 * blockIdx.x] = loss;
-        part[2 * blockIdx.x + 1] = hits;
+    if (first) {
+        part[2 * block] = loss;
+        part[2 * block + 1] = hits;
     }
 }
 
