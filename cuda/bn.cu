@@ -290,6 +290,22 @@ int partials(size_t pairs, double **out)
     return 0;
 }
 
+// Launches bn_partials_kernel<kBwd> over n x hw samples of c channels into
+// the partials buffer: *part and *chunks are what the combine kernel reads.
+template <bool kBwd>
+int launch_partials(int n, int c, int hw, const float *x, const float *dy, const float *mean,
+                    cudaStream_t s, const double **part, int *chunks)
+{
+    *chunks = bn_chunks(n, c, hw);
+    double *p;
+    if (partials((size_t)c * *chunks, &p)) return -1;
+    DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n, c, hw,
+               *chunks, x, dy, mean, p);
+    DDP_CU_LAUNCHED();
+    *part = p;
+    return 0;
+}
+
 } // namespace
 
 extern "C" {
@@ -307,14 +323,11 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
         DDP_CU_LAUNCHED();
         return 0;
     }
-    const int chunks = bn_chunks(n, c, hw);
-    double *part;
-    if (partials((size_t)c * chunks, &part)) return -1;
-    DDP_LAUNCH(bn_partials_kernel<false>, dim3(channel_blocks(c), chunks), kDdpThreads, s, n, c, hw,
-               chunks, x, (const float *)nullptr, (const float *)nullptr, part);
-    DDP_CU_LAUNCHED();
+    const double *part;
+    int chunks;
+    if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, s, &part, &chunks)) return -1;
     DDP_LAUNCH(bn_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
-               (const double *)part, stats);
+               part, stats);
     DDP_CU_LAUNCHED();
     return 0;
 }
@@ -367,14 +380,11 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
         DDP_CU_LAUNCHED();
         return 0;
     }
-    const int chunks = bn_chunks(nn, c, hh);
-    double *part;
-    if (partials((size_t)c * chunks, &part)) return -1;
-    DDP_LAUNCH(bn_partials_kernel<true>, dim3(channel_blocks(c), chunks), kDdpThreads, s, nn, c, hh,
-               chunks, x, dy, mean, part);
-    DDP_CU_LAUNCHED();
+    const double *part;
+    int chunks;
+    if (launch_partials<true>(nn, c, hh, x, dy, mean, s, &part, &chunks)) return -1;
     DDP_LAUNCH(bn_bwd_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
-               (const double *)part, invstd, gstats, dgamma, dbeta, beta);
+               part, invstd, gstats, dgamma, dbeta, beta);
     DDP_CU_LAUNCHED();
     return 0;
 }

@@ -117,13 +117,19 @@ echo "bit flips on 2 nodes: named"
 
 # the watchdog across nodes: rank 3 (node b) stops responding; rank 0's
 # watchdog learns it over TCP between the nodes and names the rank, its host
-# and the collective within the timeout + 10 s (start-up included)
+# and the collective: it says so within the timeout + 5 s of the collective's
+# start (its own measure, in its message), and the job ends within 45 s
+# (start-up and MPI_Abort included: make check runs other tests beside this
+# one, and under that load the job took 20 s where the watchdog took 3.3)
 t0=$(date +%s)
 run_nodes 2,2 "$DDPTRAIN" "$T/d.h5" $common --batch 8 --steps 200 --timeout 3 --inject hang:3:5 \
   >"$T/o" 2>"$T/e"
 rc=$? dt=$(($(date +%s) - t0))
 [ $rc -eq 10 ] || { cat "$T/o" "$T/e"; fail "hang of rank 3 on 2 nodes: exit $rc, expected 10"; }
-[ $dt -le 15 ] || { cat "$T/e"; fail "hang of rank 3 on 2 nodes: took $dt s (timeout 3)"; }
+[ $dt -le 45 ] || { cat "$T/e"; fail "hang of rank 3 on 2 nodes: took $dt s (timeout 3)"; }
+sed -n 's/.* has not completed in \([0-9.]*\) s (--timeout 3).*/\1/p' "$T/e" | head -n 1 \
+  | awk '{ ok = $1 + 0 >= 3 && $1 + 0 <= 8 } END { exit !(NR == 1 && ok) }' \
+  || { cat "$T/e"; fail "hang of rank 3 on 2 nodes: the watchdog did not name the collective within 3-8 s"; }
 grep -qE "watchdog: .* at step 5 .*rank 3 \($(simnodes_host 1)\) did not arrive" "$T/e" \
   || { cat "$T/e"; fail "hang on 2 nodes: the report does not name rank 3 on $(simnodes_host 1)"; }
 grep -q "cannot reach rank 0's watchdog" "$T/e" && { cat "$T/e"; fail "2 nodes: the watchdog was not reached"; }
@@ -143,7 +149,9 @@ simnodes_up 2,1,1 unlimited ddp || fail "3 nodes: $SIMNODES_WHY"
 SIMNODES_TIMEOUT=60 simnodes_mpirun sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' >"$T/o" 2>&1 ||
   { cat "$T/o"; fail "3 nodes: mpirun of hostname"; }
 want=$(printf '0 %s\n1 %s\n2 %s\n3 %s' "$(simnodes_host 0)" "$(simnodes_host 0)" "$(simnodes_host 1)" "$(simnodes_host 2)")
-[ "$(sort -n "$T/o")" = "$want" ] || { cat "$T/o"; fail "layout 2,1,1: ranks not node by node"; }
+# (only the ranks' lines: under load mpirun may warn that a setpgid of its
+# agent lost the race with the agent's exec)
+[ "$(grep '^[0-9][0-9]* ' "$T/o" | sort -n)" = "$want" ] || { cat "$T/o"; fail "layout 2,1,1: ranks not node by node"; }
 SIMNODES_TIMEOUT=300 simnodes_mpirun -x OPENBLAS_NUM_THREADS=1 "$DDPTRAIN" "$T/d.h5" $common --batch 8 \
   --check-replicas 1 --save "$T/nodes211.h5" >"$T/o" 2>&1 || { cat "$T/o"; fail "4 ranks on 3 nodes (2,1,1)"; }
 grep -q "4 ranks on 3 nodes" "$T/o" || { cat "$T/o"; fail "layout 2,1,1: the ranks did not see 3 nodes"; }

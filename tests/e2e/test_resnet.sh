@@ -36,12 +36,14 @@ ddp_tmpdir
 TOL=1e-4
 
 cat >"$T/ref.py" <<'PY'
-# ref.py deck OUT.h5 HW                64 images 3xHWxHW, 5 classes
-# ref.py export ARCH WIDTH OUT.h5       torch's initial weights
-# ref.py loads ARCH WEIGHTS.h5          load_state_dict (strict) of ddptrain's file
-# ref.py train DECK INIT.h5 OUT.h5 key=value ...   torch's steps in float64
+# ref.py COMMAND ARGS [-- COMMAND ARGS ...]: the commands in turn, in one
+# process (torch loads once); exit 1 naming the first that failed
+# deck OUT.h5 HW                64 images 3xHWxHW, 5 classes
+# export ARCH OUT.h5            torch's initial weights
+# loads ARCH WEIGHTS.h5         load_state_dict (strict) of ddptrain's file
+# train DECK INIT.h5 OUT.h5 key=value ...   torch's steps in float64
 #   (dtype=float32: in float32, the rounding a float32 run may show)
-# ref.py cmp DDP.h5 REF64.h5 REF32.h5 TOL K      per tensor: |ddp - ref64| <=
+# cmp DDP.h5 REF64.h5 REF32.h5 TOL K      per tensor: |ddp - ref64| <=
 #   max(TOL * max|ref64|, K * max|ref32 - ref64|): no further from float64
 #   than K times PyTorch's own float32 run where rounding grows
 import sys, h5py, numpy as np, torch, torchref, resnets
@@ -90,55 +92,79 @@ def cmp(ddp, r64, r32, tol, k):
         r = np.abs(a[n] - b[n]).max() / allow
         worst = max(worst, (r, n))
         if not r <= 1: bad.append(n)
-    print("worst %.4f of the allowance (%s) over %d tensors" % (worst[0], worst[1], len(b)))
-    sys.exit(1 if bad else 0)
+    print("%s vs torch: worst %.4f of the allowance (%s) over %d tensors"
+          % (ddp.rsplit("/", 1)[-1], worst[0], worst[1], len(b)))
+    if bad: raise ValueError("differs from torch in " + ", ".join(bad))
 
-if sys.argv[1] == "deck":
-    deck(sys.argv[2], int(sys.argv[3]))
-elif sys.argv[1] == "export":
-    torch.manual_seed(0)
-    torchref.save_weights(net_of(sys.argv[2]), sys.argv[3], prefix="")
-elif sys.argv[1] == "loads":
-    torchref.load_weights(net_of(sys.argv[2]), sys.argv[3], prefix="")  # strict
-elif sys.argv[1] == "cmp":
-    cmp(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6]))
-else:
-    train(sys.argv[2], sys.argv[3], sys.argv[4], dict(kv.split("=", 1) for kv in sys.argv[5:]))
+def command(a):
+    if a[0] == "deck":
+        deck(a[1], int(a[2]))
+    elif a[0] == "export":
+        torch.manual_seed(0)
+        torchref.save_weights(net_of(a[1]), a[2], prefix="")
+    elif a[0] == "loads":
+        torchref.load_weights(net_of(a[1]), a[2], prefix="")  # strict
+    elif a[0] == "cmp":
+        cmp(a[1], a[2], a[3], float(a[4]), float(a[5]))
+    else:
+        train(a[1], a[2], a[3], dict(kv.split("=", 1) for kv in a[4:]))
+
+cmds, cur = [], []
+for w in sys.argv[1:] + ["--"]:
+    if w == "--":
+        cmds.append(cur); cur = []
+    else:
+        cur.append(w)
+for a in cmds:
+    try:
+        command(a)
+    except Exception as e:
+        sys.exit("ref.py %s: %s: %s" % (" ".join(a), type(e).__name__, e))
 PY
-$PY "$T/ref.py" deck "$T/d16.h5" 16 || fail "writing the deck"
-$PY "$T/ref.py" deck "$T/d64.h5" 64 || fail "writing the deck"
-
-run() { # NP OUT DECK MODEL ARGS...: ddptrain on NP ranks, --no-shuffle
+run() { # NP OUT DECK MODEL ARGS...: ddptrain on NP ranks, --no-shuffle; torch
+  # loads the weights at the end (loads_all)
   _np=$1 _out=$2 _deck=$3 _model=$4; shift 4
   mpirun_np "$_np" "$DDPTRAIN" "$T/$_deck.h5" --model "$_model" --no-shuffle --log-every 0 \
     --eval-every 0 "$@" --save "$T/$_out.h5" >"$T/$_out.log" 2>&1 || { cat "$T/$_out.log"; fail "$_out: ddptrain"; }
-  $PY "$T/ref.py" loads "$_model" "$T/$_out.h5" || fail "$_out: torch cannot load ddptrain's weights"
+  loads="$loads -- loads $_model $T/$_out.h5"
 }
+loads=""
 same() { # A B TOL WHAT
   "$WEIGHTS_CMP" "$1" "$2" "$3" >"$T/cmp" 2>&1 || { cat "$T/cmp"; fail "$4: not within $3"; }
   echo "$4: $(tail -n 1 "$T/cmp")"
 }
-torch_() { # DECK INIT OUT key=value ...: torch's run in float64
-  _d=$1 _i=$2 _o=$3; shift 3
-  $PY "$T/ref.py" train "$T/$_d.h5" "$T/$_i.h5" "$T/$_o.h5" "$@" || fail "torch $_o"
-}
 
 mA="resnet20:width=4" mB="resnet18:width=4" mD="resnet50:width=4"
-for m in $mA $mB $mD; do
-  $PY "$T/ref.py" export "$m" "$T/init_${m%%:*}.h5" || fail "torch export of $m"
-done
+# The decks, torch's initial weights and every torch run the cases below
+# compare with, in one process: float64, and float32 where a case holds
+# ddptrain to PyTorch's own float32 rounding.
+sgdA_t="opt=sgd lr=0.05 momentum=0.9 wd=1e-3"
+sgdB_t="opt=sgd lr=0.02 momentum=0.9 nesterov=1 wd=1e-4"
+adamC_t="opt=adamw lr=1e-3 wd=1e-2 eps=1e-6"
+sgdF_t="opt=sgd lr=0.02 momentum=0.9 wd=0"
+$PY "$T/ref.py" deck "$T/d16.h5" 16 -- deck "$T/d64.h5" 64 \
+  -- export $mA "$T/init_resnet20.h5" -- export $mB "$T/init_resnet18.h5" \
+  -- export $mD "$T/init_resnet50.h5" \
+  -- train "$T/d16.h5" "$T/init_resnet20.h5" "$T/ra.h5" model=$mA world=1 batch=8 steps=10 $sgdA_t \
+  -- train "$T/d64.h5" "$T/init_resnet18.h5" "$T/rb.h5" model=$mB world=2 batch=8 steps=4 $sgdB_t \
+  -- train "$T/d64.h5" "$T/init_resnet18.h5" "$T/rc.h5" model=$mB world=2 batch=8 steps=1 $adamC_t \
+  -- train "$T/d64.h5" "$T/init_resnet18.h5" "$T/rc32.h5" model=$mB world=2 batch=8 steps=1 $adamC_t \
+     dtype=float32 \
+  -- train "$T/d64.h5" "$T/init_resnet50.h5" "$T/re.h5" model=$mD world=2 batch=8 steps=2 $sgdF_t \
+  -- train "$T/d64.h5" "$T/init_resnet50.h5" "$T/re32.h5" model=$mD world=2 batch=8 steps=2 $sgdF_t \
+     dtype=float32 \
+  || fail "torch: the decks, the initial weights and the reference runs"
+
 # A. CIFAR style, np=1, SGD with momentum
 sgdA="--optimizer sgd --lr 0.05 --momentum 0.9 --weight-decay 1e-3"
 run 1 a d16 "$mA" --init "$T/init_resnet20.h5" --batch 8 --steps 10 $sgdA
 grep -q "layer3.0 *res(conv:16:3:2:1:nobias,bn,relu,conv:16:3:1:1:nobias,bn) + downsample(conv:16:1:2:0:nobias,bn)" "$T/a.log" \
   || { cat "$T/a.log"; fail "the start-up table does not show resnet20's blocks"; }
-torch_ d16 init_resnet20 ra model=$mA world=1 batch=8 steps=10 opt=sgd lr=0.05 momentum=0.9 wd=1e-3
 same "$T/a.h5" "$T/ra.h5" $TOL "A resnet20 SGD np=1, 10 steps vs torch"
 # B. ImageNet style, np=2 (SyncBatchNorm), SGD with Nesterov momentum
 sgdB="--optimizer sgd --lr 0.02 --momentum 0.9 --nesterov --weight-decay 1e-4"
 run 2 b d64 "$mB" --init "$T/init_resnet18.h5" --batch 8 --steps 4 $sgdB
 grep -q "SyncBatchNorm (statistics over all ranks)" "$T/b.log" || { cat "$T/b.log"; fail "B: not SyncBatchNorm"; }
-torch_ d64 init_resnet18 rb model=$mB world=2 batch=8 steps=4 opt=sgd lr=0.02 momentum=0.9 nesterov=1 wd=1e-4
 same "$T/b.h5" "$T/rb.h5" $TOL "B resnet18 SGD+Nesterov SyncBN np=2, 4 steps vs torch"
 # C. the same with AdamW, one step.  Adam divides each gradient by its own
 # size, so an element whose gradient is small carries its rounding into the
@@ -148,27 +174,16 @@ same "$T/b.h5" "$T/rb.h5" $TOL "B resnet18 SGD+Nesterov SyncBN np=2, 4 steps vs 
 # with |g| near eps moves by lr / (4 eps) per unit of gradient rounding).
 # eps 1e-6: an element whose gradient is below float32 rounding (1e-8)
 # would otherwise step by +-lr on the rounding's sign.  Held to 10 times
-# PyTorch's own float32 distance from float64, or 5e-4.
+# PyTorch's own float32 distance from float64, or 5e-4 (ref.py cmp, with
+# F's below, at the end).
 run 2 c d64 "$mB" --init "$T/init_resnet18.h5" --batch 8 --steps 1 --optimizer adamw --lr 1e-3 \
   --weight-decay 1e-2 --eps 1e-6
-torch_ d64 init_resnet18 rc model=$mB world=2 batch=8 steps=1 opt=adamw lr=1e-3 wd=1e-2 eps=1e-6
-torch_ d64 init_resnet18 rc32 model=$mB world=2 batch=8 steps=1 opt=adamw lr=1e-3 wd=1e-2 eps=1e-6 \
-  dtype=float32
-$PY "$T/ref.py" cmp "$T/c.h5" "$T/rc.h5" "$T/rc32.h5" 5e-4 10 >"$T/cmp" \
-  || { cat "$T/cmp"; fail "C resnet18 AdamW SyncBN np=2 differs from torch"; }
-echo "C resnet18 AdamW SyncBN np=2, 1 step vs torch: $(cat "$T/cmp")"
 # F. bottlenecks, np=2, SGD, 2 steps: a bottleneck's bn2.bias gradient is a
 # cancellation (the 1x1 conv3 and bn3 after it), and its rounding grows by
 # 1e3 in two steps in PyTorch's own float32 run as in ddptrain's: each tensor
 # is held to 10 times PyTorch's float32 distance from float64, or TOL
 run 2 e d64 "$mD" --init "$T/init_resnet50.h5" --batch 8 --steps 2 --optimizer sgd --lr 0.02 \
   --momentum 0.9
-torch_ d64 init_resnet50 re model=$mD world=2 batch=8 steps=2 opt=sgd lr=0.02 momentum=0.9 wd=0
-torch_ d64 init_resnet50 re32 model=$mD world=2 batch=8 steps=2 opt=sgd lr=0.02 momentum=0.9 wd=0 \
-  dtype=float32
-$PY "$T/ref.py" cmp "$T/e.h5" "$T/re.h5" "$T/re32.h5" $TOL 10 >"$T/cmp" \
-  || { cat "$T/cmp"; fail "F resnet50 SGD SyncBN np=2 differs from torch"; }
-echo "F resnet50 SGD SyncBN np=2, 2 steps vs torch: $(cat "$T/cmp")"
 
 # D. world-size equivalence
 run 1 d1 d16 "$mA" --init "$T/init_resnet20.h5" --batch 8 --steps 4 $sgdA
@@ -184,4 +199,10 @@ run 2 e2 d64 "$mB" --init "$T/init_resnet18.h5" --batch 8 --steps 10 $sgdB --ckp
   --resume auto
 grep -q "resum" "$T/e2.log" || { cat "$T/e2.log"; fail "E: did not resume"; }
 same "$T/e2.h5" "$T/e0.h5" 0 "E resnet18 resumed at step 5 vs uninterrupted, 10 steps"
+
+# C and F against torch; torch loads (strict load_state_dict) every file
+# ddptrain saved above
+$PY "$T/ref.py" cmp "$T/c.h5" "$T/rc.h5" "$T/rc32.h5" 5e-4 10 \
+  -- cmp "$T/e.h5" "$T/re.h5" "$T/re32.h5" $TOL 10 $loads \
+  || fail "C (resnet18 AdamW SyncBN np=2, 1 step) or F (resnet50 SGD SyncBN np=2, 2 steps) differs from torch, or torch cannot load ddptrain's weights"
 echo ok

@@ -25,12 +25,7 @@
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
-"$DDPPREP" synthetic --classes 6 --features 24 --samples 1200 --seed 3 -o "$T/d.h5" >/dev/null \
-  || fail "ddptrain-prep synthetic"
-common="--steps 12 --log-every 0 --eval-every 0 --seed 11 --weight-decay 1e-4 \
-  --model linear:48,relu,bn,dropout:0.25,linear:32,gelu,bn,linear:auto \
-  --bucket-cap-mb 0.004 --first-bucket-mb 0.002"
-adamw="--optimizer adamw --lr 0.003"
+. "$top_srcdir/tests/e2e/zero_deck.sh"
 sgd="--optimizer sgd --momentum 0.9 --lr 0.05"
 
 # run NP NAME OPTIONS...: train, save $T/NAME.h5, log in $T/NAME.log
@@ -38,10 +33,6 @@ run() {
   _np=$1 _name=$2; shift 2
   mpirun_np "$_np" "$DDPTRAIN" "$T/d.h5" $common --save "$T/$_name.h5" "$@" >"$T/$_name.log" 2>&1 \
     || { cat "$T/$_name.log"; fail "$_name: np=$_np $*"; }
-}
-# same A B WHAT: the saved weights of A and B are bit-identical
-same() {
-  "$WEIGHTS_CMP" "$T/$2.h5" "$T/$1.h5" 0 >"$T/cmp" || { cat "$T/cmp"; fail "$3: not the bits of $1"; }
 }
 # stages NP NAME OPTIONS...: --zero 0, 1, 2; 1 and 2 give the bits of 0
 stages() {

@@ -7,16 +7,7 @@
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
-"$DDPPREP" synthetic --classes 6 --features 24 --samples 1200 --seed 3 -o "$T/d.h5" >/dev/null \
-  || fail "ddptrain-prep synthetic"
-common="--steps 12 --log-every 0 --eval-every 0 --seed 11 --weight-decay 1e-4 \
-  --model linear:48,relu,bn,dropout:0.25,linear:32,gelu,bn,linear:auto \
-  --bucket-cap-mb 0.004 --first-bucket-mb 0.002"
-adamw="--optimizer adamw --lr 0.003"
-# same A B WHAT: the saved weights of A and B are bit-identical
-same() {
-  "$WEIGHTS_CMP" "$T/$2.h5" "$T/$1.h5" 0 >"$T/cmp" || { cat "$T/cmp"; fail "$3: not the bits of $1"; }
-}
+. "$top_srcdir/tests/e2e/zero_deck.sh"
 EMU="$top_builddir/tests/doubles/train_emu"
 export DDP_EMU_GPUS=3
 for np in 2 3; do
