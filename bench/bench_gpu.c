@@ -13,14 +13,21 @@
  *
  *   bench_gpu [--width W] [--in N] [--out N] [--layers L] [--batch B] [--steps S]
  *             [--rounds R] [--warmup N] [--precision bf16|fp32|both] [--quick]
- *             [--peak-bf16 TF] [--peak-fp32 TF] [--csv FILE]
+ *             [--peak-bf16 TF] [--peak-fp32 TF] [--csv FILE] [--model]
  *
  * Defaults: W = in = out = 8192, L = 4, B = 4096, 5 rounds of 5 steps,
  * both precisions, the H200's dense peaks (989 TFLOP/s bf16, 67 TFLOP/s
  * fp32 without tensor cores).  --quick: W = 64, B = 32, 2 rounds of 2 steps
  * (a check that it runs: the CPU emulation of a build without CUDA).
- * --csv FILE (or BENCH_CSV) appends bench/results.csv rows.  Exit 1 when a
- * CUDA call fails or the loss is not finite, 2 on bad arguments. */
+ * --csv FILE (or BENCH_CSV) appends bench/results.csv rows.
+ *
+ * The model of the step on an H200 (gpu_model.h) from the backend's cost
+ * log of one step: printed after the measured rows; with --model alone,
+ * nothing is timed (on the CPU emulation, with DDP_EMU_DRY=1 the kernels do
+ * not even run: the full-size step's model in seconds), and the model's
+ * targets are checked: the step within 1.25x of its GEMMs alone in bf16.
+ * Exit 1 when a CUDA call fails or the loss is not finite, 2 on bad
+ * arguments. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +39,7 @@
 #include "compute.h"
 #include "compute_cuda.h"
 #include "ddp_cuda.h"
+#include "gpu_model.h"
 
 extern const compute_ops_t compute_cuda_ops;
 
@@ -42,6 +50,7 @@ typedef struct bench_gpu_args {
     int width, in, out, layers, batch, steps, rounds, warmup, bf16, fp32;
     double peak_bf16, peak_fp32; /* TFLOP/s */
     const char *csv;
+    int model_only; /* --model */
 } bench_gpu_args_t;
 
 typedef struct bench_gpu_net {
@@ -295,18 +304,51 @@ static int run_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int bf1
     return finite ? 0 : 1;
 }
 
+/* One step with the cost log on, and its model on an H200; *ratio: the
+ * modeled step over its GEMMs alone. */
+static void model_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int bf16, int64_t *t,
+                             FILE *csv, double *ratio)
+{
+    const char *prec = bf16 ? "bf16" : "fp32";
+    if (ddp_cuda_set_bf16_gemm(bf16) != 0) die_("ddp_cuda_set_bf16_gemm");
+    ddp_cuda_cost_record(1);
+    net_step_(n, a->layers, a->batch, ++*t);
+    ops_->sync();
+    ddp_cuda_cost_record(0);
+    if (ops_->check && ops_->check() != DDP_OK) die_("a CUDA call failed");
+    const ddp_cuda_cost_t *e;
+    size_t count = ddp_cuda_cost_log(&e);
+    gpu_model_t m;
+    gpu_model_build(e, count, &gpu_spec_h200, &m);
+    char what[96];
+    snprintf(what, sizeof what, "the %s training step", prec);
+    gpu_model_print(stdout, &m, &gpu_spec_h200,
+                    what, bf16 ? gpu_spec_h200.peak_bf16 : gpu_spec_h200.peak_fp32);
+    double flops = step_flops_(n, a->layers, a->batch);
+    if (m.gemm_flops != flops)
+        printf("# WARNING: the log's GEMM FLOPs %.6g differ from the count of the header %.6g\n",
+               m.gemm_flops, flops);
+    *ratio = m.gemm_us > 0 ? m.step_us / m.gemm_us : 0;
+    char cas[32];
+    snprintf(cas, sizeof cas, "gpu-mlp-%s", prec);
+    double v[3] = {m.step_us / 1e3, m.step_us / 1e3, m.step_us / 1e3};
+    csv_row_(csv, cas, "model-h200", "step_ms", v, "ms");
+    v[0] = v[1] = v[2] = m.gemm_us / 1e3;
+    csv_row_(csv, cas, "model-h200-gemms", "step_ms", v, "ms");
+}
+
 static int usage_(const char *msg)
 {
     if (msg) fprintf(stderr, "bench_gpu: %s\n", msg);
     fprintf(stderr, "usage: bench_gpu [--width W] [--in N] [--out N] [--layers L] [--batch B] "
                     "[--steps S] [--rounds R] [--warmup N] [--precision bf16|fp32|both] [--quick] "
-                    "[--peak-bf16 TF] [--peak-fp32 TF] [--csv FILE]\n");
+                    "[--peak-bf16 TF] [--peak-fp32 TF] [--csv FILE] [--model]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    bench_gpu_args_t a = {8192, 8192, 8192, 4, 4096, 5, 5, 3, 1, 1, 989.0, 67.0, NULL};
+    bench_gpu_args_t a = {8192, 8192, 8192, 4, 4096, 5, 5, 3, 1, 1, 989.0, 67.0, NULL, 0};
     int in_set = 0, out_set = 0;
     a.csv = getenv("BENCH_CSV");
     for (int i = 1; i < argc; i++) {
@@ -337,6 +379,8 @@ int main(int argc, char **argv)
             a.peak_bf16 = atof(v), i++;
         } else if (!strcmp(o, "--peak-fp32") && v) {
             a.peak_fp32 = atof(v), i++;
+        } else if (!strcmp(o, "--model")) {
+            a.model_only = 1;
         } else if (!strcmp(o, "--csv") && v) {
             a.csv = v, i++;
         } else if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -391,11 +435,15 @@ int main(int argc, char **argv)
         "# peaks: bf16 %.0f TFLOP/s, fp32 %.0f TFLOP/s (dense; the H200's: bf16 989, TF32 494, "
         "fp32 without tensor cores 67); the fp32 GEMMs are cublasSgemm in the default math mode\n",
         a.peak_bf16, a.peak_fp32);
-    printf("# %d rounds of %d steps, alternating with %d times the step's GEMMs through cuBLAS "
-           "alone; %d warm-up steps; medians\n",
-           a.rounds, a.steps, a.steps, a.warmup);
-    printf("%-5s  %-20s %10s %12s %10s %9s %10s\n", "prec", "what", "ms/step", "samples/s",
-           "TFLOP/s", "of peak", "of cuBLAS");
+    if (a.model_only) {
+        printf("# --model: nothing timed; the model of one step of each precision\n");
+    } else {
+        printf("# %d rounds of %d steps, alternating with %d times the step's GEMMs through "
+               "cuBLAS alone; %d warm-up steps; medians\n",
+               a.rounds, a.steps, a.steps, a.warmup);
+        printf("%-5s  %-20s %10s %12s %10s %9s %10s\n", "prec", "what", "ms/step", "samples/s",
+               "TFLOP/s", "of peak", "of cuBLAS");
+    }
     FILE *csv = a.csv ? fopen(a.csv, "a") : NULL;
     if (a.csv && !csv) {
         fprintf(stderr, "bench_gpu: --csv %s: cannot open it for appending\n", a.csv);
@@ -403,8 +451,23 @@ int main(int argc, char **argv)
     }
     int64_t t = 0;
     int rc = 0, met = 1;
-    if (a.bf16) rc |= run_precision_(&n, &a, 1, &t, csv, &met);
-    if (a.fp32) rc |= run_precision_(&n, &a, 0, &t, csv, &met);
+    if (!a.model_only) {
+        if (a.bf16) rc |= run_precision_(&n, &a, 1, &t, csv, &met);
+        if (a.fp32) rc |= run_precision_(&n, &a, 0, &t, csv, &met);
+    }
+    /* the model: one more step of each precision with the cost log on */
+    double ratio = 0;
+    if (a.bf16) {
+        model_precision_(&n, &a, 1, &t, csv, &ratio);
+        int ok = ratio <= 1.25;
+        printf("bf16   model target: step <= 1.25x its GEMMs alone: %.3fx (%s)\n", ratio,
+               ok ? "met" : "NOT met");
+        met = met && ok;
+    }
+    if (a.fp32) {
+        model_precision_(&n, &a, 0, &t, csv, &ratio);
+        printf("fp32   model: step = %.3fx its GEMMs alone\n", ratio);
+    }
     printf("# targets %s\n", met ? "met" : "NOT all met (see the target lines)");
     if (csv) fclose(csv);
     bench_gpu_gemm_free();

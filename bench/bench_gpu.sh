@@ -6,6 +6,11 @@
 #   2. ddptrain --device cuda end to end (loader, uploads, the trainer) on a
 #      generated deck of the model's input width, --metrics for samples/s;
 #   3. PyTorch (bench/torch_gpu_mlp.py): the same model, batch and AdamW.
+# Before them, 0. the model of the step on an H200 (bench_gpu --model,
+# bench/gpu_model.h) from the backend's declared costs: on the CPU
+# emulation too, where DDP_EMU_DRY=1 runs none of the kernels, so the
+# full-size step's model takes a second.  The summary puts the model's
+# step and its GEMMs alone beside the measured rows.
 # FLOPs: bench_gpu's count (the GEMMs as performed; its header line says how).
 #
 #   sh bench/bench_gpu.sh [--quick] [--width W] [--layers L] [--batch B]
@@ -38,6 +43,17 @@ trap 'rm -rf "$tmp"' EXIT
 rc=0
 sizes="--width $width --in $width --out $width --layers $layers --batch $batch"
 
+echo "== 0. the model of the step on an H200 (bench_gpu --model)"
+# shellcheck disable=SC2086
+DDP_EMU_DRY=1 $BENCH_GPU --model $sizes >"$tmp/model.out" 2>&1 || rc=1
+cat "$tmp/model.out"
+# the model's lines: PREC STEP_MS GEMMS_MS
+awk '/^# model of the [a-z0-9]+ training step/ { p = $5 }
+     /^# modeled step: / { s[p] = $4 } /^# modeled GEMMs alone: / { g[p] = $5 }
+     END { for (p in s) print p, s[p], g[p] }' "$tmp/model.out" >"$tmp/model.rows"
+[ -s "$tmp/model.rows" ] || { echo "bench_gpu --model printed no modeled step"; rc=1; }
+
+echo
 echo "== 1. bench_gpu: the step through the ops table and cuBLAS alone"
 # shellcheck disable=SC2086
 $BENCH_GPU $quick $sizes >"$tmp/b.out" 2>&1 || rc=1
@@ -108,6 +124,9 @@ for prec in bf16 fp32; do
     [ -n "$ms" ] && [ -n "$flops" ] && awk -v p="$prec" -v n="${what#*:}" -v m="$ms" -v f="$flops" -v b="$batch" -v pk="$pk" \
       'BEGIN { tf = f / m; printf "%-5s %-28s %10.3f %12.0f %9.2f %7.1f%%\n", p, n, m, b / (m * 1e-3), tf, 100 * tf / pk }'
   done
+  awk -v p="$prec" -v f="$flops" -v b="$batch" -v pk="$pk" '$1 == p && f != "" {
+      printf "%-5s %-28s %10.3f %12.0f %9.2f %7.1f%%\n", p, "H200 model: step", $2, b / ($2 * 1e-3), f / $2, 100 * f / $2 / pk
+      printf "%-5s %-28s %10.3f %12.0f %9.2f %7.1f%%\n", p, "H200 model: GEMMs alone", $3, b / ($3 * 1e-3), f / $3, 100 * f / $3 / pk }' "$tmp/model.rows"
   eval "s=\${e2e_$prec:-}"
   [ -n "$s" ] && awk -v p="$prec" -v s="$s" -v f="$flops" -v b="$batch" -v pk="$pk" \
     'BEGIN { m = b / s * 1e3; tf = f / m; printf "%-5s %-28s %10.3f %12.0f %9.2f %7.1f%%\n", p, "ddptrain end to end", m, s, tf, 100 * tf / pk }'
@@ -115,5 +134,5 @@ for prec in bf16 fp32; do
   [ -n "$ms" ] && [ -n "$flops" ] && awk -v p="$prec" -v m="$ms" -v f="$flops" -v b="$batch" -v pk="$pk" \
     'BEGIN { tf = f / m; printf "%-5s %-28s %10.3f %12.0f %9.2f %7.1f%%\n", p, "PyTorch", m, b / (m * 1e-3), tf, 100 * tf / pk }'
 done
-grep 'target:' "$tmp/b.out" || true
+grep -h 'target:' "$tmp/model.out" "$tmp/b.out" | awk '!seen[$0]++' || true
 exit $rc

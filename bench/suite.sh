@@ -9,7 +9,7 @@
 #   sh /path/to/ddptrain/bench/suite.sh [--quick] [--rounds N] [--fashion-rounds N]
 #                                       [--only CASE[,CASE...]] [--out DIR]
 # Cases, in order: mlp cnn cnn-ops mlp-1-rank accum zero cluster allreduce
-# allreduce-nodes loader checkpoint fashion.
+# allreduce-nodes loader checkpoint fashion gpu-model.
 #   --quick            1 round, fewer steps, the quick checkpoint sizes, no
 #                      Fashion-MNIST: a check that everything runs (minutes)
 #   --rounds N         rounds of the alternating benchmarks (default 3)
@@ -38,9 +38,9 @@ done
 [ -x ./ddptrain ] && [ -x ./ddptrain-prep ] || {
   echo "suite.sh: run from a build directory after 'make' (or run 'make bench' there)" >&2; exit 2; }
 for c in $(echo "$only" | tr , ' '); do
-  case " mlp cnn cnn-ops resnet18 resnet50 mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion " in
+  case " mlp cnn cnn-ops resnet18 resnet50 mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion gpu-model " in
     *" $c "*) ;;
-    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops resnet18 resnet50 mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion)" >&2; exit 2 ;;
+    *) echo "suite.sh: --only $c: no such case (mlp cnn cnn-ops resnet18 resnet50 mlp-1-rank accum zero cluster allreduce allreduce-nodes loader checkpoint fashion gpu-model)" >&2; exit 2 ;;
   esac
 done
 wanted() { [ -z "$only" ] || case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -154,6 +154,16 @@ if wanted fashion && [ "$fashion_rounds" -gt 0 ]; then
     printf '\n## Fashion-MNIST\n\nNot run: no %s (apt-get install dataset-fashion-mnist).\n' "$fm" >>"$tmp/md"
   fi
 fi
+if wanted gpu-model; then
+  # the CPU emulation (builds without CUDA) models the full-size step in a
+  # second (DDP_EMU_DRY=1: no kernel runs); a CUDA build needs a GPU for it
+  if [ -x ./bench/bench_gpu ] && env -u BENCH_CSV DDP_EMU_DRY=1 ./bench/bench_gpu --model --quick >"$tmp/probe" 2>&1; then
+    section "GPU step model: the benchmark MLP on an H200" "bench_gpu --model: one training step of the MLP 8192-8192-8192-8192-8192 (batch 4096, cross-entropy, AdamW) through the cuda compute ops table with the backend's cost log on, and its model on an H200 (bench/gpu_model.h): each launch's declared bytes and FLOPs (held to the pages really touched by the emulation's cost check, DDP_EMU_COST_CHECK, in make check) at the HBM bandwidth and the units' peak, at the grid's share of the 132 SMs, summed. A model, not a measurement; tests/gpu/run-all measures the step on a GPU beside it." \
+      env DDP_EMU_DRY=1 ./bench/bench_gpu --model
+  else
+    printf '\n## GPU step model\n\nNot run: %s\n' "$(tail -n 1 "$tmp/probe" 2>/dev/null || echo 'bench/bench_gpu is not built')" >>"$tmp/md"
+  fi
+fi
 
 # the headline ratios against the targets, from the CSV
 {
@@ -171,6 +181,8 @@ fi
     $2 == "ddptrain" && $4 == "ddp_step_over_no_comm_step" { printf "| %s | DDP step / no-communication step | %.3f | %.3f | %.3f | <= 1.15 |\n", $1, $6, $5, $7 }
     $4 ~ /^time_to_/ { printf "| %s | %s, seconds to %s | %.1f | %.1f | %.1f | ddptrain faster |\n", $1, $2, substr($4, 9, length($4) - 10), $6, $5, $7 }
     $4 == "final_val_acc" { printf "| %s | %s, final test accuracy | %.4f | %.4f | %.4f | %s |\n", $1, $2, $6, $5, $7, $1 == "fashion-resnet20" && $2 == "ddptrain" ? ">= 0.935" : "" }
+    $2 == "model-h200" && $4 == "step_ms" { ms[$1] = $6 }
+    $2 == "model-h200-gemms" && $4 == "step_ms" && ($1 in ms) { head(); printf "| %s | H200 model: step / its GEMMs alone | %.3f | | | %s |\n", $1, ms[$1] / $6, $1 ~ /bf16/ ? "<= 1.25" : "" }
     $1 == "zero-stage1" && $3 > 1 && $4 == "step_over_stage0" { printf "| %s | step / stage-0 step, np=%s, %s | %.3f | %.3f | %.3f | %s |\n", $1, $3, $2 == "ddptrain" ? "one node" : "two simulated nodes", $6, $5, $7, $2 == "ddptrain" ? "<= 1.05" : "" }
     $1 == "zero-stage1" && $3 > 1 && $4 == "optimizer_state_times_n_over_full" { printf "| %s | optimizer state per rank x N / whole state, np=%s (plan) | %.4f | %.4f | %.4f | 1 +- 5%% |\n", $1, $3, $6, $5, $7 }
     $1 == "zero-stage2" && $3 > 1 && $4 == "grads_over_shard_plus_bucket" { printf "| %s | gradient memory / (G/N + one bucket), np=%s (plan; stage 2 keeps 2 slots) | %.3f | %.3f | %.3f | <= 1.05 |\n", $1, $3, $6, $5, $7 }

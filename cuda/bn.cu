@@ -299,6 +299,8 @@ int launch_partials(int n, int c, int hw, const float *x, const float *dy, const
     *chunks = bn_chunks(n, c, hw);
     double *p;
     if (partials((size_t)c * *chunks, &p)) return -1;
+    const double count = (double)n * c * hw;
+    DDP_COST((kBwd ? 8.0 : 4.0) * count + (kBwd ? 4.0 * c : 0), 16.0 * c * *chunks, 3.0 * count);
     DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n, c, hw,
                *chunks, x, dy, mean, p);
     DDP_CU_LAUNCHED();
@@ -315,17 +317,20 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
     if (c <= 0) return 0;
     cudaStream_t s = ddp_cuda_state_.stream;
     if (n <= 0 || hw <= 0) {
+        ddp_cost_copy_("cudaMemsetAsync", 0, 16.0 * c);
         DDP_CU(cudaMemsetAsync(stats, 0, 2 * (size_t)c * sizeof *stats, s));
         return 0;
     }
     if (hw == 1) {
+        DDP_COST(4.0 * n * c, 16.0 * c, 3.0 * n * c);
         DDP_LAUNCH(bn1d_stats_kernel, column_blocks(c), kColBlock, s, n, c, x, stats);
         DDP_CU_LAUNCHED();
         return 0;
     }
-    const double *part;
-    int chunks;
+    const double *part = nullptr;
+    int chunks = 0;
     if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, s, &part, &chunks)) return -1;
+    DDP_COST(16.0 * c * chunks, 16.0 * c, 2.0 * c * chunks);
     DDP_LAUNCH(bn_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
                part, stats);
     DDP_CU_LAUNCHED();
@@ -337,6 +342,8 @@ int ddp_cuda_bn_finalize(int c, const double *stats, double count, float eps, fl
                          float *running_var)
 {
     if (c <= 0) return 0;
+    DDP_COST(16.0 * c + (update_running ? 8.0 * c : 0), (update_running ? 16.0 : 8.0) * c,
+             10.0 * c);
     DDP_LAUNCH(bn_finalize_kernel, ddp_blocks_for((size_t)c), kDdpThreads, ddp_cuda_state_.stream,
                c, stats, count, eps, momentum, update_running, mean, invstd, running_mean,
                running_var);
@@ -348,6 +355,7 @@ int ddp_cuda_bn_eval_params(int c, const float *running_mean, const float *runni
                             float *mean, float *invstd)
 {
     if (c <= 0) return 0;
+    DDP_COST(8.0 * c, 8.0 * c, 2.0 * c);
     DDP_LAUNCH(bn_eval_params_kernel, ddp_blocks_for((size_t)c), kDdpThreads,
                ddp_cuda_state_.stream, c, running_mean, running_var, eps, mean, invstd);
     DDP_CU_LAUNCHED();
@@ -359,6 +367,7 @@ int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, con
 {
     if (n <= 0 || c <= 0 || hw <= 0) return 0;
     size_t count = (size_t)n * c * hw;
+    DDP_COST(4.0 * count + 16.0 * c, 4.0 * count, 2.0 * count);
     DDP_LAUNCH_IDX(bn_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream,
                    n, c, hw, x, mean, invstd, gamma, beta_, y);
     DDP_CU_LAUNCHED();
@@ -374,15 +383,20 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
     // still take beta.
     int nn = n > 0 && hw > 0 ? n : 0, hh = hw > 0 ? hw : 1;
     cudaStream_t s = ddp_cuda_state_.stream;
+    // dgamma and dbeta: read with beta, written when given
+    const double gb = (dgamma ? 4.0 * c : 0) + (dbeta ? 4.0 * c : 0);
     if (hh == 1) {
+        DDP_COST(8.0 * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0), 16.0 * c + gb, 4.0 * nn * c);
         DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, x, dy, mean,
                    invstd, gstats, dgamma, dbeta, beta);
         DDP_CU_LAUNCHED();
         return 0;
     }
-    const double *part;
-    int chunks;
+    const double *part = nullptr;
+    int chunks = 0;
     if (launch_partials<true>(nn, c, hh, x, dy, mean, s, &part, &chunks)) return -1;
+    DDP_COST(16.0 * c * chunks + 4.0 * c + (beta != 0.0f ? gb : 0), 16.0 * c + gb,
+             2.0 * c * chunks);
     DDP_LAUNCH(bn_bwd_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
                part, invstd, gstats, dgamma, dbeta, beta);
     DDP_CU_LAUNCHED();
@@ -395,6 +409,7 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
 {
     if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
     size_t total = (size_t)n * c * hw;
+    DDP_COST(8.0 * total + 32.0 * c, 4.0 * total, 5.0 * total);
     DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads,
                    ddp_cuda_state_.stream, n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx);
     DDP_CU_LAUNCHED();

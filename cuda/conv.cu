@@ -167,6 +167,7 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         const float *xg = x + (size_t)i0 * chw;
         const float *cg = xg; // direct: x is [c, ohw] already
         if (!conv_direct(d, gn)) {
+            DDP_COST(4.0 * gn * chw, 4.0 * ckk * ld, 0);
             DDP_LAUNCH_IDX(im2col_kernel, (size_t)ckk * ld, grid_for((size_t)ckk * ld),
                            kDdpThreads, s, *d, gn, xg, col);
             DDP_CU_LAUNCHED();
@@ -178,6 +179,7 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                                   (int)ohw) != 0)
                 return -1;
             if (b) {
+                DDP_COST(4.0 * d->oc * (ohw + 1), 4.0 * d->oc * ohw, (double)d->oc * ohw);
                 DDP_LAUNCH_IDX(bias_add_kernel, (size_t)d->oc * ohw, grid_for((size_t)d->oc * ohw),
                                kDdpThreads, s, d->oc, ohw, b, yi);
                 DDP_CU_LAUNCHED();
@@ -187,6 +189,7 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         if (ddp_cuda_gemm_rm_(0, 0, d->oc, (int)ld, ckk, 1.0f, w, ckk, cg, (int)ld, 0.0f, stage,
                               (int)ld) != 0)
             return -1;
+        DDP_COST(4.0 * d->oc * (ld + (b ? 1 : 0)), 4.0 * d->oc * ld, b ? (double)d->oc * ld : 0);
         DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
                        kDdpThreads, s, gn, d->oc, ohw, stage, b, y + (size_t)i0 * d->oc * ohw);
         DDP_CU_LAUNCHED();
@@ -203,8 +206,11 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         if (dw && ddp_cuda_grad_scale_((size_t)(d->oc > 0 ? d->oc : 0) * ckk, dw, beta) != 0)
             return -1;
         if (db && d->oc > 0 && ddp_cuda_grad_scale_((size_t)d->oc, db, beta) != 0) return -1;
-        if (d->n > 0 && dx)
-            DDP_CU(cudaMemsetAsync(dx, 0, (size_t)d->n * d->c * d->h * d->w * sizeof *dx, s));
+        if (d->n > 0 && dx) {
+            const size_t dxb = (size_t)d->n * d->c * d->h * d->w * sizeof *dx;
+            ddp_cost_copy_("cudaMemsetAsync", 0, (double)dxb);
+            DDP_CU(cudaMemsetAsync(dx, 0, dxb, s));
+        }
         return 0;
     }
     const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
@@ -213,6 +219,8 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     float *stage = col + (size_t)ckk * g * ohw;
     if (db) {
         unsigned blocks = (unsigned)(d->oc < 4096 ? d->oc : 4096);
+        const double dyn = (double)d->n * d->oc * ohw;
+        DDP_COST(4.0 * dyn + (beta != 0.0f ? 4.0 * d->oc : 0), 4.0 * d->oc, dyn);
         DDP_LAUNCH(conv_bias_grad_kernel, blocks, kDdpThreads, s, d->n, d->oc, ohw, dy, db, beta);
         DDP_CU_LAUNCHED();
     }
@@ -223,6 +231,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         const int direct = conv_direct(d, gn);
         const float *dyg = dy + (size_t)i0 * d->oc * ohw; // [oc, ohw] for one sample
         if (gn > 1) {
+            DDP_COST(4.0 * d->oc * ld, 4.0 * d->oc * ld, 0);
             DDP_LAUNCH_IDX(gather_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
                            kDdpThreads, s, gn, d->oc, ohw, dyg, stage);
             DDP_CU_LAUNCHED();
@@ -231,6 +240,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         if (dw) {
             const float *xg = x + (size_t)i0 * chw, *xcol = xg;
             if (!direct) {
+                DDP_COST(4.0 * gn * chw, 4.0 * ckk * ld, 0);
                 DDP_LAUNCH_IDX(im2col_kernel, (size_t)ckk * ld, grid_for((size_t)ckk * ld),
                                kDdpThreads, s, *d, gn, xg, col);
                 DDP_CU_LAUNCHED();
@@ -250,6 +260,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                                   (int)ld) != 0)
                 return -1;
             if (!direct) {
+                DDP_COST(4.0 * ckk * ld, 4.0 * gn * chw, (double)ckk * ld);
                 DDP_LAUNCH_IDX(col2im_kernel, (size_t)gn * chw, grid_for((size_t)gn * chw),
                                kDdpThreads, s, *d, gn, col, dxg);
                 DDP_CU_LAUNCHED();

@@ -174,6 +174,32 @@ int ddp_cuda_adamw_step(size_t count, float *p, const float *g, float *m, float 
 int ddp_cuda_sumsq(size_t count, const float *x, double *host_result);
 int ddp_cuda_all_finite(size_t count, const float *x, int *host_result);
 
+/* ---- what the device operations cost (cost.cu) ------------------------- */
+/* Every kernel launch and GEMM declares the bytes of device memory it reads
+ * and writes and the FLOPs it does (DDP_COST, ddp_cuda_rt.h), from its
+ * sizes.  While recording is on, each launch, GEMM and device copy or fill
+ * of the launchers above adds one entry to a log, in order; bench_gpu
+ * models a step on an H200 from it (bench/gpu_model.h).  On the CPU
+ * emulation, DDP_EMU_COST_CHECK=1 holds every declaration against the
+ * pages the operation really touches (tests/emu/emu_cost.cc). */
+typedef enum { DDP_COST_KERNEL, DDP_COST_GEMM, DDP_COST_COPY } ddp_cuda_cost_kind_t;
+/* The units the FLOPs run on: CUDA cores in fp32, tensor cores in TF32 or bf16. */
+typedef enum { DDP_MATH_FP32, DDP_MATH_TF32, DDP_MATH_BF16 } ddp_cuda_math_t;
+typedef struct ddp_cuda_cost {
+    const char *name; /* the kernel, "cublasSgemm", "cublasGemmEx", "cudaMemcpyAsync", ... */
+    ddp_cuda_cost_kind_t kind;
+    ddp_cuda_math_t math;
+    int declared;              /* 0: launched without a DDP_COST (a bug) */
+    unsigned long long blocks; /* the grid's blocks; a GEMM's 128x128 output tiles */
+    unsigned threads;          /* per block (0 for a GEMM or a copy) */
+    double read, written;      /* bytes of device memory */
+    double flops;
+} ddp_cuda_cost_t;
+/* on: empty the log and record from now; 0: stop recording (the log stays). */
+void ddp_cuda_cost_record(int on);
+/* The log's entries (valid until the next ddp_cuda_cost_record(1)). */
+size_t ddp_cuda_cost_log(const ddp_cuda_cost_t **entries);
+
 #ifdef __cplusplus
 }
 #endif

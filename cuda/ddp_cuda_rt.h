@@ -20,17 +20,38 @@
 
 #include "ddp_cuda.h"
 
+// What the next launch or GEMM of this thread costs: the bytes of device
+// memory it reads and writes (each byte once, as the DRAM sees a streaming
+// kernel) and the FLOPs it does, from its sizes.  Write it on the line
+// before every DDP_LAUNCH and GEMM: the cost log (ddp_cuda.h) takes it, and
+// the emulation's cost check (DDP_EMU_COST_CHECK) holds it against the
+// pages the operation touches.
+#define DDP_COST(read, written, flops)                                                             \
+    ddp_cost_declare_((double)(read), (double)(written), (double)(flops))
+void ddp_cost_declare_(double read, double written, double flops);
+// The log entries of a launch, a GEMM (its output m x n) and a copy or fill
+// (cost.cu); each takes the pending DDP_COST.
+void ddp_cost_launch_(const char *kernel, dim3 grid, dim3 block);
+void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long long n);
+void ddp_cost_copy_(const char *name, double read, double written);
+
 #ifdef DDP_CUDA_EMU
 // The emulation runs every thread of the grid on the CPU (tests/emu/emu_launch.cc);
 // the arguments are evaluated at the launch, as with <<<...>>>.
 #define DDP_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)                                    \
-    ddp_emu_launch((grid), (block), (smem), (stream), #kernel,                                    \
-                   ddp_emu_bind([](auto... a_) { kernel(a_...); }, __VA_ARGS__))
+    do {                                                                                           \
+        ddp_cost_launch_(#kernel, dim3(grid), dim3(block));                                        \
+        ddp_emu_launch((grid), (block), (smem), (stream), #kernel,                                 \
+                       ddp_emu_bind([](auto... a_) { kernel(a_...); }, __VA_ARGS__));              \
+    } while (0)
 // T *name: the launch's dynamic shared memory (DDP_LAUNCH_SMEM's bytes)
 #define DDP_DYNAMIC_SHARED(T, name) T *name = static_cast<T *>(ddp_emu_ctx_.dyn_smem)
 #else
 #define DDP_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)                                    \
-    kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+    do {                                                                                           \
+        ddp_cost_launch_(#kernel, dim3(grid), dim3(block));                                        \
+        kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__);                                \
+    } while (0)
 #define DDP_DYNAMIC_SHARED(T, name)                                                                \
     extern __shared__ __align__(16) unsigned char ddp_dyn_smem_[];                                 \
     T *name = reinterpret_cast<T *>(ddp_dyn_smem_)
@@ -86,6 +107,7 @@ struct ddp_cuda_state {
     cudaStream_t copy_stream;   // upload_async
     cublasHandle_t blas;        // on `stream`
     int bf16_gemm;              // --precision bf16
+    int tf32;                   // --precision tf32 (the handle's math mode)
 };
 extern struct ddp_cuda_state ddp_cuda_state_;
 

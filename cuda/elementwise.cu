@@ -120,14 +120,17 @@ int dropout_apply(int n, size_t features, const float *in, float *out, float p, 
     if (n <= 0 || features == 0) return 0;
     const size_t count = (size_t)n * features;
     if (p <= 0.0f) { // u01 >= 0 always: everything kept, scale 1 (the CPU copies)
-        if (out != in)
+        if (out != in) {
+            ddp_cost_copy_("cudaMemcpyAsync", 4.0 * count, 4.0 * count);
             DDP_CU(cudaMemcpyAsync(out, in, count * sizeof *out, cudaMemcpyDeviceToDevice,
                                    ddp_cuda_state_.stream));
+        }
         return 0;
     }
     const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     const uint64_t key = ddp_key(seed, DDP_STREAM_DROPOUT, (step << 16) ^ layer);
     const size_t groups = (size_t)n * ((features + 3) / 4);
+    DDP_COST(8.0 * n + 4.0 * count, 4.0 * count, 2.0 * count);
     DDP_LAUNCH(dropout_k, ddp_blocks_for(groups), kDdpThreads, ddp_cuda_state_.stream, (size_t)n,
                features, in, out, p, scale, key, sample_idx);
     DDP_CU_LAUNCHED();
@@ -139,6 +142,7 @@ int dropout_apply(int n, size_t features, const float *in, float *out, float p, 
 extern "C" int ddp_cuda_add(size_t count, const float *a, const float *b, float *y)
 {
     if (count == 0) return 0;
+    DDP_COST(8.0 * count, 4.0 * count, (double)count);
     DDP_LAUNCH(add_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, a, b, y);
     DDP_CU_LAUNCHED();
     return 0;
@@ -147,6 +151,7 @@ extern "C" int ddp_cuda_add(size_t count, const float *a, const float *b, float 
 extern "C" int ddp_cuda_relu_fwd(size_t count, const float *x, float *y)
 {
     if (count == 0) return 0;
+    DDP_COST(4.0 * count, 4.0 * count, (double)count);
     DDP_LAUNCH(relu_fwd_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x, y);
     DDP_CU_LAUNCHED();
     return 0;
@@ -155,6 +160,7 @@ extern "C" int ddp_cuda_relu_fwd(size_t count, const float *x, float *y)
 extern "C" int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx)
 {
     if (count == 0) return 0;
+    DDP_COST(8.0 * count, 4.0 * count, (double)count);
     DDP_LAUNCH(relu_bwd_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x, dy,
                dx);
     DDP_CU_LAUNCHED();
@@ -164,6 +170,7 @@ extern "C" int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, 
 extern "C" int ddp_cuda_gelu_fwd(size_t count, const float *x, float *y)
 {
     if (count == 0) return 0;
+    DDP_COST(4.0 * count, 4.0 * count, 20.0 * count); // erff: about 15 FLOPs
     DDP_LAUNCH(gelu_fwd_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x, y);
     DDP_CU_LAUNCHED();
     return 0;
@@ -172,6 +179,7 @@ extern "C" int ddp_cuda_gelu_fwd(size_t count, const float *x, float *y)
 extern "C" int ddp_cuda_gelu_bwd(size_t count, const float *x, const float *dy, float *dx)
 {
     if (count == 0) return 0;
+    DDP_COST(8.0 * count, 4.0 * count, 30.0 * count);
     DDP_LAUNCH(gelu_bwd_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x, dy,
                dx);
     DDP_CU_LAUNCHED();
@@ -195,6 +203,7 @@ extern "C" int ddp_cuda_dropout_bwd(int n, size_t features, const float *dy, flo
 extern "C" int ddp_cuda_scale(size_t count, float *x, float alpha)
 {
     if (count == 0) return 0;
+    DDP_COST(4.0 * count, 4.0 * count, (double)count);
     DDP_LAUNCH(scale_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x,
                alpha);
     DDP_CU_LAUNCHED();
@@ -204,6 +213,7 @@ extern "C" int ddp_cuda_scale(size_t count, float *x, float alpha)
 extern "C" int ddp_cuda_to_half(size_t count, const float *x, uint16_t *h, int bf16)
 {
     if (count == 0) return 0;
+    DDP_COST(4.0 * count, 2.0 * count, 0);
     DDP_LAUNCH(to_half_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x, h,
                bf16);
     DDP_CU_LAUNCHED();
@@ -213,6 +223,7 @@ extern "C" int ddp_cuda_to_half(size_t count, const float *x, uint16_t *h, int b
 extern "C" int ddp_cuda_from_half(size_t count, const uint16_t *h, float *x, int bf16)
 {
     if (count == 0) return 0;
+    DDP_COST(2.0 * count, 4.0 * count, 0);
     DDP_LAUNCH(from_half_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, h, x,
                bf16);
     DDP_CU_LAUNCHED();

@@ -58,6 +58,8 @@ void bias_grad(cudaStream_t s, int n, int out, const float *dy, float *db, float
 {
     size_t tiles = ((size_t)out + kBiasCols - 1) / kBiasCols;
     unsigned blocks = (unsigned)(tiles < 65535 ? tiles : 65535);
+    double dyb = 4.0 * n * out, dbb = 4.0 * out;
+    DDP_COST(dyb + (beta != 0.0f ? dbb : 0), dbb, (double)n * out);
     DDP_LAUNCH(bias_grad_kernel, blocks, dim3(kBiasCols, kBiasLanes), s, n, out, dy, db, beta);
 }
 
@@ -99,6 +101,7 @@ int scratch_reserve(size_t bytes)
 
 int convert_bf16(size_t count, const float *x, uint16_t *h)
 {
+    DDP_COST(4.0 * count, 2.0 * count, 0);
     DDP_LAUNCH(to_bf16_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x,
                h);
     DDP_CU_LAUNCHED();
@@ -117,6 +120,7 @@ void ddp_cuda_gemm_release_(void)
 int ddp_cuda_grad_scale_(size_t count, float *g, float beta)
 {
     if (count == 0 || beta == 1.0f) return 0;
+    DDP_COST(beta != 0.0f ? 4.0 * count : 0, 4.0 * count, beta != 0.0f ? (double)count : 0);
     DDP_LAUNCH(grad_scale_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count,
                g, beta);
     DDP_CU_LAUNCHED();
@@ -133,21 +137,28 @@ int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const fl
     cublasHandle_t h = ddp_cuda_state_.blas;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (!ddp_cuda_state_.bf16_gemm) {
-        DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
-        return 0;
-    }
     // Stored extents: A is [m, k] (or [k, m] when ta) with row stride lda.
     size_t a_rows = ta ? (size_t)k : (size_t)m, a_cols = ta ? (size_t)m : (size_t)k;
     size_t b_rows = tb ? (size_t)n : (size_t)k, b_cols = tb ? (size_t)k : (size_t)n;
     size_t a_count = k > 0 ? (a_rows - 1) * (size_t)lda + a_cols : 0;
     size_t b_count = k > 0 ? (b_rows - 1) * (size_t)ldb + b_cols : 0;
+    // C is read only when beta != 0; the FLOPs are the multiply-adds
+    double c_bytes = 4.0 * ((double)(m - 1) * ldc + n), flops = 2.0 * m * n * k;
+    double c_read = beta != 0.0f ? c_bytes : 0;
+    if (!ddp_cuda_state_.bf16_gemm) {
+        DDP_COST(4.0 * (a_count + b_count) + c_read, c_bytes, flops);
+        ddp_cost_gemm_("cublasSgemm", ddp_cuda_state_.tf32 ? DDP_MATH_TF32 : DDP_MATH_FP32, m, n);
+        DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+        return 0;
+    }
     size_t a_bytes = (a_count * 2 + 255) / 256 * 256;
     if (scratch_reserve(a_bytes + b_count * 2 + 2) != 0) return -1;
     uint16_t *ha = (uint16_t *)g_scratch;
     uint16_t *hb = (uint16_t *)((char *)g_scratch + a_bytes);
     if (a_count && convert_bf16(a_count, A, ha) != 0) return -1;
     if (b_count && convert_bf16(b_count, B, hb) != 0) return -1;
+    DDP_COST(2.0 * (a_count + b_count) + c_read, c_bytes, flops);
+    ddp_cost_gemm_("cublasGemmEx", DDP_MATH_BF16, m, n);
     DDP_CUBLAS(cublasGemmEx(h, opb, opa, n, m, k, &alpha, hb, CUDA_R_16BF, ldb, ha, CUDA_R_16BF,
                             lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
@@ -165,6 +176,7 @@ int ddp_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, 
     cudaStream_t s = ddp_cuda_state_.stream;
     size_t count = (size_t)n * out;
     if (b) {
+        DDP_COST(4.0 * out, 4.0 * count, 0);
         DDP_LAUNCH(bias_fill_kernel, ddp_blocks_for(count), kDdpThreads, s, count, out, b, y);
         DDP_CU_LAUNCHED();
     }

@@ -261,16 +261,22 @@ extern "C" int ddp_cuda_xent(int n, int classes, const float *logits, const int3
     if (partials(&part)) return -1;
     cudaStream_t st = ddp_cuda_state_.stream;
     unsigned blocks;
+    // the logits and labels read, dlogits and the blocks' partials written;
+    // per logit: max, sum, exp, and the gradient's exp and scale
+    const double zb = 4.0 * n * classes, dl = dlogits ? zb : 0, flops = 6.0 * n * classes;
     if (classes <= kXentWarpMax) {
         blocks = ddp_blocks_for((size_t)n * 32); // a warp per row
+        DDP_COST(zb + 4.0 * n, dl + 16.0 * blocks, flops);
         DDP_LAUNCH(xent_k<false>, blocks, kDdpThreads, st, n, classes, logits, labels, smoothing,
                    grad_scale, dlogits, part);
     } else {
         blocks = ddp_blocks_for((size_t)n * kDdpThreads); // a block per row
+        DDP_COST(zb + 4.0 * n, dl + 16.0 * blocks, flops);
         DDP_LAUNCH(xent_k<true>, blocks, kDdpThreads, st, n, classes, logits, labels, smoothing,
                    grad_scale, dlogits, part);
     }
     DDP_CU_LAUNCHED();
+    DDP_COST(16.0 * blocks + 16, 16, 2.0 * blocks);
     DDP_LAUNCH(add_partials_k, 1, kDdpThreads, st, blocks, 2, (const double *)part, acc);
     DDP_CU_LAUNCHED();
     return 0;
@@ -285,8 +291,10 @@ extern "C" int ddp_cuda_mse(int n, int k, const float *pred, const float *target
     const size_t count = (size_t)n * k;
     const unsigned blocks = ddp_blocks_for(count);
     cudaStream_t st = ddp_cuda_state_.stream;
+    DDP_COST(8.0 * count, (dpred ? 4.0 * count : 0) + 8.0 * blocks, 4.0 * count);
     DDP_LAUNCH(mse_k, blocks, kDdpThreads, st, count, pred, target, 2.0f * grad_scale, dpred, part);
     DDP_CU_LAUNCHED();
+    DDP_COST(8.0 * blocks + 8, 8, (double)blocks);
     DDP_LAUNCH(add_partials_k, 1, kDdpThreads, st, blocks, 1, (const double *)part, acc);
     DDP_CU_LAUNCHED();
     return 0;

@@ -151,9 +151,12 @@ extern "C" int ddp_cuda_sgd_step(size_t count, float *p, const float *g, float *
     cudaStream_t st = ddp_cuda_state_.stream;
     if (momentum == 0.0f || !buf) {
         const int vec = aligned16(p, g);
+        DDP_COST(8.0 * count, 4.0 * count, 3.0 * count);
         DDP_LAUNCH(sgd_plain_k, blocks_(count, vec), kDdpThreads, st, count, p, g, lr, wd, vec);
     } else {
         const int vec = aligned16(p, g, buf);
+        // the first step sets buf = g without reading it
+        DDP_COST((first ? 8.0 : 12.0) * count, 8.0 * count, 5.0 * count);
         DDP_LAUNCH(sgd_mom_k, blocks_(count, vec), kDdpThreads, st, count, p, g, buf, lr,
                    momentum, wd, nesterov, first, vec);
     }
@@ -170,6 +173,7 @@ extern "C" int ddp_cuda_adamw_step(size_t count, float *p, const float *g, float
     if (count == 0) return 0;
     const ddp_adamw_consts_t a = ddp_adamw_consts(lr, beta1, beta2, wd, t);
     const int vec = aligned16(p, g, m, v);
+    DDP_COST(16.0 * count, 12.0 * count, 15.0 * count); // p, g, m, v read; p, m, v written
     DDP_LAUNCH(adamw_k, blocks_(count, vec), kDdpThreads, ddp_cuda_state_.stream, count, p, g, m,
                v, a.decay, beta1, a.c1, beta2, a.c2, a.step_size, a.bc2_sqrt, eps, vec);
     DDP_CU_LAUNCHED();

@@ -161,6 +161,8 @@ int ddp_cuda_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, float *y, int
 {
     size_t count = planes_of(d->n, d->c) * d->oh * d->ow;
     if (count == 0) return 0;
+    const double in_b = 4.0 * planes_of(d->n, d->c) * d->h * d->w; // every cell under a window
+    DDP_COST(in_b, 8.0 * count, (double)count * d->k * d->k);
     DDP_LAUNCH(maxpool_fwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, *d,
                x, y, argmax);
     DDP_CU_LAUNCHED();
@@ -172,6 +174,8 @@ int ddp_cuda_maxpool_bwd(const ddp_cuda_pool_t *d, const float *dy, const int32_
 {
     size_t count = planes_of(d->n, d->c) * d->h * d->w;
     if (count == 0) return 0;
+    const double out_n = (double)planes_of(d->n, d->c) * d->oh * d->ow;
+    DDP_COST(8.0 * out_n, 4.0 * count, (double)count);
     DDP_LAUNCH(maxpool_bwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, *d,
                dy, argmax, dx);
     DDP_CU_LAUNCHED();
@@ -182,6 +186,8 @@ int ddp_cuda_avgpool_fwd(const ddp_cuda_pool_t *d, const float *x, float *y)
 {
     size_t count = planes_of(d->n, d->c) * d->oh * d->ow;
     if (count == 0) return 0;
+    const double in_b = 4.0 * planes_of(d->n, d->c) * d->h * d->w;
+    DDP_COST(in_b, 4.0 * count, (double)count * d->k * d->k);
     DDP_LAUNCH(avgpool_fwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, *d,
                x, y);
     DDP_CU_LAUNCHED();
@@ -192,6 +198,8 @@ int ddp_cuda_avgpool_bwd(const ddp_cuda_pool_t *d, const float *dy, float *dx)
 {
     size_t count = planes_of(d->n, d->c) * d->h * d->w;
     if (count == 0) return 0;
+    const double out_n = (double)planes_of(d->n, d->c) * d->oh * d->ow;
+    DDP_COST(4.0 * out_n, 4.0 * count, (double)count);
     DDP_LAUNCH(avgpool_bwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, *d,
                dy, dx);
     DDP_CU_LAUNCHED();
@@ -203,6 +211,7 @@ int ddp_cuda_gap_fwd(int n, int c, int hw, const float *x, float *y)
     size_t planes = planes_of(n, c);
     if (planes == 0) return 0;
     unsigned blocks = (unsigned)(planes < 4096 ? planes : 4096);
+    DDP_COST(4.0 * planes * hw, 4.0 * planes, (double)planes * hw);
     DDP_LAUNCH(gap_fwd_kernel, blocks, kDdpThreads, ddp_cuda_state_.stream, planes, hw, x, y);
     DDP_CU_LAUNCHED();
     return 0;
@@ -212,6 +221,7 @@ int ddp_cuda_gap_bwd(int n, int c, int hw, const float *dy, float *dx)
 {
     size_t count = planes_of(n, c) * (size_t)(hw > 0 ? hw : 0);
     if (count == 0) return 0;
+    DDP_COST(4.0 * planes_of(n, c), 4.0 * count, (double)count);
     DDP_LAUNCH(gap_bwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream,
                planes_of(n, c), hw, dy, dx);
     DDP_CU_LAUNCHED();

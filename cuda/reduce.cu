@@ -83,8 +83,10 @@ extern "C" int ddp_cuda_sumsq(size_t count, const float *x, double *host_result)
     }
     if (scratch()) return -1;
     const unsigned blocks = ddp_blocks_for(count);
+    DDP_COST(4.0 * count, 8.0 * blocks, 2.0 * count);
     DDP_LAUNCH(sumsq_k, blocks, kDdpThreads, st, count, x, partials_);
     DDP_CU_LAUNCHED();
+    DDP_COST(8.0 * blocks, 8, (double)blocks);
     DDP_LAUNCH(sum_partials_k, 1, kDdpThreads, st, blocks, (const double *)partials_,
                partials_ + kMaxBlocks);
     DDP_CU_LAUNCHED();
@@ -105,6 +107,7 @@ extern "C" int ddp_cuda_all_finite(size_t count, const float *x, int *host_resul
     }
     if (scratch()) return -1;
     DDP_CU(cudaMemsetAsync(flag_, 0, sizeof *flag_, st));
+    DDP_COST(4.0 * count, 0, (double)count); // the flag is written only on a non-finite value
     DDP_LAUNCH(all_finite_k, ddp_blocks_for(count), kDdpThreads, st, count, x, flag_);
     DDP_CU_LAUNCHED();
     int bad;

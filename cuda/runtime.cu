@@ -13,7 +13,7 @@
 
 #include <nvtx3/nvToolsExt.h>
 
-struct ddp_cuda_state ddp_cuda_state_ = {-1, nullptr, nullptr, nullptr, 0};
+struct ddp_cuda_state ddp_cuda_state_ = {-1, nullptr, nullptr, nullptr, 0, 0};
 
 // The first failure since the last clear; "" when none.
 static char g_last_error[512];
@@ -155,6 +155,7 @@ int ddp_cuda_set_tf32(int on)
     if (ddp_cuda_state_.device < 0) return DDP_FAIL("ddp_cuda_set_tf32", "before ddp_cuda_init");
     DDP_CUBLAS(cublasSetMathMode(ddp_cuda_state_.blas,
                                  on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    ddp_cuda_state_.tf32 = on != 0;
     return 0;
 }
 
@@ -254,6 +255,7 @@ int ddp_cuda_copy(void *dst, const void *src, size_t bytes)
     if (bytes == 0) return 0;
     if (not_bound("ddp_cuda_copy")) return -1;
     cudaStream_t s = ddp_cuda_state_.stream;
+    ddp_cost_copy_("cudaMemcpyAsync", (double)bytes, (double)bytes);
     DDP_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
     return 0;
 }
@@ -263,6 +265,7 @@ int ddp_cuda_zero(void *p, size_t bytes)
     if (bytes == 0) return 0;
     if (not_bound("ddp_cuda_zero")) return -1;
     cudaStream_t s = ddp_cuda_state_.stream;
+    ddp_cost_copy_("cudaMemsetAsync", 0, (double)bytes);
     DDP_CU(cudaMemsetAsync(p, 0, bytes, s));
     return 0;
 }

@@ -10,6 +10,11 @@
 #     CSV's TFLOP/s x ms/step is that count, of-peak is TFLOP/s over the
 #     stated peak, and the parameter count is that of the MLP;
 #   - the CSV rows: bench/results.csv's 8 columns, min <= median <= max;
+#   - the H200 model of the full-size step (bench_gpu --model; DDP_EMU_DRY=1
+#     runs no kernel) against the formula of bench/gpu_model.h worked out
+#     here: its GEMMs alone at 70% of the units' peak from the header's FLOP
+#     count, AdamW's 28 bytes a parameter at 90% of 4.8 TB/s, the step the
+#     sum of its rows, every launch declared, the bf16 target line;
 #   - bench_gpu.sh --quick runs all its views (or says which it skipped);
 #   - bad arguments: exit 2 with a usage line.
 . ./testenv.sh || exit 99
@@ -81,11 +86,35 @@ check quick 64 64 64 4 32 --quick
 check shape 48 20 10 3 16 --quick --width 48 --in 20 --out 10 --layers 3 --batch 16 --peak-bf16 100
 grep -q "^gpu-mlp-bf16,peak,1,tflops,100,100,100," "$T/shape.csv" || fail "--peak-bf16 100 not in the CSV"
 
+# the model of the full-size step
+DDP_EMU_DRY=1 "$BG" --model >"$T/model.out" 2>&1 || { cat "$T/model.out"; fail "bench_gpu --model failed"; }
+gf=$(sed -n 's/^# FLOPs per step: \([0-9.e+-]*\) GFLOP.*/\1/p' "$T/model.out")
+params=$(sed -n 's/.*ReLU, \([0-9]*\) parameters.*/\1/p' "$T/model.out")
+[ -n "$gf" ] && [ -n "$params" ] || { cat "$T/model.out"; fail "--model: no FLOP count or parameter count in the header"; }
+grep -q "WARNING" "$T/model.out" && { cat "$T/model.out"; fail "--model warns (an undeclared launch, or the log's GEMM FLOPs off the count)"; }
+awk -v gf="$gf" -v np="$params" '
+  function near(a, b) { return a > 0 && b > 0 && a / b > 0.999 && a / b < 1.001 }
+  function bad(m) { print m; err = 1 }
+  /^# model of the [a-z0-9]+ training step/ { p = $5; sum = 0; n++ }
+  /^[a-zA-Z0-9_<>()]+ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% +[0-9.-]+$/ {
+    sum += $6
+    if ($1 == "adamw_k") {
+      if (!near($4, 28 * np / 1e6)) bad(p ": adamw_k moves " $4 " MB, not 28 bytes x " np " parameters")
+      if (!near($6, 28 * np / (4800e9 * 0.9) * 1e6)) bad(p ": adamw_k takes " $6 " us, not its bytes at 90% of 4.8 TB/s") } }
+  /^# modeled step: / { step = $4; if (!near(sum / 1e3, step)) bad(p ": the rows add to " sum " us, the step is " step " ms") }
+  /^# modeled GEMMs alone: / { pk = p == "bf16" ? 989 : 67; g = gf * 1e9 / (pk * 1e12 * 0.7) * 1e3
+    if (!near($5, g)) bad(p ": GEMMs alone " $5 " ms, not " gf " GFLOP at 70% of " pk " TFLOP/s (" g " ms)")
+    split($0, r, "= "); if (!near(r[2] + 0, step / $5)) bad(p ": step / GEMMs " r[2] " is not " step " / " $5) }
+  END { if (n != 2) bad("--model: " n " models, expected bf16 and fp32"); exit err }' "$T/model.out" ||
+  { cat "$T/model.out"; fail "--model: the model does not follow its formula"; }
+grep -q "^bf16   model target: step <= 1.25x its GEMMs alone: [0-9.]*x (\(met\|NOT met\))$" "$T/model.out" ||
+  { cat "$T/model.out"; fail "--model: no bf16 target line"; }
+
 # the script with its three views
 (cd "$top_builddir" && BENCH_CSV="$T/sh.csv" PYTHON=/usr/bin/python3 sh "$top_srcdir/bench/bench_gpu.sh" --quick) >"$T/sh.out" 2>&1 ||
   { cat "$T/sh.out"; fail "bench_gpu.sh --quick failed"; }
-for s in "== 1. bench_gpu" "== 2. ddptrain --device cuda end to end" "== 3. PyTorch" "== summary" \
-  "ops table (bench_gpu)" "cuBLAS alone"; do
+for s in "== 0. the model" "== 1. bench_gpu" "== 2. ddptrain --device cuda end to end" "== 3. PyTorch" \
+  "== summary" "ops table (bench_gpu)" "cuBLAS alone" "H200 model: step" "H200 model: GEMMs alone"; do
   grep -qF -- "$s" "$T/sh.out" || { cat "$T/sh.out"; fail "bench_gpu.sh output lacks '$s'"; }
 done
 grep -q "gpu-mlp-bf16,ddptrain-cuda-ops,1,tflops," "$T/sh.csv" || fail "bench_gpu.sh wrote no CSV rows to BENCH_CSV"

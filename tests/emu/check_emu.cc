@@ -313,6 +313,114 @@ template <class F> static void expect_abort(F launch, std::vector<const char *> 
     for (const char *w : want) ck_assert_msg(strstr(msg, w), "'%s' not in: %s", w, msg);
 }
 
+// y[i] = x[i] over n floats; x NULL: y[i] = 1 (writes only)
+__global__ void copy_or_fill(const float *x, float *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = x ? x[i] : 1.0f;
+}
+
+// DDP_EMU_COST_CHECK (emu_cost.cc), in a child process: a declaration that
+// matches the pages touched passes, a wrong one aborts with the launch
+// site, reads and writes are told apart, an undeclared launch aborts; and
+// DDP_EMU_DRY runs no kernel and no GEMM.
+static void cost_env(const char *check, const char *dry)
+{
+    emu_defaults();
+    setenv("DDP_EMU_COST_CHECK", check, 1);
+    setenv("DDP_EMU_DRY", dry, 1);
+    ddp_emu_reload_env();
+}
+
+START_TEST(test_cost_check)
+{
+#if !defined(__x86_64__)
+    return; // the check is off there (a warning says so)
+#endif
+    const size_t n = 1 << 18; // 1 MiB a tensor: 256 pages
+    // right: 1 MiB read, 1 MiB written; then a GEMM with its operands
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        cost_env("1", "0");
+        float *x = dev_floats(n), *y = dev_floats(n);
+        DDP_COST(4.0 * n, 4.0 * n, 0);
+        DDP_LAUNCH(copy_or_fill, 64, 256, 0, x, y, n);
+        DDP_COST(0, 4.0 * n, 0);
+        DDP_LAUNCH(copy_or_fill, 64, 256, 0, (const float *)nullptr, y, n);
+        cublasHandle_t h;
+        if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) _exit(3);
+        const float one = 1.0f, zero = 0.0f;
+        const int m = 512; // x as [512, 512], y = x x (beta 0: y not read)
+        DDP_COST(4.0 * m * m, 4.0 * m * m, 2.0 * m * m * m);
+        if (cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, x, m, x, m, &zero, y, m))
+            _exit(4);
+        cudaDeviceSynchronize();
+        _exit(cudaGetLastError() == cudaSuccess ? 0 : 5);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "right declarations: 0x%x",
+                  status);
+    float *x = nullptr, *y = nullptr;
+    // half the reads declared
+    expect_abort(
+        [&] {
+            cost_env("1", "0");
+            x = dev_floats(n);
+            y = dev_floats(n);
+            DDP_COST(2.0 * n, 4.0 * n, 0);
+            DDP_LAUNCH(copy_or_fill, 64, 256, 0, x, y, n);
+        },
+        {"cost check: copy_or_fill at ", "check_emu.cc:", "declared 524288 bytes read",
+         "touched 1048576 read"});
+    // a fill declared as reading what it writes
+    expect_abort(
+        [&] {
+            cost_env("1", "0");
+            y = dev_floats(n);
+            DDP_COST(4.0 * n, 4.0 * n, 0);
+            DDP_LAUNCH(copy_or_fill, 64, 256, 0, (const float *)nullptr, y, n);
+        },
+        {"cost check: copy_or_fill", "touched 0 read"});
+    // no declaration
+    expect_abort(
+        [&] {
+            cost_env("1", "0");
+            y = dev_floats(n);
+            DDP_LAUNCH(copy_or_fill, 64, 256, 0, (const float *)nullptr, y, n);
+        },
+        {"copy_or_fill", "no cost declared"});
+    // a GEMM that declares no read of C although beta is 1
+    expect_abort(
+        [&] {
+            cost_env("1", "0");
+            x = dev_floats(n);
+            y = dev_floats(n);
+            cublasHandle_t h;
+            cublasCreate(&h);
+            const float one = 1.0f;
+            DDP_COST(4.0 * n, 4.0 * n, 0);
+            cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 512, 512, 512, &one, x, 512, x, 512, &one, y,
+                        512);
+        },
+        {"cost check: cublasSgemm", "declared 1048576 bytes read", "touched 2097152 read"});
+    // the dry run: device memory reads as zeros and nothing runs
+    cost_env("0", "1");
+    x = dev_floats(n);
+    DDP_LAUNCH(copy_or_fill, 64, 256, 0, (const float *)nullptr, x, n);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got = download(x, n);
+    for (size_t i = 0; i < n; i += 4099) ck_assert_float_eq(got[i], 0.0f);
+    cudaFree(x);
+    cost_env("0", "0");
+    unsetenv("DDP_EMU_COST_CHECK");
+    unsetenv("DDP_EMU_DRY");
+    ddp_emu_reload_env();
+}
+END_TEST
+
 START_TEST(test_divergent_barrier_aborts)
 {
     emu_defaults();
@@ -1227,6 +1335,7 @@ Suite *test_suite(void)
     tcase_add_test(tc, test_stream_queues_lazy_first);
     tcase_add_test(tc, test_fault_injection);
     tcase_add_test(tc, test_bf16);
+    tcase_add_test(tc, test_cost_check);
     suite_add_tcase(s, tc);
     TCase *blas = tcase_create("cublas");
     tcase_set_timeout(blas, 120);

@@ -252,8 +252,9 @@ extern "C" cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t t
     if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float))) return CUBLAS_STATUS_EXECUTION_FAILED;
     float al = *alpha, be = *beta; // host pointer mode: read at the call
     auto run = tf32_mode(handle) ? gemm_run_tf32 : gemm_run;
-    submit(handle->stream,
-           [=]() { run(transa, transb, m, n, k, al, A, lda, B, ldb, be, C, ldc); });
+    submit(handle->stream, device_op(call, "", 0, [=]() {
+               run(transa, transb, m, n, k, al, A, lda, B, ldb, be, C, ldc);
+           }));
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -283,11 +284,11 @@ extern "C" cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cubla
         return CUBLAS_STATUS_EXECUTION_FAILED;
     float al = *alpha, be = *beta;
     auto run = tf32_mode(handle) ? gemm_run_tf32 : gemm_run;
-    submit(handle->stream, [=]() {
-        for (int b = 0; b < batchCount; b++)
-            run(transa, transb, m, n, k, al, A + b * strideA, lda, B + b * strideB, ldb, be,
-                C + b * strideC, ldc);
-    });
+    submit(handle->stream, device_op(call, "", 0, [=]() {
+               for (int b = 0; b < batchCount; b++)
+                   run(transa, transb, m, n, k, al, A + b * strideA, lda, B + b * strideB, ldb,
+                       be, C + b * strideC, ldc);
+           }));
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -342,7 +343,7 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
     // fp32 inputs in TF32: asked for, or allowed by the handle's math mode
     const bool tf32 = f32 && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                               (computeType == CUBLAS_COMPUTE_32F && tf32_mode(handle)));
-    submit(handle->stream, [=]() {
+    submit(handle->stream, device_op(call, "", 0, [=]() {
         if (tf32) {
             gemm_run_tf32(transa, transb, m, n, k, a, (const float *)A, lda, (const float *)B,
                           ldb, b, (float *)C, ldc);
@@ -355,7 +356,7 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
             gemm_run(transa, transb, m, n, k, a, (const float *)A, lda, (const float *)B, ldb, b,
                      (float *)C, ldc);
         }
-    });
+    }));
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -378,10 +379,11 @@ extern "C" cublasStatus_t cublasSgemv(cublasHandle_t handle, cublasOperation_t t
         !operand_ok(call, "y", y, 1, ly, ay, sizeof(float)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     float al = *alpha, be = *beta;
-    submit(handle->stream, [=]() {
-        if (be == 0.0f)
-            for (long i = 0; i < ly; i++) y[i * ay] = 0.0f;
-        cblas_sgemv(CblasColMajor, cblas_op(trans), m, n, al, A, lda, x, incx, be, y, incy);
-    });
+    submit(handle->stream, device_op(call, "", 0, [=]() {
+               if (be == 0.0f)
+                   for (long i = 0; i < ly; i++) y[i * ay] = 0.0f;
+               cblas_sgemv(CblasColMajor, cblas_op(trans), m, n, al, A, lda, x, incx, be, y,
+                           incy);
+           }));
     return CUBLAS_STATUS_SUCCESS;
 }

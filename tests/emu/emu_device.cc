@@ -127,6 +127,14 @@ void load_locked()
             ddp_emu_warn("DDP_EMU_STREAMS=\"%s\" is not sync, lazy or lazy-first; using lazy",
                          streams);
     }
+    c.cost_check = env_long("DDP_EMU_COST_CHECK", 0, 0, 1) != 0;
+    c.dry = env_long("DDP_EMU_DRY", 0, 0, 1) != 0;
+#if !defined(__x86_64__)
+    if (c.cost_check) {
+        ddp_emu_warn("DDP_EMU_COST_CHECK needs x86-64 (the page fault says read or write); off");
+        c.cost_check = false;
+    }
+#endif
     c.loaded = true;
     g_cfg = c;
     if (g_used.size() < (size_t)c.physical) g_used.resize(c.physical, 0);

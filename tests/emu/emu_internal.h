@@ -42,6 +42,8 @@ struct Config {
     std::vector<FailRule> fail;
     std::vector<FailRule> hang; // DDP_EMU_HANG
     int streams = 1;            // DDP_EMU_STREAMS: 0 sync, 1 lazy (the default), 2 lazy-first
+    bool cost_check = false;    // DDP_EMU_COST_CHECK (emu_cost.cc)
+    bool dry = false;           // DDP_EMU_DRY (emu_cost.cc)
 };
 
 enum { kStreamsSync, kStreamsLazy, kStreamsLazyFirst };
@@ -72,6 +74,22 @@ extern std::vector<size_t> g_peak; // the most g_used has been (DDP_EMU_MEM_REPO
 bool dev_range_locked(const void *p, size_t bytes);
 // p inside a device allocation?
 bool is_dev_locked(const void *p);
+// fn(base, bytes) for every device allocation made by dev_map.
+void dev_pages_locked(const std::function<void(void *, size_t)> &fn);
+
+// ---- what device operations cost (emu_cost.cc) -----------------------------
+
+// Device memory as whole pages from mmap (the cost check and the dry run),
+// filled with 0xFF bytes when `fill`; nullptr when the mapping fails.
+void *dev_map(size_t size, bool fill);
+void dev_unmap(void *p, size_t size);
+// What a stream runs for a kernel's grid or a cuBLAS call `what` (launched
+// at file:line; file may be ""): `run`, with the calling thread's declared
+// cost (ddp_emu_declare_cost) checked against the pages it touches under
+// DDP_EMU_COST_CHECK, or nothing under DDP_EMU_DRY.  Takes the declaration:
+// call it once per operation, at the launch or call.
+std::function<void()> device_op(const char *what, const char *file, int line,
+                                std::function<void()> run);
 
 // ---- the stream queues (emu_stream.cc) --------------------------------------
 

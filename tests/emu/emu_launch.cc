@@ -504,6 +504,9 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, size_t smem, cudaStream_t
                                 void (*run)(void *), void (*destroy)(void *), void *arg,
                                 const char *file, int line, const char *what)
 {
+    // the declared cost goes with this launch, whether or not it runs
+    std::function<void()> op =
+        device_op(what, file, line, [=]() { run_grid(grid, block, smem, run, arg, file, line, what); });
     bool inject = ddp_emu_inject("kernel");
     cudaError_t e = cudaSuccess;
     {
@@ -534,7 +537,7 @@ extern "C" void ddp_emu_launch_(dim3 grid, dim3 block, size_t smem, cudaStream_t
         abort();
     }
     submit(stream, [=]() {
-        run_grid(grid, block, smem, run, arg, file, line, what);
+        op();
         destroy(arg);
     });
 }

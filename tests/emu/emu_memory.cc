@@ -20,7 +20,8 @@ namespace
 
 struct Alloc {
     size_t size;
-    int device; // physical
+    int device;  // physical
+    bool mapped; // dev_map (the cost check, the dry run) rather than the heap
 };
 std::map<uintptr_t, Alloc> g_dev;   // device allocations by base
 std::map<uintptr_t, size_t> g_host; // cudaMallocHost allocations
@@ -66,6 +67,12 @@ bool is_dev_locked(const void *p)
     return find_dev_locked(p) != g_dev.end();
 }
 
+void dev_pages_locked(const std::function<void(void *, size_t)> &fn)
+{
+    for (auto &kv : g_dev)
+        if (kv.second.mapped) fn((void *)kv.first, kv.second.size);
+}
+
 } // namespace emu
 
 extern "C" int ddp_emu_device_range(const void *p, size_t bytes)
@@ -88,9 +95,15 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t size)
     if (inject || size > g_cfg.mem_total - std::min(g_cfg.mem_total, g_used[phys]))
         return fail(cudaErrorMemoryAllocation);
     void *mem = nullptr;
-    if (posix_memalign(&mem, 256, size) != 0) return fail(cudaErrorMemoryAllocation);
-    memset(mem, 0xff, size); // real cudaMalloc does not zero: NaN shows it
-    g_dev[(uintptr_t)mem] = Alloc{size, phys};
+    bool mapped = g_cfg.cost_check || g_cfg.dry;
+    if (mapped) {
+        // whole pages; the dry run's are never filled (zero pages)
+        if (!(mem = dev_map(size, !g_cfg.dry))) return fail(cudaErrorMemoryAllocation);
+    } else {
+        if (posix_memalign(&mem, 256, size) != 0) return fail(cudaErrorMemoryAllocation);
+        memset(mem, 0xff, size); // real cudaMalloc does not zero: NaN shows it
+    }
+    g_dev[(uintptr_t)mem] = Alloc{size, phys, mapped};
     g_used[phys] += size;
     g_peak[phys] = std::max(g_peak[phys], g_used[phys]);
     *p = mem;
@@ -105,8 +118,11 @@ extern "C" cudaError_t cudaFree(void *p)
     auto it = g_dev.find((uintptr_t)p);
     if (it == g_dev.end()) return fail(cudaErrorInvalidValue);
     g_used[it->second.device] -= it->second.size;
+    if (it->second.mapped)
+        dev_unmap(p, it->second.size);
+    else
+        free(p);
     g_dev.erase(it);
-    free(p);
     return cudaSuccess;
 }
 
@@ -164,6 +180,8 @@ cudaError_t memcpy_checked(const char *name, void *dst, const void *src, size_t 
         if (src_dev && !dev_range_locked(src, count)) return fail(cudaErrorInvalidValue);
         dst_pageable = !dst_dev && !is_pinned_locked(dst);
         src_pageable = !src_dev && !is_pinned_locked(src);
+        // the dry run writes no device memory (it stays zero pages)
+        if (dst_dev && g_cfg.dry) return inject ? fail(cudaErrorLaunchFailure) : cudaSuccess;
     }
     if (inject) return fail(cudaErrorLaunchFailure);
     if (!async || dst_pageable) {
@@ -191,6 +209,7 @@ cudaError_t memset_checked(const char *name, void *p, int value, size_t count, c
         if (async && !stream_ok_locked(stream)) return fail(cudaErrorInvalidResourceHandle);
         if (count == 0) return cudaSuccess;
         if (!dev_range_locked(p, count)) return fail(cudaErrorInvalidValue);
+        if (g_cfg.dry) return inject ? fail(cudaErrorLaunchFailure) : cudaSuccess;
     }
     if (inject) return fail(cudaErrorLaunchFailure);
     submit(async ? stream : nullptr, [=]() { memset(p, value, count); });

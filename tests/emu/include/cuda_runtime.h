@@ -97,6 +97,18 @@
  *   DDP_EMU_HANG=NAME:N[,...]   the N-th call of cudaStreamSynchronize or
  *                           cudaEventSynchronize never returns (a host
  *                           waiting for a GPU whose collective hangs)
+ *   DDP_EMU_COST_CHECK=1    every kernel launch and cuBLAS call must have
+ *                           declared its cost (ddp_emu_declare_cost), and
+ *                           the declaration must match the device pages it
+ *                           touches, read and written, within the pages'
+ *                           rounding and 3%; else the process aborts with
+ *                           the launch site.  Device memory is whole pages.
+ *                           x86-64 only; run one process, one stream at a
+ *                           time (tests/emu/emu_cost.cc)
+ *   DDP_EMU_DRY=1           launches, cuBLAS calls, fills and copies into
+ *                           device memory are checked but not run: device
+ *                           memory is zero pages, never written (a model of
+ *                           a full-size step in seconds: bench_gpu --model)
  * Device i (after CUDA_VISIBLE_DEVICES) is named "ddptrain CUDA emulation",
  * sm 8.0, PCI bus id "0000:%02x:00.0" with bus 0x10 + its physical index.
  *
@@ -108,6 +120,9 @@
  *   ddp_emu_device_range(p, bytes)   1 when [p, p+bytes) lies in one device
  *                           allocation (what NCCL's checks use)
  *   ddp_emu_launch_count()  kernel launches so far that ran
+ *   ddp_emu_declare_cost(read, written)   the bytes of device memory the
+ *                           thread's next kernel launch or cuBLAS call
+ *                           reads and writes (the backend's DDP_COST)
  */
 #ifndef DDP_EMU_CUDA_RUNTIME_H
 #define DDP_EMU_CUDA_RUNTIME_H
@@ -274,6 +289,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 void ddp_emu_reload_env(void);
 int ddp_emu_device_range(const void *p, size_t bytes);
 unsigned long long ddp_emu_launch_count(void);
+void ddp_emu_declare_cost(double bytes_read, double bytes_written);
 
 #ifdef __cplusplus
 } /* extern "C" */
