@@ -7,7 +7,7 @@
 #      generated deck of the model's input width, --metrics for samples/s;
 #   3. PyTorch (bench/torch_gpu_mlp.py): the same model, batch and AdamW.
 # Before them, 0. the model of the step on an H200 (bench_gpu --model,
-# bench/gpu_model.h) from the backend's declared costs: on the CPU
+# src/compute/gpu_model.h) from the backend's declared costs: on the CPU
 # emulation too, where DDP_EMU_DRY=1 runs none of the kernels, so the
 # full-size step's model takes a second.  The summary puts the model's
 # step and its GEMMs alone beside the measured rows.

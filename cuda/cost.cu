@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <mutex>
+#include <utility>
 
 namespace
 {
@@ -20,12 +21,32 @@ struct Pending {
 };
 thread_local Pending t_pending;
 
-std::mutex g_mu;
-bool g_on = false;
-ddp_cuda_cost_t *g_log = nullptr;
-size_t g_count = 0, g_cap = 0;
+// A growing array of entries.
+struct Log {
+    ddp_cuda_cost_t *e = nullptr;
+    size_t count = 0, cap = 0;
+    void push(const ddp_cuda_cost_t &x)
+    {
+        if (count == cap) {
+            size_t c = cap ? 2 * cap : 256;
+            void *q = realloc(e, c * sizeof *e);
+            if (!q) return; // the log stops growing; the model then undercounts
+            e = (ddp_cuda_cost_t *)q;
+            cap = c;
+        }
+        e[count++] = x;
+    }
+};
 
-// Takes the pending declaration into e; appends e when recording.
+std::mutex g_mu;
+bool g_on = false; // ddp_cuda_cost_record
+Log g_log;
+// ddp_cuda_cost_steps: the step running and the last complete one
+bool g_steps = false, g_in_step = false;
+Log g_cur, g_last;
+long g_nsteps = 0;
+
+// Takes the pending declaration into e; appends e where it is recorded.
 void log_(ddp_cuda_cost_t e)
 {
     Pending p = t_pending;
@@ -37,15 +58,8 @@ void log_(ddp_cuda_cost_t e)
         e.flops = p.flops;
     }
     std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_on) return;
-    if (g_count == g_cap) {
-        size_t cap = g_cap ? 2 * g_cap : 256;
-        void *q = realloc(g_log, cap * sizeof *g_log);
-        if (!q) return; // the log stops growing; the model then undercounts
-        g_log = (ddp_cuda_cost_t *)q;
-        g_cap = cap;
-    }
-    g_log[g_count++] = e;
+    if (g_on) g_log.push(e);
+    if (g_steps && g_in_step) g_cur.push(e);
 }
 
 } // namespace
@@ -70,14 +84,19 @@ void ddp_cost_launch_(const char *kernel, dim3 grid, dim3 block)
     log_(e);
 }
 
-void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long long n)
+// A GEMM's parallelism: its 128x128 output tiles, times the slices of k
+// (512 long) that cuBLAS's split-K can give them when the tiles alone are
+// too few for the SMs (a weight gradient: C small, k the batch's pixels).
+void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long long n, long long k)
 {
     ddp_cuda_cost_t e;
     memset(&e, 0, sizeof e);
     e.name = name;
     e.kind = DDP_COST_GEMM;
     e.math = math;
-    e.blocks = (unsigned long long)((m + 127) / 128) * (unsigned long long)((n + 127) / 128);
+    unsigned long long tiles =
+        (unsigned long long)((m + 127) / 128) * (unsigned long long)((n + 127) / 128);
+    e.blocks = tiles * (unsigned long long)(k > 512 ? k / 512 : 1);
     log_(e);
 }
 
@@ -97,15 +116,55 @@ extern "C" {
 void ddp_cuda_cost_record(int on)
 {
     std::lock_guard<std::mutex> lock(g_mu);
-    if (on) g_count = 0;
+    if (on) g_log.count = 0;
     g_on = on != 0;
 }
 
 size_t ddp_cuda_cost_log(const ddp_cuda_cost_t **entries)
 {
     std::lock_guard<std::mutex> lock(g_mu);
-    *entries = g_log;
-    return g_count;
+    *entries = g_log.e;
+    return g_log.count;
+}
+
+void ddp_cuda_cost_steps(int on)
+{
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_steps = on != 0;
+    g_cur.count = g_last.count = 0;
+    g_nsteps = 0;
+    g_in_step = false;
+}
+
+size_t ddp_cuda_cost_last_step(const ddp_cuda_cost_t **entries, long *steps)
+{
+    std::lock_guard<std::mutex> lock(g_mu);
+    *entries = g_last.e;
+    if (steps) *steps = g_nsteps;
+    return g_last.count;
 }
 
 } // extern "C"
+
+// A profiler range opened (ddp_cuda_range_start): the trainer's phase.
+void ddp_cost_phase_(const char *range)
+{
+    // the trainer's phases (activity.c, "ddptrain " + the phase's name);
+    // a bucket's collective range leaves the phase as it is
+    static const char *const kStep[] = {"data wait", "forward", "backward", "optimizer",
+                                        "end-of-step work"};
+    static const char *const kOther[] = {"start-up", "evaluation", "checkpoint", "save",
+                                         "finishing", "aborting"};
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_steps || !range || strncmp(range, "ddptrain ", 9) != 0) return;
+    const char *phase = range + 9;
+    if (strcmp(phase, "forward") == 0 && g_cur.count) {
+        std::swap(g_cur, g_last);
+        g_cur.count = 0;
+        g_nsteps++;
+    }
+    for (const char *s : kStep)
+        if (strcmp(phase, s) == 0) g_in_step = true;
+    for (const char *s : kOther)
+        if (strcmp(phase, s) == 0) g_in_step = false;
+}

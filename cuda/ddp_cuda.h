@@ -179,7 +179,7 @@ int ddp_cuda_all_finite(size_t count, const float *x, int *host_result);
  * and writes and the FLOPs it does (DDP_COST, ddp_cuda_rt.h), from its
  * sizes.  While recording is on, each launch, GEMM and device copy or fill
  * of the launchers above adds one entry to a log, in order; bench_gpu
- * models a step on an H200 from it (bench/gpu_model.h).  On the CPU
+ * models a step on an H200 from it (src/compute/gpu_model.h).  On the CPU
  * emulation, DDP_EMU_COST_CHECK=1 holds every declaration against the
  * pages the operation really touches (tests/emu/emu_cost.cc). */
 typedef enum { DDP_COST_KERNEL, DDP_COST_GEMM, DDP_COST_COPY } ddp_cuda_cost_kind_t;
@@ -190,7 +190,7 @@ typedef struct ddp_cuda_cost {
     ddp_cuda_cost_kind_t kind;
     ddp_cuda_math_t math;
     int declared;              /* 0: launched without a DDP_COST (a bug) */
-    unsigned long long blocks; /* the grid's blocks; a GEMM's 128x128 output tiles */
+    unsigned long long blocks; /* the grid's blocks; a GEMM's 128x128 output tiles x k/512 */
     unsigned threads;          /* per block (0 for a GEMM or a copy) */
     double read, written;      /* bytes of device memory */
     double flops;
@@ -199,6 +199,14 @@ typedef struct ddp_cuda_cost {
 void ddp_cuda_cost_record(int on);
 /* The log's entries (valid until the next ddp_cuda_cost_record(1)). */
 size_t ddp_cuda_cost_log(const ddp_cuda_cost_t **entries);
+/* Steps (DDP_CUDA_MODEL): with on, the operations of each training step
+ * are kept apart, a step being what runs from one "ddptrain forward"
+ * profiler range (ddp_cuda_range_start: the trainer's phases) to the next,
+ * in the phases data wait, forward, backward, optimizer and end-of-step
+ * work (not evaluation, checkpoints or start-up). */
+void ddp_cuda_cost_steps(int on);
+/* The last complete step's entries, and how many steps have completed. */
+size_t ddp_cuda_cost_last_step(const ddp_cuda_cost_t **entries, long *steps);
 
 #ifdef __cplusplus
 }

@@ -147,7 +147,8 @@ int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const fl
     double c_read = beta != 0.0f ? c_bytes : 0;
     if (!ddp_cuda_state_.bf16_gemm) {
         DDP_COST(4.0 * (a_count + b_count) + c_read, c_bytes, flops);
-        ddp_cost_gemm_("cublasSgemm", ddp_cuda_state_.tf32 ? DDP_MATH_TF32 : DDP_MATH_FP32, m, n);
+        ddp_cost_gemm_("cublasSgemm", ddp_cuda_state_.tf32 ? DDP_MATH_TF32 : DDP_MATH_FP32, m, n,
+                       k);
         DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
         return 0;
     }
@@ -158,7 +159,7 @@ int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const fl
     if (a_count && convert_bf16(a_count, A, ha) != 0) return -1;
     if (b_count && convert_bf16(b_count, B, hb) != 0) return -1;
     DDP_COST(2.0 * (a_count + b_count) + c_read, c_bytes, flops);
-    ddp_cost_gemm_("cublasGemmEx", DDP_MATH_BF16, m, n);
+    ddp_cost_gemm_("cublasGemmEx", DDP_MATH_BF16, m, n, k);
     DDP_CUBLAS(cublasGemmEx(h, opb, opa, n, m, k, &alpha, hb, CUDA_R_16BF, ldb, ha, CUDA_R_16BF,
                             lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));

@@ -142,6 +142,7 @@ int ddp_cuda_set_bf16_gemm(int on)
 
 uint64_t ddp_cuda_range_start(const char *name)
 {
+    ddp_cost_phase_(name);
     return (uint64_t)nvtxRangeStartA(name);
 }
 

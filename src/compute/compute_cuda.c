@@ -3,7 +3,11 @@
  * their work on the compute stream; a failed one records a sticky status
  * with ddp_fail ("cuda: " + ddp_cuda_last_error()) that `check` returns.
  * C11 without CUDA headers: it is compiled into the CUDA build and into
- * the emulation library (cuda/Makefile.am). */
+ * the emulation library (cuda/Makefile.am).
+ *
+ * DDP_CUDA_MODEL=1 in the environment: the process keeps the cost log of
+ * each training step (ddp_cuda_cost_steps) and prints, on stderr at exit,
+ * the model of the last complete one on an H200 (gpu_model.h). */
 #include "compute_cuda.h"
 
 #include <math.h>
@@ -13,6 +17,7 @@
 
 #include "ddp_cuda.h"
 #include "activity.h"
+#include "gpu_model.h"
 
 static ddp_status_t cuda_status_ = DDP_OK;
 static char cuda_pci_[32];
@@ -28,6 +33,31 @@ static void cuda_rc_kind_(int rc, ddp_status_t s)
 static void cuda_rc_(int rc)
 {
     cuda_rc_kind_(rc, DDP_ERR_DEVICE);
+}
+
+/* DDP_CUDA_MODEL: the model of the last complete training step, at exit */
+static void cuda_model_at_exit_(void)
+{
+    const ddp_cuda_cost_t *e;
+    long steps = 0;
+    size_t n = ddp_cuda_cost_last_step(&e, &steps);
+    if (n == 0) {
+        fprintf(stderr, "# DDP_CUDA_MODEL: no training step completed (a step completes when "
+                        "the next one starts: run 2 steps or more); no model\n");
+        return;
+    }
+    gpu_model_t m;
+    gpu_model_build(e, n, &gpu_spec_h200, &m);
+    double peak = gpu_spec_h200.peak_fp32;
+    for (size_t i = 0; i < n; i++)
+        if (e[i].kind == DDP_COST_GEMM && e[i].math == DDP_MATH_BF16)
+            peak = gpu_spec_h200.peak_bf16;
+        else if (e[i].kind == DDP_COST_GEMM && e[i].math == DDP_MATH_TF32 &&
+                 peak < gpu_spec_h200.peak_tf32)
+            peak = gpu_spec_h200.peak_tf32;
+    char what[96];
+    snprintf(what, sizeof what, "training step %ld of this process (DDP_CUDA_MODEL)", steps);
+    gpu_model_print(stderr, &m, &gpu_spec_h200, what, peak);
 }
 
 static ddp_status_t cuda_init(int local_rank, int local_size, char *describe, size_t n)
@@ -50,6 +80,13 @@ static ddp_status_t cuda_init(int local_rank, int local_size, char *describe, si
     if (ddp_cuda_device_info(dev, &info) != 0)
         return ddp_fail(DDP_ERR_DEVICE, "cuda: querying GPU %d: %s", dev, ddp_cuda_last_error());
     snprintf(cuda_pci_, sizeof cuda_pci_, "%s", info.pci);
+    static int model_ = 0;
+    const char *model = getenv("DDP_CUDA_MODEL");
+    if (!model_ && model && *model && strcmp(model, "0") != 0) {
+        model_ = 1;
+        ddp_cuda_cost_steps(1);
+        atexit(cuda_model_at_exit_);
+    }
     if (describe && n)
         snprintf(describe, n, "cuda: GPU %d %s (%s, %.1f GiB)", dev, info.name, info.pci,
                  (double)info.mem_total / (1024.0 * 1024.0 * 1024.0));

@@ -11,7 +11,7 @@
 #     stated peak, and the parameter count is that of the MLP;
 #   - the CSV rows: bench/results.csv's 8 columns, min <= median <= max;
 #   - the H200 model of the full-size step (bench_gpu --model; DDP_EMU_DRY=1
-#     runs no kernel) against the formula of bench/gpu_model.h worked out
+#     runs no kernel) against the formula of src/compute/gpu_model.h worked out
 #     here: its GEMMs alone at 70% of the units' peak from the header's FLOP
 #     count, AdamW's 28 bytes a parameter at 90% of 4.8 TB/s, the step the
 #     sum of its rows, every launch declared, the bf16 target line;

@@ -1,4 +1,4 @@
-/* check_gpu_model.c -- the H200 step model of bench/gpu_model.h on entries
+/* check_gpu_model.c -- the H200 step model of src/compute/gpu_model.h on entries
  * made by hand, against the formula worked out here: a streaming kernel at
  * the HBM bandwidth, a GEMM at the tensor-core peak, a small grid's share
  * of the SMs, the floor of a launch, the sums and the table's order. */

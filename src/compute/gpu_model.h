@@ -1,4 +1,4 @@
-/* gpu_model.h -- a model of a GPU step from the backend's cost log
+/* gpu_model.h -- a model of a GPU step from the cuda backend's cost log
  * (ddp_cuda_cost_log, cuda/ddp_cuda.h): the time each kernel launch, GEMM
  * and device copy would take on a given GPU, summed in order.  A model, not
  * a measurement:
@@ -11,14 +11,16 @@
  * streaming kernel; the emulation's cost check holds the declarations to
  * the pages really touched).  share = min(1, the grid's blocks / the SMs):
  * a grid of 16 blocks uses 16 of 132 SMs and gets that share of the
- * bandwidth and of the FLOPs; a GEMM's grid is its 128x128 output tiles.
+ * bandwidth and of the FLOPs; a GEMM's grid is its 128x128 output tiles
+ * times the 512-long slices of k (split-K, which cuBLAS takes when the
+ * tiles are fewer than the SMs).
  * The peak is the units' of the entry (CUDA cores in fp32 for kernels;
  * tensor cores in TF32 or bf16 for GEMMs in those precisions), eff is
  * gemm_eff for GEMMs (what cuBLAS reaches on large GEMMs) and 1 for
  * kernels; floor_us is the least a launch costs back to back.  Nothing
  * overlaps: kernels on one stream run one after another. */
-#ifndef DDP_BENCH_GPU_MODEL_H
-#define DDP_BENCH_GPU_MODEL_H
+#ifndef DDP_GPU_MODEL_H
+#define DDP_GPU_MODEL_H
 
 #include <stddef.h>
 #include <stdio.h>
