@@ -54,8 +54,12 @@ int ddp_cuda_device_info(int device, ddp_cuda_device_info_t *info);
 int ddp_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* Bind `device` (cudaSetDevice), then create the streams and the cuBLAS
- * handle.  Call once, before any other launcher and before NCCL. */
+ * handle.  Call once, before any other launcher and before NCCL.  cuBLAS
+ * is loaded here (dlopen, cuda/blas.h), not linked. */
 int ddp_cuda_init(int device);
+/* Load cuBLAS now, as ddp_cuda_init does (no GPU needed): 0, or -1 with why
+ * in why[n].  For the tests: the library and every entry point found. */
+int ddp_cuda_load_blas(char *why, size_t n);
 int ddp_cuda_bound_device(void); /* -1 before ddp_cuda_init */
 /* GEMM inputs in bf16 (fp32 accumulation, fp32 weights kept) when on. */
 int ddp_cuda_set_bf16_gemm(int on);

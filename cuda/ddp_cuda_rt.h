@@ -18,6 +18,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "blas.h" // cuBLAS through the table of blas.cu (the cublas* names are its macros)
+
 #include "ddp_cuda.h"
 
 // What the next launch or GEMM of this thread costs: the bytes of device

@@ -114,6 +114,9 @@ int ddp_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
 int ddp_cuda_init(int device)
 {
     if (ddp_cuda_state_.device >= 0) return DDP_FAIL("ddp_cuda_init", "called twice");
+    char why[640];
+    if (ddp_blas_load_(why, sizeof why) != 0) // cuBLAS, loaded by the processes that bind a GPU
+        return ddp_cuda_fail_("dlopen cuBLAS", __FILE__, __LINE__, why);
     DDP_CU(cudaSetDevice(device));
     cudaStream_t s = nullptr, cs = nullptr;
     cublasHandle_t h = nullptr;

@@ -72,7 +72,11 @@ AC_DEFUN([DDP_CUDA], [
     ])
     AS_IF([test "x$ddp_cuda_ok" = xyes], [
       ddp_have_cuda=yes
-      CUDA_LIBS="-lcublas -lcudart -lstdc++"
+      dnl cuBLAS is not linked into the programs: the backend loads it with
+      dnl dlopen when a process binds a GPU (cuda/blas.cu); CUBLAS_LIBS is for
+      dnl the programs that call it themselves (bench_gpu's cuBLAS-alone case).
+      CUDA_LIBS="-lcudart -lstdc++ -ldl"
+      CUBLAS_LIBS="-lcublas"
       dnl -gencode for every listed arch; PTX of the last one for forward compatibility.
       CUDA_GENCODE=
       ddp_last_arch=
@@ -88,6 +92,8 @@ AC_DEFUN([DDP_CUDA], [
       ddp_cuda_summary="$ddp_cuda_major.$ddp_cuda_minor in $CUDA_DIR (arch: $with_cuda_arch + PTX)"
       AC_DEFINE([HAVE_CUDA], [1], [Define to 1 to build the CUDA compute backend])
       AC_DEFINE_UNQUOTED([DDP_CUDA_ARCH], ["$with_cuda_arch"], [CUDA architectures compiled for])
+      AC_DEFINE_UNQUOTED([DDP_CUBLAS_SONAME], ["libcublas.so.$ddp_cuda_major"],
+        [the cuBLAS library the cuda backend loads (cuda/blas.cu)])
     ], [
       AS_IF([test "x$with_cuda" != xguess],
         [AC_MSG_ERROR([CUDA was asked for (--with-cuda=$with_cuda) but nvcc, cuda_runtime.h, cublas_v2.h,
@@ -100,6 +106,7 @@ AC_DEFUN([DDP_CUDA], [
   AC_SUBST([CUDA_CPPFLAGS])
   AC_SUBST([CUDA_LDFLAGS])
   AC_SUBST([CUDA_LIBS])
+  AC_SUBST([CUBLAS_LIBS])
   AC_SUBST([CUDA_GENCODE])
   AM_CONDITIONAL([HAVE_CUDA], [test "x$ddp_have_cuda" = xyes])
 ])

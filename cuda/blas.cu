@@ -1,0 +1,79 @@
+// blas.cu -- the table of blas.h: cuBLAS's entry points from dlopen of
+// libcublas.so.<CUDA major> (DDP_CUBLAS_SONAME, from configure) at the first
+// ddp_cuda_init, or the emulated functions on the CPU emulation.
+#define DDP_BLAS_DEFINE 1
+#include "blas.h"
+#include "ddp_cuda.h"
+
+#ifdef DDP_CUDA_EMU
+
+ddp_blas_api ddp_blas_ = {&cublasCreate,      &cublasDestroy, &cublasSetStream,
+                          &cublasSetMathMode, &cublasSgemm,   cublasGemmEx,
+                          &cublasGetStatusString};
+
+int ddp_blas_load_(char *why, size_t n)
+{
+    (void)why, (void)n;
+    return 0;
+}
+
+#else
+
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include "ddp_build.h"
+
+ddp_blas_api ddp_blas_;
+
+int ddp_blas_load_(char *why, size_t n)
+{
+    static void *lib = nullptr;
+    if (lib) return 0;
+    // the soname the build was made with, then the unversioned name
+    const char *names[] = {DDP_CUBLAS_SONAME, "libcublas.so"};
+    char first[512] = "";
+    void *h = nullptr;
+    for (const char *name : names) {
+        if ((h = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+        const char *e = dlerror();
+        if (!first[0]) snprintf(first, sizeof first, "%s", e ? e : name);
+    }
+    if (!h) {
+        snprintf(why, n,
+                 "cannot load cuBLAS (%s); put the CUDA toolkit's lib64 on LD_LIBRARY_PATH "
+                 "(module load cuda) or run with --device cpu",
+                 first);
+        return -1;
+    }
+    ddp_blas_api t;
+    struct {
+        const char *name;
+        void **slot;
+    } syms[] = {{"cublasCreate_v2", (void **)&t.create},
+                {"cublasDestroy_v2", (void **)&t.destroy},
+                {"cublasSetStream_v2", (void **)&t.set_stream},
+                {"cublasSetMathMode", (void **)&t.set_math_mode},
+                {"cublasSgemm_v2", (void **)&t.sgemm},
+                {"cublasGemmEx", (void **)&t.gemm_ex},
+                {"cublasGetStatusString", (void **)&t.status_string}};
+    for (auto &s : syms) {
+        *s.slot = dlsym(h, s.name);
+        if (!*s.slot) {
+            snprintf(why, n, "the cuBLAS loaded has no %s: not the %s the build was made with",
+                     s.name, DDP_CUBLAS_SONAME);
+            dlclose(h);
+            return -1;
+        }
+    }
+    ddp_blas_ = t;
+    lib = h;
+    return 0;
+}
+
+#endif
+
+extern "C" int ddp_cuda_load_blas(char *why, size_t n)
+{
+    return ddp_blas_load_(why, n);
+}

@@ -1,0 +1,58 @@
+// blas.h -- cuBLAS as the backend calls it: through a table of the seven
+// entry points it uses, filled by ddp_blas_load_ (blas.cu) when a process
+// binds a GPU (ddp_cuda_init), with dlopen of libcublas.so.<CUDA major>.
+// Linking cuBLAS into ddptrain would load it, and cuBLASLt behind it, into
+// every process, GPU or not: 25,000 page faults of relocations, about 0.1 s
+// of system time a process, for nothing on --device cpu.  On the CPU
+// emulation the table holds the emulated functions from the start.
+//
+// After this header, the cuBLAS names the backend calls (cublasCreate,
+// cublasSgemm, ...) are macros for the table's entries, so the calls read
+// as cuBLAS's and DDP_CUBLAS still names them in its messages.
+#ifndef DDP_CUDA_BLAS_H
+#define DDP_CUDA_BLAS_H
+
+#include <cublas_v2.h>
+#include <stddef.h>
+
+#ifdef DDP_CUDA_EMU
+#define DDP_BLAS_REAL_(name) name
+#else
+#define DDP_BLAS_REAL_(name) name##_v2
+#endif
+
+struct ddp_blas_api {
+    decltype(&DDP_BLAS_REAL_(cublasCreate)) create;
+    decltype(&DDP_BLAS_REAL_(cublasDestroy)) destroy;
+    decltype(&DDP_BLAS_REAL_(cublasSetStream)) set_stream;
+    decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&DDP_BLAS_REAL_(cublasSgemm)) sgemm;
+    // the C entry (C++ also sees an inline overload taking a cudaDataType)
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                              const void *, const void *, cudaDataType, int, const void *,
+                              cudaDataType, int, const void *, void *, cudaDataType, int,
+                              cublasComputeType_t, cublasGemmAlgo_t);
+    decltype(&cublasGetStatusString) status_string;
+};
+extern ddp_blas_api ddp_blas_;
+
+// Fills ddp_blas_ (once; a no-op on the emulation): 0, or -1 with why in
+// why[n] (the library or a symbol not found, and what to do); the caller
+// records it (runtime.cu, ddp_cuda_init).
+int ddp_blas_load_(char *why, size_t n);
+
+#ifndef DDP_BLAS_DEFINE
+#undef cublasCreate
+#undef cublasDestroy
+#undef cublasSetStream
+#undef cublasSgemm
+#define cublasCreate ddp_blas_.create
+#define cublasDestroy ddp_blas_.destroy
+#define cublasSetStream ddp_blas_.set_stream
+#define cublasSetMathMode ddp_blas_.set_math_mode
+#define cublasSgemm ddp_blas_.sgemm
+#define cublasGemmEx ddp_blas_.gemm_ex
+#define cublasGetStatusString ddp_blas_.status_string
+#endif
+
+#endif
