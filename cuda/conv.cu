@@ -4,8 +4,13 @@
 // with the bias.  Backward: the bias gradient by per-channel block
 // reductions (double, in sample order), dw by one GEMM per group
 // accumulating, dx by GEMM into columns and a gather col2im (each input
-// pixel sums the columns that read it: no atomics, deterministic).
+// pixel sums the columns that read it: no atomics, deterministic).  Under
+// --precision bf16 im2col writes the columns in bf16, rounded as the GEMM
+// entry rounds its inputs, so the GEMM takes them as they are
+// (ddp_cuda_gemm_rm_b16_): the same bits as converting fp32 columns, one
+// pass over them fewer.
 #include "gemm.h"
+#include "half.h"
 
 namespace
 {
@@ -28,23 +33,65 @@ int conv_direct(const ddp_cuda_conv_t *d, int gn)
 
 // col[ckk, gn*ohw] of samples x[gn, c, h, w]: row (ci*k + ki)*k + kj, column
 // gi*ohw + oy*ow + ox.  I: the index type (DDP_LAUNCH_IDX).
+template <class I>
+__device__ inline float im2col_at(const ddp_cuda_conv_t &d, I ohw, I ld, const float *x, I idx)
+{
+    I r = idx / ld, q = idx - r * ld;
+    int gi = (int)(q / ohw), p = (int)(q - (I)gi * ohw);
+    int kk = (int)r, ci = kk / (d.k * d.k), kr = kk - ci * d.k * d.k;
+    int ki = kr / d.k, kj = kr - ki * d.k;
+    int oy = p / d.ow, ox = p - oy * d.ow;
+    int iy = oy * d.stride - d.pad + ki, ix = ox * d.stride - d.pad + kj;
+    if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
+        return x[(((size_t)gi * d.c + ci) * d.h + iy) * d.w + ix];
+    return 0.0f;
+}
+
 template <class I> __global__ void im2col_kernel(ddp_cuda_conv_t d, int gn, const float *x, float *col)
 {
     const I ohw = (I)d.oh * d.ow, ld = (I)gn * ohw;
     const I count = (I)d.c * d.k * d.k * ld;
-    DDP_GRID_STRIDE(I, idx, count)
-    {
-        I r = idx / ld, q = idx - r * ld;
-        int gi = (int)(q / ohw), p = (int)(q - (I)gi * ohw);
-        int kk = (int)r, ci = kk / (d.k * d.k), kr = kk - ci * d.k * d.k;
-        int ki = kr / d.k, kj = kr - ki * d.k;
-        int oy = p / d.ow, ox = p - oy * d.ow;
-        int iy = oy * d.stride - d.pad + ki, ix = ox * d.stride - d.pad + kj;
-        float v = 0.0f;
-        if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
-            v = x[(((size_t)gi * d.c + ci) * d.h + iy) * d.w + ix];
-        col[idx] = v;
+    DDP_GRID_STRIDE(I, idx, count) col[idx] = im2col_at<I>(d, ohw, ld, x, idx);
+}
+
+// The columns in bf16 (--precision bf16), rounded as the GEMM entry rounds
+// its inputs: what the GEMM reads, without the pass that would convert
+// fp32 columns (half the bytes written, a third of the read skipped).
+template <class I>
+__global__ void im2col_bf16_kernel(ddp_cuda_conv_t d, int gn, const float *x, uint16_t *col)
+{
+    const I ohw = (I)d.oh * d.ow, ld = (I)gn * ohw;
+    const I count = (I)d.c * d.k * d.k * ld;
+    DDP_GRID_STRIDE(I, idx, count) col[idx] = ddp_f32_to_bf16(im2col_at<I>(d, ohw, ld, x, idx));
+}
+
+// The columns of samples [i0, i0 + gn) into ws, fp32 or (bf16 GEMMs) bf16.
+int im2col(const ddp_cuda_conv_t *d, int gn, const float *xg, void *ws, size_t ckk, size_t ld,
+           cudaStream_t s)
+{
+    const size_t count = ckk * ld, chw = (size_t)d->c * d->h * d->w;
+    if (ddp_cuda_state_.bf16_gemm) {
+        DDP_COST(4.0 * gn * chw, 2.0 * count, 0);
+        DDP_LAUNCH_IDX(im2col_bf16_kernel, count, ddp_blocks_for(count), kDdpThreads, s, *d, gn,
+                       xg, (uint16_t *)ws);
+    } else {
+        DDP_COST(4.0 * gn * chw, 4.0 * count, 0);
+        DDP_LAUNCH_IDX(im2col_kernel, count, ddp_blocks_for(count), kDdpThreads, s, *d, gn, xg,
+                       (float *)ws);
     }
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+// dst[m, n] (+)= A B with B the columns of im2col (fp32 or bf16, as it wrote
+// them) or, where no im2col ran (a direct 1x1), the fp32 input itself.
+int gemm_cols(int ta, int tb, int m, int n, int k, const float *A, int lda, const void *B,
+              bool cols, int ldb, float beta, float *C, int ldc)
+{
+    if (cols && ddp_cuda_state_.bf16_gemm)
+        return ddp_cuda_gemm_rm_b16_(ta, tb, m, n, k, 1.0f, A, lda, (const uint16_t *)B, ldb, beta,
+                                     C, ldc);
+    return ddp_cuda_gemm_rm_(ta, tb, m, n, k, 1.0f, A, lda, (const float *)B, ldb, beta, C, ldc);
 }
 
 // dx[gn, c, h, w] = the sum of the columns that read each pixel (col2im).
@@ -159,24 +206,21 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     cudaStream_t s = ddp_cuda_state_.stream;
     const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
     const int ckk = d->c * d->k * d->k, g = conv_group(d);
-    float *col = (float *)ws;
-    float *stage = col + (size_t)ckk * g * ohw;
+    float *stage = (float *)ws + (size_t)ckk * g * ohw;
     for (int i0 = 0; i0 < d->n; i0 += g) {
         int gn = d->n - i0 < g ? d->n - i0 : g;
         size_t ld = (size_t)gn * ohw;
         const float *xg = x + (size_t)i0 * chw;
-        const float *cg = xg; // direct: x is [c, ohw] already
-        if (!conv_direct(d, gn)) {
-            DDP_COST(4.0 * gn * chw, 4.0 * ckk * ld, 0);
-            DDP_LAUNCH_IDX(im2col_kernel, (size_t)ckk * ld, grid_for((size_t)ckk * ld),
-                           kDdpThreads, s, *d, gn, xg, col);
-            DDP_CU_LAUNCHED();
-            cg = col;
+        const void *cg = xg; // direct: x is [c, ohw] already
+        const bool cols = !conv_direct(d, gn);
+        if (cols) {
+            if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
+            cg = ws;
         }
         if (gn == 1) {
             float *yi = y + (size_t)i0 * d->oc * ohw;
-            if (ddp_cuda_gemm_rm_(0, 0, d->oc, (int)ohw, ckk, 1.0f, w, ckk, cg, (int)ld, 0.0f, yi,
-                                  (int)ohw) != 0)
+            if (gemm_cols(0, 0, d->oc, (int)ohw, ckk, w, ckk, cg, cols, (int)ld, 0.0f, yi,
+                          (int)ohw) != 0)
                 return -1;
             if (b) {
                 DDP_COST(4.0 * d->oc * (ohw + 1), 4.0 * d->oc * ohw, (double)d->oc * ohw);
@@ -186,8 +230,8 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
             }
             continue;
         }
-        if (ddp_cuda_gemm_rm_(0, 0, d->oc, (int)ld, ckk, 1.0f, w, ckk, cg, (int)ld, 0.0f, stage,
-                              (int)ld) != 0)
+        if (gemm_cols(0, 0, d->oc, (int)ld, ckk, w, ckk, cg, cols, (int)ld, 0.0f, stage,
+                      (int)ld) != 0)
             return -1;
         DDP_COST(4.0 * d->oc * (ld + (b ? 1 : 0)), 4.0 * d->oc * ld, b ? (double)d->oc * ld : 0);
         DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
@@ -238,17 +282,15 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
             dyg = stage;
         }
         if (dw) {
-            const float *xg = x + (size_t)i0 * chw, *xcol = xg;
+            const float *xg = x + (size_t)i0 * chw;
+            const void *xcol = xg;
             if (!direct) {
-                DDP_COST(4.0 * gn * chw, 4.0 * ckk * ld, 0);
-                DDP_LAUNCH_IDX(im2col_kernel, (size_t)ckk * ld, grid_for((size_t)ckk * ld),
-                               kDdpThreads, s, *d, gn, xg, col);
-                DDP_CU_LAUNCHED();
-                xcol = col;
+                if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
+                xcol = ws;
             }
             // dw[oc, ckk] (+)= dyg[oc, ld] col[ckk, ld]^T
-            if (ddp_cuda_gemm_rm_(0, 1, d->oc, ckk, (int)ld, 1.0f, dyg, (int)ld, xcol, (int)ld,
-                                  wbeta, dw, ckk) != 0)
+            if (gemm_cols(0, 1, d->oc, ckk, (int)ld, dyg, (int)ld, xcol, !direct, (int)ld, wbeta,
+                          dw, ckk) != 0)
                 return -1;
             wbeta = 1.0f;
         }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <mutex>
 #include <utility>
 
@@ -39,6 +40,8 @@ struct Log {
 };
 
 std::mutex g_mu;
+// either log on: a launch takes the lock only then (one relaxed load else)
+std::atomic<bool> g_any{false};
 bool g_on = false; // ddp_cuda_cost_record
 Log g_log;
 // ddp_cuda_cost_steps: the step running and the last complete one
@@ -57,6 +60,7 @@ void log_(ddp_cuda_cost_t e)
         e.written = p.written;
         e.flops = p.flops;
     }
+    if (!g_any.load(std::memory_order_relaxed)) return;
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_on) g_log.push(e);
     if (g_steps && g_in_step) g_cur.push(e);
@@ -118,6 +122,7 @@ void ddp_cuda_cost_record(int on)
     std::lock_guard<std::mutex> lock(g_mu);
     if (on) g_log.count = 0;
     g_on = on != 0;
+    g_any.store(g_on || g_steps, std::memory_order_relaxed);
 }
 
 size_t ddp_cuda_cost_log(const ddp_cuda_cost_t **entries)
@@ -134,6 +139,7 @@ void ddp_cuda_cost_steps(int on)
     g_cur.count = g_last.count = 0;
     g_nsteps = 0;
     g_in_step = false;
+    g_any.store(g_on || g_steps, std::memory_order_relaxed);
 }
 
 size_t ddp_cuda_cost_last_step(const ddp_cuda_cost_t **entries, long *steps)

@@ -14,6 +14,13 @@
 // not read C.  Returns 0 or -1 (failure recorded).
 int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc);
+// The same with B in bf16 already, rounded by its maker as the entry rounds
+// (ddp_f32_to_bf16, half.h): under --precision bf16 only (ddp_cuda_state_.
+// bf16_gemm; else a failure), the result bit for bit that of the entry on
+// the fp32 B.  A producer that writes its output in bf16 saves the pass
+// that would round it (the convolution's columns, conv.cu).
+int ddp_cuda_gemm_rm_b16_(int ta, int tb, int m, int n, int k, float alpha, const float *A,
+                          int lda, const uint16_t *B16, int ldb, float beta, float *C, int ldc);
 
 // Frees the bf16 scratch (ddp_cuda_shutdown).
 void ddp_cuda_gemm_release_(void);

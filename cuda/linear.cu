@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gemm.h"
+#include "half.h"
 
 namespace
 {
@@ -67,17 +68,8 @@ void bias_grad(cudaStream_t s, int n, int out, const float *dy, float *db, float
 __global__ void to_bf16_kernel(size_t count, const float *x, uint16_t *h)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float f = x[i];
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) {
-            h[i] = (uint16_t)((u >> 16) | 0x40u);
-        } else {
-            u += 0x7fffu + ((u >> 16) & 1u);
-            h[i] = (uint16_t)(u >> 16);
-        }
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        h[i] = ddp_f32_to_bf16(x[i]);
 }
 
 // The bf16 scratch: grows, never shrinks; freed by ddp_cuda_shutdown.
@@ -130,10 +122,14 @@ int ddp_cuda_grad_scale_(size_t count, float *g, float beta)
 // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets the operands
 // swapped (B first), m and n swapped, each keeping its own transpose flag
 // (a row-major [r, c] matrix with stride ld is a column-major [c, r] one).
-int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
-                      const float *B, int ldb, float beta, float *C, int ldc)
+// B16: B is bf16 already (its maker rounded it as convert_bf16 does).
+static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                    const void *B, bool B16, int ldb, float beta, float *C, int ldc)
 {
     if (m <= 0 || n <= 0) return 0;
+    if (B16 && !ddp_cuda_state_.bf16_gemm)
+        return ddp_cuda_fail_("ddp_cuda_gemm_rm_b16_", __FILE__, __LINE__,
+                              "a bf16 operand without --precision bf16");
     cublasHandle_t h = ddp_cuda_state_.blas;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -149,21 +145,38 @@ int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const fl
         DDP_COST(4.0 * (a_count + b_count) + c_read, c_bytes, flops);
         ddp_cost_gemm_("cublasSgemm", ddp_cuda_state_.tf32 ? DDP_MATH_TF32 : DDP_MATH_FP32, m, n,
                        k);
-        DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+        DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, (const float *)B, ldb, A, lda, &beta,
+                               C, ldc));
         return 0;
     }
     size_t a_bytes = (a_count * 2 + 255) / 256 * 256;
-    if (scratch_reserve(a_bytes + b_count * 2 + 2) != 0) return -1;
+    if (scratch_reserve(a_bytes + (B16 ? 0 : b_count * 2) + 2) != 0) return -1;
     uint16_t *ha = (uint16_t *)g_scratch;
-    uint16_t *hb = (uint16_t *)((char *)g_scratch + a_bytes);
+    const uint16_t *hb = (const uint16_t *)B;
     if (a_count && convert_bf16(a_count, A, ha) != 0) return -1;
-    if (b_count && convert_bf16(b_count, B, hb) != 0) return -1;
+    if (!B16) {
+        uint16_t *conv = (uint16_t *)((char *)g_scratch + a_bytes);
+        if (b_count && convert_bf16(b_count, (const float *)B, conv) != 0) return -1;
+        hb = conv;
+    }
     DDP_COST(2.0 * (a_count + b_count) + c_read, c_bytes, flops);
     ddp_cost_gemm_("cublasGemmEx", DDP_MATH_BF16, m, n, k);
     DDP_CUBLAS(cublasGemmEx(h, opb, opa, n, m, k, &alpha, hb, CUDA_R_16BF, ldb, ha, CUDA_R_16BF,
                             lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
     return 0;
+}
+
+int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
+{
+    return gemm_rm_(ta, tb, m, n, k, alpha, A, lda, B, false, ldb, beta, C, ldc);
+}
+
+int ddp_cuda_gemm_rm_b16_(int ta, int tb, int m, int n, int k, float alpha, const float *A,
+                          int lda, const uint16_t *B16, int ldb, float beta, float *C, int ldc)
+{
+    return gemm_rm_(ta, tb, m, n, k, alpha, A, lda, B16, true, ldb, beta, C, ldc);
 }
 
 extern "C" {

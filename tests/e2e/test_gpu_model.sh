@@ -2,9 +2,10 @@
 # test_gpu_model.sh -- the step model of the trainer's real step (DDP_CUDA_MODEL)
 # and the cost check on the trainer's every launch, on the CPU emulation of
 # CUDA (tests/doubles/train_emu; builds without CUDA):
-#   - DDP_CUDA_MODEL=1, 4 steps of an MLP: the model of training step 3 on
-#     stderr at exit, its GEMMs those of the step (2 forward, 2 weight
-#     gradients, 1 input gradient: the first layer's is not computed),
+#   - DDP_CUDA_MODEL=1, 5 steps of an MLP evaluated after each: the model of
+#     training step 4 on stderr at exit, its GEMMs those of the step (2
+#     forward, 2 weight gradients, 1 input gradient: the first layer's is not
+#     computed; none of the evaluation's),
 #     dropout and BatchNorm rows, every launch declared; 1 step: the line
 #     saying no step completed, and no model;
 #   - DDP_EMU_COST_CHECK=1 (emu_cost.cc: every kernel's and cuBLAS call's
@@ -24,20 +25,25 @@ export DDP_TEST_TIMEOUT=300
 "$DDPPREP" synthetic --classes 4 --features 64 --samples 800 --val 100 --seed 3 -o "$T/d.h5" \
   >/dev/null || fail "ddptrain-prep synthetic"
 "$MAKE_DECK" images "$T/img.h5" 256 || fail "make_deck images"
-mlp="--model linear:256,bn,relu,dropout:0.1,linear:auto --batch 64 --lr 0.05 --seed 5 --eval-every 0"
+# one step an epoch: an evaluation (2 batches of the 100) after every step
+"$DDPPREP" synthetic --classes 4 --features 64 --samples 64 --val 100 --seed 4 -o "$T/e.h5" \
+  >/dev/null || fail "ddptrain-prep synthetic (64 samples)"
+mlp="--model linear:256,bn,relu,dropout:0.1,linear:auto --batch 64 --lr 0.05 --seed 5"
 
-# (a) the model of the last complete step
-DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $mlp --steps 4 --device cuda >"$T/a.out" 2>"$T/a.err" ||
+# (a) the model of the last complete step (the evaluation that follows it,
+# 2 batches, is not part of it)
+DDP_CUDA_MODEL=1 "$EMU" "$T/e.h5" $mlp --steps 5 --eval-every 1 --device cuda >"$T/a.out" 2>"$T/a.err" ||
   { cat "$T/a.out" "$T/a.err"; fail "DDP_CUDA_MODEL=1: the run failed"; }
-grep -q "^# model of training step 3 of this process (DDP_CUDA_MODEL) on an H200" "$T/a.err" ||
-  { cat "$T/a.err"; fail "DDP_CUDA_MODEL=1: no model of step 3 on stderr"; }
+[ "$(grep -c '^eval ' "$T/a.out")" -ge 4 ] || { cat "$T/a.out"; fail "not an evaluation after every step"; }
+grep -q "^# model of training step 4 of this process (DDP_CUDA_MODEL) on an H200" "$T/a.err" ||
+  { cat "$T/a.err"; fail "DDP_CUDA_MODEL=1: no model of step 4 on stderr"; }
 grep -q "^# modeled step: [0-9.]* ms, [0-9]* launches" "$T/a.err" || { cat "$T/a.err"; fail "no modeled step line"; }
 grep -q "WARNING" "$T/a.err" && { cat "$T/a.err"; fail "an undeclared launch in the trainer's step"; }
 calls() { awk -v k="$1" '$1 == k { print $2 }' "$T/a.err"; }
 [ "$(calls cublasSgemm)" = 5 ] || { cat "$T/a.err"; fail "the step's GEMMs: $(calls cublasSgemm), expected 5"; }
 [ "$(calls dropout_k)" = 2 ] && [ "$(calls bn1d_stats_kernel)" = 1 ] && [ "$(calls sgd_mom_k)" = 1 ] ||
   { cat "$T/a.err"; fail "the step's dropout, BatchNorm or SGD launches are not 2, 1 and 1"; }
-DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $mlp --steps 1 --device cuda >"$T/b.out" 2>"$T/b.err" ||
+DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $mlp --steps 1 --eval-every 0 --device cuda >"$T/b.out" 2>"$T/b.err" ||
   { cat "$T/b.out" "$T/b.err"; fail "DDP_CUDA_MODEL=1 --steps 1 failed"; }
 grep -q "^# DDP_CUDA_MODEL: no training step completed" "$T/b.err" && ! grep -q "^# modeled step" "$T/b.err" ||
   { cat "$T/b.err"; fail "--steps 1: not the no-step line"; }
@@ -48,15 +54,17 @@ export DDP_EMU_COST_CHECK=1 DDP_EMU_STREAMS=sync
   --optimizer adamw --lr 1e-3 --steps 4 --accum 2 --clip-grad-norm 1 --precision bf16 \
   --eval-every 2 --device cuda >"$T/c1.out" 2>&1 || { cat "$T/c1.out"; fail "cost check: the MLP's steps"; }
 "$EMU" "$T/img.h5" --model "conv:8:3:1:1:nobias,bn,relu,maxpool:2,res(conv:8:3:1:1:nobias,bn,relu,conv:8:3:1:1:nobias,bn),relu,res(conv:16:3:2:1:nobias,bn,relu,conv:16:3:1:1:nobias,bn),relu,gap,linear:auto" \
-  --batch 32 --lr 0.05 --momentum 0.9 --steps 3 --eval-every 0 --device cuda >"$T/c2.out" 2>&1 ||
-  { cat "$T/c2.out"; fail "cost check: the residual CNN's steps"; }
+  --batch 32 --lr 0.05 --momentum 0.9 --steps 3 --eval-every 0 --device cuda >"$T/c2.out" 2>&1 &&
+"$EMU" "$T/img.h5" --model resnet18 --batch 8 --precision bf16 --steps 2 --eval-every 0 \
+  --device cuda >>"$T/c2.out" 2>&1 ||
+  { cat "$T/c2.out"; fail "cost check: the residual CNN's and ResNet-18's (bf16) steps"; }
 unset DDP_EMU_COST_CHECK DDP_EMU_STREAMS
 
 # (c) the dry run: ResNet-18's model at a real batch, nothing computed
 DDP_EMU_DRY=1 DDP_CUDA_MODEL=1 "$EMU" "$T/img.h5" --model resnet18 --batch 128 --steps 3 \
   --precision bf16 --eval-every 0 --device cuda >"$T/d.out" 2>"$T/d.err" ||
   { cat "$T/d.out" "$T/d.err"; fail "DDP_EMU_DRY=1: ResNet-18 failed"; }
-for k in im2col_kernel cublasGemmEx to_bf16_kernel bn_fwd_kernel maxpool_fwd_kernel add_k; do
+for k in im2col_bf16_kernel cublasGemmEx to_bf16_kernel bn_fwd_kernel maxpool_fwd_kernel add_k; do
   grep -q "^$k" "$T/d.err" || { cat "$T/d.err"; fail "ResNet-18's model has no $k row"; }
 done
 echo "test_gpu_model.sh: passed"

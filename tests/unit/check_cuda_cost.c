@@ -172,6 +172,16 @@ static void conv_case(ddp_cuda_conv_t d, const char *const *want)
     ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
     ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
     end_(want);
+    /* bf16 GEMMs: the columns made in bf16 */
+    ck_assert_int_eq(ddp_cuda_set_bf16_gemm(1), 0);
+    begin_();
+    ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
+    ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
+    const char *w16[] = {"cublasGemmEx", d.k == 1 && d.stride == 1 && d.pad == 0 ? NULL
+                                                                               : "im2col_bf16_kernel",
+                         NULL};
+    end_(w16);
+    ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
     ddp_cuda_free(x), ddp_cuda_free(w), ddp_cuda_free(b), ddp_cuda_free(y), ddp_cuda_free(dy);
     ddp_cuda_free(dx), ddp_cuda_free(dw), ddp_cuda_free(db), ddp_cuda_free(ws);
 }

@@ -201,6 +201,61 @@ START_TEST(linear_bf16)
 }
 END_TEST
 
+/* Convolution forward and backward with bf16 GEMM inputs (the columns made
+ * in bf16 by im2col, conv.cu) against the CPU backend's convolution on the
+ * bf16-rounded operands: y from x and w rounded, dx from w and dy rounded,
+ * dw from dy and x rounded.  Products of two bf16 values are exact in fp32,
+ * so only the fp32 accumulation over c k k (or n oh ow) terms of O(1)
+ * differs: 1e-5 relative to max(1, |ref|), as linear_bf16.  Shapes: samples
+ * grouped into one GEMM (3x3, padding), a stride of 2, and a direct 1x1
+ * (no im2col: the fp32 input converted by the GEMM entry).  That the
+ * inputs were rounded at all: the fp32 result is off by more than 1e-3. */
+START_TEST(conv_bf16)
+{
+    test_seed(9);
+    const conv_dims_t shapes[] = {conv_dims_(5, 4, 9, 9, 6, 3, 1, 1),
+                                  conv_dims_(3, 3, 11, 11, 5, 3, 2, 1),
+                                  conv_dims_(1, 4, 8, 8, 3, 1, 1, 0)};
+    const compute_ops_t *C = &compute_cpu_ops;
+    double off32 = 0;
+    for (int sh = 0; sh < 3; sh++) {
+        const conv_dims_t *d = &shapes[sh];
+        const size_t xn = conv_xn_(d), wn = (size_t)d->oc * d->c * d->k * d->k,
+                     yn = (size_t)d->n * d->oc * d->oh * d->ow;
+        float *x = test_fvec(xn, 2), *w = test_fvec(wn, 1), *b = test_fvec(d->oc, 1),
+              *dy = test_fvec(yn, 1);
+        float *xr = fzero_(xn), *wr = fzero_(wn), *dyr = fzero_(yn);
+        for (size_t i = 0; i < xn; i++) xr[i] = bf16r_(x[i]);
+        for (size_t i = 0; i < wn; i++) wr[i] = bf16r_(w[i]);
+        for (size_t i = 0; i < yn; i++) dyr[i] = bf16r_(dy[i]);
+        float *y = fconst_(yn, NAN), *dx = fconst_(xn, NAN), *dw = fconst_(wn, NAN),
+              *db = fzero_(d->oc), *ry = fzero_(yn), *r32 = fzero_(yn), *rdx = fzero_(xn),
+              *rdw = fzero_(wn), *rdb = fzero_(d->oc);
+        void *cws = C->alloc(C->conv_ws_bytes(d)), *ws = B->alloc(B->conv_ws_bytes(d));
+        C->conv_fwd(d, xr, wr, b, ry, cws);
+        C->conv_fwd(d, x, w, b, r32, cws);
+        C->conv_bwd(d, xr, wr, dyr, rdx, rdw, rdb, 0.0f, cws);
+        ck_assert_int_eq(ddp_cuda_set_bf16_gemm(1), 0);
+        B->conv_fwd(d, x, w, b, y, ws);
+        B->conv_bwd(d, x, w, dy, dx, dw, db, 0.0f, ws);
+        ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
+        char what[64];
+        snprintf(what, sizeof what, "bf16 conv %d y", sh);
+        assert_close_v_(y, ry, yn, 1e-5, what);
+        snprintf(what, sizeof what, "bf16 conv %d dx", sh);
+        assert_close_v_(dx, rdx, xn, 1e-5, what);
+        snprintf(what, sizeof what, "bf16 conv %d dw", sh);
+        assert_close_v_(dw, rdw, wn, 1e-5, what);
+        for (size_t i = 0; i < yn; i++) off32 = fmax(off32, fabs((double)y[i] - r32[i]));
+        C->free(cws), B->free(ws);
+        free(x), free(w), free(b), free(dy), free(xr), free(wr), free(dyr), free(y), free(dx);
+        free(dw), free(db), free(ry), free(r32), free(rdx), free(rdw), free(rdb);
+    }
+    ck_assert_msg(off32 > 1e-3, "bf16 conv y within %g of the fp32 result: inputs not rounded",
+                  off32);
+}
+END_TEST
+
 /* --precision tf32 (ddp_cuda_set_tf32): linear forward and backward against
  * naive loops in double over the TF32-rounded operands.  A GPU may truncate
  * instead of rounding (each operand off by less than 2^-10 relative, a
@@ -358,6 +413,7 @@ Suite *test_suite(void)
     TCase *tb = tcase_create("cuda-only");
     tcase_add_checked_fixture(tb, NULL, bf16_off_);
     tcase_add_test(tb, linear_bf16);
+    tcase_add_test(tb, conv_bf16);
     tcase_add_test(tb, linear_tf32);
     tcase_add_test(tb, cuda_error_record);
     tcase_add_test(tb, conv_groups);
