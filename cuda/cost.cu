@@ -66,6 +66,17 @@ void log_(ddp_cuda_cost_t e)
     if (g_steps && g_in_step) g_cur.push(e);
 }
 
+// An entry of kind and math named name, its numbers zero.
+ddp_cuda_cost_t entry_(const char *name, ddp_cuda_cost_kind_t kind, ddp_cuda_math_t math)
+{
+    ddp_cuda_cost_t e;
+    memset(&e, 0, sizeof e);
+    e.name = name;
+    e.kind = kind;
+    e.math = math;
+    return e;
+}
+
 } // namespace
 
 void ddp_cost_declare_(double read, double written, double flops)
@@ -78,11 +89,7 @@ void ddp_cost_declare_(double read, double written, double flops)
 
 void ddp_cost_launch_(const char *kernel, dim3 grid, dim3 block)
 {
-    ddp_cuda_cost_t e;
-    memset(&e, 0, sizeof e);
-    e.name = kernel;
-    e.kind = DDP_COST_KERNEL;
-    e.math = DDP_MATH_FP32;
+    ddp_cuda_cost_t e = entry_(kernel, DDP_COST_KERNEL, DDP_MATH_FP32);
     e.blocks = (unsigned long long)grid.x * grid.y * grid.z;
     e.threads = block.x * block.y * block.z;
     log_(e);
@@ -93,11 +100,7 @@ void ddp_cost_launch_(const char *kernel, dim3 grid, dim3 block)
 // too few for the SMs (a weight gradient: C small, k the batch's pixels).
 void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long long n, long long k)
 {
-    ddp_cuda_cost_t e;
-    memset(&e, 0, sizeof e);
-    e.name = name;
-    e.kind = DDP_COST_GEMM;
-    e.math = math;
+    ddp_cuda_cost_t e = entry_(name, DDP_COST_GEMM, math);
     unsigned long long tiles =
         (unsigned long long)((m + 127) / 128) * (unsigned long long)((n + 127) / 128);
     e.blocks = tiles * (unsigned long long)(k > 512 ? k / 512 : 1);
@@ -107,12 +110,7 @@ void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long lo
 void ddp_cost_copy_(const char *name, double read, double written)
 {
     t_pending = Pending{true, read, written, 0}; // not the emulation's: copies are not checked
-    ddp_cuda_cost_t e;
-    memset(&e, 0, sizeof e);
-    e.name = name;
-    e.kind = DDP_COST_COPY;
-    e.math = DDP_MATH_FP32;
-    log_(e);
+    log_(entry_(name, DDP_COST_COPY, DDP_MATH_FP32));
 }
 
 extern "C" {
@@ -161,6 +159,7 @@ void ddp_cost_phase_(const char *range)
                                         "end-of-step work"};
     static const char *const kOther[] = {"start-up", "evaluation", "checkpoint", "save",
                                          "finishing", "aborting"};
+    if (!g_any.load(std::memory_order_relaxed)) return; // no lock on every range while off
     std::lock_guard<std::mutex> lock(g_mu);
     if (!g_steps || !range || strncmp(range, "ddptrain ", 9) != 0) return;
     const char *phase = range + 9;
