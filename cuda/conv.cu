@@ -7,8 +7,11 @@
 // pixel sums the columns that read it: no atomics, deterministic).  Under
 // --precision bf16 im2col writes the columns in bf16, rounded as the GEMM
 // entry rounds its inputs, so the GEMM takes them as they are
-// (ddp_cuda_gemm_rm_b16_): the same bits as converting fp32 columns, one
-// pass over them fewer.
+// (ddp_cuda_gemm_rm16_): the same bits as converting fp32 columns, one
+// pass over them fewer.  The weight is rounded once per forward (for all
+// groups; kept in the memo for the backward, bf16.h) and each group's
+// output gradient once for both of its GEMMs (gathered straight to bf16).
+#include "bf16.h"
 #include "gemm.h"
 #include "half.h"
 
@@ -84,14 +87,13 @@ int im2col(const ddp_cuda_conv_t *d, int gn, const float *xg, void *ws, size_t c
 }
 
 // dst[m, n] (+)= A B with B the columns of im2col (fp32 or bf16, as it wrote
-// them) or, where no im2col ran (a direct 1x1), the fp32 input itself.
-int gemm_cols(int ta, int tb, int m, int n, int k, const float *A, int lda, const void *B,
-              bool cols, int ldb, float beta, float *C, int ldc)
+// them) or, where no im2col ran (a direct 1x1), the fp32 input itself; A
+// fp32, or bf16 when a16.
+int gemm_cols(int ta, int tb, int m, int n, int k, const void *A, bool a16, int lda,
+              const void *B, bool cols, int ldb, float beta, float *C, int ldc)
 {
-    if (cols && ddp_cuda_state_.bf16_gemm)
-        return ddp_cuda_gemm_rm_b16_(ta, tb, m, n, k, 1.0f, A, lda, (const uint16_t *)B, ldb, beta,
-                                     C, ldc);
-    return ddp_cuda_gemm_rm_(ta, tb, m, n, k, 1.0f, A, lda, (const float *)B, ldb, beta, C, ldc);
+    const bool b16 = cols && ddp_cuda_state_.bf16_gemm;
+    return ddp_cuda_gemm_rm16_(ta, tb, m, n, k, 1.0f, A, a16, lda, B, b16, ldb, beta, C, ldc);
 }
 
 // dx[gn, c, h, w] = the sum of the columns that read each pixel (col2im).
@@ -144,17 +146,28 @@ template <class I> __global__ void bias_add_kernel(int oc, size_t ohw_, const fl
     DDP_GRID_STRIDE(I, idx, count) y[idx] += b[idx / ohw];
 }
 
+// Where element idx of dy[gn, oc, ohw] goes in stage[oc, gn*ohw].
+template <class I> __device__ inline I gather_at(I idx, int oc, I ohw, I ld)
+{
+    I plane = idx / ohw, p = idx - plane * ohw;
+    int gi = (int)(plane / oc), o = (int)plane - gi * oc;
+    return (I)o * ld + (I)gi * ohw + p;
+}
+
 // stage[oc, gn*ohw] = dy[gn, oc, ohw]
 template <class I>
 __global__ void gather_kernel(int gn, int oc, size_t ohw_, const float *dy, float *stage)
 {
     const I ohw = (I)ohw_, ld = (I)gn * ohw, count = (I)gn * oc * ohw;
-    DDP_GRID_STRIDE(I, idx, count)
-    {
-        I plane = idx / ohw, p = idx - plane * ohw;
-        int gi = (int)(plane / oc), o = (int)plane - gi * oc;
-        stage[(I)o * ld + (I)gi * ohw + p] = dy[idx];
-    }
+    DDP_GRID_STRIDE(I, idx, count) stage[gather_at<I>(idx, oc, ohw, ld)] = dy[idx];
+}
+
+// The same in bf16, rounded as the GEMM entry rounds (bf16 GEMMs)
+template <class I>
+__global__ void gather_bf16_kernel(int gn, int oc, size_t ohw_, const float *dy, uint16_t *stage)
+{
+    const I ohw = (I)ohw_, ld = (I)gn * ohw, count = (I)gn * oc * ohw;
+    DDP_GRID_STRIDE(I, idx, count) stage[gather_at<I>(idx, oc, ohw, ld)] = ddp_f32_to_bf16(dy[idx]);
 }
 
 // db[o] = beta db[o] + sum over samples (in order) of the double sum of the
@@ -207,6 +220,13 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const size_t ohw = (size_t)d->oh * d->ow, chw = (size_t)d->c * d->h * d->w;
     const int ckk = d->c * d->k * d->k, g = conv_group(d);
     float *stage = (float *)ws + (size_t)ckk * g * ohw;
+    const void *wq = w; // bf16: rounded once for every group, kept for the backward
+    const bool w16 = ddp_cuda_state_.bf16_gemm != 0;
+    if (w16) {
+        const uint16_t *h, *none;
+        if (ddp_bf16_memo_put_(w, (size_t)d->oc * ckk, nullptr, 0, &h, &none) != 0) return -1;
+        wq = h;
+    }
     for (int i0 = 0; i0 < d->n; i0 += g) {
         int gn = d->n - i0 < g ? d->n - i0 : g;
         size_t ld = (size_t)gn * ohw;
@@ -219,7 +239,7 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         }
         if (gn == 1) {
             float *yi = y + (size_t)i0 * d->oc * ohw;
-            if (gemm_cols(0, 0, d->oc, (int)ohw, ckk, w, ckk, cg, cols, (int)ld, 0.0f, yi,
+            if (gemm_cols(0, 0, d->oc, (int)ohw, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, yi,
                           (int)ohw) != 0)
                 return -1;
             if (b) {
@@ -230,7 +250,7 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
             }
             continue;
         }
-        if (gemm_cols(0, 0, d->oc, (int)ld, ckk, w, ckk, cg, cols, (int)ld, 0.0f, stage,
+        if (gemm_cols(0, 0, d->oc, (int)ld, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, stage,
                       (int)ld) != 0)
             return -1;
         DDP_COST(4.0 * d->oc * (ld + (b ? 1 : 0)), 4.0 * d->oc * ld, b ? (double)d->oc * ld : 0);
@@ -268,18 +288,41 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         DDP_LAUNCH(conv_bias_grad_kernel, blocks, kDdpThreads, s, d->n, d->oc, ohw, dy, db, beta);
         DDP_CU_LAUNCHED();
     }
+    // bf16: the weight as the forward rounded it (the memo, or by the GEMM
+    // entry where it has none), each group's dy rounded once for both GEMMs
+    const bool b16 = ddp_cuda_state_.bf16_gemm != 0;
+    const void *wq = w;
+    bool w16 = false;
+    if (b16 && dx) {
+        const uint16_t *h, *none;
+        ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, nullptr, 0, &h, &none);
+        if (h) wq = h, w16 = true;
+    }
     float wbeta = beta;
     for (int i0 = 0; i0 < d->n; i0 += g) {
         int gn = d->n - i0 < g ? d->n - i0 : g;
-        size_t ld = (size_t)gn * ohw;
+        size_t ld = (size_t)gn * ohw, count = (size_t)d->oc * ld;
         const int direct = conv_direct(d, gn);
         const float *dyg = dy + (size_t)i0 * d->oc * ohw; // [oc, ohw] for one sample
-        if (gn > 1) {
-            DDP_COST(4.0 * d->oc * ld, 4.0 * d->oc * ld, 0);
-            DDP_LAUNCH_IDX(gather_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
-                           kDdpThreads, s, gn, d->oc, ohw, dyg, stage);
+        const void *dyq = dyg;
+        if (b16) {
+            uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, count * 2);
+            if (!h) return -1;
+            if (gn > 1) {
+                DDP_COST(4.0 * count, 2.0 * count, 0);
+                DDP_LAUNCH_IDX(gather_bf16_kernel, count, grid_for(count), kDdpThreads, s, gn,
+                               d->oc, ohw, dyg, h);
+                DDP_CU_LAUNCHED();
+            } else if (ddp_bf16_convert_(count, dyg, h) != 0) {
+                return -1;
+            }
+            dyq = h;
+        } else if (gn > 1) {
+            DDP_COST(4.0 * count, 4.0 * count, 0);
+            DDP_LAUNCH_IDX(gather_kernel, count, grid_for(count), kDdpThreads, s, gn, d->oc, ohw,
+                           dyg, stage);
             DDP_CU_LAUNCHED();
-            dyg = stage;
+            dyq = stage;
         }
         if (dw) {
             const float *xg = x + (size_t)i0 * chw;
@@ -289,8 +332,8 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                 xcol = ws;
             }
             // dw[oc, ckk] (+)= dyg[oc, ld] col[ckk, ld]^T
-            if (gemm_cols(0, 1, d->oc, ckk, (int)ld, dyg, (int)ld, xcol, !direct, (int)ld, wbeta,
-                          dw, ckk) != 0)
+            if (gemm_cols(0, 1, d->oc, ckk, (int)ld, dyq, b16, (int)ld, xcol, !direct, (int)ld,
+                          wbeta, dw, ckk) != 0)
                 return -1;
             wbeta = 1.0f;
         }
@@ -298,8 +341,8 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
             // dcol[ckk, ld] = w[oc, ckk]^T dyg[oc, ld], then col2im (direct: dx itself)
             float *dxg = dx + (size_t)i0 * chw;
             float *dcol = direct ? dxg : col;
-            if (ddp_cuda_gemm_rm_(1, 0, ckk, (int)ld, d->oc, 1.0f, w, ckk, dyg, (int)ld, 0.0f, dcol,
-                                  (int)ld) != 0)
+            if (ddp_cuda_gemm_rm16_(1, 0, ckk, (int)ld, d->oc, 1.0f, wq, w16, ckk, dyq, b16,
+                                    (int)ld, 0.0f, dcol, (int)ld) != 0)
                 return -1;
             if (!direct) {
                 DDP_COST(4.0 * ckk * ld, 4.0 * gn * chw, (double)ckk * ld);

@@ -1,8 +1,8 @@
 // gemm.h -- the backend's one GEMM entry (linear.cu), shared by linear.cu
 // and conv.cu: row-major operands mapped onto column-major cuBLAS, fp32
 // throughout, or with ddp_cuda_state_.bf16_gemm the inputs rounded to bf16
-// (scratch the backend owns) and multiplied by cublasGemmEx with fp32
-// accumulation and fp32 output.  Queued on the compute stream.
+// (bf16.h) and multiplied by cublasGemmEx with fp32 accumulation and fp32
+// output.  Queued on the compute stream.
 #ifndef DDP_CUDA_GEMM_H
 #define DDP_CUDA_GEMM_H
 
@@ -14,16 +14,16 @@
 // not read C.  Returns 0 or -1 (failure recorded).
 int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc);
-// The same with B in bf16 already, rounded by its maker as the entry rounds
-// (ddp_f32_to_bf16, half.h): under --precision bf16 only (ddp_cuda_state_.
-// bf16_gemm; else a failure), the result bit for bit that of the entry on
-// the fp32 B.  A producer that writes its output in bf16 saves the pass
-// that would round it (the convolution's columns, conv.cu).
-int ddp_cuda_gemm_rm_b16_(int ta, int tb, int m, int n, int k, float alpha, const float *A,
-                          int lda, const uint16_t *B16, int ldb, float beta, float *C, int ldc);
-
-// Frees the bf16 scratch (ddp_cuda_shutdown).
-void ddp_cuda_gemm_release_(void);
+// The same with each operand fp32 (a16 / b16 0: rounded by the entry under
+// bf16) or bf16 already (1: rounded by its maker as the entry rounds,
+// ddp_bf16_convert_), under --precision bf16 only (else a failure); the
+// result bit for bit that of the entry on the fp32 operands.  A producer
+// that writes its output in bf16 saves the pass that would round it (the
+// convolution's columns, conv.cu), and an operand used twice is rounded
+// once (a layer's weight and input in the memo, its output gradient by both
+// backward GEMMs: bf16.h).
+int ddp_cuda_gemm_rm16_(int ta, int tb, int m, int n, int k, float alpha, const void *A, int a16,
+                        int lda, const void *B, int b16, int ldb, float beta, float *C, int ldc);
 
 // g[count] = beta g (beta == 0: zero without reading g); on the compute stream.
 int ddp_cuda_grad_scale_(size_t count, float *g, float beta);

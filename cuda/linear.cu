@@ -1,11 +1,12 @@
 // linear.cu -- dense layers (ddp_cuda_linear_fwd/bwd) and the backend's GEMM
 // entry (gemm.h): row-major tensors on column-major cuBLAS, in fp32 or with
-// bf16 inputs (ddp_cuda_state_.bf16_gemm), bias add and bias gradient as
+// bf16 inputs (ddp_cuda_state_.bf16_gemm; the forward's rounded weight and
+// input kept for the backward, bf16.h), bias add and bias gradient as
 // kernels (the gradient as fixed-shape column tiles: deterministic).
 #include <cstring>
 
+#include "bf16.h"
 #include "gemm.h"
-#include "half.h"
 
 namespace
 {
@@ -64,50 +65,7 @@ void bias_grad(cudaStream_t s, int n, int out, const float *dy, float *db, float
     DDP_LAUNCH(bias_grad_kernel, blocks, dim3(kBiasCols, kBiasLanes), s, n, out, dy, db, beta);
 }
 
-// h[i] = bf16(x[i]), round to nearest even, NaN stays a (quiet) NaN
-__global__ void to_bf16_kernel(size_t count, const float *x, uint16_t *h)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x)
-        h[i] = ddp_f32_to_bf16(x[i]);
-}
-
-// The bf16 scratch: grows, never shrinks; freed by ddp_cuda_shutdown.
-void *g_scratch = nullptr;
-size_t g_scratch_bytes = 0;
-
-int scratch_reserve(size_t bytes)
-{
-    if (bytes <= g_scratch_bytes) return 0;
-    if (g_scratch) {
-        // cudaFree waits for the device: GEMMs queued on the old scratch are done.
-        DDP_CU(cudaFree(g_scratch));
-        g_scratch = nullptr;
-        g_scratch_bytes = 0;
-    }
-    size_t want = bytes + bytes / 4; // room to grow a little without reallocating
-    DDP_CU(cudaMalloc(&g_scratch, want));
-    g_scratch_bytes = want;
-    return 0;
-}
-
-int convert_bf16(size_t count, const float *x, uint16_t *h)
-{
-    DDP_COST(4.0 * count, 2.0 * count, 0);
-    DDP_LAUNCH(to_bf16_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x,
-               h);
-    DDP_CU_LAUNCHED();
-    return 0;
-}
-
 } // namespace
-
-void ddp_cuda_gemm_release_(void)
-{
-    if (g_scratch) cudaFree(g_scratch);
-    g_scratch = nullptr;
-    g_scratch_bytes = 0;
-}
 
 int ddp_cuda_grad_scale_(size_t count, float *g, float beta)
 {
@@ -122,13 +80,14 @@ int ddp_cuda_grad_scale_(size_t count, float *g, float beta)
 // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets the operands
 // swapped (B first), m and n swapped, each keeping its own transpose flag
 // (a row-major [r, c] matrix with stride ld is a column-major [c, r] one).
-// B16: B is bf16 already (its maker rounded it as convert_bf16 does).
-static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
-                    const void *B, bool B16, int ldb, float beta, float *C, int ldc)
+// A16 / B16: the operand is bf16 already (its maker rounded it as
+// ddp_bf16_convert_ does); the others are fp32, rounded here under bf16.
+static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const void *A, bool A16,
+                    int lda, const void *B, bool B16, int ldb, float beta, float *C, int ldc)
 {
     if (m <= 0 || n <= 0) return 0;
-    if (B16 && !ddp_cuda_state_.bf16_gemm)
-        return ddp_cuda_fail_("ddp_cuda_gemm_rm_b16_", __FILE__, __LINE__,
+    if ((A16 || B16) && !ddp_cuda_state_.bf16_gemm)
+        return ddp_cuda_fail_("ddp_cuda_gemm_rm16_", __FILE__, __LINE__,
                               "a bf16 operand without --precision bf16");
     cublasHandle_t h = ddp_cuda_state_.blas;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -142,22 +101,28 @@ static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const floa
     double c_bytes = 4.0 * ((double)(m - 1) * ldc + n), flops = 2.0 * m * n * k;
     double c_read = beta != 0.0f ? c_bytes : 0;
     if (!ddp_cuda_state_.bf16_gemm) {
+        const float *A32 = (const float *)A, *B32 = (const float *)B;
         DDP_COST(4.0 * (a_count + b_count) + c_read, c_bytes, flops);
         ddp_cost_gemm_("cublasSgemm", ddp_cuda_state_.tf32 ? DDP_MATH_TF32 : DDP_MATH_FP32, m, n,
                        k);
-        DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, (const float *)B, ldb, A, lda, &beta,
-                               C, ldc));
+        DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, B32, ldb, A32, lda, &beta, C, ldc));
         return 0;
     }
-    size_t a_bytes = (a_count * 2 + 255) / 256 * 256;
-    if (scratch_reserve(a_bytes + (B16 ? 0 : b_count * 2) + 2) != 0) return -1;
-    uint16_t *ha = (uint16_t *)g_scratch;
-    const uint16_t *hb = (const uint16_t *)B;
-    if (a_count && convert_bf16(a_count, A, ha) != 0) return -1;
-    if (!B16) {
-        uint16_t *conv = (uint16_t *)((char *)g_scratch + a_bytes);
-        if (b_count && convert_bf16(b_count, (const float *)B, conv) != 0) return -1;
-        hb = conv;
+    const void *ha = A, *hb = B;
+    size_t a_bytes = A16 ? 0 : (a_count * 2 + 255) / 256 * 256;
+    size_t b_bytes = B16 ? 0 : b_count * 2;
+    if (a_bytes + b_bytes) {
+        char *scratch = (char *)ddp_bf16_scratch_(DDP_BF16_GEMM_IN, a_bytes + b_bytes + 2);
+        if (!scratch) return -1;
+        if (!A16) {
+            if (ddp_bf16_convert_(a_count, (const float *)A, (uint16_t *)scratch) != 0) return -1;
+            ha = scratch;
+        }
+        if (!B16) {
+            uint16_t *conv = (uint16_t *)(scratch + a_bytes);
+            if (ddp_bf16_convert_(b_count, (const float *)B, conv) != 0) return -1;
+            hb = conv;
+        }
     }
     DDP_COST(2.0 * (a_count + b_count) + c_read, c_bytes, flops);
     ddp_cost_gemm_("cublasGemmEx", DDP_MATH_BF16, m, n, k);
@@ -170,13 +135,13 @@ static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const floa
 int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc)
 {
-    return gemm_rm_(ta, tb, m, n, k, alpha, A, lda, B, false, ldb, beta, C, ldc);
+    return gemm_rm_(ta, tb, m, n, k, alpha, A, false, lda, B, false, ldb, beta, C, ldc);
 }
 
-int ddp_cuda_gemm_rm_b16_(int ta, int tb, int m, int n, int k, float alpha, const float *A,
-                          int lda, const uint16_t *B16, int ldb, float beta, float *C, int ldc)
+int ddp_cuda_gemm_rm16_(int ta, int tb, int m, int n, int k, float alpha, const void *A, int a16,
+                        int lda, const void *B, int b16, int ldb, float beta, float *C, int ldc)
 {
-    return gemm_rm_(ta, tb, m, n, k, alpha, A, lda, B16, true, ldb, beta, C, ldc);
+    return gemm_rm_(ta, tb, m, n, k, alpha, A, a16 != 0, lda, B, b16 != 0, ldb, beta, C, ldc);
 }
 
 extern "C" {
@@ -198,7 +163,13 @@ int ddp_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, 
         if (!b) DDP_CU(cudaMemsetAsync(y, 0, count * sizeof *y, s));
         return 0;
     }
-    return ddp_cuda_gemm_rm_(0, 1, n, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out);
+    const float beta = b ? 1.0f : 0.0f;
+    if (!ddp_cuda_state_.bf16_gemm)
+        return ddp_cuda_gemm_rm_(0, 1, n, out, in, 1.0f, x, in, w, in, beta, y, out);
+    // bf16: the weight and the input rounded into the memo, for the backward too
+    const uint16_t *w16, *x16;
+    if (ddp_bf16_memo_put_(w, (size_t)out * in, x, (size_t)n * in, &w16, &x16) != 0) return -1;
+    return ddp_cuda_gemm_rm16_(0, 1, n, out, in, 1.0f, x16, 1, in, w16, 1, in, beta, y, out);
 }
 
 // dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w
@@ -223,13 +194,28 @@ int ddp_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, 
         if (dx) DDP_CU(cudaMemsetAsync(dx, 0, (size_t)n * in * sizeof *dx, s));
         return 0;
     }
-    if (dw && ddp_cuda_gemm_rm_(1, 0, out, in, n, 1.0f, dy, out, x, in, beta, dw, in) != 0)
+    // bf16: dy rounded once for both GEMMs; x and w as the forward rounded
+    // them (the memo), or rounded by the GEMM entry where the memo has none
+    const void *dyq = dy, *xq = x, *wq = w;
+    int dy16 = 0, x16 = 0, w16 = 0;
+    if (ddp_cuda_state_.bf16_gemm && (dw || dx)) {
+        const uint16_t *xm, *wm;
+        ddp_bf16_memo_get_(w, (size_t)out * in, x, (size_t)n * in, &wm, &xm);
+        if (xm) xq = xm, x16 = 1;
+        if (wm) wq = wm, w16 = 1;
+        uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, (size_t)n * out * 2);
+        if (!h || ddp_bf16_convert_((size_t)n * out, dy, h) != 0) return -1;
+        dyq = h, dy16 = 1;
+    }
+    if (dw && ddp_cuda_gemm_rm16_(1, 0, out, in, n, 1.0f, dyq, dy16, out, xq, x16, in, beta, dw,
+                                  in) != 0)
         return -1;
     if (db) {
         bias_grad(s, n, out, dy, db, beta);
         DDP_CU_LAUNCHED();
     }
-    if (dx && ddp_cuda_gemm_rm_(0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in) != 0)
+    if (dx && ddp_cuda_gemm_rm16_(0, 0, n, in, out, 1.0f, dyq, dy16, out, wq, w16, in, 0.0f, dx,
+                                  in) != 0)
         return -1;
     return 0;
 }

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bf16.h"
 #include "ddp_cuda_rt.h"
-#include "gemm.h"
 
 #include <nvtx3/nvToolsExt.h>
 
@@ -140,6 +140,7 @@ int ddp_cuda_bound_device(void)
 int ddp_cuda_set_bf16_gemm(int on)
 {
     ddp_cuda_state_.bf16_gemm = on ? 1 : 0;
+    ddp_bf16_memo_forget_();
     return 0;
 }
 
@@ -173,7 +174,7 @@ void ddp_cuda_shutdown(void)
     if (ddp_cuda_state_.device < 0) return;
     cudaStreamSynchronize(ddp_cuda_state_.stream);
     cudaStreamSynchronize(ddp_cuda_state_.copy_stream);
-    ddp_cuda_gemm_release_();
+    ddp_bf16_release_();
     if (ddp_cuda_state_.blas) cublasDestroy(ddp_cuda_state_.blas);
     cudaStreamDestroy(ddp_cuda_state_.copy_stream);
     cudaStreamDestroy(ddp_cuda_state_.stream);
@@ -210,6 +211,7 @@ int ddp_cuda_free(void *p)
     // Work queued on the streams may still use p; cudaFree waits for the
     // device, as the contract's "free" expects.
     DDP_CU(cudaFree(p));
+    ddp_bf16_memo_forget_(); // p's addresses may come back with other data
     return 0;
 }
 

@@ -15,7 +15,10 @@
 #     --accum, --clip-grad-norm, the evaluation and the non-finite guard run
 #     to the end;
 #   - DDP_EMU_DRY=1: ResNet-18's model, its convolutions (im2col, bf16
-#     GEMMs) in the table, with no kernel run.
+#     GEMMs) in the table, with no kernel run;
+#   - --precision bf16: a value used by two GEMMs is rounded once (the
+#     forward's weight and input kept for the backward, the output gradient
+#     shared by the backward's two GEMMs), counted in the model's table.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -67,4 +70,14 @@ DDP_EMU_DRY=1 DDP_CUDA_MODEL=1 "$EMU" "$T/img.h5" --model resnet18 --batch 128 -
 for k in im2col_bf16_kernel cublasGemmEx to_bf16_kernel bn_fwd_kernel maxpool_fwd_kernel add_k; do
   grep -q "^$k" "$T/d.err" || { cat "$T/d.err"; fail "ResNet-18's model has no $k row"; }
 done
+# (d) bf16: each value rounded once (cuda/bf16.h): a step of 3 dense layers
+# rounds each layer's weight and input in its forward (6) and each layer's
+# output gradient once in its backward (3): 9 roundings for 8 GEMMs (a
+# backward that rounded its weight and input again would make 14)
+DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" --model linear:256,relu,linear:256,relu,linear:auto --batch 64 \
+  --optimizer adamw --lr 1e-3 --steps 3 --precision bf16 --eval-every 0 --device cuda \
+  >"$T/e.out" 2>"$T/e.err" || { cat "$T/e.out" "$T/e.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP failed"; }
+ecalls() { awk -v k="$1" '$1 == k { print $2 }' "$T/e.err"; }
+[ "$(ecalls cublasGemmEx)" = 8 ] && [ "$(ecalls to_bf16_kernel)" = 9 ] ||
+  { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls cublasGemmEx) GEMMs and $(ecalls to_bf16_kernel) roundings, expected 8 and 9"; }
 echo "test_gpu_model.sh: passed"

@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 
 extern "C" Suite *test_suite(void);
+extern "C" void test_child_aborts(void (*body)(void *), void *arg, char *msg, size_t cap); // tests.h
 
 // ---- helpers ---------------------------------------------------------------
 
@@ -283,33 +284,17 @@ START_TEST(test_thread_indices)
 }
 END_TEST
 
-// Run `launch` in a child process with stderr to a pipe; it must abort with
+// Run `launch` in a child process (test_child_aborts); it must abort with
 // every string of `want` in its message.
 template <class F> static void expect_abort(F launch, std::vector<const char *> want)
 {
-    int pipefd[2];
-    ck_assert_int_eq(pipe(pipefd), 0);
-    fflush(stderr);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(pipefd[1], 2);
-        close(pipefd[0]);
-        launch();
-        cudaDeviceSynchronize();
-        _exit(0); // not reached: the launch aborts
-    }
-    close(pipefd[1]);
-    char msg[2048] = {0};
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof msg - 1 && (r = read(pipefd[0], msg + got, sizeof msg - 1 - got)) > 0)
-        got += (size_t)r;
-    close(pipefd[0]);
-    int status = 0;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
-                  "no abort (status 0x%x): %s", status, msg);
+    char msg[2048];
+    test_child_aborts(
+        [](void *p) {
+            (*static_cast<F *>(p))();
+            cudaDeviceSynchronize();
+        },
+        &launch, msg, sizeof msg);
     for (const char *w : want) ck_assert_msg(strstr(msg, w), "'%s' not in: %s", w, msg);
 }
 

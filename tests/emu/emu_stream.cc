@@ -202,6 +202,24 @@ extern "C" void ddp_emu_stream_deliver(void *stream, void *dst, void *src, size_
     });
 }
 
+extern "C" void ddp_emu_stream_check_(cudaStream_t stream, void (*run)(void *),
+                                      void (*destroy)(void *), void *arg)
+{
+    bool dry;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        dry = cfg_locked().dry;
+    }
+    if (dry) {
+        destroy(arg);
+        return;
+    }
+    submit(stream, [=]() {
+        run(arg);
+        destroy(arg);
+    });
+}
+
 // ---- streams and events ------------------------------------------------------
 
 extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags)

@@ -125,8 +125,10 @@ static void dfree_(void *d)
     CU(ddp_cuda_free(d));
 }
 
-/* the same bits, element by element (NaN payloads included) */
-static void same_bits_(const char *what, const void *got, const void *ref, size_t n, size_t elem)
+/* the same bits, element by element (NaN payloads included), as `ref`
+ * computed by `by` */
+static void same_bits_by_(const char *what, const void *got, const void *ref, size_t n,
+                          size_t elem, const char *by)
 {
     const unsigned char *g = got, *r = ref;
     for (size_t i = 0; i < n; i++)
@@ -134,9 +136,13 @@ static void same_bits_(const char *what, const void *got, const void *ref, size_
             uint32_t a = 0, b = 0;
             memcpy(&a, g + i * elem, elem < 4 ? elem : 4);
             memcpy(&b, r + i * elem, elem < 4 ? elem : 4);
-            ck_abort_msg("%s: element %zu of %zu: 0x%08x, the CPU backend 0x%08x", what, i, n, a,
-                         b);
+            ck_abort_msg("%s: element %zu of %zu: 0x%08x, %s 0x%08x", what, i, n, a, by, b);
         }
+}
+
+static void same_bits_(const char *what, const void *got, const void *ref, size_t n, size_t elem)
+{
+    same_bits_by_(what, got, ref, n, elem, "the CPU backend");
 }
 
 static double ulp_(float r)
@@ -1093,6 +1099,152 @@ END_TEST
 
 /* ---- the suite -------------------------------------------------------- */
 
+/* ---- bf16: the forward's copies kept for the backward (cuda/bf16.h) ---- */
+
+/* A layer on device buffers: its input and weight, and copies of them at
+ * other addresses (xc, wc: never seen by a forward, so a backward with them
+ * rounds its operands itself). */
+typedef struct memo_layer {
+    int conv;
+    ddp_cuda_conv_t g;
+    int n, in, out;         /* linear */
+    size_t nx, nw, ny;      /* elements of x, w, y */
+    float *x, *xc, *x2, *w, *wc, *b, *dy, *y, *dx, *dw, *db, *ws; /* device */
+} memo_layer_t;
+
+static void memo_layer_init_(memo_layer_t *L, int conv)
+{
+    memset(L, 0, sizeof *L);
+    L->conv = conv;
+    if (conv) {
+        /* 5 samples of 3x9x9, 3x3 stride 2 pad 1: groups of samples */
+        L->g = (ddp_cuda_conv_t){5, 3, 9, 9, 6, 3, 2, 1, 5, 5};
+        L->nx = (size_t)5 * 3 * 9 * 9, L->nw = (size_t)6 * 3 * 3 * 3, L->ny = (size_t)5 * 6 * 5 * 5;
+    } else {
+        L->n = 37, L->in = 29, L->out = 11;
+        L->nx = (size_t)37 * 29, L->nw = (size_t)11 * 29, L->ny = (size_t)37 * 11;
+    }
+    float *h[] = {test_fvec(L->nx, 1.0f), test_fvec(L->nx, 1.0f), test_fvec(L->nw, 0.5f),
+                  test_fvec(L->ny, 1.0f)};
+    L->x = dput_(h[0], L->nx * 4), L->xc = dput_(h[0], L->nx * 4), L->x2 = dput_(h[1], L->nx * 4);
+    L->w = dput_(h[2], L->nw * 4), L->wc = dput_(h[2], L->nw * 4), L->dy = dput_(h[3], L->ny * 4);
+    L->b = dput_(NULL, 64 * 4), L->y = dput_(NULL, L->ny * 4), L->dx = dput_(NULL, L->nx * 4);
+    L->dw = dput_(NULL, L->nw * 4), L->db = dput_(NULL, 64 * 4);
+    L->ws = dput_(NULL, conv ? ddp_cuda_conv_ws_bytes(&L->g) : 16);
+    for (size_t i = 0; i < 4; i++) free(h[i]);
+}
+
+static void memo_layer_free_(memo_layer_t *L)
+{
+    float *all[] = {L->x, L->xc, L->x2, L->w, L->wc, L->b, L->dy, L->y, L->dx, L->dw, L->db, L->ws};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dfree_(all[i]);
+}
+
+static void memo_fwd_(memo_layer_t *L, const float *x)
+{
+    if (L->conv)
+        CU(ddp_cuda_conv_fwd(&L->g, x, L->w, L->b, L->y, L->ws));
+    else
+        CU(ddp_cuda_linear_fwd(L->n, L->in, L->out, x, L->w, L->b, L->y));
+}
+
+/* The backward with input x and weight w: dx and dw into hdx, hdw. */
+static void memo_bwd_(memo_layer_t *L, const float *x, const float *w, float *hdx, float *hdw)
+{
+    if (L->conv)
+        CU(ddp_cuda_conv_bwd(&L->g, x, w, L->dy, L->dx, L->dw, L->db, 0.0f, L->ws));
+    else
+        CU(ddp_cuda_linear_bwd(L->n, L->in, L->out, x, w, L->dy, L->dx, L->dw, L->db, 0.0f));
+    dget_(hdx, L->dx, L->nx * 4);
+    dget_(hdw, L->dw, L->nw * 4);
+}
+
+/* The backward after the forward of input x, with the forward's copies,
+ * against the backward of the same values at the copies' addresses (xcopy
+ * and wc, rounded again): the same bits. */
+static void memo_same_(memo_layer_t *L, const float *x, const float *xcopy, const char *what,
+                       float *hdx, float *hdw)
+{
+    float *rdx = hnew_(L->nx * 4), *rdw = hnew_(L->nw * 4);
+    memo_fwd_(L, L->x);
+    memo_bwd_(L, x, L->w, hdx, hdw);
+    memo_bwd_(L, xcopy, L->wc, rdx, rdw);
+    char part[160];
+    snprintf(part, sizeof part, "%s %s dx", L->conv ? "conv" : "linear", what);
+    same_bits_by_(part, hdx, rdx, L->nx, 4, "rounded again");
+    snprintf(part, sizeof part, "%s %s dw", L->conv ? "conv" : "linear", what);
+    same_bits_by_(part, hdw, rdw, L->nw, 4, "rounded again");
+    free(rdx), free(rdw);
+}
+
+static int differs_(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof *a) != 0;
+}
+
+/* Under --precision bf16 a layer's backward multiplies by the copies of its
+ * weight and input its forward rounded: the same bits as rounding them
+ * again; a forward after the weight changed (the optimizer's step) rounds
+ * the new weight, and a backward with another input than the forward's
+ * rounds that input (dw from it, not from the forward's). */
+START_TEST(bf16_memo)
+{
+    test_seed(131);
+    for (int conv = 0; conv < 2; conv++) {
+        memo_layer_t L;
+        memo_layer_init_(&L, conv);
+        float *dx1 = hnew_(L.nx * 4), *dw1 = hnew_(L.nw * 4), *dx2 = hnew_(L.nx * 4),
+              *dw2 = hnew_(L.nw * 4), *dx3 = hnew_(L.nx * 4), *dw3 = hnew_(L.nw * 4);
+        CU(ddp_cuda_set_bf16_gemm(1));
+        memo_same_(&L, L.x, L.xc, "after its forward", dx1, dw1);
+        /* the optimizer's step: a new weight, then the next forward */
+        float *w2 = test_fvec(L.nw, 0.5f);
+        CU(ddp_cuda_upload(L.w, w2, L.nw * 4));
+        CU(ddp_cuda_upload(L.wc, w2, L.nw * 4));
+        memo_same_(&L, L.x, L.xc, "after the forward of a new weight", dx2, dw2);
+        ck_assert_msg(differs_(dx1, dx2, L.nx), "dx of the new weight is that of the old");
+        if (!conv) {
+            /* a backward with another input than the forward's: dw from it */
+            memo_same_(&L, L.x2, L.x2, "with another input than its forward's", dx3, dw3);
+            ck_assert_msg(differs_(dw2, dw3, L.nw), "dw of the other input is the forward's");
+        }
+        CU(ddp_cuda_set_bf16_gemm(0));
+        memo_layer_free_(&L);
+        float *all[] = {dx1, dw1, dx2, dw2, dx3, dw3, w2};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    }
+}
+END_TEST
+
+#if EMU
+/* A weight changed between a layer's forward and its backward (no forward
+ * of the new weight): the emulation's check aborts (in a child). */
+static void memo_stale_(void *unused)
+{
+    (void)unused;
+    memo_layer_t L;
+    memo_layer_init_(&L, 0);
+    float *w2 = test_fvec(L.nw, 0.5f), *hdx = hnew_(L.nx * 4), *hdw = hnew_(L.nw * 4);
+    CU(ddp_cuda_set_bf16_gemm(1));
+    memo_fwd_(&L, L.x);
+    CU(ddp_cuda_upload(L.w, w2, L.nw * 4));
+    memo_bwd_(&L, L.x, L.w, hdx, hdw);
+}
+
+/* On the emulation a trainer that broke the order (a weight changed between
+ * a layer's forward and its backward) is stopped, the copy named. */
+START_TEST(bf16_memo_stale_aborts)
+{
+    test_seed(132);
+    char msg[2048];
+    test_child_aborts(memo_stale_, NULL, msg, sizeof msg);
+    ck_assert_msg(strstr(msg, "the bf16 copy of a layer's weight kept from its forward") &&
+                      strstr(msg, "changed between the two"),
+                  "not the memo's message: %s", msg);
+}
+END_TEST
+#endif
+
 START_TEST(no_error_left)
 {
     ck_assert_str_eq(ddp_cuda_last_error(), "");
@@ -1135,6 +1287,12 @@ Suite *test_suite(void)
     tcase_add_test(t, conv_matches);
     tcase_add_test(t, pool_matches);
     tcase_add_test(t, bn_matches);
+    suite_add_tcase(s, t);
+    t = tcase_create("bf16");
+    tcase_add_test(t, bf16_memo);
+#if EMU
+    tcase_add_test(t, bf16_memo_stale_aborts);
+#endif
     tcase_add_test(t, no_error_left);
     suite_add_tcase(s, t);
     return s;

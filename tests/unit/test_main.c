@@ -1,8 +1,10 @@
 /* test_main.c -- main() of every Check test binary (see tests.h). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "h5util.h"
@@ -20,6 +22,31 @@ const char *test_srcdir(void)
 const char *test_tmpdir(void)
 {
     return tmpdir;
+}
+
+void test_child_aborts(void (*body)(void *), void *arg, char *msg, size_t cap)
+{
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        body(arg);
+        _exit(0); /* not reached when the body aborts */
+    }
+    close(pipefd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < cap && (r = read(pipefd[0], msg + got, cap - 1 - got)) > 0) got += (size_t)r;
+    msg[got] = '\0';
+    close(pipefd[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "no abort (status 0x%x): %s",
+                  status, msg);
 }
 
 double test_max_rel_diff(const float *a, const float *b, size_t n, double floor)

@@ -20,6 +20,11 @@ const char *test_srcdir(void);
 /* A fresh temporary directory for this test binary (same path on all ranks). */
 const char *test_tmpdir(void);
 
+/* Runs body(arg) in a child process, its stderr read into msg[cap] (NUL-
+ * terminated); the test fails unless the child was killed by SIGABRT (a
+ * check that aborts the process).  The caller looks for its message in msg. */
+void test_child_aborts(void (*body)(void *), void *arg, char *msg, size_t cap);
+
 /* max_i |a_i - b_i| / max(|b_i|, floor) */
 double test_max_rel_diff(const float *a, const float *b, size_t n, double floor);
 

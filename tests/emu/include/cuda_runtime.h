@@ -123,6 +123,9 @@
  *   ddp_emu_declare_cost(read, written)   the bytes of device memory the
  *                           thread's next kernel launch or cuBLAS call
  *                           reads and writes (the backend's DDP_COST)
+ *   ddp_emu_stream_check(stream, body)   C++: body() in the stream's order,
+ *                           not a device operation (the backend's checks
+ *                           of its caches); nothing under DDP_EMU_DRY
  */
 #ifndef DDP_EMU_CUDA_RUNTIME_H
 #define DDP_EMU_CUDA_RUNTIME_H
@@ -414,6 +417,20 @@ inline void ddp_emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stre
     ddp_emu_launch_(
         grid, block, smem, stream, [](void *p) { (*static_cast<F *>(p))(); },
         [](void *p) { delete static_cast<F *>(p); }, new F(body), file, line, kernel);
+}
+
+/* Emulation only: runs `run(arg)` as an operation of stream s, in its
+ * order (after what was queued on it before), neither checked nor counted
+ * as a device operation, and not at all under DDP_EMU_DRY; destroy(arg)
+ * after.  For the backend's checks of its own caches against device memory
+ * (cuda/bf16.cu), which only the emulation can read from the host. */
+extern "C" void ddp_emu_stream_check_(cudaStream_t stream, void (*run)(void *),
+                                      void (*destroy)(void *), void *arg);
+template <class F> inline void ddp_emu_stream_check(cudaStream_t stream, F body)
+{
+    ddp_emu_stream_check_(
+        stream, [](void *p) { (*static_cast<F *>(p))(); },
+        [](void *p) { delete static_cast<F *>(p); }, new F(body));
 }
 
 /* A body calling k with copies of a... (what DDP_LAUNCH passes). */

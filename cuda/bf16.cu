@@ -1,0 +1,172 @@
+// bf16.cu -- the bf16 operands of the GEMMs (bf16.h): the rounding kernel,
+// the scratch buffers, and the memo of the copies a forward rounded for
+// its backward.
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "bf16.h"
+#include "ddp_cuda_rt.h"
+#include "half.h"
+
+namespace
+{
+
+// h[i] = bf16(x[i]), round to nearest even, NaN stays a (quiet) NaN
+__global__ void to_bf16_kernel(size_t count, const float *x, uint16_t *h)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        h[i] = ddp_f32_to_bf16(x[i]);
+}
+
+struct Scratch {
+    void *p = nullptr;
+    size_t bytes = 0;
+};
+Scratch g_scratch[DDP_BF16_NSCRATCH];
+
+// One layer's copies: w16 at buf, x16 after it (256-byte aligned).
+struct MemoEntry {
+    const float *w = nullptr, *x = nullptr;
+    size_t wcount = 0, xcount = 0;
+    bool valid = false; // the copies are those of w and x as recorded
+    uint16_t *buf = nullptr;
+    size_t cap = 0; // elements of buf
+};
+std::vector<MemoEntry> g_memo;
+
+size_t aligned_(size_t count)
+{
+    return (count + 127) / 128 * 128; // 256 bytes of bf16
+}
+
+MemoEntry *memo_find_(const float *w)
+{
+    for (MemoEntry &e : g_memo)
+        if (e.w == w) return &e;
+    return nullptr;
+}
+
+#ifdef DDP_CUDA_EMU
+// The emulation's check of a copy handed out: when the stream reaches it,
+// h[count] must be the rounding of src[count] as it is then.
+void memo_check_(const char *what, const float *src, const uint16_t *h, size_t count)
+{
+    ddp_emu_stream_check(ddp_cuda_state_.stream, [=]() {
+        for (size_t i = 0; i < count; i++) {
+            if (h[i] == ddp_f32_to_bf16(src[i])) continue;
+            fprintf(stderr,
+                    "ddptrain: internal error: the bf16 copy of a layer's %s kept from its forward "
+                    "(%p, %zu elements) differs from it at its backward (element %zu): the %s "
+                    "changed between the two (cuda/bf16.cu)\n",
+                    what, (const void *)src, count, i, what);
+            abort();
+        }
+    });
+}
+#endif
+
+} // namespace
+
+int ddp_bf16_convert_(size_t count, const float *x, uint16_t *h)
+{
+    if (count == 0) return 0;
+    DDP_COST(4.0 * count, 2.0 * count, 0);
+    DDP_LAUNCH(to_bf16_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x,
+               h);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+static int scratch_reserve_(Scratch *s, size_t bytes)
+{
+    if (bytes <= s->bytes) return 0;
+    if (s->p) {
+        // cudaFree waits for the device: GEMMs queued on the old scratch are done.
+        DDP_CU(cudaFree(s->p));
+        s->p = nullptr;
+        s->bytes = 0;
+    }
+    size_t want = bytes + bytes / 4; // room to grow a little without reallocating
+    DDP_CU(cudaMalloc(&s->p, want));
+    s->bytes = want;
+    return 0;
+}
+
+void *ddp_bf16_scratch_(enum ddp_bf16_scratch which, size_t bytes)
+{
+    Scratch *s = &g_scratch[which];
+    return scratch_reserve_(s, bytes) == 0 ? s->p : nullptr;
+}
+
+// The entry's buffer holds cap elements, at least `need`.
+static int memo_reserve_(MemoEntry *e, size_t need)
+{
+    if (need <= e->cap) return 0;
+    if (e->buf) {
+        DDP_CU(cudaFree(e->buf)); // waits for the GEMMs that read it
+        e->buf = nullptr;
+        e->cap = 0;
+    }
+    void *p = nullptr;
+    DDP_CU(cudaMalloc(&p, need * sizeof(uint16_t)));
+    e->buf = (uint16_t *)p;
+    e->cap = need;
+    return 0;
+}
+
+int ddp_bf16_memo_put_(const float *w, size_t wcount, const float *x, size_t xcount,
+                       const uint16_t **w16, const uint16_t **x16)
+{
+    MemoEntry *e = memo_find_(w);
+    if (!e) {
+        g_memo.emplace_back();
+        e = &g_memo.back();
+        e->w = w;
+    }
+    e->valid = false;
+    size_t xoff = aligned_(wcount);
+    if (memo_reserve_(e, xoff + (x ? xcount : 0)) != 0) return -1;
+    if (ddp_bf16_convert_(wcount, w, e->buf) != 0) return -1;
+    if (x && ddp_bf16_convert_(xcount, x, e->buf + xoff) != 0) return -1;
+    e->x = x;
+    e->wcount = wcount;
+    e->xcount = x ? xcount : 0;
+    e->valid = true;
+    *w16 = e->buf;
+    *x16 = x ? e->buf + xoff : nullptr;
+    return 0;
+}
+
+void ddp_bf16_memo_get_(const float *w, size_t wcount, const float *x, size_t xcount,
+                        const uint16_t **w16, const uint16_t **x16)
+{
+    *w16 = nullptr;
+    *x16 = nullptr;
+    const MemoEntry *e = memo_find_(w);
+    if (!e || !e->valid || e->wcount != wcount || e->x != x || (x && e->xcount != xcount)) return;
+    *w16 = e->buf;
+    if (x) *x16 = e->buf + aligned_(wcount);
+#ifdef DDP_CUDA_EMU
+    memo_check_("weight", w, *w16, wcount);
+    if (x) memo_check_("input", x, *x16, xcount);
+#endif
+}
+
+void ddp_bf16_memo_forget_(void)
+{
+    for (MemoEntry &e : g_memo) e.valid = false;
+}
+
+void ddp_bf16_release_(void)
+{
+    for (Scratch &s : g_scratch) {
+        if (s.p) cudaFree(s.p);
+        s = Scratch{};
+    }
+    for (MemoEntry &e : g_memo)
+        if (e.buf) cudaFree(e.buf);
+    g_memo.clear();
+    g_memo.shrink_to_fit();
+}

@@ -1,0 +1,53 @@
+// bf16.h -- the bf16 operands of the backend's GEMMs under --precision bf16
+// (bf16.cu): the rounding kernel, two scratch buffers, and the memo that
+// keeps the copies a layer's forward rounded for its backward.
+//
+// The memo.  A layer's forward rounds its weight (a dense layer also its
+// input) to bf16 for its GEMM; its backward multiplies by the same values:
+// the input gradient by the weight, the weight gradient by the input.
+// Both are unchanged between a layer's forward and its backward (the
+// backward must see the forward's values, as on the CPU backend), so the
+// forward keeps its copies in the memo and the backward takes them rather
+// than rounding again (the cast cache of torch.autocast, for inputs too).
+// An entry is keyed by the weight's address and also records the input's
+// address and both counts; every forward rewrites its layer's entry, and a
+// backward takes a copy only when the entry's last forward had the same
+// operands.  On the emulation (DDP_CUDA_EMU) every copy the memo hands out
+// is compared with a fresh rounding of its source when the stream reaches
+// the GEMM that reads it; one that differs (an operand changed between a
+// forward and its backward) aborts with the addresses.
+#ifndef DDP_CUDA_BF16_H
+#define DDP_CUDA_BF16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// h[count] = bf16(x[count]) (ddp_f32_to_bf16: to nearest even) on the
+// compute stream.  Returns 0 or -1 (failure recorded).
+int ddp_bf16_convert_(size_t count, const float *x, uint16_t *h);
+
+// Scratch that grows and never shrinks: the GEMM entry's copies of its
+// operands, and a layer's output gradient in bf16 (read by both of its
+// backward GEMMs).  Valid until the next call for the same buffer; NULL
+// on failure (recorded).
+enum ddp_bf16_scratch { DDP_BF16_GEMM_IN, DDP_BF16_DY, DDP_BF16_NSCRATCH };
+void *ddp_bf16_scratch_(enum ddp_bf16_scratch which, size_t bytes);
+
+// A forward: round w[wcount] and, when x, x[xcount] into the entry of w,
+// replacing what it held.  Returns 0 with the copies in *w16 and *x16
+// (NULL for no x), or -1 (failure recorded).
+int ddp_bf16_memo_put_(const float *w, size_t wcount, const float *x, size_t xcount,
+                       const uint16_t **w16, const uint16_t **x16);
+// A backward: the copies the entry of w holds when its last forward had
+// the same w, x and counts, else NULL (the caller rounds them itself).
+void ddp_bf16_memo_get_(const float *w, size_t wcount, const float *x, size_t xcount,
+                        const uint16_t **w16, const uint16_t **x16);
+
+// Every entry invalid: device memory was freed, so an address may come
+// back holding other data (ddp_cuda_free), or the precision changed.
+void ddp_bf16_memo_forget_(void);
+
+// Frees the scratch and the memo (ddp_cuda_shutdown).
+void ddp_bf16_release_(void);
+
+#endif
