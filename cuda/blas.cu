@@ -7,8 +7,14 @@
 
 #ifdef DDP_CUDA_EMU
 
-ddp_blas_api ddp_blas_ = {&cublasCreate,      &cublasDestroy, &cublasSetStream,
-                          &cublasSetMathMode, &cublasSgemm,   cublasGemmEx,
+ddp_blas_api ddp_blas_ = {&cublasCreate,
+                          &cublasDestroy,
+                          &cublasSetStream,
+                          &cublasSetMathMode,
+                          &cublasSgemm,
+                          cublasGemmEx,
+                          &cublasSgemmStridedBatched,
+                          cublasGemmStridedBatchedEx,
                           &cublasGetStatusString};
 
 int ddp_blas_load_(char *why, size_t n)
@@ -56,6 +62,8 @@ int ddp_blas_load_(char *why, size_t n)
                 {"cublasSetMathMode", (void **)&t.set_math_mode},
                 {"cublasSgemm_v2", (void **)&t.sgemm},
                 {"cublasGemmEx", (void **)&t.gemm_ex},
+                {"cublasSgemmStridedBatched", (void **)&t.sgemm_strided_batched},
+                {"cublasGemmStridedBatchedEx", (void **)&t.gemm_strided_batched_ex},
                 {"cublasGetStatusString", (void **)&t.status_string}};
     for (auto &s : syms) {
         *s.slot = dlsym(h, s.name);

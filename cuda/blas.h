@@ -1,4 +1,4 @@
-// blas.h -- cuBLAS as the backend calls it: through a table of the seven
+// blas.h -- cuBLAS as the backend calls it: through a table of the nine
 // entry points it uses, filled by ddp_blas_load_ (blas.cu) when a process
 // binds a GPU (ddp_cuda_init), with dlopen of libcublas.so.<CUDA major>.
 // Linking cuBLAS into ddptrain would load it, and cuBLASLt behind it, into
@@ -32,6 +32,13 @@ struct ddp_blas_api {
                               const void *, const void *, cudaDataType, int, const void *,
                               cudaDataType, int, const void *, void *, cudaDataType, int,
                               cublasComputeType_t, cublasGemmAlgo_t);
+    decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
+    cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                              int, int, int, const void *, const void *,
+                                              cudaDataType, int, long long, const void *,
+                                              cudaDataType, int, long long, const void *, void *,
+                                              cudaDataType, int, long long, int,
+                                              cublasComputeType_t, cublasGemmAlgo_t);
     decltype(&cublasGetStatusString) status_string;
 };
 extern ddp_blas_api ddp_blas_;
@@ -52,6 +59,8 @@ int ddp_blas_load_(char *why, size_t n);
 #define cublasSetMathMode ddp_blas_.set_math_mode
 #define cublasSgemm ddp_blas_.sgemm
 #define cublasGemmEx ddp_blas_.gemm_ex
+#define cublasSgemmStridedBatched ddp_blas_.sgemm_strided_batched
+#define cublasGemmStridedBatchedEx ddp_blas_.gemm_strided_batched_ex
 #define cublasGetStatusString ddp_blas_.status_string
 #endif
 

@@ -11,6 +11,9 @@
 // pass over them fewer.  The weight is rounded once per forward (for all
 // groups; kept in the memo for the backward, bf16.h) and each group's
 // output gradient once for both of its GEMMs (gathered straight to bf16).
+// A 1x1 convolution of stride 1 needs no columns: one sample is one GEMM on
+// its input, a group of samples one strided batched GEMM (gemm.h) that
+// writes each sample's output, and its input gradient, in place.
 #include "bf16.h"
 #include "gemm.h"
 #include "half.h"
@@ -29,9 +32,19 @@ int conv_group(const ddp_cuda_conv_t *d)
     return (int)(g < n ? g : n);
 }
 
+// A 1x1 convolution of stride 1 without padding: a sample's output
+// [oc, ohw] is w [oc, c] times its input [c, ohw] as it lies in memory.
+bool conv_pointwise(const ddp_cuda_conv_t *d)
+{
+    return d->k == 1 && d->stride == 1 && d->pad == 0;
+}
+
+// One sample of a pointwise convolution: one GEMM on x itself (no im2col).
+// A group of them is one strided batched GEMM, each sample's output and
+// input gradient written in place (no im2col, scatter or col2im).
 int conv_direct(const ddp_cuda_conv_t *d, int gn)
 {
-    return d->k == 1 && d->stride == 1 && d->pad == 0 && gn == 1;
+    return conv_pointwise(d) && gn == 1;
 }
 
 // col[ckk, gn*ohw] of samples x[gn, c, h, w]: row (ci*k + ki)*k + kj, column
@@ -139,11 +152,23 @@ __global__ void scatter_bias_kernel(int gn, int oc, size_t ohw_, const float *st
     }
 }
 
-// y[oc, ohw] += b (one sample, in place)
-template <class I> __global__ void bias_add_kernel(int oc, size_t ohw_, const float *b, float *y)
+// y[gn, oc, ohw] += b (in place)
+template <class I>
+__global__ void bias_add_kernel(int gn, int oc, size_t ohw_, const float *b, float *y)
 {
-    const I ohw = (I)ohw_, count = (I)oc * ohw;
-    DDP_GRID_STRIDE(I, idx, count) y[idx] += b[idx / ohw];
+    const I ohw = (I)ohw_, count = (I)gn * oc * ohw;
+    DDP_GRID_STRIDE(I, idx, count) y[idx] += b[(idx / ohw) % (I)oc];
+}
+
+// y[gn, oc, ohw] += b on the compute stream
+int bias_add(int gn, int oc, size_t ohw, const float *b, float *y)
+{
+    const size_t count = (size_t)gn * oc * ohw;
+    DDP_COST(4.0 * (count + oc), 4.0 * count, (double)count);
+    DDP_LAUNCH_IDX(bias_add_kernel, count, ddp_blocks_for(count), kDdpThreads,
+                   ddp_cuda_state_.stream, gn, oc, ohw, b, y);
+    DDP_CU_LAUNCHED();
+    return 0;
 }
 
 // Where element idx of dy[gn, oc, ohw] goes in stage[oc, gn*ohw].
@@ -232,22 +257,31 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         size_t ld = (size_t)gn * ohw;
         const float *xg = x + (size_t)i0 * chw;
         const void *cg = xg; // direct: x is [c, ohw] already
-        const bool cols = !conv_direct(d, gn);
+        const bool cols = !conv_pointwise(d);
         if (cols) {
             if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
             cg = ws;
         }
-        if (gn == 1) {
-            float *yi = y + (size_t)i0 * d->oc * ohw;
-            if (gemm_cols(0, 0, d->oc, (int)ohw, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, yi,
-                          (int)ohw) != 0)
-                return -1;
-            if (b) {
-                DDP_COST(4.0 * d->oc * (ohw + 1), 4.0 * d->oc * ohw, (double)d->oc * ohw);
-                DDP_LAUNCH_IDX(bias_add_kernel, (size_t)d->oc * ohw, grid_for((size_t)d->oc * ohw),
-                               kDdpThreads, s, d->oc, ohw, b, yi);
-                DDP_CU_LAUNCHED();
+        float *yg = y + (size_t)i0 * d->oc * ohw;
+        if (gn > 1 && conv_pointwise(d)) {
+            // y_i = w x_i for the group's samples i; bf16: x rounded into ws
+            const void *xq = xg;
+            if (w16) {
+                if (ddp_bf16_convert_((size_t)gn * chw, xg, (uint16_t *)ws) != 0) return -1;
+                xq = ws;
             }
+            if (ddp_cuda_gemm_rm_batched_(0, 0, d->oc, (int)ohw, ckk, wq, w16, ckk, 0, xq, w16,
+                                          (int)ohw, (long long)chw, 0.0f, yg, (int)ohw,
+                                          (long long)d->oc * ohw, gn) != 0 ||
+                (b && bias_add(gn, d->oc, ohw, b, yg) != 0))
+                return -1;
+            continue;
+        }
+        if (gn == 1) {
+            if (gemm_cols(0, 0, d->oc, (int)ohw, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, yg,
+                          (int)ohw) != 0 ||
+                (b && bias_add(1, d->oc, ohw, b, yg) != 0))
+                return -1;
             continue;
         }
         if (gemm_cols(0, 0, d->oc, (int)ld, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, stage,
@@ -337,7 +371,13 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                 return -1;
             wbeta = 1.0f;
         }
-        if (dx) {
+        if (dx && gn > 1 && conv_pointwise(d)) {
+            // dx_i[c, ohw] = w[oc, c]^T dy_i: sample i's columns of the gathered dy
+            if (ddp_cuda_gemm_rm_batched_(1, 0, ckk, (int)ohw, d->oc, wq, w16, ckk, 0, dyq, b16,
+                                          (int)ld, (long long)ohw, 0.0f, dx + (size_t)i0 * chw,
+                                          (int)ohw, (long long)chw, gn) != 0)
+                return -1;
+        } else if (dx) {
             // dcol[ckk, ld] = w[oc, ckk]^T dyg[oc, ld], then col2im (direct: dx itself)
             float *dxg = dx + (size_t)i0 * chw;
             float *dcol = direct ? dxg : col;

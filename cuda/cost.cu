@@ -97,13 +97,16 @@ void ddp_cost_launch_(const char *kernel, dim3 grid, dim3 block)
 
 // A GEMM's parallelism: its 128x128 output tiles, times the slices of k
 // (512 long) that cuBLAS's split-K can give them when the tiles alone are
-// too few for the SMs (a weight gradient: C small, k the batch's pixels).
-void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long long n, long long k)
+// too few for the SMs (a weight gradient: C small, k the batch's pixels);
+// a strided batch has its GEMMs' tiles side by side.
+void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long long n, long long k,
+                    long long batch)
 {
     ddp_cuda_cost_t e = entry_(name, DDP_COST_GEMM, math);
     unsigned long long tiles =
         (unsigned long long)((m + 127) / 128) * (unsigned long long)((n + 127) / 128);
-    e.blocks = tiles * (unsigned long long)(k > 512 ? k / 512 : 1);
+    e.blocks = tiles * (unsigned long long)(k > 512 ? k / 512 : 1) *
+               (unsigned long long)(batch > 1 ? batch : 1);
     log_(e);
 }
 

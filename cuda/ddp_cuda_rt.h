@@ -31,10 +31,12 @@
 #define DDP_COST(read, written, flops)                                                             \
     ddp_cost_declare_((double)(read), (double)(written), (double)(flops))
 void ddp_cost_declare_(double read, double written, double flops);
-// The log entries of a launch, a GEMM (C[m, n] over k) and a copy or fill
-// (cost.cu); each takes the pending DDP_COST.
+// The log entries of a launch, a GEMM (C[m, n] over k; `batch` of them in
+// one strided batched call) and a copy or fill (cost.cu); each takes the
+// pending DDP_COST.
 void ddp_cost_launch_(const char *kernel, dim3 grid, dim3 block);
-void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long long n, long long k);
+void ddp_cost_gemm_(const char *name, ddp_cuda_math_t math, long long m, long long n, long long k,
+                    long long batch = 1);
 void ddp_cost_copy_(const char *name, double read, double written);
 // A profiler range opened (the trainer's phase, ddp_cuda.h's cost steps).
 void ddp_cost_phase_(const char *range);

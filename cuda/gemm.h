@@ -25,6 +25,15 @@ int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const fl
 int ddp_cuda_gemm_rm16_(int ta, int tb, int m, int n, int k, float alpha, const void *A, int a16,
                         int lda, const void *B, int b16, int ldb, float beta, float *C, int ldc);
 
+// `batch` GEMMs of those shapes in one strided batched call (cuBLAS's
+// StridedBatched): C_i = op(A_i) op(B_i) + beta C_i with X_i = X + i sX
+// elements (sA == 0: one A for all); operands fp32 or bf16 as above.  The
+// instances of an operand must tile its memory without overlap or gaps
+// (its extent, (batch - 1) sX + one instance's, is what the cost declares).
+int ddp_cuda_gemm_rm_batched_(int ta, int tb, int m, int n, int k, const void *A, int a16, int lda,
+                              long long sA, const void *B, int b16, int ldb, long long sB,
+                              float beta, float *C, int ldc, long long sC, int batch);
+
 // g[count] = beta g (beta == 0: zero without reading g); on the compute stream.
 int ddp_cuda_grad_scale_(size_t count, float *g, float beta);
 

@@ -82,29 +82,41 @@ int ddp_cuda_grad_scale_(size_t count, float *g, float beta)
 // (a row-major [r, c] matrix with stride ld is a column-major [c, r] one).
 // A16 / B16: the operand is bf16 already (its maker rounded it as
 // ddp_bf16_convert_ does); the others are fp32, rounded here under bf16.
+// batch > 1: cuBLAS's strided batched GEMM, instance i of X at X + i sX.
 static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const void *A, bool A16,
-                    int lda, const void *B, bool B16, int ldb, float beta, float *C, int ldc)
+                    int lda, long long sA, const void *B, bool B16, int ldb, long long sB,
+                    float beta, float *C, int ldc, long long sC, int batch)
 {
-    if (m <= 0 || n <= 0) return 0;
+    if (m <= 0 || n <= 0 || batch <= 0) return 0;
     if ((A16 || B16) && !ddp_cuda_state_.bf16_gemm)
         return ddp_cuda_fail_("ddp_cuda_gemm_rm16_", __FILE__, __LINE__,
                               "a bf16 operand without --precision bf16");
     cublasHandle_t h = ddp_cuda_state_.blas;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    // Stored extents: A is [m, k] (or [k, m] when ta) with row stride lda.
+    // Stored extents: A is [m, k] (or [k, m] when ta) with row stride lda;
+    // a batch's instances tile each operand's memory (gemm.h)
     size_t a_rows = ta ? (size_t)k : (size_t)m, a_cols = ta ? (size_t)m : (size_t)k;
     size_t b_rows = tb ? (size_t)n : (size_t)k, b_cols = tb ? (size_t)k : (size_t)n;
-    size_t a_count = k > 0 ? (a_rows - 1) * (size_t)lda + a_cols : 0;
-    size_t b_count = k > 0 ? (b_rows - 1) * (size_t)ldb + b_cols : 0;
+    size_t a_one = k > 0 ? (a_rows - 1) * (size_t)lda + a_cols : 0;
+    size_t b_one = k > 0 ? (b_rows - 1) * (size_t)ldb + b_cols : 0;
+    size_t a_count = a_one ? (size_t)(batch - 1) * (size_t)sA + a_one : 0;
+    size_t b_count = b_one ? (size_t)(batch - 1) * (size_t)sB + b_one : 0;
     // C is read only when beta != 0; the FLOPs are the multiply-adds
-    double c_bytes = 4.0 * ((double)(m - 1) * ldc + n), flops = 2.0 * m * n * k;
+    double c_bytes = 4.0 * ((double)(batch - 1) * sC + (double)(m - 1) * ldc + n);
+    double flops = 2.0 * m * n * k * batch;
     double c_read = beta != 0.0f ? c_bytes : 0;
     if (!ddp_cuda_state_.bf16_gemm) {
         const float *A32 = (const float *)A, *B32 = (const float *)B;
+        const ddp_cuda_math_t math = ddp_cuda_state_.tf32 ? DDP_MATH_TF32 : DDP_MATH_FP32;
         DDP_COST(4.0 * (a_count + b_count) + c_read, c_bytes, flops);
-        ddp_cost_gemm_("cublasSgemm", ddp_cuda_state_.tf32 ? DDP_MATH_TF32 : DDP_MATH_FP32, m, n,
-                       k);
+        if (batch > 1) {
+            ddp_cost_gemm_("cublasSgemmStridedBatched", math, m, n, k, batch);
+            DDP_CUBLAS(cublasSgemmStridedBatched(h, opb, opa, n, m, k, &alpha, B32, ldb, sB, A32,
+                                                 lda, sA, &beta, C, ldc, sC, batch));
+            return 0;
+        }
+        ddp_cost_gemm_("cublasSgemm", math, m, n, k);
         DDP_CUBLAS(cublasSgemm(h, opb, opa, n, m, k, &alpha, B32, ldb, A32, lda, &beta, C, ldc));
         return 0;
     }
@@ -125,6 +137,14 @@ static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const void
         }
     }
     DDP_COST(2.0 * (a_count + b_count) + c_read, c_bytes, flops);
+    if (batch > 1) {
+        ddp_cost_gemm_("cublasGemmStridedBatchedEx", DDP_MATH_BF16, m, n, k, batch);
+        DDP_CUBLAS(cublasGemmStridedBatchedEx(h, opb, opa, n, m, k, &alpha, hb, CUDA_R_16BF, ldb,
+                                              sB, ha, CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F,
+                                              ldc, sC, batch, CUBLAS_COMPUTE_32F,
+                                              CUBLAS_GEMM_DEFAULT));
+        return 0;
+    }
     ddp_cost_gemm_("cublasGemmEx", DDP_MATH_BF16, m, n, k);
     DDP_CUBLAS(cublasGemmEx(h, opb, opa, n, m, k, &alpha, hb, CUDA_R_16BF, ldb, ha, CUDA_R_16BF,
                             lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
@@ -135,13 +155,23 @@ static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const void
 int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc)
 {
-    return gemm_rm_(ta, tb, m, n, k, alpha, A, false, lda, B, false, ldb, beta, C, ldc);
+    return gemm_rm_(ta, tb, m, n, k, alpha, A, false, lda, 0, B, false, ldb, 0, beta, C, ldc, 0,
+                    1);
 }
 
 int ddp_cuda_gemm_rm16_(int ta, int tb, int m, int n, int k, float alpha, const void *A, int a16,
                         int lda, const void *B, int b16, int ldb, float beta, float *C, int ldc)
 {
-    return gemm_rm_(ta, tb, m, n, k, alpha, A, a16 != 0, lda, B, b16 != 0, ldb, beta, C, ldc);
+    return gemm_rm_(ta, tb, m, n, k, alpha, A, a16 != 0, lda, 0, B, b16 != 0, ldb, 0, beta, C, ldc,
+                    0, 1);
+}
+
+int ddp_cuda_gemm_rm_batched_(int ta, int tb, int m, int n, int k, const void *A, int a16, int lda,
+                              long long sA, const void *B, int b16, int ldb, long long sB,
+                              float beta, float *C, int ldc, long long sC, int batch)
+{
+    return gemm_rm_(ta, tb, m, n, k, 1.0f, A, a16 != 0, lda, sA, B, b16 != 0, ldb, sB, beta, C,
+                    ldc, sC, batch);
 }
 
 extern "C" {

@@ -174,7 +174,11 @@ typedef struct compute_ops {
     /* y[n,out] = x[n,in] w[out,in]^T + b[out] */
     void (*linear_fwd)(int n, int in, int out, const float *x, const float *w, const float *b,
                        float *y);
-    /* dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w */
+    /* dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w.  A
+     * layer's backward (here and conv_bwd) sees its x and w as its last
+     * forward did: nothing writes them in between (the cuda backend keeps
+     * the forward's bf16 copies for the backward, cuda/bf16.h; its
+     * emulation aborts when they differ). */
     void (*linear_bwd)(int n, int in, int out, const float *x, const float *w, const float *dy,
                        float *dx, float *dw, float *db, float beta);
 

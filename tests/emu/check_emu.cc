@@ -1096,6 +1096,57 @@ START_TEST(test_sgemm_k0)
 }
 END_TEST
 
+// cublasGemmStridedBatchedEx in bf16: A shared (stride 0), B's instances
+// interleaved (stride one instance's columns, ldb all of them: a gathered
+// layout), C's apart; each instance against the naive loops; a B whose last
+// instance runs past its allocation is refused.
+START_TEST(test_gemm_strided_batched_ex)
+{
+    emu_defaults();
+    cublasHandle_t h;
+    cublasCreate(&h);
+    const int m = 6, n = 5, k = 7, batch = 3, lda = m, ldb = k, ldc = m;
+    // A [m, k] column-major; B: batch instances of [k, n] side by side in a
+    // [k, batch * n] matrix, so instance i starts at column i * n
+    std::vector<float> A = random_vec((size_t)lda * k, 9), B = random_vec((size_t)ldb * n * batch, 10);
+    std::vector<__nv_bfloat16> Ab(A.size()), Bb(B.size());
+    for (size_t i = 0; i < A.size(); i++) A[i] = __bfloat162float(Ab[i] = __float2bfloat16(A[i]));
+    for (size_t i = 0; i < B.size(); i++) B[i] = __bfloat162float(Bb[i] = __float2bfloat16(B[i]));
+    void *dA, *dB;
+    cudaMalloc(&dA, Ab.size() * 2);
+    cudaMalloc(&dB, Bb.size() * 2);
+    cudaMemcpy(dA, Ab.data(), Ab.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, Bb.data(), Bb.size() * 2, cudaMemcpyHostToDevice);
+    const long long sc = (long long)ldc * n;
+    float *dC = dev_floats((size_t)sc * batch);
+    float alpha = 1, beta = 0;
+    ck_assert_int_eq(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, dA,
+                                                CUDA_R_16BF, lda, 0, dB, CUDA_R_16BF, ldb,
+                                                (long long)ldb * n, &beta, dC, CUDA_R_32F, ldc, sc,
+                                                batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS);
+    std::vector<float> r = download(dC, (size_t)sc * batch);
+    for (int i = 0; i < batch; i++) {
+        std::vector<float> Bi(B.begin() + (size_t)i * ldb * n, B.begin() + (size_t)(i + 1) * ldb * n);
+        std::vector<float> want((size_t)sc, 0.0f);
+        naive_gemm(CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, A, lda, Bi, ldb, beta, want, ldc);
+        for (long long j = 0; j < sc; j++)
+            ck_assert_msg(fabsf(r[i * sc + j] - want[j]) <= 1e-5f * (1 + fabsf(want[j])),
+                          "instance %d: C[%lld] = %g, want %g", i, j, r[i * sc + j], want[j]);
+    }
+    // one instance more runs past B
+    ck_assert_int_eq(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, dA,
+                                                CUDA_R_16BF, lda, 0, dB, CUDA_R_16BF, ldb,
+                                                (long long)ldb * n, &beta, dC, CUDA_R_32F, ldc, 0,
+                                                batch + 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_EXECUTION_FAILED);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cublasDestroy(h);
+}
+END_TEST
+
 START_TEST(test_gemm_ex_bf16)
 {
     emu_defaults();
@@ -1327,6 +1378,7 @@ Suite *test_suite(void)
     tcase_add_test(blas, test_sgemm);
     tcase_add_test(blas, test_sgemm_k0);
     tcase_add_test(blas, test_gemm_ex_bf16);
+    tcase_add_test(blas, test_gemm_strided_batched_ex);
     tcase_add_test(blas, test_strided_batched_and_gemv);
     tcase_add_test(blas, test_tf32);
     suite_add_tcase(s, blas);

@@ -309,17 +309,20 @@ std::vector<float> bf16_to_float(const void *p, long rows, long cols, long ld)
 
 } // namespace
 
-extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
-                                       cublasOperation_t transb, int m, int n, int k,
-                                       const void *alpha, const void *A, cudaDataType Atype,
-                                       int lda, const void *B, cudaDataType Btype, int ldb,
-                                       const void *beta, void *C, cudaDataType Ctype, int ldc,
-                                       cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+// GemmEx and its strided batches (GemmEx: one): fp32 or bf16 inputs, fp32
+// output and accumulation, batchCount GEMMs stride* elements apart.
+static cublasStatus_t gemm_ex_(const char *call, cublasHandle_t handle, cublasOperation_t transa,
+                               cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                               const void *A, cudaDataType Atype, int lda, long long strideA,
+                               const void *B, cudaDataType Btype, int ldb, long long strideB,
+                               const void *beta, void *C, cudaDataType Ctype, int ldc,
+                               long long strideC, int batch, cublasComputeType_t computeType,
+                               cublasGemmAlgo_t algo)
 {
-    const char *call = "cublasGemmEx";
     bool inject = ddp_emu_inject(call);
     cublasStatus_t st = gemm_check(handle, transa, transb, m, n, k, alpha, beta, lda, ldb, ldc);
     if (st) return st;
+    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (!((algo >= CUBLAS_GEMM_DEFAULT && algo <= 23) ||
           (algo >= CUBLAS_GEMM_DEFAULT_TENSOR_OP && algo <= 115)))
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -330,34 +333,62 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
         computeType == CUBLAS_COMPUTE_32F_FAST_TF32 || computeType == CUBLAS_COMPUTE_32F_FAST_16BF;
     if (!(f32 || bf16) || Ctype != CUDA_R_32F || !compute_ok) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (inject) return CUBLAS_STATUS_EXECUTION_FAILED;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     float a = *(const float *)alpha, b = *(const float *)beta;
     size_t elem = bf16 ? 2 : 4;
     long ra = transa == CUBLAS_OP_N ? m : k, ca = transa == CUBLAS_OP_N ? k : m;
     long rb = transb == CUBLAS_OP_N ? k : n, cb = transb == CUBLAS_OP_N ? n : k;
     bool use_ab = k > 0 && a != 0.0f;
-    if (use_ab && (!operand_ok(call, "A", A, ra, ca, lda, elem) ||
-                   !operand_ok(call, "B", B, rb, cb, ldb, elem)))
+    if (use_ab && (!operand_ok(call, "A", A, ra, ca, lda, elem, strideA, batch) ||
+                   !operand_ok(call, "B", B, rb, cb, ldb, elem, strideB, batch)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
-    if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float))) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (!operand_ok(call, "C", C, m, n, ldc, sizeof(float), strideC, batch))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
     // fp32 inputs in TF32: asked for, or allowed by the handle's math mode
     const bool tf32 = f32 && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                               (computeType == CUBLAS_COMPUTE_32F && tf32_mode(handle)));
     submit(handle->stream, device_op(call, "", 0, [=]() {
-        if (tf32) {
-            gemm_run_tf32(transa, transb, m, n, k, a, (const float *)A, lda, (const float *)B,
-                          ldb, b, (float *)C, ldc);
-        } else if (bf16 && use_ab) {
-            std::vector<float> fa = bf16_to_float(A, ra, ca, lda),
-                               fb = bf16_to_float(B, rb, cb, ldb);
-            gemm_run(transa, transb, m, n, k, a, fa.data(), lda, fb.data(), ldb, b, (float *)C,
-                     ldc);
-        } else {
-            gemm_run(transa, transb, m, n, k, a, (const float *)A, lda, (const float *)B, ldb, b,
-                     (float *)C, ldc);
+        for (int i = 0; i < batch; i++) {
+            const char *Ai = (const char *)A + i * strideA * (long long)elem;
+            const char *Bi = (const char *)B + i * strideB * (long long)elem;
+            float *Ci = (float *)C + i * strideC;
+            if (tf32) {
+                gemm_run_tf32(transa, transb, m, n, k, a, (const float *)Ai, lda,
+                              (const float *)Bi, ldb, b, Ci, ldc);
+            } else if (bf16 && use_ab) {
+                std::vector<float> fa = bf16_to_float(Ai, ra, ca, lda),
+                                   fb = bf16_to_float(Bi, rb, cb, ldb);
+                gemm_run(transa, transb, m, n, k, a, fa.data(), lda, fb.data(), ldb, b, Ci, ldc);
+            } else {
+                gemm_run(transa, transb, m, n, k, a, (const float *)Ai, lda, (const float *)Bi,
+                         ldb, b, Ci, ldc);
+            }
         }
     }));
     return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                                       cublasOperation_t transb, int m, int n, int k,
+                                       const void *alpha, const void *A, cudaDataType Atype,
+                                       int lda, const void *B, cudaDataType Btype, int ldb,
+                                       const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                       cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+{
+    return gemm_ex_("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B,
+                    Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1, computeType, algo);
+}
+
+extern "C" cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    const void *alpha, const void *A, cudaDataType Atype, int lda, long long int strideA,
+    const void *B, cudaDataType Btype, int ldb, long long int strideB, const void *beta, void *C,
+    cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
+    cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+{
+    return gemm_ex_("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype,
+                    lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount,
+                    computeType, algo);
 }
 
 extern "C" cublasStatus_t cublasSgemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n,

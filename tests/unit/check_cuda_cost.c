@@ -159,8 +159,9 @@ START_TEST(linear_costs)
 }
 END_TEST
 
-/* forward and backward of one convolution shape, with its bias */
-static void conv_case(ddp_cuda_conv_t d, const char *const *want)
+/* forward and backward of one convolution shape, with its bias: in fp32
+ * with the launches `want` among them, in bf16 with `want16` */
+static void conv_case(ddp_cuda_conv_t d, const char *const *want, const char *const *want16)
 {
     const size_t xs = (size_t)d.n * d.c * d.h * d.w, ys = (size_t)d.n * d.oc * d.oh * d.ow,
                  ws_ = (size_t)d.oc * d.c * d.k * d.k;
@@ -177,10 +178,7 @@ static void conv_case(ddp_cuda_conv_t d, const char *const *want)
     begin_();
     ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
     ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
-    const char *w16[] = {"cublasGemmEx", d.k == 1 && d.stride == 1 && d.pad == 0 ? NULL
-                                                                               : "im2col_bf16_kernel",
-                         NULL};
-    end_(w16);
+    end_(want16);
     ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
     ddp_cuda_free(x), ddp_cuda_free(w), ddp_cuda_free(b), ddp_cuda_free(y), ddp_cuda_free(dy);
     ddp_cuda_free(dx), ddp_cuda_free(dw), ddp_cuda_free(db), ddp_cuda_free(ws);
@@ -192,19 +190,30 @@ START_TEST(conv_costs)
     ddp_cuda_conv_t grouped = {8, 16, 32, 32, 32, 3, 1, 1, 32, 32};
     const char *w1[] = {"im2col_kernel", "scatter_bias_kernel", "gather_kernel", "col2im_kernel",
                         "conv_bias_grad_kernel", "cublasSgemm", NULL};
-    conv_case(grouped, w1);
+    const char *cols16[] = {"cublasGemmEx", "im2col_bf16_kernel", "gather_bf16_kernel", NULL};
+    conv_case(grouped, w1, cols16);
     /* one sample a GEMM (bias added in place) */
     ddp_cuda_conv_t single = {2, 4, 192, 192, 8, 3, 1, 1, 192, 192};
     const char *w2[] = {"im2col_kernel", "bias_add_kernel", "col2im_kernel", NULL};
-    conv_case(single, w2);
-    /* 1x1, stride 1: no im2col */
+    const char *w2_16[] = {"cublasGemmEx", "im2col_bf16_kernel", "to_bf16_kernel", NULL};
+    conv_case(single, w2, w2_16);
+    /* 1x1, stride 1, one sample a GEMM: no im2col */
     ddp_cuda_conv_t direct = {2, 8, 192, 192, 8, 1, 1, 0, 192, 192};
     const char *w3[] = {"bias_add_kernel", "cublasSgemm", NULL};
-    conv_case(direct, w3);
+    const char *w3_16[] = {"cublasGemmEx", "to_bf16_kernel", NULL};
+    conv_case(direct, w3, w3_16);
+    /* 1x1, stride 1, a group of samples: one strided batched GEMM forward
+     * and for dx (no scatter, no col2im); dw over the gathered group */
+    ddp_cuda_conv_t pointwise = {8, 16, 24, 24, 32, 1, 1, 0, 24, 24};
+    const char *w5[] = {"cublasSgemmStridedBatched", "bias_add_kernel", "gather_kernel",
+                        "im2col_kernel", "cublasSgemm", NULL};
+    const char *w5_16[] = {"cublasGemmStridedBatchedEx", "gather_bf16_kernel",
+                           "im2col_bf16_kernel", "cublasGemmEx", NULL};
+    conv_case(pointwise, w5, w5_16);
     /* a ResNet stem: 7x7, stride 2, padding 3 */
     ddp_cuda_conv_t stem = {4, 3, 128, 128, 16, 7, 2, 3, 64, 64};
     const char *w4[] = {"im2col_kernel", "col2im_kernel", NULL};
-    conv_case(stem, w4);
+    conv_case(stem, w4, cols16);
 }
 END_TEST
 

@@ -111,6 +111,14 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cudaDataType Btype, int ldb, const void *beta, void *C,
                             cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void *B,
+                                          cudaDataType Btype, int ldb, long long int strideB,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 cublasStatus_t cublasSgemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n,
                            const float *alpha, const float *A, int lda, const float *x, int incx,
                            const float *beta, float *y, int incy);
