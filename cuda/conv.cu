@@ -13,7 +13,10 @@
 // output gradient once for both of its GEMMs (gathered straight to bf16).
 // A 1x1 convolution of stride 1 needs no columns: one sample is one GEMM on
 // its input, a group of samples one strided batched GEMM (gemm.h) that
-// writes each sample's output, and its input gradient, in place.
+// writes each sample's output, and its input gradient, in place.  Under
+// bf16 a stride-1 convolution's input gradient is, where that moves fewer
+// bytes, a convolution of dy by the transposed, flipped weight
+// (conv_dx_as_conv): no fp32 columns, no col2im.
 #include "bf16.h"
 #include "gemm.h"
 #include "half.h"
@@ -45,6 +48,46 @@ bool conv_pointwise(const ddp_cuda_conv_t *d)
 int conv_direct(const ddp_cuda_conv_t *d, int gn)
 {
     return conv_pointwise(d) && gn == 1;
+}
+
+// A stride-1 convolution's input gradient is itself a stride-1 convolution:
+// of dy [n, oc, oh, ow], with padding k - 1 - pad, by the weight transposed
+// (its c outputs from oc inputs) and flipped in both kernel axes.  Its
+// columns and a GEMM that writes dx (a group: a scatter) replace the GEMM
+// into c k k column rows of fp32 and col2im's gather-sum over them.
+bool conv_dx_as_conv(const ddp_cuda_conv_t *d)
+{
+    return d->stride == 1 && d->k > 1 && d->pad <= d->k - 1;
+}
+
+// That convolution's shape.
+ddp_cuda_conv_t conv_dx_dims(const ddp_cuda_conv_t *d)
+{
+    return ddp_cuda_conv_t{d->n, d->oc, d->oh, d->ow, d->c, d->k, 1, d->k - 1 - d->pad, d->h,
+                           d->w};
+}
+
+// wt[ci, (o k + kh) k + kw] = w[o, ci, k - 1 - kh, k - 1 - kw]: the weight of
+// the input gradient's convolution, fp32 or (bf16 GEMMs) rounded as the
+// GEMM entry rounds.
+template <class T> __device__ inline T wt_value(float v);
+template <> __device__ inline float wt_value<float>(float v)
+{
+    return v;
+}
+template <> __device__ inline uint16_t wt_value<uint16_t>(float v)
+{
+    return ddp_f32_to_bf16(v);
+}
+template <class T> __global__ void conv_wt_kernel(int oc, int c, int k, const float *w, T *wt)
+{
+    const size_t kk = (size_t)k * k, count = (size_t)oc * c * kk;
+    DDP_GRID_STRIDE(size_t, idx, count)
+    {
+        size_t ci = idx / ((size_t)oc * kk), r = idx - ci * oc * kk;
+        size_t o = r / kk, t = r - o * kk, kh = t / k, kw = t - kh * k;
+        wt[idx] = wt_value<T>(w[((o * c + ci) * k + (k - 1 - kh)) * k + (k - 1 - kw)]);
+    }
 }
 
 // col[ckk, gn*ohw] of samples x[gn, c, h, w]: row (ci*k + ki)*k + kj, column
@@ -234,6 +277,7 @@ size_t ddp_cuda_conv_ws_bytes(const ddp_cuda_conv_t *d)
     const size_t ohw = (size_t)d->oh * d->ow, ckk = (size_t)d->c * d->k * d->k;
     const size_t g = (size_t)conv_group(d);
     size_t floats = ckk * g * ohw + (g > 1 ? (size_t)d->oc * g * ohw : 0);
+    if (conv_dx_as_conv(d)) floats += (size_t)d->oc * ckk; // the transposed weight
     return (floats ? floats : 1) * sizeof(float);
 }
 
@@ -315,6 +359,32 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const int g = conv_group(d);
     float *col = (float *)ws;
     float *stage = col + (size_t)ckk * g * ohw;
+    // dx as a convolution of dy (conv_dx_as_conv) where its columns and, for
+    // a group, its output fit the workspace's columns and stage, and it moves
+    // fewer bytes a sample than the GEMM into columns and col2im: columns
+    // written and read (bf16 under --precision bf16, where it pays when oc
+    // is not above c; fp32 columns cost what col2im's do, plus the scatter)
+    const ddp_cuda_conv_t t = conv_dx_dims(d);
+    const size_t hw = (size_t)d->h * d->w, tkk = (size_t)d->oc * d->k * d->k;
+    const size_t elem = ddp_cuda_state_.bf16_gemm ? 2 : 4;
+    const double via_cols = 8.0 * ckk * ohw + 4.0 * chw + (double)elem * d->oc * ohw;
+    const double via_conv =
+        2.0 * elem * tkk * hw + 4.0 * chw + (g > 1 ? 8.0 * chw : 0) + 4.0 * d->oc * ohw;
+    const bool dx_conv = dx && conv_dx_as_conv(d) && tkk * hw * elem <= (size_t)ckk * ohw * 4 &&
+                         (g == 1 || (size_t)d->c * hw <= (size_t)d->oc * ohw) &&
+                         via_conv < via_cols;
+    void *wt = (float *)ws + (size_t)ckk * g * ohw + (g > 1 ? (size_t)d->oc * g * ohw : 0);
+    if (dx_conv) {
+        const size_t wn = (size_t)d->oc * ckk;
+        DDP_COST(4.0 * wn, (double)elem * wn, 0);
+        if (elem == 2)
+            DDP_LAUNCH(conv_wt_kernel<uint16_t>, ddp_blocks_for(wn), kDdpThreads, s, d->oc, d->c,
+                       d->k, w, (uint16_t *)wt);
+        else
+            DDP_LAUNCH(conv_wt_kernel<float>, ddp_blocks_for(wn), kDdpThreads, s, d->oc, d->c,
+                       d->k, w, (float *)wt);
+        DDP_CU_LAUNCHED();
+    }
     if (db) {
         unsigned blocks = (unsigned)(d->oc < 4096 ? d->oc : 4096);
         const double dyn = (double)d->n * d->oc * ohw;
@@ -338,8 +408,10 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         size_t ld = (size_t)gn * ohw, count = (size_t)d->oc * ld;
         const int direct = conv_direct(d, gn);
         const float *dyg = dy + (size_t)i0 * d->oc * ohw; // [oc, ohw] for one sample
-        const void *dyq = dyg;
-        if (b16) {
+        const void *dyq = dyg; // dy as the GEMMs of dw and (not dx_conv) of dx read it
+        if (!dw && dx_conv) {
+            // dx from dy as it lies: nothing gathered or rounded here
+        } else if (b16) {
             uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, count * 2);
             if (!h) return -1;
             if (gn > 1) {
@@ -377,6 +449,23 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                                           (int)ld, (long long)ohw, 0.0f, dx + (size_t)i0 * chw,
                                           (int)ohw, (long long)chw, gn) != 0)
                 return -1;
+        } else if (dx_conv) {
+            // the columns of dy for the transposed, flipped weight; a group's
+            // result [c, gn*hw] in the stage (free once dw's GEMM read it)
+            const float *dyn = dy + (size_t)i0 * d->oc * ohw; // [gn, oc, oh, ow]
+            const size_t tld = (size_t)gn * hw;
+            float *dxg = dx + (size_t)i0 * chw, *out = gn > 1 ? stage : dxg;
+            if (im2col(&t, gn, dyn, ws, tkk, tld, s) != 0 ||
+                ddp_cuda_gemm_rm16_(0, 0, d->c, (int)tld, (int)tkk, 1.0f, wt, elem == 2, (int)tkk,
+                                    ws, elem == 2, (int)tld, 0.0f, out, (int)tld) != 0)
+                return -1;
+            if (gn > 1) {
+                DDP_COST(4.0 * d->c * tld, 4.0 * d->c * tld, 0);
+                DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->c * tld,
+                               grid_for((size_t)d->c * tld), kDdpThreads, s, gn, d->c, hw, stage,
+                               (const float *)nullptr, dxg);
+                DDP_CU_LAUNCHED();
+            }
         } else if (dx) {
             // dcol[ckk, ld] = w[oc, ckk]^T dyg[oc, ld], then col2im (direct: dx itself)
             float *dxg = dx + (size_t)i0 * chw;

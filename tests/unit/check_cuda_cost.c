@@ -210,6 +210,13 @@ START_TEST(conv_costs)
     const char *w5_16[] = {"cublasGemmStridedBatchedEx", "gather_bf16_kernel",
                            "im2col_bf16_kernel", "cublasGemmEx", NULL};
     conv_case(pointwise, w5, w5_16);
+    /* 3x3, stride 1, c == oc: under bf16 the input gradient is a
+     * convolution of dy by the transposed, flipped weight (no col2im) */
+    ddp_cuda_conv_t same = {8, 16, 16, 16, 16, 3, 1, 1, 16, 16};
+    const char *w6[] = {"im2col_kernel", "col2im_kernel", "scatter_bias_kernel", NULL};
+    const char *w6_16[] = {"conv_wt_kernel", "im2col_bf16_kernel", "scatter_bias_kernel",
+                           "cublasGemmEx", NULL};
+    conv_case(same, w6, w6_16);
     /* a ResNet stem: 7x7, stride 2, padding 3 */
     ddp_cuda_conv_t stem = {4, 3, 128, 128, 16, 7, 2, 3, 64, 64};
     const char *w4[] = {"im2col_kernel", "col2im_kernel", NULL};
