@@ -12,8 +12,9 @@
 // groups; kept in the memo for the backward, bf16.h) and each group's
 // output gradient once for both of its GEMMs (gathered straight to bf16).
 // A 1x1 convolution of stride 1 needs no columns: one sample is one GEMM on
-// its input, a group of samples one strided batched GEMM (gemm.h) that
-// writes each sample's output, and its input gradient, in place.  Under
+// its input, a group of samples of 64 pixels or more one strided batched
+// GEMM (gemm.h) that writes each sample's output, and its input gradient,
+// in place.  Under
 // bf16 a stride-1 convolution's input gradient is, where that moves fewer
 // bytes, a convolution of dy by the transposed, flipped weight
 // (conv_dx_as_conv): no fp32 columns, no col2im.
@@ -42,12 +43,24 @@ bool conv_pointwise(const ddp_cuda_conv_t *d)
     return d->k == 1 && d->stride == 1 && d->pad == 0;
 }
 
+// A group of pointwise samples as a strided batch (conv_pointwise_batch):
+// only where a sample's output is at least this many columns wide.  A
+// narrower one (ResNet's last stages: 7x7, 4x4) would leave most of each
+// tensor-core tile empty, which the step model does not see, so there the
+// group stays one GEMM over its gathered columns.
+constexpr size_t kBatchMinCols = 64;
+
 // One sample of a pointwise convolution: one GEMM on x itself (no im2col).
 // A group of them is one strided batched GEMM, each sample's output and
 // input gradient written in place (no im2col, scatter or col2im).
 int conv_direct(const ddp_cuda_conv_t *d, int gn)
 {
     return conv_pointwise(d) && gn == 1;
+}
+
+bool conv_pointwise_batch(const ddp_cuda_conv_t *d, int gn)
+{
+    return gn > 1 && conv_pointwise(d) && (size_t)d->oh * d->ow >= kBatchMinCols;
 }
 
 // A stride-1 convolution's input gradient is itself a stride-1 convolution:
@@ -301,13 +314,13 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         size_t ld = (size_t)gn * ohw;
         const float *xg = x + (size_t)i0 * chw;
         const void *cg = xg; // direct: x is [c, ohw] already
-        const bool cols = !conv_pointwise(d);
+        const bool cols = !conv_direct(d, gn) && !conv_pointwise_batch(d, gn);
         if (cols) {
             if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
             cg = ws;
         }
         float *yg = y + (size_t)i0 * d->oc * ohw;
-        if (gn > 1 && conv_pointwise(d)) {
+        if (conv_pointwise_batch(d, gn)) {
             // y_i = w x_i for the group's samples i; bf16: x rounded into ws
             const void *xq = xg;
             if (w16) {
@@ -443,7 +456,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                 return -1;
             wbeta = 1.0f;
         }
-        if (dx && gn > 1 && conv_pointwise(d)) {
+        if (dx && conv_pointwise_batch(d, gn)) {
             // dx_i[c, ohw] = w[oc, c]^T dy_i: sample i's columns of the gathered dy
             if (ddp_cuda_gemm_rm_batched_(1, 0, ckk, (int)ohw, d->oc, wq, w16, ckk, 0, dyq, b16,
                                           (int)ld, (long long)ohw, 0.0f, dx + (size_t)i0 * chw,

@@ -899,7 +899,8 @@ START_TEST(conv_matches)
     conv_case_(0, 3, 8, 8, 4, 3, 1, 1, 1.0f);
     conv_case_(2, 3, 9, 7, 5, 3, 1, 1, 0.0f);
     conv_case_(3, 4, 11, 13, 6, 3, 2, 0, 1.0f);
-    conv_case_(2, 5, 6, 6, 3, 1, 1, 0, 1.0f);
+    conv_case_(2, 5, 6, 6, 3, 1, 1, 0, 1.0f); /* 1x1, a group of 36-pixel samples: one GEMM */
+    conv_case_(2, 5, 8, 8, 3, 1, 1, 0, 1.0f); /* 1x1, 64 pixels: a strided batch */
     conv_case_(4, 16, 8, 8, 16, 3, 1, 1, 0.0f); /* the CPU's Winograd path */
     conv_case_(2, 2, 10, 10, 3, 5, 2, 2, 1.0f);
 }

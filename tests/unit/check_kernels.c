@@ -210,7 +210,7 @@ END_TEST
  * grouped into one GEMM (3x3, padding), a stride of 2, a direct 1x1 (no
  * im2col: the fp32 input converted by the GEMM entry), a 1x1 over a group
  * of samples (one strided batched GEMM on the rounded inputs, dx from the
- * gathered dy), and stride-1 3x3 and 5x5 ones whose dx is a convolution of
+ * gathered dy; and one of samples under 64 pixels, one GEMM), and stride-1 3x3 and 5x5 ones whose dx is a convolution of
  * dy (padded by k - 1 - pad: 2 and 3 here) by the flipped weight.  That the
  * inputs were rounded at all: the fp32 result is off by more than 1e-3. */
 START_TEST(conv_bf16)
@@ -219,12 +219,13 @@ START_TEST(conv_bf16)
     const conv_dims_t shapes[] = {conv_dims_(5, 4, 9, 9, 6, 3, 1, 1),
                                   conv_dims_(3, 3, 11, 11, 5, 3, 2, 1),
                                   conv_dims_(1, 4, 8, 8, 3, 1, 1, 0),
+                                  conv_dims_(4, 6, 8, 9, 9, 1, 1, 0),
                                   conv_dims_(4, 6, 5, 7, 9, 1, 1, 0),
                                   conv_dims_(1, 6, 8, 9, 5, 3, 1, 0),
                                   conv_dims_(1, 4, 9, 8, 4, 5, 1, 1)};
     const compute_ops_t *C = &compute_cpu_ops;
     double off32 = 0;
-    for (int sh = 0; sh < 6; sh++) {
+    for (int sh = 0; sh < 7; sh++) {
         const conv_dims_t *d = &shapes[sh];
         const size_t xn = conv_xn_(d), wn = (size_t)d->oc * d->c * d->k * d->k,
                      yn = (size_t)d->n * d->oc * d->oh * d->ow;
