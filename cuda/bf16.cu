@@ -31,8 +31,7 @@ struct MemoEntry {
     const float *w = nullptr, *x = nullptr;
     size_t wcount = 0, xcount = 0;
     bool valid = false; // the copies are those of w and x as recorded
-    uint16_t *buf = nullptr;
-    size_t cap = 0; // elements of buf
+    Scratch buf;        // exactly as large as the largest need (the plan counts it so)
 };
 std::vector<MemoEntry> g_memo;
 
@@ -79,41 +78,26 @@ int ddp_bf16_convert_(size_t count, const float *x, uint16_t *h)
     return 0;
 }
 
-static int scratch_reserve_(Scratch *s, size_t bytes)
+// s holds at least `need` bytes: when it must grow, `alloc` (>= need) of them.
+static int grow_(Scratch *s, size_t need, size_t alloc)
 {
-    if (bytes <= s->bytes) return 0;
+    if (need <= s->bytes) return 0;
     if (s->p) {
-        // cudaFree waits for the device: GEMMs queued on the old scratch are done.
+        // cudaFree waits for the device: GEMMs queued on the old buffer are done.
         DDP_CU(cudaFree(s->p));
         s->p = nullptr;
         s->bytes = 0;
     }
-    size_t want = bytes + bytes / 4; // room to grow a little without reallocating
-    DDP_CU(cudaMalloc(&s->p, want));
-    s->bytes = want;
+    DDP_CU(cudaMalloc(&s->p, alloc));
+    s->bytes = alloc;
     return 0;
 }
 
 void *ddp_bf16_scratch_(enum ddp_bf16_scratch which, size_t bytes)
 {
     Scratch *s = &g_scratch[which];
-    return scratch_reserve_(s, bytes) == 0 ? s->p : nullptr;
-}
-
-// The entry's buffer holds cap elements, at least `need`.
-static int memo_reserve_(MemoEntry *e, size_t need)
-{
-    if (need <= e->cap) return 0;
-    if (e->buf) {
-        DDP_CU(cudaFree(e->buf)); // waits for the GEMMs that read it
-        e->buf = nullptr;
-        e->cap = 0;
-    }
-    void *p = nullptr;
-    DDP_CU(cudaMalloc(&p, need * sizeof(uint16_t)));
-    e->buf = (uint16_t *)p;
-    e->cap = need;
-    return 0;
+    // room to grow a little without reallocating
+    return grow_(s, bytes, bytes + bytes / 4) == 0 ? s->p : nullptr;
 }
 
 int ddp_bf16_memo_put_(const float *w, size_t wcount, const float *x, size_t xcount,
@@ -126,16 +110,17 @@ int ddp_bf16_memo_put_(const float *w, size_t wcount, const float *x, size_t xco
         e->w = w;
     }
     e->valid = false;
-    size_t xoff = aligned_(wcount);
-    if (memo_reserve_(e, xoff + (x ? xcount : 0)) != 0) return -1;
-    if (ddp_bf16_convert_(wcount, w, e->buf) != 0) return -1;
-    if (x && ddp_bf16_convert_(xcount, x, e->buf + xoff) != 0) return -1;
+    size_t xoff = aligned_(wcount), need = (xoff + (x ? xcount : 0)) * sizeof(uint16_t);
+    if (grow_(&e->buf, need, need) != 0) return -1;
+    uint16_t *buf = (uint16_t *)e->buf.p;
+    if (ddp_bf16_convert_(wcount, w, buf) != 0) return -1;
+    if (x && ddp_bf16_convert_(xcount, x, buf + xoff) != 0) return -1;
     e->x = x;
     e->wcount = wcount;
     e->xcount = x ? xcount : 0;
     e->valid = true;
-    *w16 = e->buf;
-    *x16 = x ? e->buf + xoff : nullptr;
+    *w16 = buf;
+    *x16 = x ? buf + xoff : nullptr;
     return 0;
 }
 
@@ -146,8 +131,8 @@ void ddp_bf16_memo_get_(const float *w, size_t wcount, const float *x, size_t xc
     *x16 = nullptr;
     const MemoEntry *e = memo_find_(w);
     if (!e || !e->valid || e->wcount != wcount || e->x != x || (x && e->xcount != xcount)) return;
-    *w16 = e->buf;
-    if (x) *x16 = e->buf + aligned_(wcount);
+    *w16 = (const uint16_t *)e->buf.p;
+    if (x) *x16 = *w16 + aligned_(wcount);
 #ifdef DDP_CUDA_EMU
     memo_check_("weight", w, *w16, wcount);
     if (x) memo_check_("input", x, *x16, xcount);
@@ -166,7 +151,7 @@ void ddp_bf16_release_(void)
         s = Scratch{};
     }
     for (MemoEntry &e : g_memo)
-        if (e.buf) cudaFree(e.buf);
+        if (e.buf.p) cudaFree(e.buf.p);
     g_memo.clear();
     g_memo.shrink_to_fit();
 }

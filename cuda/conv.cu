@@ -410,7 +410,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const bool b16 = ddp_cuda_state_.bf16_gemm != 0;
     const void *wq = w;
     bool w16 = false;
-    if (b16 && dx) {
+    if (b16 && dx && !dx_conv) { // dx_conv multiplies by the transposed weight
         const uint16_t *h, *none;
         ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, nullptr, 0, &h, &none);
         if (h) wq = h, w16 = true;
