@@ -115,7 +115,6 @@ typedef struct net {
     float *dbig[2]; /* gradient ping-pong, [batch, 32, 28, 28] */
 } net_t;
 
-
 static float *view_(net_t *m, size_t *off, size_t count, float **grad, float bound, unsigned *s)
 {
     float *p = m->params + *off;
@@ -220,7 +219,7 @@ static double net_step_(net_t *m, int first)
             c->bn_stats(n, d->oc, hw, m->h[l], b->stats);
             c->bn_finalize(d->oc, b->stats, (double)n * hw, 1e-5f, 0.1f, 1, b->mean, b->invstd,
                            b->rm, b->rv);
-            c->bn_fwd(n, d->oc, hw, m->h[l], b->mean, b->invstd, b->gamma, b->beta, m->bo[l]);
+            c->bn_fwd(n, d->oc, hw, m->h[l], b->mean, b->invstd, b->gamma, b->beta, m->bo[l], 0);
         });
         TIMED(OP_RELU_FWD, 0, c->relu_fwd(cnt, m->bo[l], m->r[l]));
         TIMED(l ? OP_POOL2_FWD : OP_POOL1_FWD, 0,
@@ -252,9 +251,9 @@ static double net_step_(net_t *m, int first)
         TIMED(OP_RELU_BWD, 0, c->relu_bwd(cnt, m->bo[l], g, g));
         TIMED(l ? OP_BN2_BWD : OP_BN1_BWD, 0, {
             c->bn_bwd_stats(n, d->oc, hw, m->h[l], g, b->mean, b->invstd, b->stats, b->dgamma,
-                            b->dbeta, 0.0f);
+                            b->dbeta, 0.0f, NULL, NULL);
             c->bn_bwd_data(n, d->oc, hw, m->h[l], g, b->mean, b->invstd, b->gamma, b->stats,
-                           (double)n * hw, g);
+                           (double)n * hw, g, NULL);
         });
         TIMED(l ? OP_CONV2_BWD : OP_CONV1_BWD, conv_flop_(d) * (l ? 2 : 1),
               c->conv_bwd(d, l ? m->p[0] : m->x, cw[l], g, l ? h : NULL, cdw[l], cdb[l], 0.0f,

@@ -147,7 +147,7 @@ static double net_step_(net_t *m, int first)
             compute->bn_finalize(fo, m->stats[l], n, 1e-5f, 0.1f, 1, m->mean[l], m->invstd[l],
                                  m->rm[l], m->rv[l]);
             compute->bn_fwd(n, fo, 1, m->h[l], m->mean[l], m->invstd[l], m->gamma[l], m->beta[l],
-                            m->bnout[l]);
+                            m->bnout[l], 0);
         });
         TIMED(OP_RELU_FWD, 0, compute->relu_fwd((size_t)n * fo, m->bnout[l], m->act[l]));
         in = m->act[l];
@@ -167,9 +167,9 @@ static double net_step_(net_t *m, int first)
         TIMED(OP_RELU_BWD, 0, compute->relu_bwd((size_t)n * c, m->act[k], dx, dx));
         TIMED(OP_BN_BWD, 0, {
             compute->bn_bwd_stats(n, c, 1, m->h[k], dx, m->mean[k], m->invstd[k], m->gstats[k],
-                                  m->dgamma[k], m->dbeta[k], 0.0f);
+                                  m->dgamma[k], m->dbeta[k], 0.0f, NULL, NULL);
             compute->bn_bwd_data(n, c, 1, m->h[k], dx, m->mean[k], m->invstd[k], m->gamma[k],
-                                 m->gstats[k], n, dx);
+                                 m->gstats[k], n, dx, NULL);
         });
         dy = dx;
     }

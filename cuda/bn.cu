@@ -8,7 +8,9 @@
 // 32 channels at a time with 32 lanes of rows, so that a warp reads 32
 // consecutive floats of one row.
 // finalize (the CPU backend's ddp_bn_finalize_ch, backend_math.h), eval
-// params and the coefficients in double, as the CPU backend.
+// params and the coefficients in double, as the CPU backend.  A ReLU fused
+// after the BatchNorm (compute.h): the forward writes relu(y), the backward
+// kernels mask dy where y, recomputed from x (ddp_bn_ab), is <= 0.
 #include "ddp_cuda_rt.h"
 
 #include "backend_math.h"
@@ -35,16 +37,26 @@ __device__ inline void block_sum2(double *a, double *b, double a1, double a2)
     }
 }
 
+// The gradient a fused ReLU passes back at x: dy where the BatchNorm's output
+// x a + b (ddp_bn_ab, as bn_fwd_kernel computed it) is kept; relu false: dy.
+__device__ inline float relu_dy(bool relu, float x, float a, float b, float dy)
+{
+    return !relu || ddp_relu_keep(x * a + b) ? dy : 0.0f;
+}
+
 // BatchNorm2d's sums in two passes over many blocks: the samples of a
 // channel are cut into S chunks (bn_chunks: enough blocks to fill the GPU
 // when there are few channels), block (ch, s) sums its chunk's values --
 // threads over the chunk's (sample, pixel) pairs, consecutive threads on
 // consecutive pixels -- in a fixed tree, and one thread per channel adds
 // the S partials in order.  The order depends only on the shapes.
-// kBwd false: the partials of x and x^2; true: of dy and dy (x - mean).
+// kBwd false: the partials of x and x^2; true: of dy and dy (x - mean), dy
+// masked by a fused ReLU where rb (its BatchNorm's beta_, with invstd and
+// gamma rg) is given (relu_dy: the mask recomputed from x).
 template <bool kBwd>
 __global__ void bn_partials_kernel(int n, int c, int hw, int chunks, const float *x,
-                                   const float *dy, const float *mean, double *part)
+                                   const float *dy, const float *mean, const float *invstd,
+                                   const float *rg, const float *rb, double *part)
 {
     __shared__ double s1[kDdpThreads], s2[kDdpThreads];
     const int s = blockIdx.y;
@@ -52,12 +64,14 @@ __global__ void bn_partials_kernel(int n, int c, int hw, int chunks, const float
     const unsigned per = (unsigned)(i1 - i0) * (unsigned)hw; // < 2^31 (the launcher checks)
     for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
         const float m = kBwd ? mean[ch] : 0.0f;
+        float ra = 0.0f, rbc = 0.0f;
+        if (kBwd && rb) ddp_bn_ab(m, invstd[ch], rg[ch], rb[ch], &ra, &rbc);
         double a1 = 0.0, a2 = 0.0;
         for (unsigned e = threadIdx.x; e < per; e += blockDim.x) {
             const unsigned i = e / (unsigned)hw, k = e - i * (unsigned)hw;
             const size_t off = ((size_t)(i0 + i) * c + ch) * hw + k;
             if (kBwd) {
-                float g = dy[off];
+                float g = relu_dy(rb != nullptr, x[off], ra, rbc, dy[off]);
                 a1 += (double)g;
                 a2 += (double)(g * (x[off] - m));
             } else {
@@ -155,18 +169,21 @@ __global__ void bn_eval_params_kernel(int c, const float *running_mean, const fl
     }
 }
 
-// y = x a + b with a = invstd gamma, b = beta_ - mean a.  I: the index type
-// (DDP_LAUNCH_IDX).
+// y = x a + b with a = invstd gamma, b = beta_ - mean a (ddp_bn_ab); relu:
+// relu(y), as relu_fwd_k.  I: the index type (DDP_LAUNCH_IDX).
 template <class I>
 __global__ void bn_fwd_kernel(int n, int c, int hw, const float *x, const float *mean,
-                              const float *invstd, const float *gamma, const float *beta_, float *y)
+                              const float *invstd, const float *gamma, const float *beta_, float *y,
+                              int relu)
 {
     const I count = (I)n * c * hw;
     DDP_GRID_STRIDE(I, idx, count)
     {
         int ch = (int)((idx / (I)hw) % (I)c);
-        float a = invstd[ch] * gamma[ch], b = beta_[ch] - mean[ch] * a;
-        y[idx] = x[idx] * a + b;
+        float a, b;
+        ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], beta_[ch], &a, &b);
+        float v = x[idx] * a + b;
+        y[idx] = relu && v < 0.0f ? 0.0f : v;
     }
 }
 
@@ -194,7 +211,8 @@ __global__ void bn_bwd_stats_combine_kernel(int c, int chunks, const double *par
 // the backward sums for hw = 1
 __global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float *dy,
                                       const float *mean, const float *invstd, double *gstats,
-                                      float *dgamma, float *dbeta, float beta)
+                                      float *dgamma, float *dbeta, float beta, const float *rg,
+                                      const float *rb)
 {
     __shared__ lane_sums_t s1, s2;
     for (size_t c0 = (size_t)blockIdx.x * kColTile; c0 < (size_t)c;
@@ -203,9 +221,11 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float 
         double a1 = 0.0, a2 = 0.0;
         if (ch < (size_t)c) {
             const float m = mean[ch];
+            float ra = 0.0f, rbc = 0.0f;
+            if (rb) ddp_bn_ab(m, invstd[ch], rg[ch], rb[ch], &ra, &rbc);
             for (int i = threadIdx.y; i < n; i += kColLanes) {
                 size_t off = (size_t)i * c + ch;
-                float g = dy[off];
+                float g = relu_dy(rb != nullptr, x[off], ra, rbc, dy[off]);
                 a1 += (double)g;
                 a2 += (double)(g * (x[off] - m));
             }
@@ -223,11 +243,12 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float 
 }
 
 // dx = A dy + B (x - mean) + C per channel: A = gamma invstd,
-// B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU backend)
+// B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU
+// backend); dy masked by a fused ReLU where rb is given (relu_dy).
 template <class I>
 __global__ void bn_bwd_data_kernel(int n, int c, int hw, const float *x, const float *dy,
                                    const float *mean, const float *invstd, const float *gamma,
-                                   const double *gstats, double count, float *dx)
+                                   const double *gstats, double count, float *dx, const float *rb)
 {
     const I total = (I)n * c * hw;
     DDP_GRID_STRIDE(I, idx, total)
@@ -237,7 +258,10 @@ __global__ void bn_bwd_data_kernel(int n, int c, int hw, const float *x, const f
         double mdy = count > 0 ? gstats[ch] / count : 0;
         double mdyx = count > 0 ? gstats[c + ch] / count : 0;
         float A = (float)a, B = (float)(-a * invstd[ch] * mdyx), C = (float)(-a * mdy);
-        dx[idx] = A * dy[idx] + B * (x[idx] - mean[ch]) + C;
+        float ra = 0.0f, rbc = 0.0f;
+        if (rb) ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], rb[ch], &ra, &rbc);
+        float g = relu_dy(rb != nullptr, x[idx], ra, rbc, dy[idx]);
+        dx[idx] = A * g + B * (x[idx] - mean[ch]) + C;
     }
 }
 
@@ -266,43 +290,26 @@ int bn_chunks(int n, int c, int hw)
     return want < 1 ? 1 : (int)want;
 }
 
-// Two doubles per (channel, chunk) on the bound device, grown as needed
-// (cudaFree waits for the kernels still using the old one).
-double *part_ = nullptr;
-size_t part_cap_ = 0;
-int part_device_ = -1;
-
 int partials(size_t pairs, double **out)
 {
-    if (part_device_ != ddp_cuda_state_.device) {
-        part_ = nullptr;
-        part_cap_ = 0;
-        part_device_ = ddp_cuda_state_.device;
-    }
-    if (pairs > part_cap_) {
-        if (part_) DDP_CU(cudaFree(part_));
-        part_ = nullptr;
-        part_cap_ = 0;
-        DDP_CU(cudaMalloc((void **)&part_, 2 * pairs * sizeof(double)));
-        part_cap_ = pairs;
-    }
-    *out = part_;
-    return 0;
+    return ddp_cuda_partials_(2 * pairs, out);
 }
 
 // Launches bn_partials_kernel<kBwd> over n x hw samples of c channels into
 // the partials buffer: *part and *chunks are what the combine kernel reads.
 template <bool kBwd>
 int launch_partials(int n, int c, int hw, const float *x, const float *dy, const float *mean,
-                    cudaStream_t s, const double **part, int *chunks)
+                    const float *invstd, const float *rg, const float *rb, cudaStream_t s,
+                    const double **part, int *chunks)
 {
     *chunks = bn_chunks(n, c, hw);
     double *p;
     if (partials((size_t)c * *chunks, &p)) return -1;
     const double count = (double)n * c * hw;
-    DDP_COST((kBwd ? 8.0 : 4.0) * count + (kBwd ? 4.0 * c : 0), 16.0 * c * *chunks, 3.0 * count);
+    DDP_COST((kBwd ? 8.0 : 4.0) * count + (kBwd ? 4.0 * c : 0) + (rb ? 12.0 * c : 0),
+             16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
     DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n, c, hw,
-               *chunks, x, dy, mean, p);
+               *chunks, x, dy, mean, invstd, rg, rb, p);
     DDP_CU_LAUNCHED();
     *part = p;
     return 0;
@@ -310,7 +317,31 @@ int launch_partials(int n, int c, int hw, const float *x, const float *dy, const
 
 } // namespace
 
+// The scratch of two-pass sums on the bound device, grown as needed (cudaFree
+// waits for the kernels still using the old one).
+static double *part_ = nullptr;
+static size_t part_cap_ = 0;
+static int part_device_ = -1;
+
 extern "C" {
+
+int ddp_cuda_partials_(size_t doubles, double **out)
+{
+    if (part_device_ != ddp_cuda_state_.device) {
+        part_ = nullptr;
+        part_cap_ = 0;
+        part_device_ = ddp_cuda_state_.device;
+    }
+    if (doubles > part_cap_) {
+        if (part_) DDP_CU(cudaFree(part_));
+        part_ = nullptr;
+        part_cap_ = 0;
+        DDP_CU(cudaMalloc((void **)&part_, doubles * sizeof(double)));
+        part_cap_ = doubles;
+    }
+    *out = part_;
+    return 0;
+}
 
 int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
 {
@@ -329,7 +360,9 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
     }
     const double *part = nullptr;
     int chunks = 0;
-    if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, s, &part, &chunks)) return -1;
+    if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, nullptr, nullptr, nullptr, s, &part,
+                               &chunks))
+        return -1;
     DDP_COST(16.0 * c * chunks, 16.0 * c, 2.0 * c * chunks);
     DDP_LAUNCH(bn_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
                part, stats);
@@ -363,20 +396,20 @@ int ddp_cuda_bn_eval_params(int c, const float *running_mean, const float *runni
 }
 
 int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                    const float *gamma, const float *beta_, float *y)
+                    const float *gamma, const float *beta_, float *y, int relu)
 {
     if (n <= 0 || c <= 0 || hw <= 0) return 0;
     size_t count = (size_t)n * c * hw;
-    DDP_COST(4.0 * count + 16.0 * c, 4.0 * count, 2.0 * count);
+    DDP_COST(4.0 * count + 16.0 * c, 4.0 * count, (relu ? 3.0 : 2.0) * count);
     DDP_LAUNCH_IDX(bn_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream,
-                   n, c, hw, x, mean, invstd, gamma, beta_, y);
+                   n, c, hw, x, mean, invstd, gamma, beta_, y, relu);
     DDP_CU_LAUNCHED();
     return 0;
 }
 
 int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                           const float *invstd, double *gstats, float *dgamma, float *dbeta,
-                          float beta)
+                          float beta, const float *relu_gamma, const float *relu_beta)
 {
     if (c <= 0) return 0;
     // n == 0 or hw == 0: the block sums are 0 (no element), dgamma and dbeta
@@ -386,15 +419,18 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
     // dgamma and dbeta: read with beta, written when given
     const double gb = (dgamma ? 4.0 * c : 0) + (dbeta ? 4.0 * c : 0);
     if (hh == 1) {
-        DDP_COST(8.0 * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0), 16.0 * c + gb, 4.0 * nn * c);
+        DDP_COST(8.0 * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0) + (relu_beta ? 8.0 * c : 0),
+                 16.0 * c + gb, (relu_beta ? 6.0 : 4.0) * nn * c);
         DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, x, dy, mean,
-                   invstd, gstats, dgamma, dbeta, beta);
+                   invstd, gstats, dgamma, dbeta, beta, relu_gamma, relu_beta);
         DDP_CU_LAUNCHED();
         return 0;
     }
     const double *part = nullptr;
     int chunks = 0;
-    if (launch_partials<true>(nn, c, hh, x, dy, mean, s, &part, &chunks)) return -1;
+    if (launch_partials<true>(nn, c, hh, x, dy, mean, invstd, relu_gamma, relu_beta, s, &part,
+                              &chunks))
+        return -1;
     DDP_COST(16.0 * c * chunks + 4.0 * c + (beta != 0.0f ? gb : 0), 16.0 * c + gb,
              2.0 * c * chunks);
     DDP_LAUNCH(bn_bwd_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
@@ -405,13 +441,15 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
 
 int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                          const float *invstd, const float *gamma, const double *gstats,
-                         double count, float *dx)
+                         double count, float *dx, const float *relu_beta)
 {
     if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
     size_t total = (size_t)n * c * hw;
-    DDP_COST(8.0 * total + 32.0 * c, 4.0 * total, 5.0 * total);
+    DDP_COST(8.0 * total + 32.0 * c + (relu_beta ? 4.0 * c : 0), 4.0 * total,
+             (relu_beta ? 7.0 : 5.0) * total);
     DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads,
-                   ddp_cuda_state_.stream, n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx);
+                   ddp_cuda_state_.stream, n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx,
+                   relu_beta);
     DDP_CU_LAUNCHED();
     return 0;
 }

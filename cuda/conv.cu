@@ -251,28 +251,38 @@ __global__ void gather_bf16_kernel(int gn, int oc, size_t ohw_, const float *dy,
     DDP_GRID_STRIDE(I, idx, count) stage[gather_at<I>(idx, oc, ohw, ld)] = ddp_f32_to_bf16(dy[idx]);
 }
 
-// db[o] = beta db[o] + sum over samples (in order) of the double sum of the
-// sample's plane: one block per channel.
-__global__ void conv_bias_grad_kernel(int n, int oc, size_t ohw, const float *dy, float *db,
-                                      float beta)
+// The bias gradient db[o] = beta db[o] + the sum over samples, in order, of
+// the float of the double sum of the sample's plane (as the CPU backend), in
+// two passes, so that few channels still fill the GPU: block (o, i) sums
+// channel o's plane of sample i in a fixed tree into part[o n + i]; then one
+// thread per channel adds its n sums in order.
+__global__ void conv_bias_planes_kernel(int n, int oc, size_t ohw, const float *dy, double *part)
 {
-    __shared__ double part[kDdpThreads];
-    for (int o = blockIdx.x; o < oc; o += gridDim.x) {
-        float acc = beta == 0.0f ? 0.0f : beta * db[o];
-        for (int i = 0; i < n; i++) {
+    __shared__ double sum[kDdpThreads];
+    for (int i = blockIdx.y; i < n; i += gridDim.y)
+        for (int o = blockIdx.x; o < oc; o += gridDim.x) {
             const float *p = dy + ((size_t)i * oc + o) * ohw;
-            double s = 0.0;
-            for (size_t k = threadIdx.x; k < ohw; k += blockDim.x) s += (double)p[k];
-            part[threadIdx.x] = s;
+            double t = 0.0;
+            for (size_t k = threadIdx.x; k < ohw; k += blockDim.x) t += (double)p[k];
+            sum[threadIdx.x] = t;
             __syncthreads();
             for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
-                if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+                if (threadIdx.x < h) sum[threadIdx.x] += sum[threadIdx.x + h];
                 __syncthreads();
             }
-            acc += (float)part[0];
-            __syncthreads(); // part[0] read by all before the next sample
+            if (threadIdx.x == 0) part[(size_t)o * n + i] = sum[0];
+            __syncthreads(); // sum[0] read before the next plane
         }
-        if (threadIdx.x == 0) db[o] = acc;
+}
+
+// The second pass: a block per channel (thread 0 adds; a chain in order).
+__global__ void conv_bias_combine_kernel(int n, int oc, const double *part, float *db, float beta)
+{
+    if (threadIdx.x != 0) return;
+    for (int o = blockIdx.x; o < oc; o += gridDim.x) {
+        float acc = beta == 0.0f ? 0.0f : beta * db[o];
+        for (int i = 0; i < n; i++) acc += (float)part[(size_t)o * n + i];
+        db[o] = acc;
     }
 }
 
@@ -399,10 +409,16 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         DDP_CU_LAUNCHED();
     }
     if (db) {
-        unsigned blocks = (unsigned)(d->oc < 4096 ? d->oc : 4096);
-        const double dyn = (double)d->n * d->oc * ohw;
-        DDP_COST(4.0 * dyn + (beta != 0.0f ? 4.0 * d->oc : 0), 4.0 * d->oc, dyn);
-        DDP_LAUNCH(conv_bias_grad_kernel, blocks, kDdpThreads, s, d->n, d->oc, ohw, dy, db, beta);
+        double *part;
+        if (ddp_cuda_partials_((size_t)d->n * d->oc, &part) != 0) return -1;
+        const dim3 planes((unsigned)(d->oc < 4096 ? d->oc : 4096),
+                          (unsigned)(d->n < 65535 ? d->n : 65535));
+        const double dyn = (double)d->n * d->oc * ohw, sums = (double)d->n * d->oc;
+        DDP_COST(4.0 * dyn, 8.0 * sums, dyn);
+        DDP_LAUNCH(conv_bias_planes_kernel, planes, kDdpThreads, s, d->n, d->oc, ohw, dy, part);
+        DDP_CU_LAUNCHED();
+        DDP_COST(8.0 * sums + (beta != 0.0f ? 4.0 * d->oc : 0), 4.0 * d->oc, sums);
+        DDP_LAUNCH(conv_bias_combine_kernel, planes.x, 32, s, d->n, d->oc, part, db, beta);
         DDP_CU_LAUNCHED();
     }
     // bf16: the weight as the forward rounded it (the memo, or by the GEMM

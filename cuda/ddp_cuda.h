@@ -140,17 +140,18 @@ int ddp_cuda_bn_finalize(int c, const double *stats, double count, float eps, fl
                          float *running_var);
 int ddp_cuda_bn_eval_params(int c, const float *running_mean, const float *running_var, float eps,
                             float *mean, float *invstd);
+/* relu, relu_gamma, relu_beta: a ReLU fused after the BatchNorm (compute.h) */
 int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                    const float *gamma, const float *beta_, float *y);
+                    const float *gamma, const float *beta_, float *y, int relu);
 int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                           const float *invstd, double *gstats, float *dgamma, float *dbeta,
-                          float beta);
+                          float beta, const float *relu_gamma, const float *relu_beta);
 int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                          const float *invstd, const float *gamma, const double *gstats,
-                         double count, float *dx);
+                         double count, float *dx, const float *relu_beta);
 
 /* ---- elementwise, dropout, casts (elementwise.cu) ----------------------- */
-int ddp_cuda_add(size_t count, const float *a, const float *b, float *y);
+int ddp_cuda_add(size_t count, const float *a, const float *b, float *y, int relu);
 int ddp_cuda_relu_fwd(size_t count, const float *x, float *y);
 int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx);
 int ddp_cuda_gelu_fwd(size_t count, const float *x, float *y);

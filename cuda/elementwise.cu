@@ -24,11 +24,14 @@
 namespace
 {
 
-__global__ void add_k(size_t count, const float *a, const float *b, float *y)
+// y = a + b; relu: relu(a + b), as relu_fwd_k
+__global__ void add_k(size_t count, const float *a, const float *b, float *y, int relu)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x)
-        y[i] = a[i] + b[i];
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = a[i] + b[i];
+        y[i] = relu && v < 0.0f ? 0.0f : v;
+    }
 }
 
 // NaN passes through (PyTorch)
@@ -139,11 +142,12 @@ int dropout_apply(int n, size_t features, const float *in, float *out, float p, 
 
 } // namespace
 
-extern "C" int ddp_cuda_add(size_t count, const float *a, const float *b, float *y)
+extern "C" int ddp_cuda_add(size_t count, const float *a, const float *b, float *y, int relu)
 {
     if (count == 0) return 0;
-    DDP_COST(8.0 * count, 4.0 * count, (double)count);
-    DDP_LAUNCH(add_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, a, b, y);
+    DDP_COST(8.0 * count, 4.0 * count, (relu ? 2.0 : 1.0) * count);
+    DDP_LAUNCH(add_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, a, b, y,
+               relu);
     DDP_CU_LAUNCHED();
     return 0;
 }

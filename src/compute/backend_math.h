@@ -6,6 +6,9 @@
  *   ddp_xent_loss/_grad its loss and gradient element (cuda/loss.cu's
  *                       row-parallel kernel computes the rest itself)
  *   ddp_bn_finalize_ch  one channel of BatchNorm's statistics finalize
+ *   ddp_bn_ab           BatchNorm's forward coefficients y = x a + b
+ *   ddp_relu_keep       a ReLU's mask (fused after a BatchNorm: bn_fwd and
+ *                       the backward that recomputes its output)
  *   ddp_adamw_consts    AdamW's per-step constants (host code, in double)
  *   ddp_adamw_elem      one element of the AdamW update (float)
  * Inline: they run once per row, channel or element inside the callers'
@@ -101,6 +104,23 @@ DDP_HD void ddp_bn_finalize_ch(int ch, int c, const double *stats, double count,
         running_var[ch] =
             (float)((1.0 - momentum) * (double)running_var[ch] + (double)momentum * unbiased);
     }
+}
+
+/* BatchNorm's forward as both backends compute it: y = x a + b with
+ * a = invstd gamma, b = beta_ - mean a (PyTorch's CPU form).  A fused
+ * ReLU's backward recomputes y so (the same operations on the same floats:
+ * the same bits) rather than reading the forward's output. */
+DDP_HD void ddp_bn_ab(float mean, float invstd, float gamma, float beta_, float *a, float *b)
+{
+    *a = invstd * gamma;
+    *b = beta_ - mean * *a;
+}
+
+/* Whether a ReLU passes the gradient at y (its input or its output): y > 0;
+ * NaN passes too, as relu_bwd (y <= 0 is false). */
+DDP_HD int ddp_relu_keep(float y)
+{
+    return !(y <= 0.0f);
 }
 
 /* AdamW's constants of step t (t < 1 taken as 1), PyTorch 1.13: bias

@@ -211,23 +211,31 @@ typedef struct compute_ops {
     /* Eval mode: mean = running_mean, invstd = 1/sqrt(running_var + eps). */
     void (*bn_eval_params)(int c, const float *running_mean, const float *running_var, float eps,
                            float *mean, float *invstd);
-    /* y = (x - mean) * invstd * gamma + beta_ */
+    /* y = (x - mean) * invstd * gamma + beta_, computed as x a + b with
+     * a = invstd gamma, b = beta_ - mean a; relu: y = relu(that) instead (a
+     * ReLU fused after the BatchNorm, as relu_fwd: NaN passes). */
     void (*bn_fwd)(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                   const float *gamma, const float *beta_, float *y);
+                   const float *gamma, const float *beta_, float *y, int relu);
     /* gstats[0..c) = sum dy, gstats[c..2c) = sum dy * xhat (local batch);
-     * also dgamma = beta dgamma + sum dy*xhat, dbeta = beta dbeta + sum dy. */
+     * also dgamma = beta dgamma + sum dy*xhat, dbeta = beta dbeta + sum dy.
+     * relu_gamma, relu_beta (the layer's gamma and beta_; NULL: no ReLU): dy
+     * is the gradient of a fused ReLU's output, taken as 0 wherever the
+     * BatchNorm's output x a + b (recomputed exactly as bn_fwd computed it)
+     * is <= 0 (relu_bwd's mask): the same bits as relu_bwd, then this. */
     void (*bn_bwd_stats)(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                          const float *invstd, double *gstats, float *dgamma, float *dbeta,
-                         float beta);
+                         float beta, const float *relu_gamma, const float *relu_beta);
     /* dx = gamma invstd (dy - gsum_dy/count - xhat gsum_dyxhat/count), with the
-     * (global) gstats over `count` values per channel. */
+     * (global) gstats over `count` values per channel.  relu_beta (the
+     * layer's beta_; NULL: no ReLU): dy masked as in bn_bwd_stats. */
     void (*bn_bwd_data)(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                         const float *invstd, const float *gamma, const double *gstats, double count,
-                        float *dx);
+                        float *dx, const float *relu_beta);
 
     /* ---- elementwise ----------------------------------------------------- */
-    /* y = a + b (a residual connection); y may be a or b */
-    void (*add)(size_t count, const float *a, const float *b, float *y);
+    /* y = a + b (a residual connection); y may be a or b; relu: y = relu(a +
+     * b) (a ReLU fused after a block's add, as relu_fwd) */
+    void (*add)(size_t count, const float *a, const float *b, float *y, int relu);
     void (*relu_fwd)(size_t count, const float *x, float *y);
     void (*relu_bwd)(size_t count, const float *x, const float *dy, float *dx);
     void (*gelu_fwd)(size_t count, const float *x, float *y); /* erf form */

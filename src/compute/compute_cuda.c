@@ -316,30 +316,34 @@ static void cuda_bn_eval_params(int c, const float *running_mean, const float *r
 }
 
 static void cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean,
-                        const float *invstd, const float *gamma, const float *beta_, float *y)
+                        const float *invstd, const float *gamma, const float *beta_, float *y,
+                        int relu)
 {
-    cuda_rc_(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y));
+    cuda_rc_(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y, relu));
 }
 
 static void cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
                               const float *mean, const float *invstd, double *gstats, float *dgamma,
-                              float *dbeta, float beta)
+                              float *dbeta, float beta, const float *relu_gamma,
+                              const float *relu_beta)
 {
-    cuda_rc_(ddp_cuda_bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gstats, dgamma, dbeta, beta));
+    cuda_rc_(ddp_cuda_bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gstats, dgamma, dbeta, beta,
+                                   relu_gamma, relu_beta));
 }
 
 static void cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy,
                              const float *mean, const float *invstd, const float *gamma,
-                             const double *gstats, double count, float *dx)
+                             const double *gstats, double count, float *dx, const float *relu_beta)
 {
-    cuda_rc_(ddp_cuda_bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx));
+    cuda_rc_(
+        ddp_cuda_bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx, relu_beta));
 }
 
 /* ---- elementwise, losses, optimizers, reductions ------------------------------ */
 
-static void cuda_add(size_t count, const float *a, const float *b, float *y)
+static void cuda_add(size_t count, const float *a, const float *b, float *y, int relu)
 {
-    cuda_rc_(ddp_cuda_add(count, a, b, y));
+    cuda_rc_(ddp_cuda_add(count, a, b, y, relu));
 }
 
 static void cuda_relu_fwd(size_t count, const float *x, float *y)

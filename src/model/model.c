@@ -617,7 +617,7 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
     for (int i = 0; i < m->nlayers && s == DDP_OK; i++) {
         layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
-        if (L->kind != LAYER_FLATTEN)
+        if (L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu))
             L->y = dev_alloc_(m, (size_t)m->batch * outn * sizeof(float), &s, L->token);
         if (L->kind == LAYER_MAXPOOL)
             L->argmax = dev_alloc_(m, (size_t)m->batch * outn * sizeof(int32_t), &s, L->token);
@@ -627,6 +627,9 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
             L->stats = dev_alloc_(m, (size_t)2 * L->in.c * sizeof(double), &s, L->token);
         }
     }
+    for (int i = 0; i < m->nlayers; i++) /* a fused BatchNorm or add writes its ReLU's output */
+        if (m->layers[i].kind == LAYER_RELU && m->layers[i].fused_relu)
+            m->layers[m->layers[i].src].y = m->layers[i].y;
     for (int k = 0; k < m->ndact; k++)
         m->dact[k] =
             dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
@@ -675,7 +678,8 @@ size_t model_act_bytes_at(const model_t *m, int batch)
     for (int i = 0; i < m->nlayers; i++) {
         const layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
-        if (L->kind != LAYER_FLATTEN) bytes += B * outn * sizeof(float);
+        if (L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu))
+            bytes += B * outn * sizeof(float);
         if (L->kind == LAYER_MAXPOOL) bytes += B * outn * sizeof(int32_t);
     }
     return bytes + (size_t)m->ndact * B * model_max_act(m) * sizeof(float) +
@@ -685,6 +689,30 @@ size_t model_act_bytes_at(const model_t *m, int batch)
 size_t model_act_bytes(const model_t *m)
 {
     return model_act_bytes_at(m, m->batch);
+}
+
+/* A ReLU whose input is a BatchNorm's output and its only reader runs inside
+ * the BatchNorm's kernels (compute.h: bn_fwd's relu, the backward's mask):
+ * one pass over the activation less each way.  After a block's add, the add
+ * writes the ReLU's output and the ReLU's backward reads that as its mask
+ * (relu_bwd: the same mask from the input or the output): one pass less
+ * forward.  The same bits either way; the producer's own output buffer is not
+ * allocated (it writes the ReLU's). */
+static void fuse_relus_(model_t *m)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        layer_t *R = &m->layers[i];
+        if (R->kind != LAYER_RELU || R->src < 0 ||
+            (m->layers[R->src].kind != LAYER_BN && m->layers[R->src].kind != LAYER_ADD))
+            continue;
+        int readers = 0;
+        for (int k = 0; k < m->nlayers; k++)
+            readers += (m->layers[k].src == R->src) +
+                       (m->layers[k].kind == LAYER_ADD && m->layers[k].skip == R->src);
+        if (readers != 1) continue;
+        R->fused_relu = 1;
+        m->layers[R->src].fused_relu = 1;
+    }
 }
 
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute)
@@ -737,6 +765,7 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
             }
     if (s == DDP_OK) s = layout_(m, o);
     if (s == DDP_OK) mark_backward_(m);
+    if (s == DDP_OK && !o->unfused) fuse_relus_(m);
     if (s != DDP_OK) model_free(m);
     return s;
 }
@@ -747,7 +776,7 @@ void model_free(model_t *m)
     if (compute) {
         for (int i = 0; i < m->nlayers; i++) {
             layer_t *L = &m->layers[i];
-            compute->free(L->y);
+            if (!(L->kind != LAYER_RELU && L->fused_relu)) compute->free(L->y); /* the ReLU's */
             compute->free(L->argmax);
             compute->free(L->mean);
             compute->free(L->invstd);
@@ -929,8 +958,8 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
         compute->bn_eval_params(c, buffer_(m, L->running_mean), buffer_(m, L->running_var), BN_EPS,
                                 L->mean, L->invstd);
     }
-    compute->bn_fwd(n, c, hw, x, L->mean, L->invstd, param_(m, L->weight), param_(m, L->bias),
-                    L->y);
+    compute->bn_fwd(n, c, hw, x, L->mean, L->invstd, param_(m, L->weight), param_(m, L->bias), L->y,
+                    L->fused_relu);
     return DDP_OK;
 }
 
@@ -974,7 +1003,9 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
         }
         case LAYER_GAP: compute->gap_fwd(n, L->in.c, L->in.h * L->in.w, cur, L->y); break;
         case LAYER_BN: DDP_TRY(bn_forward_(m, L, cur, ctx)); break;
-        case LAYER_RELU: compute->relu_fwd(count, cur, L->y); break;
+        case LAYER_RELU:
+            if (!L->fused_relu) compute->relu_fwd(count, cur, L->y);
+            break;
         case LAYER_GELU: compute->gelu_fwd(count, cur, L->y); break;
         case LAYER_DROPOUT:
             if (ctx->train && L->p > 0)
@@ -983,7 +1014,7 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
             else
                 compute->copy(L->y, cur, count * sizeof(float));
             break;
-        case LAYER_ADD: compute->add(count, cur, act_(m, L->skip, x), L->y); break;
+        case LAYER_ADD: compute->add(count, cur, act_(m, L->skip, x), L->y, L->fused_relu); break;
         case LAYER_FLATTEN: break;
         }
     }
@@ -1036,7 +1067,8 @@ static ddp_status_t contribute_(model_t *m, grad_slots_t *g, int j, int w, int c
         if (!computed || J->gslot == w)
             return ddp_fail(DDP_ERR_INTERNAL, "model backward: layer %d's gradient has two "
                             "sources it cannot sum", j);
-        m->compute->add((size_t)n * act_numel(J->out), m->dact[w], m->dact[J->gslot], m->dact[w]);
+        size_t count = (size_t)n * act_numel(J->out);
+        m->compute->add(count, m->dact[w], m->dact[J->gslot], m->dact[w], 0);
         g->live[J->gslot]--;
     }
     J->gslot = w;
@@ -1062,7 +1094,9 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             DDP_TRY(ctx->grads_needed(ctx->grads_ready_arg, i));
         const float *dy = m->dact[r];
         /* dx: where the input's gradient goes, when a layer below needs it */
-        int pass = L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD; /* dx is dy */
+        int pass = L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD ||
+                   (L->kind == LAYER_RELU && L->fused_relu &&
+                    m->layers[L->src].kind == LAYER_BN); /* dx is dy */
         int w = !pass && L->src >= 0 && m->layers[L->src].bwd ? free_slot_(m, &g) : -1;
         if (!pass && L->src >= 0 && m->layers[L->src].bwd && w < 0)
             return ddp_fail(DDP_ERR_INTERNAL, "model backward: no free gradient buffer at layer %d",
@@ -1098,8 +1132,11 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             break;
         case LAYER_BN: {
             int c = L->in.c, hw = L->in.h * L->in.w;
+            /* a fused ReLU's mask: the BatchNorm's gamma and beta (dy is the ReLU's) */
+            const float *rg = L->fused_relu ? param_(m, L->weight) : NULL;
+            const float *rb = L->fused_relu ? param_(m, L->bias) : NULL;
             compute->bn_bwd_stats(n, c, hw, in, dy, L->mean, L->invstd, L->stats,
-                                  grad_(m, L->weight), grad_(m, L->bias), beta);
+                                  grad_(m, L->weight), grad_(m, L->bias), beta, rg, rb);
             double count_bn = (double)n * hw;
             if (ctx->sync_bn) {
                 comm_desc_t d = {"syncbn-backward", L->index, ctx->step + 1};
@@ -1110,11 +1147,14 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             }
             if (dx && n > 0)
                 compute->bn_bwd_data(n, c, hw, in, dy, L->mean, L->invstd, param_(m, L->weight),
-                                     L->stats, count_bn, dx);
+                                     L->stats, count_bn, dx, rb);
             break;
         }
         case LAYER_RELU:
-            if (dx) compute->relu_bwd(count, in, dy, dx);
+            if (L->fused_relu && m->layers[L->src].kind == LAYER_BN) /* it masks dy */
+                DDP_TRY(contribute_(m, &g, L->src, r, 0, n));
+            else if (dx)
+                compute->relu_bwd(count, in, dy, dx);
             break;
         case LAYER_GELU:
             if (dx) compute->gelu_bwd(count, in, dy, dx);

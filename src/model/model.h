@@ -78,6 +78,9 @@ typedef struct layer {
     int skip;                  /* LAYER_ADD: the layer whose output is added; -1: the input */
     int bwd;                   /* runs backward (it or a layer below has trainable parameters) */
     int gslot;                 /* backward's scratch: the buffer of its output's gradient */
+    int fused_relu;            /* BN, ADD: the ReLU after it (its output's only reader) runs
+                                * inside its kernel (a BN's backward too), and its y is the
+                                * ReLU's; RELU: its forward runs so (fuse_relus_) */
     act_shape_t in, out;
     int k, stride, pad;                         /* conv / pools */
     float p;                                    /* dropout */
@@ -109,6 +112,7 @@ typedef struct model_opts {
     size_t bucket_cap_bytes;   /* --bucket-cap-mb */
     size_t first_bucket_bytes; /* cap of the first bucket reduced (the last layers) */
     const char *freeze;        /* --freeze: comma-separated tensor names or layers.<i> */
+    int unfused;               /* tests: every layer runs its own kernels (no fused ReLU) */
 } model_opts_t;
 
 typedef struct model {

@@ -280,10 +280,12 @@ static void lazy_conv_bwd_(const conv_dims_t *d, const float *x, const float *w,
 
 static void lazy_bn_bwd_stats_(int n, int c, int hw, const float *x, const float *dy,
                                const float *mean, const float *invstd, double *gstats,
-                               float *dgamma, float *dbeta, float beta)
+                               float *dgamma, float *dbeta, float beta, const float *relu_gamma,
+                               const float *relu_beta)
 {
     ops_in_order_();
-    cpu_()->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gstats, dgamma, dbeta, beta);
+    cpu_()->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gstats, dgamma, dbeta, beta, relu_gamma,
+                         relu_beta);
     hold_grad_(dgamma, (size_t)c);
     hold_grad_(dbeta, (size_t)c);
 }

@@ -337,43 +337,45 @@ static void m_bn_eval_params(int c, const float *running_mean, const float *runn
 }
 
 static void m_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                     const float *gamma, const float *beta_, float *y)
+                     const float *gamma, const float *beta_, float *y, int relu)
 {
     begin_();
     size_t X = nz_(n) * nz_(c) * nz_(hw), C = nz_(c);
     D->bn_fwd(n, c, hw, IN(x, X * F4), IN(mean, C * F4), IN(invstd, C * F4), IN(gamma, C * F4),
-              IN(beta_, C * F4), OUT(y, X * F4));
+              IN(beta_, C * F4), OUT(y, X * F4), relu);
     done_("bn_fwd");
 }
 
 static void m_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                            const float *invstd, double *gstats, float *dgamma, float *dbeta,
-                           float beta)
+                           float beta, const float *relu_gamma, const float *relu_beta)
 {
     begin_();
     size_t X = nz_(n) * nz_(c) * nz_(hw), C = nz_(c);
     D->bn_bwd_stats(n, c, hw, IN(x, X * F4), IN(dy, X * F4), IN(mean, C * F4), IN(invstd, C * F4),
-                    OUT(gstats, 2 * C * D8), OUT(dgamma, C * F4), OUT(dbeta, C * F4), beta);
+                    OUT(gstats, 2 * C * D8), OUT(dgamma, C * F4), OUT(dbeta, C * F4), beta,
+                    IN(relu_gamma, C * F4), IN(relu_beta, C * F4));
     done_("bn_bwd_stats");
 }
 
 static void m_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                           const float *invstd, const float *gamma, const double *gstats,
-                          double count, float *dx)
+                          double count, float *dx, const float *relu_beta)
 {
     begin_();
     size_t X = nz_(n) * nz_(c) * nz_(hw), C = nz_(c);
     D->bn_bwd_data(n, c, hw, IN(x, X * F4), IN(dy, X * F4), IN(mean, C * F4), IN(invstd, C * F4),
-                   IN(gamma, C * F4), IN(gstats, 2 * C * D8), count, OUT(dx, X * F4));
+                   IN(gamma, C * F4), IN(gstats, 2 * C * D8), count, OUT(dx, X * F4),
+                   IN(relu_beta, C * F4));
     done_("bn_bwd_data");
 }
 
 /* ---- elementwise, losses, optimizers, reductions ------------------------------ */
 
-static void m_add(size_t count, const float *a, const float *b, float *y)
+static void m_add(size_t count, const float *a, const float *b, float *y, int relu)
 {
     begin_();
-    D->add(count, IN(a, count * F4), IN(b, count * F4), OUT(y, count * F4));
+    D->add(count, IN(a, count * F4), IN(b, count * F4), OUT(y, count * F4), relu);
     done_("add");
 }
 

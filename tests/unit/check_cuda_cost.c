@@ -82,7 +82,8 @@ START_TEST(elementwise_costs)
     begin_();
     float *a = dev_rand(count, 1), *b = dev_rand(count, 1), *y = dev_zero(count * 4);
     uint16_t *h = dev_zero(count * 2);
-    ck_assert_int_eq(ddp_cuda_add(count, a, b, y), 0);
+    ck_assert_int_eq(ddp_cuda_add(count, a, b, y, 0), 0);
+    ck_assert_int_eq(ddp_cuda_add(count, a, b, y, 1), 0);
     ck_assert_int_eq(ddp_cuda_relu_fwd(count, a, y), 0);
     ck_assert_int_eq(ddp_cuda_relu_bwd(count, a, b, y), 0);
     ck_assert_int_eq(ddp_cuda_gelu_fwd(count, a, y), 0);
@@ -188,8 +189,10 @@ START_TEST(conv_costs)
 {
     /* samples grouped into one GEMM (gather, scatter) */
     ddp_cuda_conv_t grouped = {8, 16, 32, 32, 32, 3, 1, 1, 32, 32};
-    const char *w1[] = {"im2col_kernel", "scatter_bias_kernel", "gather_kernel", "col2im_kernel",
-                        "conv_bias_grad_kernel", "cublasSgemm", NULL};
+    const char *w1[] = {"im2col_kernel",           "scatter_bias_kernel",
+                        "gather_kernel",           "col2im_kernel",
+                        "conv_bias_planes_kernel", "conv_bias_combine_kernel",
+                        "cublasSgemm",             NULL};
     const char *cols16[] = {"cublasGemmEx", "im2col_bf16_kernel", "gather_bf16_kernel", NULL};
     conv_case(grouped, w1, cols16);
     /* one sample a GEMM (bias added in place) */
@@ -245,8 +248,9 @@ START_TEST(pool_costs)
 }
 END_TEST
 
-/* BatchNorm over [n, c, hw]: statistics, the parameters, forward, backward */
-static void bn_case(int n, int c, int hw, float beta)
+/* BatchNorm over [n, c, hw]: statistics, the parameters, forward, backward;
+ * relu: with a ReLU fused (its mask reads gamma and beta) */
+static void bn_case(int n, int c, int hw, float beta, int relu)
 {
     const size_t count = (size_t)n * c * hw;
     float *x = dev_rand(count, 1), *dy = dev_rand(count, 1), *y = dev_zero(count * 4);
@@ -257,11 +261,12 @@ static void bn_case(int n, int c, int hw, float beta)
     ck_assert_int_eq(ddp_cuda_bn_stats(n, c, hw, x, stats), 0);
     ck_assert_int_eq(
         ddp_cuda_bn_finalize(c, stats, (double)n * hw, 1e-5f, 0.1f, 1, mean, invstd, rm, rv), 0);
-    ck_assert_int_eq(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, bt, y), 0);
-    ck_assert_int_eq(
-        ddp_cuda_bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gstats, dg, dbt, beta), 0);
+    ck_assert_int_eq(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, bt, y, relu), 0);
+    ck_assert_int_eq(ddp_cuda_bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gstats, dg, dbt, beta,
+                                           relu ? gamma : NULL, relu ? bt : NULL),
+                     0);
     ck_assert_int_eq(ddp_cuda_bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gstats,
-                                          (double)n * hw, y),
+                                          (double)n * hw, y, relu ? bt : NULL),
                      0);
     ck_assert_int_eq(ddp_cuda_bn_eval_params(c, rm, rv, 1e-5f, mean, invstd), 0);
     ddp_cuda_free(x), ddp_cuda_free(dy), ddp_cuda_free(y), ddp_cuda_free(gamma);
@@ -273,10 +278,12 @@ static void bn_case(int n, int c, int hw, float beta)
 START_TEST(bn_costs)
 {
     begin_();
-    bn_case(16, 32, 1024, 0.0f);
-    bn_case(16, 32, 1024, 1.0f);
-    bn_case(1024, 512, 1, 0.0f);
-    bn_case(1024, 512, 1, 1.0f);
+    bn_case(16, 32, 1024, 0.0f, 0);
+    bn_case(16, 32, 1024, 1.0f, 0);
+    bn_case(1024, 512, 1, 0.0f, 0);
+    bn_case(1024, 512, 1, 1.0f, 0);
+    bn_case(16, 32, 1024, 1.0f, 1);
+    bn_case(1024, 512, 1, 0.0f, 1);
     const char *want[] = {"bn_partials_kernel", "bn_stats_combine_kernel", "bn_finalize_kernel",
                           "bn_fwd_kernel", "bn_bwd_stats_combine_kernel", "bn_bwd_data_kernel",
                           "bn1d_stats_kernel", "bn1d_bwd_stats_kernel", "bn_eval_params_kernel",

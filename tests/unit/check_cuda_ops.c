@@ -242,11 +242,15 @@ START_TEST(add_bits)
         test_seed(15 + s);
         float *a = special_vec_(n), *b = test_fvec(n, 4.0f);
         float *y = hnew_(n * 4), *gy = hnew_(n * 4);
-        C->add(n, a, b, y);
+        C->add(n, a, b, y, 1);
         float *ad = dput_(a, n * 4), *bd = dput_(b, n * 4), *yd = dput_(NULL, n * 4);
+        CU(ddp_cuda_add(n, ad, bd, yd, 1)); /* a fused ReLU */
+        dget_(gy, yd, n * 4);
+        close_("add relu", gy, y, n, 0, 0, 1);
+        C->add(n, a, b, y, 0);
         const float sentinel[4] = {42.0f, 42.0f, 42.0f, 42.0f};
         if (n == 0) CU(ddp_cuda_upload(yd, sentinel, sizeof sentinel)); /* must stay */
-        CU(ddp_cuda_add(n, ad, bd, yd));
+        CU(ddp_cuda_add(n, ad, bd, yd, 0));
         dget_(gy, yd, n * 4);
         close_("add", gy, y, n, 0, 0, 1);
         if (n == 0) {
@@ -255,11 +259,11 @@ START_TEST(add_bits)
             ck_assert(memcmp(probe, sentinel, sizeof probe) == 0);
         }
         /* in place: y == b, then y == a */
-        CU(ddp_cuda_add(n, ad, bd, bd));
+        CU(ddp_cuda_add(n, ad, bd, bd, 0));
         dget_(gy, bd, n * 4);
         close_("add in place (y == b)", gy, y, n, 0, 0, 1);
         CU(ddp_cuda_upload(bd, b, n * 4));
-        CU(ddp_cuda_add(n, ad, bd, ad));
+        CU(ddp_cuda_add(n, ad, bd, ad, 0));
         dget_(gy, ad, n * 4);
         close_("add in place (y == a)", gy, y, n, 0, 0, 1);
         dfree_(ad), dfree_(bd), dfree_(yd);
@@ -998,7 +1002,8 @@ START_TEST(pool_matches)
 }
 END_TEST
 
-static void bn_case_(int n, int c, int hw, float beta)
+/* relu: with a ReLU fused into the BatchNorm (both sides) */
+static void bn_case_(int n, int c, int hw, float beta, int relu)
 {
     const size_t nx = (size_t)n * c * hw;
     const double count = (double)n * hw;
@@ -1016,9 +1021,10 @@ static void bn_case_(int n, int c, int hw, float beta)
     C->bn_stats(n, c, hw, x, st);
     C->bn_finalize(c, st, count, 1e-5f, 0.1f, 1, mean, inv, rm1, rv1);
     C->bn_eval_params(c, rm, rv, 1e-5f, emean, einv);
-    C->bn_fwd(n, c, hw, x, mean, inv, gamma, beta_, y);
-    C->bn_bwd_stats(n, c, hw, x, dy, mean, inv, gst, dg, dbt, beta);
-    C->bn_bwd_data(n, c, hw, x, dy, mean, inv, gamma, gst, count, dx);
+    const float *rg = relu ? gamma : NULL, *rb = relu ? beta_ : NULL;
+    C->bn_fwd(n, c, hw, x, mean, inv, gamma, beta_, y, relu);
+    C->bn_bwd_stats(n, c, hw, x, dy, mean, inv, gst, dg, dbt, beta, rg, rb);
+    C->bn_bwd_data(n, c, hw, x, dy, mean, inv, gamma, gst, count, dx, rb);
     /* device: stats, then finalize from the CPU's stats (one op at a time) */
     float *xd = dput_(x, nx * 4), *dyd = dput_(dy, nx * 4), *gd = dput_(gamma, c * 4);
     float *bd = dput_(beta_, c * 4), *rmd = dput_(rm, c * 4), *rvd = dput_(rv, c * 4);
@@ -1045,7 +1051,8 @@ static void bn_case_(int n, int c, int hw, float beta)
 #define BN_GET(dev, ref, len, nulp, abs_, label, exact)                                            \
     do {                                                                                           \
         dget_(got, dev, (size_t)(len)*4);                                                          \
-        snprintf(what, sizeof what, "bn n=%d c=%d hw=%d beta=%g %s", n, c, hw, beta, label);       \
+        snprintf(what, sizeof what, "bn n=%d c=%d hw=%d beta=%g relu=%d %s", n, c, hw, beta, relu, \
+                 label);                                                                           \
         close_(what, got, ref, (size_t)(len), nulp, abs_, exact);                                  \
     } while (0)
     /* finalize and eval params: double arithmetic rounded once to float */
@@ -1058,9 +1065,10 @@ static void bn_case_(int n, int c, int hw, float beta)
     /* the rest from the CPU's mean and invstd */
     CU(ddp_cuda_upload(meand, mean, c * 4));
     CU(ddp_cuda_upload(invd, inv, c * 4));
-    CU(ddp_cuda_bn_fwd(n, c, hw, xd, meand, invd, gd, bd, yd));
+    CU(ddp_cuda_bn_fwd(n, c, hw, xd, meand, invd, gd, bd, yd, relu));
     BN_GET(yd, y, nx, 4, 1e-6, "y", 1); /* a*x + b per element: FMA on a GPU */
-    CU(ddp_cuda_bn_bwd_stats(n, c, hw, xd, dyd, meand, invd, gstd, dgd, dbtd, beta));
+    CU(ddp_cuda_bn_bwd_stats(n, c, hw, xd, dyd, meand, invd, gstd, dgd, dbtd, beta,
+                             relu ? gd : NULL, relu ? bd : NULL));
     dget_(gst_got, gstd, 2 * (size_t)c * 8);
     /* the same float terms, |dy| < 1 and |dy (x - mean)| < 4, summed in
      * another order in double */
@@ -1074,7 +1082,8 @@ static void bn_case_(int n, int c, int hw, float beta)
     BN_GET(dgd, dg, c, 2, gbound, "dgamma", 0);
     BN_GET(dbtd, dbt, c, 2, gbound, "dbeta", 0);
     CU(ddp_cuda_upload(gstd, gst, 2 * (size_t)c * 8));
-    CU(ddp_cuda_bn_bwd_data(n, c, hw, xd, dyd, meand, invd, gd, gstd, count, dxd));
+    CU(ddp_cuda_bn_bwd_data(n, c, hw, xd, dyd, meand, invd, gd, gstd, count, dxd,
+                            relu ? bd : NULL));
     BN_GET(dxd, dx, nx, 8, 1e-5, "dx", 1);
 #undef BN_GET
     void *devs[] = {xd,  dyd, gd,   bd,  rmd, rvd,  meand, invd, yd,
@@ -1088,13 +1097,18 @@ static void bn_case_(int n, int c, int hw, float beta)
 START_TEST(bn_matches)
 {
     test_seed(150);
-    bn_case_(0, 3, 4, 1.0f);
-    bn_case_(1, 5, 1, 0.0f);
-    bn_case_(64, 300, 1, 0.0f); /* BatchNorm1d */
-    bn_case_(64, 300, 1, 1.0f);
-    bn_case_(8, 6, 49, 0.0f); /* BatchNorm2d */
-    bn_case_(64, 12, 9, 1.0f); /* 44 chunks of samples, uneven */
-    bn_case_(3, 4, 1031, 1.0f);
+    bn_case_(0, 3, 4, 1.0f, 0);
+    bn_case_(1, 5, 1, 0.0f, 0);
+    bn_case_(64, 300, 1, 0.0f, 0); /* BatchNorm1d */
+    bn_case_(64, 300, 1, 1.0f, 0);
+    bn_case_(8, 6, 49, 0.0f, 0);  /* BatchNorm2d */
+    bn_case_(64, 12, 9, 1.0f, 0); /* 44 chunks of samples, uneven */
+    bn_case_(3, 4, 1031, 1.0f, 0);
+    /* a fused ReLU: about half of the outputs masked */
+    bn_case_(0, 3, 4, 1.0f, 1);
+    bn_case_(64, 300, 1, 0.0f, 1);
+    bn_case_(8, 6, 49, 0.0f, 1);
+    bn_case_(64, 12, 9, 1.0f, 1);
 }
 END_TEST
 

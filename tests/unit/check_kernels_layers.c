@@ -507,7 +507,7 @@ static double bn_obj_(void *p)
     B->bn_stats(c->n, c->c, c->hw, c->x, c->stats);
     B->bn_finalize(c->c, c->stats, (double)c->n * c->hw, 1e-5f, 0.1f, 0, c->mean, c->invstd, c->rm,
                    c->rv);
-    B->bn_fwd(c->n, c->c, c->hw, c->x, c->mean, c->invstd, c->gamma, c->beta, c->y);
+    B->bn_fwd(c->n, c->c, c->hw, c->x, c->mean, c->invstd, c->gamma, c->beta, c->y, 0);
     return dot_(c->y, c->wo, (size_t)c->n * c->c * c->hw);
 }
 
@@ -533,8 +533,9 @@ START_TEST(bn_gradients)
     float *dx = fconst_(xn, NAN), *dg = fconst_(cn, NAN), *dbeta = fconst_(cn, NAN);
     bn_obj_(&c);
     double count = (double)c.n * c.hw;
-    B->bn_bwd_stats(c.n, c.c, c.hw, c.x, c.wo, c.mean, c.invstd, gstats, dg, dbeta, 0.0f);
-    B->bn_bwd_data(c.n, c.c, c.hw, c.x, c.wo, c.mean, c.invstd, c.gamma, gstats, count, dx);
+    B->bn_bwd_stats(c.n, c.c, c.hw, c.x, c.wo, c.mean, c.invstd, gstats, dg, dbeta, 0.0f, NULL,
+                    NULL);
+    B->bn_bwd_data(c.n, c.c, c.hw, c.x, c.wo, c.mean, c.invstd, c.gamma, gstats, count, dx, NULL);
     /* the forward itself: per channel mean 0 and biased variance 1 before the affine */
     for (int ch = 0; ch < c.c; ch++) {
         double s = 0, s2 = 0;
@@ -563,8 +564,10 @@ START_TEST(bn_gradients)
     fd_check_(what, bn_obj_, &c, c.beta, cn, dbeta, FD_TOL_BN);
     /* beta = 1 accumulates into dgamma and dbeta; gstats are overwritten */
     float *dg2 = fzero_(cn), *db2 = fzero_(cn);
-    B->bn_bwd_stats(c.n, c.c, c.hw, c.x, c.wo, c.mean, c.invstd, gstats, dg2, db2, 1.0f);
-    B->bn_bwd_stats(c.n, c.c, c.hw, c.x, c.wo, c.mean, c.invstd, gstats, dg2, db2, 1.0f);
+    B->bn_bwd_stats(c.n, c.c, c.hw, c.x, c.wo, c.mean, c.invstd, gstats, dg2, db2, 1.0f, NULL,
+                    NULL);
+    B->bn_bwd_stats(c.n, c.c, c.hw, c.x, c.wo, c.mean, c.invstd, gstats, dg2, db2, 1.0f, NULL,
+                    NULL);
     for (size_t i = 0; i < cn; i++) {
         ck_assert_float_eq_tol(dg2[i], 2 * dg[i], 1e-6 * fmax(1, fabs(dg[i])));
         ck_assert_float_eq_tol(db2[i], 2 * dbeta[i], 1e-6 * fmax(1, fabs(dbeta[i])));
@@ -574,6 +577,53 @@ START_TEST(bn_gradients)
     free(c.x), free(c.gamma), free(c.beta), free(c.y), free(c.wo), free(c.mean), free(c.invstd);
     free(c.rm), free(c.rv), free(c.stats), free(gstats), free(dx), free(dg), free(dbeta);
     free(dg2), free(db2);
+}
+END_TEST
+
+/* A ReLU fused into the BatchNorm (compute.h) gives the bits of the two
+ * layers run alone: bn_fwd then relu_fwd; relu_bwd on the BatchNorm's output
+ * then bn_bwd_stats and bn_bwd_data.  About half of the outputs are negative
+ * (beta around 0), and the gradient of the ReLU's output is nonzero
+ * everywhere, so a mask off anywhere changes the sums. */
+START_TEST(bn_relu_fused)
+{
+    const int *k = bn_cases_[_i];
+    const int n = k[0], c = k[1], hw = k[2];
+    test_seed(70 + (uint64_t)_i);
+    size_t xn = (size_t)n * c * hw, cn = (size_t)c;
+    float *x = test_fvec(xn, 2), *gamma = test_fvec(cn, 1), *beta_ = test_fvec(cn, 1);
+    float *dz = test_fvec(xn, 1), *mean = fzero_(cn), *invstd = fzero_(cn), *rm = fzero_(cn);
+    float *rv = fconst_(cn, 1), *y = fzero_(xn), *z = fzero_(xn), *zf = fconst_(xn, NAN);
+    float *dy = fzero_(xn), *dx = fconst_(xn, NAN), *dxf = fconst_(xn, NAN);
+    float *dg = fzero_(cn), *db = fzero_(cn), *dgf = fzero_(cn), *dbf = fzero_(cn);
+    double *stats = calloc(2 * cn, sizeof *stats), *gs = calloc(2 * cn, sizeof *gs);
+    double *gsf = calloc(2 * cn, sizeof *gsf), count = (double)n * hw;
+    for (size_t i = 0; i < xn; i++) dz[i] += dz[i] < 0 ? -0.25f : 0.25f; /* never 0 */
+    for (size_t i = 0; i < cn; i++) beta_[i] *= 0.25f; /* y <= 0 about half the time */
+    B->bn_stats(n, c, hw, x, stats);
+    B->bn_finalize(c, stats, count, 1e-5f, 0.1f, 0, mean, invstd, rm, rv);
+    /* alone */
+    B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y, 0);
+    B->relu_fwd(xn, y, z);
+    B->relu_bwd(xn, y, dz, dy);
+    B->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gs, dg, db, 0.0f, NULL, NULL);
+    B->bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gs, count, dx, NULL);
+    /* fused */
+    B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, zf, 1);
+    B->bn_bwd_stats(n, c, hw, x, dz, mean, invstd, gsf, dgf, dbf, 0.0f, gamma, beta_);
+    B->bn_bwd_data(n, c, hw, x, dz, mean, invstd, gamma, gsf, count, dxf, beta_);
+    size_t neg = 0;
+    for (size_t i = 0; i < xn; i++) neg += y[i] <= 0;
+    ck_assert_msg(neg > xn / 8 && neg < xn - xn / 8, "bn+relu case %d: %zu of %zu outputs <= 0", _i,
+                  neg, xn);
+    ck_assert_mem_eq(zf, z, xn * sizeof *z);
+    ck_assert_mem_eq(gsf, gs, 2 * cn * sizeof *gs);
+    ck_assert_mem_eq(dgf, dg, cn * sizeof *dg);
+    ck_assert_mem_eq(dbf, db, cn * sizeof *db);
+    ck_assert_mem_eq(dxf, dx, xn * sizeof *dx);
+    free(x), free(gamma), free(beta_), free(dz), free(mean), free(invstd), free(rm), free(rv);
+    free(y), free(z), free(zf), free(dy), free(dx), free(dxf), free(dg), free(db), free(dgf);
+    free(dbf), free(stats), free(gs), free(gsf);
 }
 END_TEST
 
@@ -622,15 +672,15 @@ START_TEST(bn_running_and_eval)
     float dg[3] = {5, 5, 5}, db[3] = {5, 5, 5}, y[1] = {9};
     B->bn_stats(0, c, hw, x, stats);
     for (int i = 0; i < 6; i++) ck_assert_double_eq(stats[i], 0);
-    B->bn_fwd(0, c, hw, x, mean, invstd, rm, rv, y);
-    B->bn_bwd_stats(0, c, hw, x, x, mean, invstd, gs, dg, db, 1.0f);
+    B->bn_fwd(0, c, hw, x, mean, invstd, rm, rv, y, 0);
+    B->bn_bwd_stats(0, c, hw, x, x, mean, invstd, gs, dg, db, 1.0f, NULL, NULL);
     for (int i = 0; i < 6; i++) ck_assert_double_eq(gs[i], 0);
     assert_all_eq_(dg, 5, 3, "dgamma n=0 beta=1");
     assert_all_eq_(db, 5, 3, "dbeta n=0 beta=1");
-    B->bn_bwd_stats(0, c, hw, x, x, mean, invstd, gs, dg, db, 0.0f);
+    B->bn_bwd_stats(0, c, hw, x, x, mean, invstd, gs, dg, db, 0.0f, rm, rv);
     assert_all_eq_(dg, 0, 3, "dgamma n=0 beta=0");
     assert_all_eq_(db, 0, 3, "dbeta n=0 beta=0");
-    B->bn_bwd_data(0, c, hw, x, x, mean, invstd, rm, gs, 10, y);
+    B->bn_bwd_data(0, c, hw, x, x, mean, invstd, rm, gs, 10, y, rv);
     ck_assert_float_eq(y[0], 9);
     free(x);
 }
@@ -652,8 +702,8 @@ START_TEST(bn_large_offset)
         for (size_t i = 0; i < xn; i++) x[i] += 1000.0f;
         B->bn_stats(n, c, hw, x, stats);
         B->bn_finalize(c, stats, cnt, 1e-5f, 0.1f, 0, mean, invstd, rm, rv);
-        B->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gs, dg, db, 0.0f);
-        B->bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gs, cnt, dx);
+        B->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gs, dg, db, 0.0f, NULL, NULL);
+        B->bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gs, cnt, dx, NULL);
         for (int ch = 0; ch < c; ch++) {
             double m = 0, v = 0, sdy = 0, sdyx = 0, dmax = 0;
 #define X_(i, q)  ((double)x[((size_t)(i)*c + ch) * hw + (q)])
@@ -706,6 +756,7 @@ void kernels_layer_tests(TCase *t, const compute_ops_t *backend)
                         sizeof maxpool_naive_cases_ / sizeof maxpool_naive_cases_[0]);
     tcase_add_test(t, gap_gradients);
     tcase_add_loop_test(t, bn_gradients, 0, sizeof bn_cases_ / sizeof bn_cases_[0]);
+    tcase_add_loop_test(t, bn_relu_fused, 0, sizeof bn_cases_ / sizeof bn_cases_[0]);
     tcase_add_test(t, bn_running_and_eval);
     tcase_add_test(t, bn_large_offset);
 }

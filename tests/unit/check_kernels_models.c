@@ -148,7 +148,7 @@ static double fm_step_(fmodel_t *m, const float *x, const int32_t *labels, float
             B->bn_stats(n, l->c, hw, in, l->stats);
             B->bn_finalize(l->c, l->stats, (double)n * hw, 1e-5f, 0.1f, 1, l->mean, l->invstd,
                            l->rm, l->rv);
-            B->bn_fwd(n, l->c, hw, in, l->mean, l->invstd, l->W, l->b, l->y);
+            B->bn_fwd(n, l->c, hw, in, l->mean, l->invstd, l->W, l->b, l->y, 0);
             break;
         case K_RELU: B->relu_fwd((size_t)n * l->c * hw, in, l->y); break;
         case K_MAXPOOL: {
@@ -180,8 +180,10 @@ static double fm_step_(fmodel_t *m, const float *x, const int32_t *labels, float
         }
         case K_BN: {
             double gs[64];
-            B->bn_bwd_stats(n, l->c, hw, xin, dy, l->mean, l->invstd, gs, l->dW, l->db, 0.0f);
-            B->bn_bwd_data(n, l->c, hw, xin, dy, l->mean, l->invstd, l->W, gs, (double)n * hw, dx);
+            B->bn_bwd_stats(n, l->c, hw, xin, dy, l->mean, l->invstd, gs, l->dW, l->db, 0.0f, NULL,
+                            NULL);
+            B->bn_bwd_data(n, l->c, hw, xin, dy, l->mean, l->invstd, l->W, gs, (double)n * hw, dx,
+                           NULL);
             break;
         }
         case K_RELU: B->relu_bwd((size_t)n * l->c * hw, xin, dy, dx); break;

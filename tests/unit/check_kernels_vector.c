@@ -78,7 +78,8 @@ START_TEST(relu_gelu_gradients)
 END_TEST
 
 /* y = a + b, the float sum element by element: lengths that fill no
- * vector block, several and a tail, and in place (y == a, y == b) */
+ * vector block, several and a tail, and in place (y == a, y == b); with a
+ * fused ReLU, relu_fwd of that sum bit for bit (NaN and -0 included) */
 START_TEST(add_sums)
 {
     const size_t counts[] = {1, 15, 16, 77};
@@ -88,13 +89,21 @@ START_TEST(add_sums)
         float *a = test_fvec(n, 3), *b = test_fvec(n, 3), *y = fconst_(n, NAN);
         float *want = fzero_(n), *t = fzero_(n);
         for (size_t i = 0; i < n; i++) want[i] = a[i] + b[i];
-        B->add(n, a, b, y);
+        B->add(n, a, b, y, 0);
         ck_assert_mem_eq(y, want, n * sizeof *y);
         memcpy(t, a, n * sizeof *t);
-        B->add(n, t, b, t);
+        B->add(n, t, b, t, 0);
         ck_assert_mem_eq(t, want, n * sizeof *t);
         memcpy(t, b, n * sizeof *t);
-        B->add(n, a, t, t);
+        B->add(n, a, t, t, 0);
+        ck_assert_mem_eq(t, want, n * sizeof *t);
+        if (n > 2) a[0] = NAN, b[0] = 1, a[1] = -0.0f, b[1] = -0.0f;
+        for (size_t i = 0; i < n; i++) want[i] = a[i] + b[i];
+        B->relu_fwd(n, want, want);
+        B->add(n, a, b, y, 1);
+        ck_assert_mem_eq(y, want, n * sizeof *y);
+        memcpy(t, b, n * sizeof *t);
+        B->add(n, a, t, t, 1);
         ck_assert_mem_eq(t, want, n * sizeof *t);
         free(a), free(b), free(y), free(want), free(t);
     }
@@ -428,7 +437,7 @@ START_TEST(empty_counts)
 {
     float a[4] = {1, -2, 3, -4}, b[4] = {5, 5, 5, 5}, m[4] = {0}, v[4] = {0};
     uint16_t h[4] = {7, 7, 7, 7};
-    B->add(0, a, a, b);
+    B->add(0, a, a, b, 0), B->add(0, a, a, b, 1);
     B->relu_fwd(0, a, b), B->relu_bwd(0, a, a, b), B->gelu_fwd(0, a, b), B->gelu_bwd(0, a, a, b);
     B->scale(0, b, 3.0f), B->to_half(0, a, h, 1), B->from_half(0, h, b, 0);
     B->sgd_step(0, b, a, m, 0.1f, 0.9f, 1, 0.1f, 1);

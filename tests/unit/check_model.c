@@ -558,6 +558,47 @@ START_TEST(residual_backward_matches_differences)
 }
 END_TEST
 
+/* A ReLU after a BatchNorm or a block's add that nothing else reads runs
+ * inside it (fuse_relus_): the model gives the bits of the layers run alone,
+ * forward and backward, and the producer's own output buffer is not
+ * allocated.  A BatchNorm read by a block's add too stays alone. */
+START_TEST(relu_fused_into_bn_same_bits)
+{
+    const char *spec = "conv:4:3:1:1,bn,relu,res(conv:4:3:1:1:nobias,bn,relu,conv:4:3:1:1:nobias,"
+                       "bn),relu,conv:4:3:1:1,bn,res(relu,conv:4:3:1:1),gap,linear:auto";
+    model_t m[2];
+    float x[4 * 3 * 8 * 8], wsum[16], out[2][16];
+    for (int i = 0; i < 4 * 3 * 64; i++) x[i] = (float)((i * 37) % 29) / 14.0f - 1.0f;
+    for (int i = 0; i < 16; i++) wsum[i] = (float)((i * 7) % 5) - 2.0f;
+    int64_t idx[4] = {0, 1, 2, 3};
+    for (int u = 0; u < 2; u++) {
+        model_opts_t o = {.spec = spec, .input = img, .outputs = 4, .batch = 4,
+                          .bucket_cap_bytes = 1 << 20, .first_bucket_bytes = 1 << 20,
+                          .unfused = u};
+        ck_assert_int_eq(model_build(&m[u], &o, &compute_cpu_ops), DDP_OK);
+        ck_assert_int_eq(model_init_params(&m[u], 5), DDP_OK);
+        step_ctx_t ctx = {.n = 4, .global_n = 4, .sample_idx = idx, .step = 1, .seed = 1,
+                          .train = 1};
+        const float *y;
+        ck_assert_int_eq(model_forward(&m[u], x, &ctx, &y), DDP_OK);
+        memcpy(out[u], y, sizeof out[u]);
+        memcpy(model_dout(&m[u]), wsum, sizeof wsum);
+        ck_assert_int_eq(model_backward(&m[u], x, &ctx), DDP_OK);
+        int fused = 0;
+        for (int i = 0; i < m[u].nlayers; i++)
+            fused += m[u].layers[i].kind == LAYER_RELU && m[u].layers[i].fused_relu;
+        ck_assert_int_eq(fused, u ? 0 : 3);
+    }
+    ck_assert_mem_eq(out[0], out[1], sizeof out[0]);
+    ck_assert_uint_eq(m[0].nparams, m[1].nparams);
+    ck_assert_mem_eq(m[0].grads, m[1].grads, m[0].nparams * sizeof(float));
+    /* two BatchNorm outputs and an add's of [4, 4, 8, 8] floats not allocated */
+    ck_assert_uint_eq(m[1].act_bytes - m[0].act_bytes, 3 * 4 * 4 * 64 * sizeof(float));
+    model_free(&m[0]);
+    model_free(&m[1]);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("model");
@@ -575,6 +616,7 @@ Suite *test_suite(void)
     tcase_add_test(t, named_architectures);
     tcase_add_test(t, bad_blocks_are_named);
     tcase_add_test(t, residual_backward_matches_differences);
+    tcase_add_test(t, relu_fused_into_bn_same_bits);
     suite_add_tcase(s, t);
     return s;
 }

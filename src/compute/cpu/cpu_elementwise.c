@@ -12,18 +12,33 @@
 #include "half.h"
 #include "rng.h"
 
-/* y = a + b; in place (y == a or y == b) is fine */
-void cpu_add(size_t count, const float *a, const float *b, float *y)
+/* y = a + b, relu: relu(a + b) (as cpu_relu_fwd); in place (y == a or
+ * y == b) is fine */
+static inline void add_(int relu, size_t count, const float *a, const float *b, float *y)
 {
     size_t i = 0;
     for (; i + VB <= count; i += VB) {
         float t[VB];
         UNROLL_VB
-        for (int q = 0; q < VB; q++) t[q] = a[i + q] + b[i + q];
+        for (int q = 0; q < VB; q++) {
+            float v = a[i + q] + b[i + q];
+            t[q] = relu && v < 0.0f ? 0.0f : v;
+        }
         UNROLL_VB
         for (int q = 0; q < VB; q++) y[i + q] = t[q];
     }
-    for (; i < count; i++) y[i] = a[i] + b[i];
+    for (; i < count; i++) {
+        float v = a[i] + b[i];
+        y[i] = relu && v < 0.0f ? 0.0f : v;
+    }
+}
+
+void cpu_add(size_t count, const float *a, const float *b, float *y, int relu)
+{
+    if (relu)
+        add_(1, count, a, b, y);
+    else
+        add_(0, count, a, b, y);
 }
 
 /* NaN passes through (PyTorch); in place is fine */

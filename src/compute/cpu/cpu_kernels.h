@@ -156,15 +156,16 @@ void cpu_bn_finalize(int c, const double *stats, double count, float eps, float 
 void cpu_bn_eval_params(int c, const float *running_mean, const float *running_var, float eps,
                         float *mean, float *invstd);
 void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                const float *gamma, const float *beta_, float *y);
+                const float *gamma, const float *beta_, float *y, int relu);
 void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy, const float *mean,
-                      const float *invstd, double *gstats, float *dgamma, float *dbeta, float beta);
+                      const float *invstd, double *gstats, float *dgamma, float *dbeta, float beta,
+                      const float *relu_gamma, const float *relu_beta);
 void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                      const float *invstd, const float *gamma, const double *gstats, double count,
-                     float *dx);
+                     float *dx, const float *relu_beta);
 
 /* elementwise (cpu_elementwise.c) */
-void cpu_add(size_t count, const float *a, const float *b, float *y);
+void cpu_add(size_t count, const float *a, const float *b, float *y, int relu);
 void cpu_relu_fwd(size_t count, const float *x, float *y);
 void cpu_relu_bwd(size_t count, const float *x, const float *dy, float *dx);
 void cpu_gelu_fwd(size_t count, const float *x, float *y);
