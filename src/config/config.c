@@ -158,9 +158,10 @@ const ddp_option_t ddp_options[] = {
      "run's input files); a warning names both", NULL, 1},
 
     {"timeout", OPT_FLOAT, OFF(timeout), "600", NULL, "SECONDS", 0, 1e9,
-     "watchdog: when a collective has not completed in SECONDS, end the job (exit 10) with one "
-     "report naming the collective, its step, and what the ranks that did not arrive were doing "
-     "(0: off; otherwise at least 1)", "Diagnostics", 1},
+     "watchdog: when a collective (or, on a GPU, a wait for the device) has not completed in "
+     "SECONDS, end the job (exit 10) with one report naming the collective, its step, and what "
+     "the ranks that did not arrive were doing (0: off; otherwise at least 1)",
+     "Diagnostics", 1},
     {"debug-collectives", OPT_BOOL, OFF(debug_collectives), "false", NULL, NULL, 0, 0,
      "before every collective, check that all ranks are in the same one (name both sides of a "
      "mismatch, exit 6); costs one small all-reduce per collective", NULL, 1},

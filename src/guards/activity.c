@@ -18,6 +18,7 @@ static double waited_;                /* seconds blocked so far (main thread onl
 static activity_coll_t last_gradient_;
 static uint64_t device_done_;
 static int device_blocked_; /* the block is activity_device_wait_begin's */
+static int device_only_;    /* a device wait with no collective pending (device_since) */
 static double in_phase_[PHASE_COUNT]; /* seconds spent in each phase, up to the last change */
 static activity_hook_t hook_;
 /* activity_trace: the profiler's range calls and the current phase's range */
@@ -178,7 +179,14 @@ uint64_t activity_collective_start(const comm_desc_t *d, activity_plane_t plane,
 
 void activity_device_wait_begin(void)
 {
-    if (rec_.blocked.number || last_gradient_.number <= device_done_) return;
+    if (rec_.blocked.number || device_only_) return;
+    if (last_gradient_.number <= device_done_) {
+        write_begin_();
+        rec_.device_since = clock_seconds();
+        write_end_();
+        device_only_ = 1;
+        return;
+    }
     write_begin_();
     rec_.blocked = last_gradient_;
     rec_.blocked_since = clock_seconds();
@@ -190,6 +198,12 @@ void activity_device_wait_begin(void)
 void activity_device_wait_end(void)
 {
     device_done_ = last_gradient_.number;
+    if (device_only_) {
+        device_only_ = 0;
+        write_begin_();
+        rec_.device_since = 0;
+        write_end_();
+    }
     if (!device_blocked_) return;
     device_blocked_ = 0;
     write_begin_();

@@ -67,6 +67,8 @@ typedef struct activity_record {
     activity_coll_t blocked; /* the collective being waited for (number 0: none) */
     double phase_since;      /* clock_seconds() of the phase change */
     double blocked_since;    /* clock_seconds() when the wait began */
+    double device_since;     /* clock_seconds() when a wait for the device with no collective
+                              * pending began (0: none) */
 } activity_record_t;
 
 /* The process starts (phase start-up from now). */
@@ -86,8 +88,11 @@ void activity_unblock(void);
  * stream (NCCL) returns at once and is waited for only here, so while a
  * gradient-plane collective started since the last device wait is not
  * known complete, the record shows the rank waiting in it: the watchdog
- * then names a collective that hangs on the GPU.  These waits are not
- * collective waits for activity_wait_seconds (they include compute). */
+ * then names a collective that hangs on the GPU.  Otherwise the record
+ * shows the wait itself (device_since): the watchdog names a rank whose GPU
+ * does not finish its work (a kernel that never ends, a device fault) with
+ * no collective involved.  These waits are not collective waits for
+ * activity_wait_seconds (they include compute). */
 void activity_device_wait_begin(void);
 void activity_device_wait_end(void);
 /* Seconds the main thread has spent waiting in collectives of either plane

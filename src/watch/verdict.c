@@ -23,6 +23,10 @@ void verdict_add_rank(const verdict_ctx_t *c, jobreport_t *t, int r, const wd_vi
         activity_coll_format(&v->rec.blocked, last, sizeof last);
         jobreport_add(t, "waiting in %s%s for %.1f s", last,
                       v->rec.on_device ? " (for its GPU)" : "", v->blocked_for);
+    } else if (v->device_for > 0) {
+        jobreport_add(t, "waiting for its GPU in %s", activity_phase_name(v->rec.phase));
+        if (v->rec.step > 0) jobreport_add(t, " of step %lld", (long long)v->rec.step);
+        jobreport_add(t, " for %.1f s, no collective pending", v->device_for);
     } else {
         jobreport_add(t, "in %s", activity_phase_name(v->rec.phase));
         if (v->rec.step > 0) jobreport_add(t, " of step %lld", (long long)v->rec.step);
@@ -50,7 +54,7 @@ void verdict_add_rank(const verdict_ctx_t *c, jobreport_t *t, int r, const wd_vi
 
 verdict_t verdict_decide(const verdict_ctx_t *c, const wd_view_t *v)
 {
-    int W = c->size, stuck = -1, silent = -1, vanished = -1;
+    int W = c->size, stuck = -1, silent = -1, vanished = -1, device = -1;
     for (int r = 1; r < W; r++) {
         if (!v[r].known || v[r].bye) continue;
         if (v[r].rec.phase == PHASE_ABORTING) return (verdict_t){VERDICT_NONE, -1};
@@ -61,6 +65,10 @@ verdict_t verdict_decide(const verdict_ctx_t *c, const wd_view_t *v)
         if (v[r].known && !v[r].closed_for && v[r].blocked_for >= c->timeout &&
             (stuck < 0 || v[r].blocked_for > v[stuck].blocked_for))
             stuck = r;
+    for (int r = 0; r < W; r++)
+        if (v[r].known && !v[r].closed_for && v[r].device_for >= c->timeout &&
+            (device < 0 || v[r].device_for > v[device].device_for))
+            device = r;
     /* a collective stuck while a rank is gone: the rank that vanished is the
      * news, whether or not its grace period is over */
     for (int r = 1; r < W && (stuck >= 0 || silent >= 0) && vanished < 0; r++)
@@ -68,6 +76,7 @@ verdict_t verdict_decide(const verdict_ctx_t *c, const wd_view_t *v)
     if (vanished >= 0) return (verdict_t){VERDICT_VANISHED, vanished};
     if (stuck >= 0) return (verdict_t){VERDICT_STUCK, stuck};
     if (silent >= 0) return (verdict_t){VERDICT_SILENT, silent};
+    if (device >= 0) return (verdict_t){VERDICT_DEVICE, device};
     return (verdict_t){VERDICT_NONE, -1};
 }
 
@@ -209,12 +218,41 @@ static int report_stuck_(const verdict_ctx_t *c, const wd_view_t *v, int stuck, 
     return 0;
 }
 
+/* `r` waited longest for its GPU with no collective pending; the others'
+ * states say whether they wait for it (in a collective, or for their own
+ * GPUs). */
+static void report_device_(const verdict_ctx_t *c, const wd_view_t *v, int r, jobreport_t *t)
+{
+    jobreport_add(t, "watchdog: rank %d (%s) has waited %.1f s for its GPU (--timeout %g) in %s", r,
+                  c->host(r), v[r].device_for, c->timeout, activity_phase_name(v[r].rec.phase));
+    if (v[r].rec.step > 0) jobreport_add(t, " of step %lld", (long long)v[r].rec.step);
+    jobreport_add(t, " with no collective pending: its work on the GPU does not finish\n");
+    int W = c->size, nwaiting = 0, listed = 0;
+    unsigned char *waiting = calloc((size_t)W, 1);
+    if (waiting) {
+        for (int k = 0; k < W; k++)
+            if (v[k].known && v[k].device_for > 0) waiting[k] = 1, nwaiting++;
+        jobreport_add(t, "ddptrain:   waiting for their GPUs (%d of %d): ", nwaiting, W);
+        jobreport_add_ranks(t, waiting, W);
+        jobreport_add(t, "\n");
+    }
+    for (int k = 0; k < W && listed < c->list_max; k++)
+        if (!waiting || !waiting[k]) verdict_add_rank(c, t, k, &v[k], 0), listed++;
+    free(waiting);
+    jobreport_add(t,
+                  "ddptrain:   what to do: look at the GPU of rank %d's host (nvidia-smi; Xid "
+                  "lines in the kernel log, dmesg, name a device fault); a kernel that "
+                  "legitimately takes longer needs a larger --timeout\n",
+                  r);
+}
+
 int verdict_report(const verdict_ctx_t *c, const wd_view_t *v, verdict_t d, jobreport_t *t)
 {
     switch (d.kind) {
     case VERDICT_STUCK: return report_stuck_(c, v, d.rank, t);
     case VERDICT_SILENT: report_silent_(c, v, d.rank, t); return 0;
     case VERDICT_VANISHED: report_vanished_(c, v, d.rank, t); return 0;
+    case VERDICT_DEVICE: report_device_(c, v, d.rank, t); return 0;
     case VERDICT_NONE: break;
     }
     return 0;

@@ -10,7 +10,9 @@
  * or at once when a collective is stuck or a rank silent meanwhile;
  * otherwise the rank blocked longest in a collective beyond the timeout
  * (stuck: its collective is the one named), else the first rank silent
- * beyond the timeout. */
+ * beyond the timeout, else the rank that waited longest for its GPU beyond
+ * the timeout with no collective pending (device: a kernel that never ends
+ * or a device fault). */
 #ifndef DDP_VERDICT_H
 #define DDP_VERDICT_H
 
@@ -23,6 +25,7 @@ typedef struct wd_view {
     int bye;   /* it finished normally */
     activity_record_t rec;
     double blocked_for, phase_for; /* in its blocked collective, in its phase */
+    double device_for;             /* in a wait for its device, no collective pending */
     double silent_for;             /* since its last message */
     double closed_for; /* its connection closed this long ago without a goodbye (0: open) */
 } wd_view_t;
@@ -40,6 +43,8 @@ typedef enum verdict_kind {
     VERDICT_STUCK,    /* rank `rank` waited in a collective beyond the timeout */
     VERDICT_SILENT,   /* nothing heard from rank `rank` beyond the timeout */
     VERDICT_VANISHED, /* rank `rank`'s connection closed without a goodbye */
+    VERDICT_DEVICE,   /* rank `rank` waited for its GPU, no collective pending, beyond the
+                       * timeout */
 } verdict_kind_t;
 
 typedef struct verdict {

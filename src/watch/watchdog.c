@@ -56,6 +56,7 @@ enum { MSG_HELLO = 1, MSG_BEAT, MSG_BYE, MSG_ENDING, MSG_CHALLENGE };
 typedef struct wd_msg {
     wiremac_head_t h;              /* magic, kind, sender rank, direction, sequence */
     double blocked_for, phase_for; /* seconds, measured by the sender as it sends */
+    double device_for;             /* in a wait for its device, no collective pending */
     activity_record_t rec;
     unsigned char nonce[WIREMAC_NONCE_BYTES]; /* MSG_CHALLENGE: the connection's */
     unsigned char tag[WIREMAC_TAG_BYTES];     /* the MAC of all of the above */
@@ -158,6 +159,7 @@ static void msg_fill_(wd_msg_t *m, int kind)
     double now = clock_seconds();
     m->blocked_for = m->rec.blocked.number ? now - m->rec.blocked_since : 0;
     m->phase_for = now - m->rec.phase_since;
+    m->device_for = m->rec.device_since > 0 ? now - m->rec.device_since : 0;
 }
 
 /* A sealed message on an authenticated connection (the caller holds the
@@ -291,7 +293,8 @@ static void hub_check_(double now)
     v[0] = (wd_view_t){.known = 1,
                        .rec = self,
                        .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
-                       .phase_for = now - self.phase_since};
+                       .phase_for = now - self.phase_since,
+                       .device_for = self.device_since > 0 ? now - self.device_since : 0};
     for (int r = 1; r < W; r++) {
         wd_peer_t *p = &wd_.peers[r];
         memset(&v[r], 0, sizeof v[r]);
@@ -304,6 +307,7 @@ static void hub_check_(double now)
         v[r].rec = p->msg.rec;
         v[r].blocked_for = p->msg.rec.blocked.number ? p->msg.blocked_for + age : 0;
         v[r].phase_for = p->msg.phase_for + age;
+        v[r].device_for = p->msg.device_for > 0 ? p->msg.device_for + age : 0;
         v[r].silent_for = age;
     }
     verdict_ctx_t c = ctx_();
@@ -395,7 +399,8 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
     wd_view_t v0 = {.known = 1,
                     .rec = hub->msg.rec,
                     .blocked_for = hub->msg.blocked_for,
-                    .phase_for = hub->msg.phase_for};
+                    .phase_for = hub->msg.phase_for,
+                    .device_for = hub->msg.device_for};
     verdict_ctx_t c = ctx_();
     verdict_add_rank(&c, &t, 0, &v0, 1);
     activity_record_t self;
@@ -404,7 +409,8 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
     wd_view_t me = {.known = 1,
                     .rec = self,
                     .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
-                    .phase_for = now - self.phase_since};
+                    .phase_for = now - self.phase_since,
+                    .device_for = self.device_since > 0 ? now - self.device_since : 0};
     verdict_add_rank(&c, &t, wd_.rank, &me, 0);
     jobreport_add(&t,
                   "ddptrain:   what to do: look at rank 0's host (is the process stopped, the node "
@@ -412,11 +418,17 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
     watchdog_end_job(&t, 10);
 }
 
+/* This rank's own wait (its collective, or for its GPU when blocked_for is
+ * the device wait's) beyond the timeout, reported alone. */
 static _Noreturn void report_local_(const activity_record_t *self, double blocked_for)
 {
     static jobreport_t t;
     char what[192];
-    activity_coll_format(&self->blocked, what, sizeof what);
+    if (self->blocked.number)
+        activity_coll_format(&self->blocked, what, sizeof what);
+    else
+        snprintf(what, sizeof what, "rank %d's wait for its GPU (no collective pending)",
+                 wd_.rank);
     jobreport_add(&t,
                   "watchdog: %s has not completed in %.1f s (--timeout %g); the watchdog of rank 0 "
                   "cannot be reached, so what the other ranks are doing is unknown\n",
@@ -442,7 +454,9 @@ static void client_check_(double now)
         report_hub_(hub, 1, now - hub->closed_at);
     /* its own view only: at once when the hub was never reached, else after
      * the hub (and rank 1) had their turn */
-    double blocked_for = self.blocked.number ? now - self.blocked_since : 0;
+    double blocked_for = self.blocked.number      ? now - self.blocked_since
+                         : self.device_since > 0 ? now - self.device_since
+                                                 : 0;
     if (blocked_for >= wd_.timeout + (wd_.hub_connected ? WD_LOCAL_GRACE_S + delay : 0))
         report_local_(&self, blocked_for);
 }

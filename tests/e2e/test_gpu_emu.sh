@@ -19,7 +19,8 @@
 #  (j) a collective that never completes on the GPU (the host's wait for
 #      the device never returns, DDP_EMU_HANG): the watchdog names the
 #      gradient collective queued last and says the ranks wait for their
-#      GPUs (exit 10, no hang);
+#      GPUs (exit 10, no hang); and a wait for the GPU with no collective
+#      pending: the watchdog names the rank and its GPU (exit 10);
 #  (g) this CPU-only ddptrain refuses --device cuda (exit 2) and trains on
 #      cpu with --device auto;
 #  (h) out of pinned host memory, the loader's batches fall back to malloc
@@ -187,6 +188,12 @@ DDP_EMU_HANG=cudaStreamSynchronize:199 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "
   --batch 8 --steps 200 --device cuda --timeout 3 >"$T/hang.out" 2>"$T/hang.err"
 ddp_expect_error "$T/hang.err" $? 10 "a collective hanging on the GPU" \
   "watchdog: gradient-bucket|has not completed in|every rank started it|waits for its GPU"
+# ... and one with no collective pending (the 200th: the same step's next
+# download, after the buckets completed): a kernel that never ends
+DDP_EMU_HANG=cudaStreamSynchronize:200 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp \
+  --batch 8 --steps 200 --device cuda --timeout 3 >"$T/hang2.out" 2>"$T/hang2.err"
+ddp_expect_error "$T/hang2.err" $? 10 "a GPU hanging outside any collective" \
+  "for its GPU (--timeout 3)|with no collective pending|waiting for their GPUs (2 of 2)|look at the GPU"
 
 # (f) an injected CUDA failure names the call
 DDP_EMU_FAIL=cudaMalloc:12 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 5 --device cuda \

@@ -184,6 +184,35 @@ START_TEST(silent_rank_named)
 }
 END_TEST
 
+/* No collective pending: ranks 0 and 2 wait for their GPUs, rank 2 beyond
+ * the timeout (a kernel that never ends); under it nothing is said, and a
+ * stuck collective (here rank 1's) is reported before it. */
+START_TEST(gpu_wait_without_collective_named)
+{
+    wd_view_t v[W];
+    calm_(v);
+    v[0].device_for = 4.0;
+    v[2].device_for = 4.9;
+    ck_assert_int_eq(decide_(v).kind, VERDICT_NONE);
+    v[2].device_for = 6.5;
+    v[2].rec.phase = PHASE_STEP_END;
+    v[2].rec.step = 85;
+    v[3].rec.phase = PHASE_FORWARD;
+    verdict_t d = expect_(v, VERDICT_DEVICE, 2);
+    const char *t = report_(v, d);
+    ck_assert_has(t, "watchdog: rank 2 (node-c) has waited 6.5 s for its GPU (--timeout 5) in "
+                     "end-of-step work of step 85 with no collective pending");
+    ck_assert_has(t, "waiting for their GPUs (2 of 4): 0,2");
+    ck_assert_has(t, "rank 3 (node-d): in forward of step 7");
+    ck_assert_has(t, "look at the GPU of rank 2's host");
+    block_(v, 1, coll_(12, "gradient-bucket", 3, 7), 5.5);
+    expect_(v, VERDICT_STUCK, 1);
+    t = report_(v, (verdict_t){VERDICT_STUCK, 1});
+    ck_assert_has(t, "rank 2 (node-c): waiting for its GPU in end-of-step work of step 85 for "
+                     "6.5 s, no collective pending");
+}
+END_TEST
+
 /* A rank ending the job with its own error: no second report. */
 START_TEST(aborting_rank_left_alone)
 {
@@ -223,6 +252,7 @@ Suite *test_suite(void)
     tcase_add_test(t, silent_rank_named);
     tcase_add_test(t, aborting_rank_left_alone);
     tcase_add_test(t, unknown_rank_missing);
+    tcase_add_test(t, gpu_wait_without_collective_named);
     suite_add_tcase(s, t);
     return s;
 }
