@@ -197,6 +197,26 @@ typedef struct dev_shape {
     int batch;
 } dev_shape_t;
 
+/* The cuda backend's scratch of two-pass sums (ddp_cuda_partials_, one
+ * buffer grown to the largest use): a convolution's bias gradient takes a
+ * double per sample and output channel, a BatchNorm2d's statistics two per
+ * channel and chunk of samples (cuda/bn.cu's bn_chunks: at most c + 528
+ * chunks' worth). */
+static size_t partials_bytes_(const model_t *m, int batch)
+{
+    size_t most = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer_t *L = &m->layers[i];
+        size_t b = 0;
+        if (L->kind == LAYER_CONV && L->bias >= 0)
+            b = (size_t)batch * L->out.c * sizeof(double);
+        else if (L->kind == LAYER_BN && L->in.h * L->in.w > 1)
+            b = ((size_t)L->in.c + 528) * 2 * sizeof(double);
+        if (b > most) most = b;
+    }
+    return most;
+}
+
 static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_device_t *p)
 {
     const ddp_config_t *cfg = t->cfg;
@@ -246,6 +266,7 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
         }
         p->bf16 = pair + pair / 4 + dy + dy / 4 + memo;
     }
+    p->ws += partials_bytes_(m, sh->batch);
     p->reserve = MEMPLAN_DEVICE_RESERVE;
 }
 

@@ -39,12 +39,14 @@ ddp_status_t memplan_check(trainer_t *t);
  * (memplan_grad_bytes), optimizer state (of the shard when --zero shards
  * it), BatchNorm buffers, activations (model_act_bytes without the
  * convolution workspace), the device batches (TRAINER_DEVICE_BATCHES), the
- * convolution workspace, the 16-bit gradient copy (--grad-compress), the
- * bf16 copies of the GEMMs' inputs (--precision bf16, cuda/bf16.h: the
- * forward's copies of every dense layer's weight and input and every
- * convolution's weight, kept for the backward; a bound on the scratch: the
- * largest weight, activation or workspace twice, and the largest output
- * gradient) and MEMPLAN_DEVICE_RESERVE. */
+ * convolution workspace (with the scratch of the two-pass sums of a
+ * convolution's bias gradient and of BatchNorm's statistics), the 16-bit
+ * gradient copy (--grad-compress), the bf16 copies of the GEMMs' inputs
+ * (--precision bf16, cuda/bf16.h: the forward's copies of every dense
+ * layer's weight and input and every convolution's weight, kept for the
+ * backward; a bound on the scratch: the largest weight, activation or
+ * workspace twice, and the largest output gradient) and
+ * MEMPLAN_DEVICE_RESERVE. */
 typedef struct memplan_device {
     size_t params, grads, state, bn, act, batches, ws, half, bf16, reserve;
 } memplan_device_t;

@@ -9,8 +9,10 @@
 #      figures are rounded to 0.05 MiB; the cuda backend's own reduction
 #      buffers, about 0.1 MiB, are in the reserve), for a CNN with
 #      BatchNorm, its convolution workspace, --on-nonfinite skip and fp16
-#      gradient compression, for the MLP of (b) and (c) at --zero 1 and 2,
-#      and for the runs of (d) with their large device batches; with
+#      gradient compression, for a wide convolution with a bias at a large
+#      batch (its bias gradient's scratch), for the MLP of (b) and (c) at
+#      --zero 1 and 2, and for the runs of (d) with their large device
+#      batches; with
 #      --precision bf16 the plan's bound on the bf16 GEMM inputs holds (the
 #      peak is not above it);
 #  (b) np=2 (DDP_EMU_GPUS=2), a model whose --zero 0 plan does not fit a
@@ -84,6 +86,12 @@ grep -q "device/rank .*BatchNorm .*workspace .*16-bit gradients" "$T/cnn.log" ||
 fits "cnn" "$T/cnn.log"
 run cnn-bf16 1 "$EMU" "$T/img.h5" $cnn --precision bf16
 fits "cnn bf16" "$T/cnn-bf16.log" bound
+# ... and a wide convolution with a bias at a large batch, whose bias
+# gradient's per-sample sums (a double per sample and channel: 1 MiB here)
+# are in the plan's workspace
+run wide 1 "$EMU" "$T/img.h5" --model conv:512:1,gap,linear:auto --steps 2 --device cuda \
+  --eval-every 0 --batch 256
+fits "wide conv" "$T/wide.log"
 
 # the plans of --zero 0, 1 and 2 at np=2, from a refusal on a 1 MiB GPU
 DDP_EMU_GPU_MEM_MB=1 mpirun_np 2 "$EMU" "$T/d.h5" $big >"$T/probe.out" 2>"$T/probe.err"
