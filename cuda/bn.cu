@@ -290,11 +290,6 @@ int bn_chunks(int n, int c, int hw)
     return want < 1 ? 1 : (int)want;
 }
 
-int partials(size_t pairs, double **out)
-{
-    return ddp_cuda_partials_(2 * pairs, out);
-}
-
 // Launches bn_partials_kernel<kBwd> over n x hw samples of c channels into
 // the partials buffer: *part and *chunks are what the combine kernel reads.
 template <bool kBwd>
@@ -304,7 +299,7 @@ int launch_partials(int n, int c, int hw, const float *x, const float *dy, const
 {
     *chunks = bn_chunks(n, c, hw);
     double *p;
-    if (partials((size_t)c * *chunks, &p)) return -1;
+    if (ddp_cuda_partials_(2 * (size_t)c * *chunks, &p)) return -1; // two per (channel, chunk)
     const double count = (double)n * c * hw;
     DDP_COST((kBwd ? 8.0 : 4.0) * count + (kBwd ? 4.0 * c : 0) + (rb ? 12.0 * c : 0),
              16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
@@ -317,31 +312,7 @@ int launch_partials(int n, int c, int hw, const float *x, const float *dy, const
 
 } // namespace
 
-// The scratch of two-pass sums on the bound device, grown as needed (cudaFree
-// waits for the kernels still using the old one).
-static double *part_ = nullptr;
-static size_t part_cap_ = 0;
-static int part_device_ = -1;
-
 extern "C" {
-
-int ddp_cuda_partials_(size_t doubles, double **out)
-{
-    if (part_device_ != ddp_cuda_state_.device) {
-        part_ = nullptr;
-        part_cap_ = 0;
-        part_device_ = ddp_cuda_state_.device;
-    }
-    if (doubles > part_cap_) {
-        if (part_) DDP_CU(cudaFree(part_));
-        part_ = nullptr;
-        part_cap_ = 0;
-        DDP_CU(cudaMalloc((void **)&part_, doubles * sizeof(double)));
-        part_cap_ = doubles;
-    }
-    *out = part_;
-    return 0;
-}
 
 int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
 {

@@ -81,10 +81,10 @@ void ddp_cost_phase_(const char *range);
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)(count);                           \
          i += (I)gridDim.x * blockDim.x)
 
-// The scratch of a two-pass sum on the compute stream (bn.cu: BatchNorm's
-// per-chunk partials; conv.cu: the bias gradient's per-sample sums): at least
-// `doubles` doubles on the bound device, until the next call (each user's
-// second pass runs before the next first pass: one stream).
+// The scratch of a two-pass sum on the compute stream (runtime.cu), for
+// bn.cu's per-chunk partials and conv.cu's bias gradient's per-sample sums:
+// at least `doubles` doubles on the bound device, until the next call (each
+// user's second pass runs before the next first pass: one stream).
 extern "C" int ddp_cuda_partials_(size_t doubles, double **out);
 
 // Record the first failure (runtime.cu): call name, file:line and the

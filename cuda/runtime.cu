@@ -186,6 +186,30 @@ void ddp_cuda_shutdown(void)
 
 // ---- memory and ordering ---------------------------------------------------
 
+// The scratch of two-pass sums (ddp_cuda_rt.h) on the bound device, grown
+// as needed (cudaFree waits for the kernels still using the old one).
+static double *part_ = nullptr;
+static size_t part_cap_ = 0;
+static int part_device_ = -1;
+
+int ddp_cuda_partials_(size_t doubles, double **out)
+{
+    if (part_device_ != ddp_cuda_state_.device) {
+        part_ = nullptr;
+        part_cap_ = 0;
+        part_device_ = ddp_cuda_state_.device;
+    }
+    if (doubles > part_cap_) {
+        if (part_) DDP_CU(cudaFree(part_));
+        part_ = nullptr;
+        part_cap_ = 0;
+        DDP_CU(cudaMalloc((void **)&part_, doubles * sizeof(double)));
+        part_cap_ = doubles;
+    }
+    *out = part_;
+    return 0;
+}
+
 int ddp_cuda_malloc(void **p, size_t bytes)
 {
     *p = nullptr;

@@ -592,6 +592,22 @@ static ddp_status_t grad_bases_(model_t *m)
     return DDP_OK;
 }
 
+/* Whether layer L has an output buffer of its own: not a flatten (its
+ * input's) nor a BatchNorm or add with a ReLU fused after it (the ReLU's,
+ * fuse_relus_). */
+static int owns_output_(const layer_t *L)
+{
+    return L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu);
+}
+
+/* A ReLU fused into the BatchNorm below it: that BatchNorm's backward masks
+ * the ReLU's gradient (the ReLU passes it through).  A ReLU fused after an
+ * add runs its own backward. */
+static int relu_in_bn_(const model_t *m, const layer_t *L)
+{
+    return L->kind == LAYER_RELU && L->fused_relu && m->layers[L->src].kind == LAYER_BN;
+}
+
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
 {
     ddp_status_t s = DDP_OK;
@@ -617,7 +633,7 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
     for (int i = 0; i < m->nlayers && s == DDP_OK; i++) {
         layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
-        if (L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu))
+        if (owns_output_(L))
             L->y = dev_alloc_(m, (size_t)m->batch * outn * sizeof(float), &s, L->token);
         if (L->kind == LAYER_MAXPOOL)
             L->argmax = dev_alloc_(m, (size_t)m->batch * outn * sizeof(int32_t), &s, L->token);
@@ -678,8 +694,7 @@ size_t model_act_bytes_at(const model_t *m, int batch)
     for (int i = 0; i < m->nlayers; i++) {
         const layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
-        if (L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu))
-            bytes += B * outn * sizeof(float);
+        if (owns_output_(L)) bytes += B * outn * sizeof(float);
         if (L->kind == LAYER_MAXPOOL) bytes += B * outn * sizeof(int32_t);
     }
     return bytes + (size_t)m->ndact * B * model_max_act(m) * sizeof(float) +
@@ -776,7 +791,7 @@ void model_free(model_t *m)
     if (compute) {
         for (int i = 0; i < m->nlayers; i++) {
             layer_t *L = &m->layers[i];
-            if (!(L->kind != LAYER_RELU && L->fused_relu)) compute->free(L->y); /* the ReLU's */
+            if (owns_output_(L)) compute->free(L->y); /* NULL for a flatten */
             compute->free(L->argmax);
             compute->free(L->mean);
             compute->free(L->invstd);
@@ -1094,9 +1109,8 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             DDP_TRY(ctx->grads_needed(ctx->grads_ready_arg, i));
         const float *dy = m->dact[r];
         /* dx: where the input's gradient goes, when a layer below needs it */
-        int pass = L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD ||
-                   (L->kind == LAYER_RELU && L->fused_relu &&
-                    m->layers[L->src].kind == LAYER_BN); /* dx is dy */
+        int pass = /* dx is dy */
+            L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD || relu_in_bn_(m, L);
         int w = !pass && L->src >= 0 && m->layers[L->src].bwd ? free_slot_(m, &g) : -1;
         if (!pass && L->src >= 0 && m->layers[L->src].bwd && w < 0)
             return ddp_fail(DDP_ERR_INTERNAL, "model backward: no free gradient buffer at layer %d",
@@ -1151,7 +1165,7 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             break;
         }
         case LAYER_RELU:
-            if (L->fused_relu && m->layers[L->src].kind == LAYER_BN) /* it masks dy */
+            if (relu_in_bn_(m, L)) /* the BatchNorm masks dy */
                 DDP_TRY(contribute_(m, &g, L->src, r, 0, n));
             else if (dx)
                 compute->relu_bwd(count, in, dy, dx);

@@ -149,6 +149,16 @@ _Noreturn void watchdog_end_job(const jobreport_t *t, int code)
 
 /* ---- messages ------------------------------------------------------------- */
 
+/* This rank's own record as a view at `now` (the waits measured here). */
+static wd_view_t self_view_(const activity_record_t *self, double now)
+{
+    return (wd_view_t){.known = 1,
+                       .rec = *self,
+                       .blocked_for = self->blocked.number ? now - self->blocked_since : 0,
+                       .phase_for = now - self->phase_since,
+                       .device_for = self->device_since > 0 ? now - self->device_since : 0};
+}
+
 static void msg_fill_(wd_msg_t *m, int kind)
 {
     memset(m, 0, sizeof *m);
@@ -156,10 +166,10 @@ static void msg_fill_(wd_msg_t *m, int kind)
     m->h.kind = kind;
     m->h.rank = wd_.rank;
     activity_snapshot(&m->rec);
-    double now = clock_seconds();
-    m->blocked_for = m->rec.blocked.number ? now - m->rec.blocked_since : 0;
-    m->phase_for = now - m->rec.phase_since;
-    m->device_for = m->rec.device_since > 0 ? now - m->rec.device_since : 0;
+    wd_view_t v = self_view_(&m->rec, clock_seconds());
+    m->blocked_for = v.blocked_for;
+    m->phase_for = v.phase_for;
+    m->device_for = v.device_for;
 }
 
 /* A sealed message on an authenticated connection (the caller holds the
@@ -290,11 +300,7 @@ static void hub_check_(double now)
     activity_record_t self;
     activity_snapshot(&self);
     if (standing_down_(&self)) return;
-    v[0] = (wd_view_t){.known = 1,
-                       .rec = self,
-                       .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
-                       .phase_for = now - self.phase_since,
-                       .device_for = self.device_since > 0 ? now - self.device_since : 0};
+    v[0] = self_view_(&self, now);
     for (int r = 1; r < W; r++) {
         wd_peer_t *p = &wd_.peers[r];
         memset(&v[r], 0, sizeof v[r]);
@@ -406,11 +412,7 @@ static _Noreturn void report_hub_(const wd_peer_t *hub, int gone, double quiet_f
     activity_record_t self;
     activity_snapshot(&self);
     double now = clock_seconds();
-    wd_view_t me = {.known = 1,
-                    .rec = self,
-                    .blocked_for = self.blocked.number ? now - self.blocked_since : 0,
-                    .phase_for = now - self.phase_since,
-                    .device_for = self.device_since > 0 ? now - self.device_since : 0};
+    wd_view_t me = self_view_(&self, now);
     verdict_add_rank(&c, &t, wd_.rank, &me, 0);
     jobreport_add(&t,
                   "ddptrain:   what to do: look at rank 0's host (is the process stopped, the node "
@@ -454,9 +456,8 @@ static void client_check_(double now)
         report_hub_(hub, 1, now - hub->closed_at);
     /* its own view only: at once when the hub was never reached, else after
      * the hub (and rank 1) had their turn */
-    double blocked_for = self.blocked.number      ? now - self.blocked_since
-                         : self.device_since > 0 ? now - self.device_since
-                                                 : 0;
+    wd_view_t me = self_view_(&self, now);
+    double blocked_for = self.blocked.number ? me.blocked_for : me.device_for;
     if (blocked_for >= wd_.timeout + (wd_.hub_connected ? WD_LOCAL_GRACE_S + delay : 0))
         report_local_(&self, blocked_for);
 }
