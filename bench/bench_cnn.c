@@ -226,19 +226,19 @@ static double net_step_(net_t *m, int first)
               c->maxpool_fwd(&m->pd[l], m->r[l], m->p[l], m->am[l]));
         in = m->p[l];
     }
-    TIMED(OP_LIN_FWD, 2.0 * n * flat * FC, c->linear_fwd(n, flat, FC, in, m->w3, m->b3, m->f1));
+    TIMED(OP_LIN_FWD, 2.0 * n * flat * FC, c->linear_fwd(n, flat, FC, in, m->w3, m->b3, m->f1, 0));
     TIMED(OP_RELU_FWD, 0, c->relu_fwd((size_t)n * FC, m->f1, m->fr));
     TIMED(OP_LIN_FWD, 2.0 * n * FC * NCLS,
-          c->linear_fwd(n, FC, NCLS, m->fr, m->w4, m->b4, m->logits));
+          c->linear_fwd(n, FC, NCLS, m->fr, m->w4, m->b4, m->logits, 0));
     double acc[2] = {0, 0};
     float *g = m->dbig[0], *h = m->dbig[1], *t;
     TIMED(OP_XENT, 0, c->xent(n, NCLS, m->logits, m->labels, 0.0f, 1.0f / n, g, acc));
     TIMED(OP_LIN_BWD, 4.0 * n * FC * NCLS,
-          c->linear_bwd(n, FC, NCLS, m->fr, m->w4, g, h, m->dw4, m->db4, 0.0f));
+          c->linear_bwd(n, FC, NCLS, m->fr, m->w4, g, h, m->dw4, m->db4, 0.0f, NULL, NULL));
     t = g, g = h, h = t;
     TIMED(OP_RELU_BWD, 0, c->relu_bwd((size_t)n * FC, m->f1, g, g));
     TIMED(OP_LIN_BWD, 4.0 * n * flat * FC,
-          c->linear_bwd(n, flat, FC, m->p[1], m->w3, g, h, m->dw3, m->db3, 0.0f));
+          c->linear_bwd(n, flat, FC, m->p[1], m->w3, g, h, m->dw3, m->db3, 0.0f, NULL, NULL));
     t = g, g = h, h = t;
     float *cdw[2] = {m->dw1, m->dw2}, *cdb[2] = {m->db1, m->db2};
     for (int l = 1; l >= 0; l--) {

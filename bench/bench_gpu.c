@@ -2,7 +2,8 @@
  * peak and against cuBLAS alone on the same GEMMs, in bf16 and fp32.
  *
  * The whole step (forward, cross-entropy, backward, AdamW over the flat
- * parameter buffer) runs through the "cuda" compute ops table
+ * parameter buffer; each hidden layer's ReLU fused into it, as the model
+ * runs it) runs through the "cuda" compute ops table
  * (compute_cuda_ops); in alternating blocks of the same run, the step's
  * GEMMs alone run through cuBLAS (bench_gpu_gemm.cu).  Medians over the
  * rounds.  FLOPs are counted as performed: 2*B*in*out for the forward and
@@ -57,9 +58,9 @@ typedef struct bench_gpu_net {
     int dims[BENCH_GPU_MAX_LAYERS + 1];
     size_t woff[BENCH_GPU_MAX_LAYERS], boff[BENCH_GPU_MAX_LAYERS], params;
     float *p, *g, *m, *v;           /* flat parameters, gradients, AdamW moments */
-    float *z[BENCH_GPU_MAX_LAYERS]; /* pre-activations */
+    float *z;                       /* the last layer's output (the logits) */
     float *a[BENCH_GPU_MAX_LAYERS]; /* relu outputs (layers 0..L-2); a[-1] is x */
-    float *x, *dz, *da;
+    float *x, *dz, *da, *ws;        /* ws: a fused layer's masked gradient */
     int32_t *labels;
     double *acc;
 } bench_gpu_net_t;
@@ -109,11 +110,10 @@ static void net_init_(bench_gpu_net_t *n, const bench_gpu_args_t *a)
     n->p = dev_alloc_(pb), n->g = dev_alloc_(pb), n->m = dev_alloc_(pb), n->v = dev_alloc_(pb);
     int maxd = 0;
     for (int l = 0; l <= a->layers; l++) maxd = n->dims[l] > maxd ? n->dims[l] : maxd;
-    for (int l = 0; l < a->layers; l++) {
-        n->z[l] = dev_alloc_((size_t)a->batch * n->dims[l + 1] * sizeof(float));
-        n->a[l] = l + 1 < a->layers ? dev_alloc_((size_t)a->batch * n->dims[l + 1] * sizeof(float))
-                                    : NULL;
-    }
+    for (int l = 0; l + 1 < a->layers; l++)
+        n->a[l] = dev_alloc_((size_t)a->batch * n->dims[l + 1] * sizeof(float));
+    n->z = dev_alloc_((size_t)a->batch * a->out * sizeof(float));
+    n->ws = dev_alloc_((size_t)a->batch * maxd * sizeof(float));
     n->x = dev_alloc_((size_t)a->batch * a->in * sizeof(float));
     n->dz = dev_alloc_((size_t)a->batch * maxd * sizeof(float));
     n->da = dev_alloc_((size_t)a->batch * maxd * sizeof(float));
@@ -156,26 +156,29 @@ static void net_init_(bench_gpu_net_t *n, const bench_gpu_args_t *a)
     free(h), free(y);
 }
 
-/* One training step through the ops table; t is AdamW's step (1, 2, ...). */
+/* One training step through the ops table; t is AdamW's step (1, 2, ...).
+ * Each hidden layer's ReLU runs inside it, as the model runs it (fuse_relus_
+ * in src/model/model.c). */
 static void net_step_(bench_gpu_net_t *n, int layers, int batch, int64_t t)
 {
     const float *in = n->x;
     for (int l = 0; l < layers; l++) {
+        int hidden = l + 1 < layers;
+        float *y = hidden ? n->a[l] : n->z;
         ops_->linear_fwd(batch, n->dims[l], n->dims[l + 1], in, n->p + n->woff[l],
-                         n->p + n->boff[l], n->z[l]);
-        if (l + 1 < layers) {
-            ops_->relu_fwd((size_t)batch * n->dims[l + 1], n->z[l], n->a[l]);
-            in = n->a[l];
-        }
+                         n->p + n->boff[l], y, hidden);
+        in = y;
     }
     ops_->zero(n->acc, 2 * sizeof(double));
-    ops_->xent(batch, n->dims[layers], n->z[layers - 1], n->labels, 0.0f, 1.0f / (float)batch,
-               n->dz, n->acc);
+    ops_->xent(batch, n->dims[layers], n->z, n->labels, 0.0f, 1.0f / (float)batch, n->dz, n->acc);
+    float *dy = n->dz, *dx = n->da;
     for (int l = layers - 1; l >= 0; l--) {
         const float *x = l > 0 ? n->a[l - 1] : n->x;
-        ops_->linear_bwd(batch, n->dims[l], n->dims[l + 1], x, n->p + n->woff[l], n->dz,
-                         l > 0 ? n->da : NULL, n->g + n->woff[l], n->g + n->boff[l], 0.0f);
-        if (l > 0) ops_->relu_bwd((size_t)batch * n->dims[l], n->z[l - 1], n->da, n->dz);
+        ops_->linear_bwd(batch, n->dims[l], n->dims[l + 1], x, n->p + n->woff[l], dy,
+                         l > 0 ? dx : NULL, n->g + n->woff[l], n->g + n->boff[l], 0.0f,
+                         l + 1 < layers ? n->a[l] : NULL, n->ws);
+        float *t2 = dy;
+        dy = dx, dx = t2;
     }
     ops_->adamw_step(n->params, n->p, n->g, n->m, n->v, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, t);
 }

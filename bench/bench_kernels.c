@@ -140,7 +140,7 @@ static double net_step_(net_t *m, int first)
     for (int l = 0; l < NLIN; l++) {
         int fi = dims[l], fo = dims[l + 1];
         TIMED(OP_LIN_FWD, 2.0 * n * fi * fo,
-              compute->linear_fwd(n, fi, fo, in, m->W[l], m->b[l], m->h[l]));
+              compute->linear_fwd(n, fi, fo, in, m->W[l], m->b[l], m->h[l], 0));
         if (l == NLIN - 1) break;
         TIMED(OP_BN_FWD, 0, {
             compute->bn_stats(n, fo, 1, m->h[l], m->stats[l]);
@@ -161,7 +161,7 @@ static double net_step_(net_t *m, int first)
         const float *xin = l ? m->act[l - 1] : m->x;
         float *dx = l ? m->dbuf[l & 1] : NULL;
         TIMED(OP_LIN_BWD, 2.0 * n * fi * fo * (dx ? 2 : 1),
-              compute->linear_bwd(n, fi, fo, xin, m->W[l], dy, dx, m->dW[l], m->db[l], 0.0f));
+              compute->linear_bwd(n, fi, fo, xin, m->W[l], dy, dx, m->dW[l], m->db[l], 0.0f, NULL, NULL));
         if (!l) break;
         int c = fi, k = l - 1;
         TIMED(OP_RELU_BWD, 0, compute->relu_bwd((size_t)n * c, m->act[k], dx, dx));

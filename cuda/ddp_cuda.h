@@ -108,9 +108,13 @@ void *ddp_cuda_event_handle(ddp_cuda_event_t *e);
 
 /* ---- dense layers and convolution (linear.cu, conv.cu) ------------------ */
 int ddp_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
-                        float *y);
+                        float *y, int relu);
 int ddp_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
-                        float *dx, float *dw, float *db, float beta);
+                        float *dx, float *dw, float *db, float beta, const float *relu_y,
+                        void *ws);
+/* linear_bwd's ws with relu_y: n * out floats, 0 under bf16 GEMMs (the
+ * masked gradient goes into the bf16 copy, bf16.h's scratch) */
+size_t ddp_cuda_linear_ws_bytes(int n, int out);
 /* Convolution dims as compute.h's conv_dims_t (same field order). */
 typedef struct ddp_cuda_conv {
     int n, c, h, w, oc, k, stride, pad, oh, ow;

@@ -1,12 +1,17 @@
 // linear.cu -- dense layers (ddp_cuda_linear_fwd/bwd) and the backend's GEMM
 // entry (gemm.h): row-major tensors on column-major cuBLAS, in fp32 or with
 // bf16 inputs (ddp_cuda_state_.bf16_gemm; the forward's rounded weight and
-// input kept for the backward, bf16.h), bias add and bias gradient as
-// kernels (the gradient as fixed-shape column tiles: deterministic).
+// input kept for the backward, bf16.h).  Around the GEMMs, one pass each
+// way: forward, the bias and a fused ReLU added to the GEMM's output;
+// backward, one read of the output gradient that masks it for a fused
+// ReLU, sums the bias gradient (fixed-shape column tiles: deterministic)
+// and writes the GEMMs' operand (masked, or rounded to bf16).
 #include <cstring>
 
+#include "backend_math.h"
 #include "bf16.h"
 #include "gemm.h"
+#include "half.h"
 
 namespace
 {
@@ -18,24 +23,37 @@ __global__ void grad_scale_kernel(size_t count, float *g, float beta)
         g[i] = beta == 0.0f ? 0.0f : beta * g[i];
 }
 
-// y[i, j] = b[j] over y[n, out]
-__global__ void bias_fill_kernel(size_t count, int out, const float *b, float *y)
+// The GEMM's epilogue: y[i, j] = y[i, j] + b[j] over y[n, out] (b NULL: no
+// bias); relu: relu(that), as relu_fwd_k (NaN passes).  I: the index type.
+template <class I>
+__global__ void bias_act_kernel(I count, int out, const float *b, float *y, int relu)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x)
-        y[i] = b[i % (size_t)out];
+    DDP_GRID_STRIDE(I, i, count)
+    {
+        float v = b ? y[i] + b[(int)(i % (I)out)] : y[i];
+        y[i] = relu && v < 0.0f ? 0.0f : v;
+    }
 }
 
-// db[j] = beta db[j] + sum_i dy[i, j].  A block takes kBiasCols columns at
-// a time with kBiasLanes lanes of rows: lane r sums rows r, r + kBiasLanes,
-// ... in order (each warp reads kBiasCols consecutive floats of one row),
-// then the lanes are added in a fixed tree.  Deterministic, and a batch of
-// rows is read by kBiasLanes threads per column, not by one (a 10-class
-// output layer at batch 4096 was 4096 dependent-free loads in one thread).
+// The pass over a dense layer's output gradient dy[n, out] before its
+// GEMMs, in one of six modes: kPassMask*: each element zeroed where relu_y
+// is <= 0 (a fused ReLU: relu_bwd_k's mask, from its output); db
+// (non-NULL) = beta db + the column sums of that; where the GEMMs' operand
+// goes: *None: nowhere (they read dy), *F32: the masked values into g32,
+// *Bf16: rounded into g16, as ddp_bf16_convert_.  A block takes kBiasCols columns at a time with
+// kBiasLanes lanes of rows: lane r sums rows r, r + kBiasLanes, ... in
+// order (each warp reads kBiasCols consecutive floats of one row), then the
+// lanes are added in a fixed tree: deterministic, and the same sums however
+// the operand is written.
 constexpr int kBiasCols = 32, kBiasLanes = 32;
+enum DyPass { kPassNone, kPassF32, kPassBf16, kPassMaskNone, kPassMaskF32, kPassMaskBf16 };
 
-__global__ void bias_grad_kernel(int n, int out, const float *dy, float *db, float beta)
+template <int MODE>
+__global__ void dy_pass_kernel(int n, int out, const float *dy, const float *relu_y, float *db,
+                               float beta, float *g32, uint16_t *g16)
 {
+    constexpr bool MASK = MODE >= kPassMaskNone;
+    constexpr int G = MODE % 3; // kPassNone, kPassF32 or kPassBf16
     __shared__ float part[kBiasLanes][kBiasCols + 1]; // +1: no bank conflicts
     const int c = threadIdx.x, lane = threadIdx.y;
     // the loop bound is the same for every thread of the block (barriers)
@@ -44,7 +62,15 @@ __global__ void bias_grad_kernel(int n, int out, const float *dy, float *db, flo
         const size_t j = j0 + c;
         float acc = 0.0f;
         if (j < (size_t)out)
-            for (int i = lane; i < n; i += kBiasLanes) acc += dy[(size_t)i * out + j];
+            for (int i = lane; i < n; i += kBiasLanes) {
+                const size_t k = (size_t)i * out + j;
+                float v = dy[k];
+                if (MASK && !ddp_relu_keep(relu_y[k])) v = 0.0f;
+                acc += v;
+                if (G == kPassF32) g32[k] = v;
+                if (G == kPassBf16) g16[k] = ddp_f32_to_bf16(v);
+            }
+        if (!db) continue; // the same for the whole block
         part[lane][c] = acc;
         __syncthreads();
         for (int w = kBiasLanes / 2; w > 0; w /= 2) {
@@ -56,13 +82,34 @@ __global__ void bias_grad_kernel(int n, int out, const float *dy, float *db, flo
     }
 }
 
-void bias_grad(cudaStream_t s, int n, int out, const float *dy, float *db, float beta)
+// dy_pass_kernel on the compute stream: relu_y masks (NULL: no ReLU), db
+// takes the bias gradient (NULL: none), the operand goes to g32 or g16
+// (both NULL: nowhere).
+int dy_pass(int n, int out, const float *dy, const float *relu_y, float *db, float beta,
+            float *g32, uint16_t *g16)
 {
+    if (n <= 0 || out <= 0 || (!db && !g32 && !g16)) return 0;
+    cudaStream_t s = ddp_cuda_state_.stream;
     size_t tiles = ((size_t)out + kBiasCols - 1) / kBiasCols;
     unsigned blocks = (unsigned)(tiles < 65535 ? tiles : 65535);
-    double dyb = 4.0 * n * out, dbb = 4.0 * out;
-    DDP_COST(dyb + (beta != 0.0f ? dbb : 0), dbb, (double)n * out);
-    DDP_LAUNCH(bias_grad_kernel, blocks, dim3(kBiasCols, kBiasLanes), s, n, out, dy, db, beta);
+    double count = (double)n * out, dbb = db ? 4.0 * out : 0;
+    double rd = 4.0 * count * (relu_y ? 2 : 1) + (beta != 0.0f ? dbb : 0);
+    DDP_COST(rd, dbb + (g32 ? 4.0 : g16 ? 2.0 : 0) * count, count);
+    const dim3 tile(kBiasCols, kBiasLanes);
+#define DY_PASS_(mode) DDP_LAUNCH(dy_pass_kernel<mode>, blocks, tile, s, n, out, dy, relu_y, db, \
+                                  beta, g32, g16)
+    if (relu_y) {
+        if (g32) DY_PASS_(kPassMaskF32);
+        else if (g16) DY_PASS_(kPassMaskBf16);
+        else DY_PASS_(kPassMaskNone);
+    } else {
+        if (g32) DY_PASS_(kPassF32);
+        else if (g16) DY_PASS_(kPassBf16);
+        else DY_PASS_(kPassNone);
+    }
+#undef DY_PASS_
+    DDP_CU_LAUNCHED();
+    return 0;
 }
 
 } // namespace
@@ -176,47 +223,57 @@ int ddp_cuda_gemm_rm_batched_(int ta, int tb, int m, int n, int k, const void *A
 
 extern "C" {
 
-// y[n,out] = x[n,in] w[out,in]^T + b[out]: the bias goes in first and the
-// GEMM adds onto it (as the CPU backend).
+// y[n,out] = x[n,in] w[out,in]^T + b[out]; relu: relu(y).  The GEMM writes
+// y, then one pass adds the bias and applies the ReLU (the same rounding as
+// cuBLAS adding a bias put in C first, with no pass of its own for the
+// ReLU).
 int ddp_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
-                        float *y)
+                        float *y, int relu)
 {
     if (n <= 0 || out <= 0) return 0;
     cudaStream_t s = ddp_cuda_state_.stream;
     size_t count = (size_t)n * out;
-    if (b) {
-        DDP_COST(4.0 * out, 4.0 * count, 0);
-        DDP_LAUNCH(bias_fill_kernel, ddp_blocks_for(count), kDdpThreads, s, count, out, b, y);
-        DDP_CU_LAUNCHED();
-    }
     if (in <= 0) {
-        if (!b) DDP_CU(cudaMemsetAsync(y, 0, count * sizeof *y, s));
-        return 0;
+        DDP_CU(cudaMemsetAsync(y, 0, count * sizeof *y, s));
+    } else if (!ddp_cuda_state_.bf16_gemm) {
+        if (ddp_cuda_gemm_rm_(0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out) != 0) return -1;
+    } else {
+        // bf16: the weight and the input rounded into the memo, for the backward too
+        const uint16_t *w16, *x16;
+        if (ddp_bf16_memo_put_(w, (size_t)out * in, x, (size_t)n * in, &w16, &x16) != 0 ||
+            ddp_cuda_gemm_rm16_(0, 1, n, out, in, 1.0f, x16, 1, in, w16, 1, in, 0.0f, y, out) != 0)
+            return -1;
     }
-    const float beta = b ? 1.0f : 0.0f;
-    if (!ddp_cuda_state_.bf16_gemm)
-        return ddp_cuda_gemm_rm_(0, 1, n, out, in, 1.0f, x, in, w, in, beta, y, out);
-    // bf16: the weight and the input rounded into the memo, for the backward too
-    const uint16_t *w16, *x16;
-    if (ddp_bf16_memo_put_(w, (size_t)out * in, x, (size_t)n * in, &w16, &x16) != 0) return -1;
-    return ddp_cuda_gemm_rm16_(0, 1, n, out, in, 1.0f, x16, 1, in, w16, 1, in, beta, y, out);
+    if (!b && !relu) return 0;
+    DDP_COST(4.0 * count + (b ? 4.0 * out : 0), 4.0 * count, (double)count);
+    DDP_LAUNCH_IDX(bias_act_kernel, count, ddp_blocks_for(count), kDdpThreads, s, count, out, b, y,
+                   relu);
+    DDP_CU_LAUNCHED();
+    return 0;
 }
 
-// dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w
+size_t ddp_cuda_linear_ws_bytes(int n, int out)
+{
+    if (n <= 0 || out <= 0 || ddp_cuda_state_.bf16_gemm) return 0;
+    return (size_t)n * out * sizeof(float);
+}
+
+// dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w, of dy masked
+// where relu_y <= 0 (a fused ReLU; NULL: none).  One pass over dy first
+// (dy_pass): the bias gradient, and the GEMMs' operand where it is not dy
+// itself (masked into ws, or under bf16 masked and rounded into the
+// scratch of bf16.h).
 int ddp_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
-                        float *dx, float *dw, float *db, float beta)
+                        float *dx, float *dw, float *db, float beta, const float *relu_y,
+                        void *ws)
 {
     cudaStream_t s = ddp_cuda_state_.stream;
-    if (n <= 0 || in <= 0) {
+    if (n <= 0 || in <= 0 || (!dw && !dx)) {
         if (dw && in > 0 && out > 0 && ddp_cuda_grad_scale_((size_t)out * in, dw, beta) != 0)
             return -1;
-        if (db && out > 0) {
-            if (n > 0) { // in == 0: the bias still has a gradient
-                bias_grad(s, n, out, dy, db, beta);
-                DDP_CU_LAUNCHED();
-            } else if (ddp_cuda_grad_scale_((size_t)out, db, beta) != 0) {
-                return -1;
-            }
+        if (db && out > 0) { // in == 0: the bias still has a gradient
+            if (n > 0) return dy_pass(n, out, dy, relu_y, db, beta, nullptr, nullptr);
+            return ddp_cuda_grad_scale_((size_t)out, db, beta);
         }
         return 0;
     }
@@ -228,22 +285,27 @@ int ddp_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, 
     // them (the memo), or rounded by the GEMM entry where the memo has none
     const void *dyq = dy, *xq = x, *wq = w;
     int dy16 = 0, x16 = 0, w16 = 0;
-    if (ddp_cuda_state_.bf16_gemm && (dw || dx)) {
+    if (ddp_cuda_state_.bf16_gemm) {
         const uint16_t *xm, *wm;
         ddp_bf16_memo_get_(w, (size_t)out * in, x, (size_t)n * in, &wm, &xm);
         if (xm) xq = xm, x16 = 1;
         if (wm) wq = wm, w16 = 1;
         uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, (size_t)n * out * 2);
-        if (!h || ddp_bf16_convert_((size_t)n * out, dy, h) != 0) return -1;
+        if (!h || dy_pass(n, out, dy, relu_y, db, beta, nullptr, h) != 0) return -1;
         dyq = h, dy16 = 1;
+    } else if (relu_y) {
+        if (!ws)
+            return ddp_cuda_fail_("ddp_cuda_linear_bwd", __FILE__, __LINE__,
+                                  "a fused ReLU's backward without its workspace (the layer "
+                                  "was planned under --precision bf16)");
+        if (dy_pass(n, out, dy, relu_y, db, beta, (float *)ws, nullptr) != 0) return -1;
+        dyq = ws;
+    } else if (db && dy_pass(n, out, dy, nullptr, db, beta, nullptr, nullptr) != 0) {
+        return -1;
     }
     if (dw && ddp_cuda_gemm_rm16_(1, 0, out, in, n, 1.0f, dyq, dy16, out, xq, x16, in, beta, dw,
                                   in) != 0)
         return -1;
-    if (db) {
-        bias_grad(s, n, out, dy, db, beta);
-        DDP_CU_LAUNCHED();
-    }
     if (dx && ddp_cuda_gemm_rm16_(0, 0, n, in, out, 1.0f, dyq, dy16, out, wq, w16, in, 0.0f, dx,
                                   in) != 0)
         return -1;

@@ -37,6 +37,7 @@ static const ops_field_t required_[] = {
     REQUIRED(zero),          REQUIRED(sync),          REQUIRED(upload_async),
     REQUIRED(event_create),  REQUIRED(event_destroy), REQUIRED(event_record),
     REQUIRED(event_wait),    REQUIRED(linear_fwd),    REQUIRED(linear_bwd),
+    REQUIRED(linear_ws_bytes),
     REQUIRED(conv_ws_bytes), REQUIRED(conv_fwd),      REQUIRED(conv_bwd),
     REQUIRED(maxpool_fwd),   REQUIRED(maxpool_bwd),   REQUIRED(avgpool_fwd),
     REQUIRED(avgpool_bwd),   REQUIRED(gap_fwd),       REQUIRED(gap_bwd),

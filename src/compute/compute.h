@@ -171,16 +171,26 @@ typedef struct compute_ops {
     void (*event_wait)(compute_event_t *e);
 
     /* ---- dense layers ---------------------------------------------------- */
-    /* y[n,out] = x[n,in] w[out,in]^T + b[out] */
+    /* y[n,out] = x[n,in] w[out,in]^T + b[out]; relu: y = relu(that) (a
+     * ReLU fused after the layer, as relu_fwd: NaN passes) */
     void (*linear_fwd)(int n, int in, int out, const float *x, const float *w, const float *b,
-                       float *y);
+                       float *y, int relu);
     /* dw = beta dw + dy^T x ; db = beta db + sum_n dy ; dx = dy w.  A
      * layer's backward (here and conv_bwd) sees its x and w as its last
      * forward did: nothing writes them in between (the cuda backend keeps
      * the forward's bf16 copies for the backward, cuda/bf16.h; its
-     * emulation aborts when they differ). */
+     * emulation aborts when they differ).  relu_y (the fused ReLU's output,
+     * linear_fwd's y with relu; NULL: no ReLU): dy is the ReLU's gradient,
+     * zeroed where relu_y is <= 0 (relu_bwd's mask) before all of the
+     * above, into `ws`, a workspace of linear_ws_bytes(n, out) bytes owned
+     * by the caller (dy itself is not written: another layer may read it);
+     * the same bits as relu_bwd, then this. */
     void (*linear_bwd)(int n, int in, int out, const float *x, const float *w, const float *dy,
-                       float *dx, float *dw, float *db, float beta);
+                       float *dx, float *dw, float *db, float beta, const float *relu_y, void *ws);
+    /* linear_bwd's workspace with a ReLU: n * out floats, or 0 where the
+     * backend masks into memory of its own (cuda under --precision bf16:
+     * the bf16 copy it makes anyway) */
+    size_t (*linear_ws_bytes)(int n, int out);
 
     /* Convolution (cross-correlation, as PyTorch).  `ws` is a workspace of
      * conv_ws_bytes(d) bytes owned by the caller. */

@@ -214,15 +214,16 @@ static void cuda_event_wait(compute_event_t *e)
 /* ---- dense layers and convolution ---------------------------------------- */
 
 static void cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
-                            float *y)
+                            float *y, int relu)
 {
-    cuda_rc_(ddp_cuda_linear_fwd(n, in, out, x, w, b, y));
+    cuda_rc_(ddp_cuda_linear_fwd(n, in, out, x, w, b, y, relu));
 }
 
 static void cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
-                            float *dx, float *dw, float *db, float beta)
+                            float *dx, float *dw, float *db, float beta, const float *relu_y,
+                            void *ws)
 {
-    cuda_rc_(ddp_cuda_linear_bwd(n, in, out, x, w, dy, dx, dw, db, beta));
+    cuda_rc_(ddp_cuda_linear_bwd(n, in, out, x, w, dy, dx, dw, db, beta, relu_y, ws));
 }
 
 static ddp_cuda_conv_t cuda_conv_(const conv_dims_t *d)
@@ -463,6 +464,7 @@ const compute_ops_t compute_cuda_ops = {
     .event_wait = cuda_event_wait,
     .linear_fwd = cuda_linear_fwd,
     .linear_bwd = cuda_linear_bwd,
+    .linear_ws_bytes = ddp_cuda_linear_ws_bytes,
     .conv_ws_bytes = cuda_conv_ws_bytes,
     .conv_fwd = cuda_conv_fwd,
     .conv_bwd = cuda_conv_bwd,

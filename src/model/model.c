@@ -593,19 +593,19 @@ static ddp_status_t grad_bases_(model_t *m)
 }
 
 /* Whether layer L has an output buffer of its own: not a flatten (its
- * input's) nor a BatchNorm or add with a ReLU fused after it (the ReLU's,
+ * input's) nor a layer with a ReLU fused after it (the ReLU's,
  * fuse_relus_). */
 static int owns_output_(const layer_t *L)
 {
     return L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu);
 }
 
-/* A ReLU fused into the BatchNorm below it: that BatchNorm's backward masks
- * the ReLU's gradient (the ReLU passes it through).  A ReLU fused after an
- * add runs its own backward. */
-static int relu_in_bn_(const model_t *m, const layer_t *L)
+/* A ReLU fused into the dense layer or BatchNorm below it: that layer's
+ * backward masks the ReLU's gradient (the ReLU passes it through).  A ReLU
+ * fused after an add runs its own backward. */
+static int relu_in_below_(const model_t *m, const layer_t *L)
 {
-    return L->kind == LAYER_RELU && L->fused_relu && m->layers[L->src].kind == LAYER_BN;
+    return L->kind == LAYER_RELU && L->fused_relu && m->layers[L->src].kind != LAYER_ADD;
 }
 
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
@@ -629,7 +629,7 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
     }
     if (s == DDP_OK) s = grad_bases_(m);
     m->bufs = dev_alloc_(m, m->nbufs * sizeof(float), &s, "BatchNorm buffers");
-    size_t max_act = model_max_act(m), ws = model_conv_ws_bytes(m, m->batch);
+    size_t max_act = model_max_act(m), ws = model_ws_bytes(m, m->batch);
     for (int i = 0; i < m->nlayers && s == DDP_OK; i++) {
         layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
@@ -643,13 +643,13 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
             L->stats = dev_alloc_(m, (size_t)2 * L->in.c * sizeof(double), &s, L->token);
         }
     }
-    for (int i = 0; i < m->nlayers; i++) /* a fused BatchNorm or add writes its ReLU's output */
+    for (int i = 0; i < m->nlayers; i++) /* a layer with a fused ReLU writes the ReLU's output */
         if (m->layers[i].kind == LAYER_RELU && m->layers[i].fused_relu)
             m->layers[m->layers[i].src].y = m->layers[i].y;
     for (int k = 0; k < m->ndact; k++)
         m->dact[k] =
             dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
-    if (ws) m->conv_ws = dev_alloc_(m, ws, &s, "convolution workspace");
+    if (ws) m->ws = dev_alloc_(m, ws, &s, "convolution workspace");
     if (s == DDP_OK && !(m->ops_done = m->compute->event_create()))
         s = ddp_fail(DDP_ERR_NOMEM, "out of memory for an event of the %s backend",
                      m->compute->name);
@@ -674,11 +674,15 @@ size_t model_max_act(const model_t *m)
     return max_act;
 }
 
-size_t model_conv_ws_bytes(const model_t *m, int batch)
+size_t model_ws_bytes(const model_t *m, int batch)
 {
     size_t ws = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const layer_t *L = &m->layers[i];
+        if (L->kind == LAYER_LINEAR && L->fused_relu && L->bwd) {
+            size_t need = m->compute->linear_ws_bytes(batch, L->out.c);
+            if (need > ws) ws = need;
+        }
         if (L->kind != LAYER_CONV) continue;
         conv_dims_t d = {batch, L->in.c,   L->in.h, L->in.w,  L->out.c,
                          L->k,  L->stride, L->pad,  L->out.h, L->out.w};
@@ -698,7 +702,7 @@ size_t model_act_bytes_at(const model_t *m, int batch)
         if (L->kind == LAYER_MAXPOOL) bytes += B * outn * sizeof(int32_t);
     }
     return bytes + (size_t)m->ndact * B * model_max_act(m) * sizeof(float) +
-           model_conv_ws_bytes(m, batch);
+           model_ws_bytes(m, batch);
 }
 
 size_t model_act_bytes(const model_t *m)
@@ -706,20 +710,23 @@ size_t model_act_bytes(const model_t *m)
     return model_act_bytes_at(m, m->batch);
 }
 
-/* A ReLU whose input is a BatchNorm's output and its only reader runs inside
- * the BatchNorm's kernels (compute.h: bn_fwd's relu, the backward's mask):
- * one pass over the activation less each way.  After a block's add, the add
- * writes the ReLU's output and the ReLU's backward reads that as its mask
- * (relu_bwd: the same mask from the input or the output): one pass less
- * forward.  The same bits either way; the producer's own output buffer is not
- * allocated (it writes the ReLU's). */
+/* A ReLU whose input is a dense layer's or a BatchNorm's output and its
+ * only reader runs inside that layer's kernels (compute.h: linear_fwd's and
+ * bn_fwd's relu, the backward's mask): one pass over the activation less
+ * each way (the cuda backend's dense layer: its GEMM's epilogue pass adds
+ * the bias and applies the ReLU; its backward's one pass over dy masks it,
+ * sums the bias gradient and rounds it for bf16 GEMMs).  After a block's
+ * add, the add writes the ReLU's output and the ReLU's backward reads that
+ * as its mask (relu_bwd: the same mask from the input or the output): one
+ * pass less forward.  The same bits either way; the producer's own output
+ * buffer is not allocated (it writes the ReLU's). */
 static void fuse_relus_(model_t *m)
 {
     for (int i = 0; i < m->nlayers; i++) {
         layer_t *R = &m->layers[i];
-        if (R->kind != LAYER_RELU || R->src < 0 ||
-            (m->layers[R->src].kind != LAYER_BN && m->layers[R->src].kind != LAYER_ADD))
-            continue;
+        if (R->kind != LAYER_RELU || R->src < 0) continue;
+        layer_kind_t below = m->layers[R->src].kind;
+        if (below != LAYER_LINEAR && below != LAYER_BN && below != LAYER_ADD) continue;
         int readers = 0;
         for (int k = 0; k < m->nlayers; k++)
             readers += (m->layers[k].src == R->src) +
@@ -807,7 +814,7 @@ void model_free(model_t *m)
         }
         compute->free(m->bufs);
         for (int k = 0; k < 3; k++) compute->free(m->dact[k]);
-        compute->free(m->conv_ws);
+        compute->free(m->ws);
     }
     for (int b = 0; b < m->nbuckets; b++) free(m->buckets[b].tensors);
     free(m->gbase);
@@ -996,12 +1003,12 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
         switch (L->kind) {
         case LAYER_LINEAR:
             compute->linear_fwd(n, L->in.c, L->out.c, cur, param_(m, L->weight), param_(m, L->bias),
-                                L->y);
+                                L->y, L->fused_relu);
             break;
         case LAYER_CONV: {
             conv_dims_t d;
             conv_dims_(L, n, &d);
-            compute->conv_fwd(&d, cur, param_(m, L->weight), param_(m, L->bias), L->y, m->conv_ws);
+            compute->conv_fwd(&d, cur, param_(m, L->weight), param_(m, L->bias), L->y, m->ws);
             break;
         }
         case LAYER_MAXPOOL: {
@@ -1110,7 +1117,7 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         const float *dy = m->dact[r];
         /* dx: where the input's gradient goes, when a layer below needs it */
         int pass = /* dx is dy */
-            L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD || relu_in_bn_(m, L);
+            L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD || relu_in_below_(m, L);
         int w = !pass && L->src >= 0 && m->layers[L->src].bwd ? free_slot_(m, &g) : -1;
         if (!pass && L->src >= 0 && m->layers[L->src].bwd && w < 0)
             return ddp_fail(DDP_ERR_INTERNAL, "model backward: no free gradient buffer at layer %d",
@@ -1120,13 +1127,14 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         switch (L->kind) {
         case LAYER_LINEAR:
             compute->linear_bwd(n, L->in.c, L->out.c, in, param_(m, L->weight), dy, dx,
-                                grad_(m, L->weight), grad_(m, L->bias), beta);
+                                grad_(m, L->weight), grad_(m, L->bias), beta,
+                                L->fused_relu ? L->y : NULL, m->ws);
             break;
         case LAYER_CONV: {
             conv_dims_t d;
             conv_dims_(L, n, &d);
             compute->conv_bwd(&d, in, param_(m, L->weight), dy, dx, grad_(m, L->weight),
-                              grad_(m, L->bias), beta, m->conv_ws);
+                              grad_(m, L->bias), beta, m->ws);
             break;
         }
         case LAYER_MAXPOOL: {
@@ -1165,7 +1173,7 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             break;
         }
         case LAYER_RELU:
-            if (relu_in_bn_(m, L)) /* the BatchNorm masks dy */
+            if (relu_in_below_(m, L)) /* the BatchNorm masks dy */
                 DDP_TRY(contribute_(m, &g, L->src, r, 0, n));
             else if (dx)
                 compute->relu_bwd(count, in, dy, dx);

@@ -78,9 +78,10 @@ typedef struct layer {
     int skip;                  /* LAYER_ADD: the layer whose output is added; -1: the input */
     int bwd;                   /* runs backward (it or a layer below has trainable parameters) */
     int gslot;                 /* backward's scratch: the buffer of its output's gradient */
-    int fused_relu;            /* BN, ADD: the ReLU after it (its output's only reader) runs
-                                * inside its kernel (a BN's backward too), and its y is the
-                                * ReLU's; RELU: its forward runs so (fuse_relus_) */
+    int fused_relu;            /* LINEAR, BN, ADD: the ReLU after it (its output's only
+                                * reader) runs inside its kernels (a dense layer's and a BN's
+                                * backward too), and its y is the ReLU's; RELU: it runs so
+                                * (fuse_relus_) */
     act_shape_t in, out;
     int k, stride, pad;                         /* conv / pools */
     float p;                                    /* dropout */
@@ -133,7 +134,7 @@ typedef struct model {
     int ndact;        /* 2, or 3 with residual blocks (a path's gradient waits for the other) */
     float *dact[3];   /* activation-gradient buffers [batch, max act] */
     char *expanded;   /* the spec the layers were built from (a named architecture expanded) */
-    void *conv_ws;    /* shared convolution workspace */
+    void *ws;         /* shared workspace: the convolutions', a fused dense layer's */
     model_mem_t mem;  /* how params and grads were allocated (alloc == NULL: backend) */
     /* Where the gradients are written (model_bucket_grads): by default the
      * gradient buffer in the parameters' layout; with grad_slots K > 0 (set
@@ -167,9 +168,11 @@ size_t model_act_bytes_at(const model_t *m, int batch);
 /* The largest activation of any layer, the input included (elements per
  * sample). */
 size_t model_max_act(const model_t *m);
-/* The convolution workspace in them: the largest any conv layer needs at
- * `batch` samples (compute_ops_t.conv_ws_bytes); 0 without conv layers. */
-size_t model_conv_ws_bytes(const model_t *m, int batch);
+/* The shared workspace in them: the largest any conv layer needs at
+ * `batch` samples (compute_ops_t.conv_ws_bytes) or a dense layer with a
+ * fused ReLU (its masked output gradient: linear_bwd's ws); 0 without
+ * either. */
+size_t model_ws_bytes(const model_t *m, int batch);
 /* Wait until the ops called so far have written their outputs, before the
  * comm backend or the host reads them (compute.h, "Ordering"): the BN
  * statistics before their all-reduce. */

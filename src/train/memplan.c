@@ -233,7 +233,7 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].kind == LAYER_BN)
             p->bn += (size_t)m->layers[i].in.c * (2 * sizeof(float) + 2 * sizeof(double));
-    p->ws = model_conv_ws_bytes(m, sh->batch);
+    p->ws = model_ws_bytes(m, sh->batch);
     p->act = model_act_bytes_at(m, sh->batch) - p->ws;
     p->batches = batch_bytes_at_(t, sh->batch) * TRAINER_DEVICE_BATCHES;
     p->half = 0; /* --grad-compress: a 16-bit copy of the gradients the plane reduces */

@@ -261,10 +261,11 @@ static void lazy_sync_(void)
 /* ---- the ops that read or write parameter gradients ---------------------- */
 
 static void lazy_linear_bwd_(int n, int in, int out, const float *x, const float *w,
-                             const float *dy, float *dx, float *dw, float *db, float beta)
+                             const float *dy, float *dx, float *dw, float *db, float beta,
+                             const float *relu_y, void *ws)
 {
     ops_in_order_();
-    cpu_()->linear_bwd(n, in, out, x, w, dy, dx, dw, db, beta);
+    cpu_()->linear_bwd(n, in, out, x, w, dy, dx, dw, db, beta, relu_y, ws);
     hold_grad_(dw, (size_t)out * (size_t)in);
     hold_grad_(db, (size_t)out);
 }

@@ -185,23 +185,29 @@ static void m_event_wait(compute_event_t *e)
 #define F4 sizeof(float)
 
 static void m_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
-                         float *y)
+                         float *y, int relu)
 {
     begin_();
     size_t N = nz_(n), I = nz_(in), O = nz_(out);
     D->linear_fwd(n, in, out, IN(x, N * I * F4), IN(w, O * I * F4), IN(b, O * F4),
-                  OUT(y, N * O * F4));
+                  OUT(y, N * O * F4), relu);
     done_("linear_fwd");
 }
 
+/* The caller's workspace is host memory: the device op gets its own. */
 static void m_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
-                         float *dx, float *dw, float *db, float beta)
+                         float *dx, float *dw, float *db, float beta, const float *relu_y,
+                         void *ws)
 {
+    (void)ws;
     begin_();
     size_t N = nz_(n), I = nz_(in), O = nz_(out);
+    void *dws = relu_y ? dev_alloc_(D->linear_ws_bytes(n, out), "linear_bwd") : NULL;
     D->linear_bwd(n, in, out, IN(x, N * I * F4), IN(w, O * I * F4), IN(dy, N * O * F4),
-                  OUT(dx, N * I * F4), OUT(dw, O * I * F4), OUT(db, O * F4), beta);
+                  OUT(dx, N * I * F4), OUT(dw, O * I * F4), OUT(db, O * F4), beta,
+                  IN(relu_y, N * O * F4), dws);
     done_("linear_bwd");
+    if (dws) D->free(dws);
 }
 
 static size_t conv_x_(const conv_dims_t *d)
@@ -215,6 +221,11 @@ static size_t conv_y_(const conv_dims_t *d)
 static size_t conv_w_(const conv_dims_t *d)
 {
     return nz_(d->oc) * nz_(d->c) * nz_(d->k) * nz_(d->k) * F4;
+}
+
+static size_t m_linear_ws_bytes(int n, int out)
+{
+    return D->linear_ws_bytes(n, out);
 }
 
 static size_t m_conv_ws_bytes(const conv_dims_t *d)
@@ -520,6 +531,7 @@ static compute_ops_t mirror_ = {
     .event_wait = m_event_wait,
     .linear_fwd = m_linear_fwd,
     .linear_bwd = m_linear_bwd,
+    .linear_ws_bytes = m_linear_ws_bytes,
     .conv_ws_bytes = m_conv_ws_bytes,
     .conv_fwd = m_conv_fwd,
     .conv_bwd = m_conv_bwd,

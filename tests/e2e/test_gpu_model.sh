@@ -18,7 +18,9 @@
 #     GEMMs) in the table, with no kernel run;
 #   - --precision bf16: a value used by two GEMMs is rounded once (the
 #     forward's weight and input kept for the backward, the output gradient
-#     shared by the backward's two GEMMs), counted in the model's table.
+#     shared by the backward's two GEMMs, rounded in the pass that masks it
+#     for a fused ReLU and sums the bias gradient), counted in the model's
+#     table.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -71,13 +73,22 @@ for k in im2col_bf16_kernel cublasGemmEx to_bf16_kernel bn_fwd_kernel maxpool_fw
   grep -q "^$k" "$T/d.err" || { cat "$T/d.err"; fail "ResNet-18's model has no $k row"; }
 done
 # (d) bf16: each value rounded once (cuda/bf16.h): a step of 3 dense layers
-# rounds each layer's weight and input in its forward (6) and each layer's
-# output gradient once in its backward (3): 9 roundings for 8 GEMMs (a
-# backward that rounded its weight and input again would make 14)
+# rounds each layer's weight and input in its forward (6 to_bf16_kernel) and
+# each layer's output gradient once in its backward, in the pass that also
+# sums the bias gradient: masked by the fused ReLU in the 2 hidden layers,
+# as it is in the last; 8 GEMMs (a backward that rounded its weight and
+# input again would make 12 roundings; a ReLU left unfused, or the output
+# gradient rounded by a pass of its own, shows as other rows)
 DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" --model linear:256,relu,linear:256,relu,linear:auto --batch 64 \
   --optimizer adamw --lr 1e-3 --steps 3 --precision bf16 --eval-every 0 --device cuda \
   >"$T/e.out" 2>"$T/e.err" || { cat "$T/e.out" "$T/e.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP failed"; }
 ecalls() { awk -v k="$1" '$1 == k { print $2 }' "$T/e.err"; }
-[ "$(ecalls cublasGemmEx)" = 8 ] && [ "$(ecalls to_bf16_kernel)" = 9 ] ||
-  { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls cublasGemmEx) GEMMs and $(ecalls to_bf16_kernel) roundings, expected 8 and 9"; }
+[ "$(ecalls cublasGemmEx)" = 8 ] && [ "$(ecalls to_bf16_kernel)" = 6 ] &&
+  [ "$(ecalls 'dy_pass_kernel<kPassMaskBf16>')" = 2 ] && [ "$(ecalls 'dy_pass_kernel<kPassBf16>')" = 1 ] ||
+  { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls cublasGemmEx) GEMMs, $(ecalls to_bf16_kernel) roundings, $(ecalls 'dy_pass_kernel<kPassMaskBf16>') masked and $(ecalls 'dy_pass_kernel<kPassBf16>') plain gradient passes, expected 8, 6, 2 and 1"; }
+for k in relu_fwd_k relu_bwd_k; do
+  [ -z "$(ecalls $k)" ] || { cat "$T/e.err"; fail "bf16 MLP step: a $k row (a ReLU not fused)"; }
+done
+[ "$(ecalls 'bias_act_kernel<uint32_t>')" = 3 ] ||
+  { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls 'bias_act_kernel<uint32_t>') passes adding the bias, expected 3"; }
 echo "test_gpu_model.sh: passed"

@@ -58,7 +58,7 @@ START_TEST(no_gpu_then_rank_device_then_sticky_device_error)
     /* a launcher fails (the first cublasSgemm): DDP_ERR_DEVICE, the call named */
     float *x = dev_alloc_(6 * sizeof *x), *w = dev_alloc_(6 * sizeof *w);
     float *y = dev_alloc_(4 * sizeof *y);
-    C->linear_fwd(2, 3, 2, x, w, NULL, y);
+    C->linear_fwd(2, 3, 2, x, w, NULL, y, 0);
     ck_assert_int_eq(C->check(), DDP_ERR_DEVICE);
     char first[512];
     snprintf(first, sizeof first, "%s", ddp_error_message());

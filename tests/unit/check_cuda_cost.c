@@ -132,31 +132,44 @@ START_TEST(linear_costs)
     float *x = dev_rand((size_t)n * in, 1), *w = dev_rand((size_t)out * in, 0.05f),
           *bias = dev_rand(out, 1), *y = dev_zero((size_t)n * out * 4),
           *dy = dev_rand((size_t)n * out, 1), *dx = dev_zero((size_t)n * in * 4),
-          *dw = dev_rand((size_t)out * in, 1), *db = dev_rand(out, 1);
+          *dw = dev_rand((size_t)out * in, 1), *db = dev_rand(out, 1),
+          *ws = dev_zero((size_t)n * out * 4);
     const double step_flops = 3 * 2.0 * n * in * out; /* y, dw, dx */
     for (int mode = 0; mode < 3; mode++) { /* fp32, bf16, tf32 */
-        ck_assert_int_eq(ddp_cuda_set_bf16_gemm(mode == 1), 0);
-        ck_assert_int_eq(ddp_cuda_set_tf32(mode == 2), 0);
-        begin_();
-        ck_assert_int_eq(ddp_cuda_linear_fwd(n, in, out, x, w, bias, y), 0);
-        ck_assert_int_eq(ddp_cuda_linear_bwd(n, in, out, x, w, dy, dx, dw, db, mode == 0 ? 0 : 1),
-                         0);
-        const char *want[] = {"bias_fill_kernel", "bias_grad_kernel",
-                              mode == 1 ? "cublasGemmEx" : "cublasSgemm",
-                              mode == 1 ? "to_bf16_kernel" : NULL, NULL};
-        end_(want);
-        gemm_entries(mode == 1 ? DDP_MATH_BF16 : mode == 2 ? DDP_MATH_TF32 : DDP_MATH_FP32,
-                     step_flops);
+        for (int relu = 0; relu < 2; relu++) { /* a ReLU fused after the layer */
+            ck_assert_int_eq(ddp_cuda_set_bf16_gemm(mode == 1), 0);
+            ck_assert_int_eq(ddp_cuda_set_tf32(mode == 2), 0);
+            begin_();
+            ck_assert_int_eq(ddp_cuda_linear_fwd(n, in, out, x, w, bias, y, relu), 0);
+            ck_assert_int_eq(ddp_cuda_linear_bwd(n, in, out, x, w, dy, dx, dw, db,
+                                                 mode == 0 ? 0 : 1, relu ? y : NULL, ws),
+                             0);
+            const char *pass = mode == 1 ? (relu ? "dy_pass_kernel<kPassMaskBf16>"
+                                                 : "dy_pass_kernel<kPassBf16>")
+                                         : (relu ? "dy_pass_kernel<kPassMaskF32>"
+                                                 : "dy_pass_kernel<kPassNone>");
+            const char *want[] = {"bias_act_kernel", pass,
+                                  mode == 1 ? "cublasGemmEx" : "cublasSgemm",
+                                  mode == 1 ? "to_bf16_kernel" : NULL, NULL};
+            end_(want);
+            gemm_entries(mode == 1 ? DDP_MATH_BF16 : mode == 2 ? DDP_MATH_TF32 : DDP_MATH_FP32,
+                         step_flops);
+        }
     }
     ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
     ck_assert_int_eq(ddp_cuda_set_tf32(0), 0);
     /* no rows: the gradients scaled by beta */
     begin_();
-    ck_assert_int_eq(ddp_cuda_linear_bwd(0, in, out, x, w, dy, dx, dw, db, 0.5f), 0);
+    ck_assert_int_eq(ddp_cuda_linear_bwd(0, in, out, x, w, dy, dx, dw, db, 0.5f, NULL, NULL), 0);
     const char *want0[] = {"grad_scale_kernel", NULL};
     end_(want0);
+    /* no inputs: the bias gradient of the masked gradient */
+    begin_();
+    ck_assert_int_eq(ddp_cuda_linear_bwd(n, 0, out, x, w, dy, dx, dw, db, 0.0f, y, ws), 0);
+    const char *want1[] = {"dy_pass_kernel<kPassMaskNone>", NULL};
+    end_(want1);
     ddp_cuda_free(x), ddp_cuda_free(w), ddp_cuda_free(bias), ddp_cuda_free(y);
-    ddp_cuda_free(dy), ddp_cuda_free(dx), ddp_cuda_free(dw), ddp_cuda_free(db);
+    ddp_cuda_free(dy), ddp_cuda_free(dx), ddp_cuda_free(dw), ddp_cuda_free(db), ddp_cuda_free(ws);
 }
 END_TEST
 

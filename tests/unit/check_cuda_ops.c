@@ -785,57 +785,68 @@ static float *grad_old_(size_t n, float beta)
     return g;
 }
 
-static void linear_case_(int n, int in, int out, float beta, int with_dx)
+/* relu: a ReLU fused after the layer; its backward's mask is the CPU
+ * backend's output on both sides (an output within the bound of 0 could
+ * otherwise mask differently), the bounds those of the layer without it
+ * (a ReLU and its mask only drop terms). */
+static void linear_case_(int n, int in, int out, float beta, int with_dx, int relu)
 {
     const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
     float *x = test_fvec(nx, 1.0f), *w = test_fvec(nw, 0.5f), *b = test_fvec((size_t)out, 1.0f);
     float *dy = test_fvec(ny, 1.0f), *dw0 = grad_old_(nw, beta),
           *db0 = grad_old_((size_t)out, beta);
     float *y = hnew_(ny * 4), *dx = hnew_(nx * 4), *dw = fdup_(dw0, nw), *db = fdup_(db0, out);
-    C->linear_fwd(n, in, out, x, w, b, y);
-    C->linear_bwd(n, in, out, x, w, dy, with_dx ? dx : NULL, dw, db, beta);
+    float *ws = hnew_(ny * 4);
+    C->linear_fwd(n, in, out, x, w, b, y, relu);
+    C->linear_bwd(n, in, out, x, w, dy, with_dx ? dx : NULL, dw, db, beta, relu ? y : NULL, ws);
     /* the bounds' sums of |terms| */
     float *ax = fabs_(x, nx), *aw = fabs_(w, nw), *ab = fabs_(b, out), *ady = fabs_(dy, ny);
     float *ay = hnew_(ny * 4), *adx = hnew_(nx * 4), *adw = fabs_(dw0, nw), *adb = fabs_(db0, out);
-    C->linear_fwd(n, in, out, ax, aw, ab, ay);
-    C->linear_bwd(n, in, out, ax, aw, ady, adx, adw, adb, beta == 0.0f ? 0.0f : 1.0f);
+    C->linear_fwd(n, in, out, ax, aw, ab, ay, 0);
+    C->linear_bwd(n, in, out, ax, aw, ady, adx, adw, adb, beta == 0.0f ? 0.0f : 1.0f, NULL, NULL);
     float *dxd = dput_(x, nx * 4), *dwd = dput_(w, nw * 4), *dbd = dput_(b, out * 4);
     float *dyd = dput_(dy, ny * 4), *yd = dput_(NULL, ny * 4), *dxo = dput_(NULL, nx * 4);
     float *dwo = dput_(dw0, nw * 4), *dbo = dput_(db0, out * 4);
-    CU(ddp_cuda_linear_fwd(n, in, out, dxd, dwd, dbd, yd));
-    CU(ddp_cuda_linear_bwd(n, in, out, dxd, dwd, dyd, with_dx ? dxo : NULL, dwo, dbo, beta));
+    float *maskd = dput_(y, ny * 4), *wsd = dput_(NULL, ny * 4);
+    CU(ddp_cuda_linear_fwd(n, in, out, dxd, dwd, dbd, yd, relu));
+    CU(ddp_cuda_linear_bwd(n, in, out, dxd, dwd, dyd, with_dx ? dxo : NULL, dwo, dbo, beta,
+                           relu ? maskd : NULL, wsd));
     float *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4), *gdw = hnew_(nw * 4), *gdb = hnew_(out * 4);
     dget_(gy, yd, ny * 4);
     dget_(gdx, dxo, nx * 4);
     dget_(gdw, dwo, nw * 4);
     dget_(gdb, dbo, out * 4);
     char what[96];
-    snprintf(what, sizeof what, "linear n=%d %d->%d beta=%g y", n, in, out, beta);
+    const char *r = relu ? "+relu" : "";
+    snprintf(what, sizeof what, "linear%s n=%d %d->%d beta=%g y", r, n, in, out, beta);
     gemm_close_(what, gy, y, ay, ny, in);
-    snprintf(what, sizeof what, "linear n=%d %d->%d beta=%g dw", n, in, out, beta);
+    snprintf(what, sizeof what, "linear%s n=%d %d->%d beta=%g dw", r, n, in, out, beta);
     gemm_close_(what, gdw, dw, adw, nw, n);
-    snprintf(what, sizeof what, "linear n=%d %d->%d beta=%g db", n, in, out, beta);
+    snprintf(what, sizeof what, "linear%s n=%d %d->%d beta=%g db", r, n, in, out, beta);
     gemm_close_(what, gdb, db, adb, out, n);
     if (with_dx) {
-        snprintf(what, sizeof what, "linear n=%d %d->%d dx", n, in, out);
+        snprintf(what, sizeof what, "linear%s n=%d %d->%d dx", r, n, in, out);
         gemm_close_(what, gdx, dx, adx, nx, out);
     }
     dfree_(dxd), dfree_(dwd), dfree_(dbd), dfree_(dyd), dfree_(yd), dfree_(dxo), dfree_(dwo),
-        dfree_(dbo);
-    float *all[] = {x,  w,  b,   dy, dw0, db0, y,   dx, dw,  db,  ax,
-                    aw, ab, ady, ay, adx, adw, adb, gy, gdx, gdw, gdb};
+        dfree_(dbo), dfree_(maskd), dfree_(wsd);
+    float *all[] = {x,  w,  b,   dy, dw0, db0, y,   dx, dw,  db,  ax,  aw,
+                    ab, ady, ay, adx, adw, adb, gy, gdx, gdw, gdb, ws};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
 }
 
 START_TEST(linear_matches)
 {
     test_seed(120);
-    linear_case_(0, 5, 3, 0.0f, 1); /* dw = db = 0 */
-    linear_case_(0, 5, 3, 1.0f, 1); /* dw, db as they were */
-    linear_case_(1, 1, 1, 0.0f, 1);
-    linear_case_(37, 29, 11, 0.0f, 1);
-    linear_case_(37, 29, 11, 1.0f, 0);
-    linear_case_(64, 300, 257, 1.0f, 1);
+    for (int relu = 0; relu < 2; relu++) {
+        linear_case_(0, 5, 3, 0.0f, 1, relu); /* dw = db = 0 */
+        linear_case_(0, 5, 3, 1.0f, 1, relu); /* dw, db as they were */
+        linear_case_(1, 1, 1, 0.0f, 1, relu);
+        linear_case_(37, 29, 11, 0.0f, 1, relu);
+        linear_case_(37, 29, 11, 1.0f, 0, relu);
+        linear_case_(64, 300, 257, 1.0f, 1, relu);
+        linear_case_(9, 0, 40, 1.0f, 1, relu); /* no inputs: the bias gradient still */
+    }
 }
 END_TEST
 
@@ -1160,7 +1171,7 @@ static void memo_fwd_(memo_layer_t *L, const float *x)
     if (L->conv)
         CU(ddp_cuda_conv_fwd(&L->g, x, L->w, L->b, L->y, L->ws));
     else
-        CU(ddp_cuda_linear_fwd(L->n, L->in, L->out, x, L->w, L->b, L->y));
+        CU(ddp_cuda_linear_fwd(L->n, L->in, L->out, x, L->w, L->b, L->y, 0));
 }
 
 /* The backward with input x and weight w: dx and dw into hdx, hdw. */
@@ -1169,7 +1180,7 @@ static void memo_bwd_(memo_layer_t *L, const float *x, const float *w, float *hd
     if (L->conv)
         CU(ddp_cuda_conv_bwd(&L->g, x, w, L->dy, L->dx, L->dw, L->db, 0.0f, L->ws));
     else
-        CU(ddp_cuda_linear_bwd(L->n, L->in, L->out, x, w, L->dy, L->dx, L->dw, L->db, 0.0f));
+        CU(ddp_cuda_linear_bwd(L->n, L->in, L->out, x, w, L->dy, L->dx, L->dw, L->db, 0.0f, NULL, NULL));
     dget_(hdx, L->dx, L->nx * 4);
     dget_(hdw, L->dw, L->nw * 4);
 }
@@ -1228,6 +1239,55 @@ START_TEST(bf16_memo)
         float *all[] = {dx1, dw1, dx2, dw2, dx3, dw3, w2};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     }
+}
+END_TEST
+
+/* Under --precision bf16 a ReLU fused into the dense layer before it (its
+ * backward's one pass masks the gradient, sums the bias gradient and rounds
+ * it for both GEMMs) gives the bits of the two layers run alone. */
+START_TEST(bf16_linear_relu_fused)
+{
+    test_seed(133);
+    const int n = 37, in = 29, out = 45;
+    const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
+    float *hx = test_fvec(nx, 1.0f), *hw = test_fvec(nw, 0.5f), *hb = test_fvec(out, 1.0f);
+    float *hdz = test_fvec(ny, 1.0f);
+    float *x = dput_(hx, nx * 4), *w = dput_(hw, nw * 4), *b = dput_(hb, out * 4);
+    float *dz = dput_(hdz, ny * 4), *y = dput_(NULL, ny * 4), *z = dput_(NULL, ny * 4);
+    float *dy = dput_(NULL, ny * 4), *ws = dput_(NULL, ny * 4);
+    float *dx[2], *dw[2], *db[2], *h[2][4];
+    for (int f = 0; f < 2; f++) {
+        dx[f] = dput_(NULL, nx * 4), dw[f] = dput_(NULL, nw * 4), db[f] = dput_(NULL, out * 4);
+        h[f][0] = hnew_(ny * 4), h[f][1] = hnew_(nx * 4), h[f][2] = hnew_(nw * 4);
+        h[f][3] = hnew_(out * 4);
+    }
+    CU(ddp_cuda_set_bf16_gemm(1));
+    /* alone: the layer, then the ReLU */
+    CU(ddp_cuda_linear_fwd(n, in, out, x, w, b, y, 0));
+    CU(ddp_cuda_relu_fwd(ny, y, z));
+    CU(ddp_cuda_relu_bwd(ny, y, dz, dy));
+    CU(ddp_cuda_linear_bwd(n, in, out, x, w, dy, dx[0], dw[0], db[0], 0.0f, NULL, NULL));
+    dget_(h[0][0], z, ny * 4);
+    /* fused */
+    CU(ddp_cuda_linear_fwd(n, in, out, x, w, b, z, 1));
+    CU(ddp_cuda_linear_bwd(n, in, out, x, w, dz, dx[1], dw[1], db[1], 0.0f, z, ws));
+    dget_(h[1][0], z, ny * 4);
+    CU(ddp_cuda_set_bf16_gemm(0));
+    for (int f = 0; f < 2; f++) {
+        dget_(h[f][1], dx[f], nx * 4);
+        dget_(h[f][2], dw[f], nw * 4);
+        dget_(h[f][3], db[f], out * 4);
+    }
+    same_bits_by_("bf16 linear+relu fused y", h[1][0], h[0][0], ny, 4, "the layers alone");
+    same_bits_by_("bf16 linear+relu fused dx", h[1][1], h[0][1], nx, 4, "the layers alone");
+    same_bits_by_("bf16 linear+relu fused dw", h[1][2], h[0][2], nw, 4, "the layers alone");
+    same_bits_by_("bf16 linear+relu fused db", h[1][3], h[0][3], out, 4, "the layers alone");
+    float *dev[] = {x, w, b, dz, y, z, dy, ws, dx[0], dx[1], dw[0], dw[1], db[0], db[1]};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
+    float *all[] = {hx, hw, hb, hdz};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 4; k++) free(h[f][k]);
 }
 END_TEST
 
@@ -1305,6 +1365,7 @@ Suite *test_suite(void)
     suite_add_tcase(s, t);
     t = tcase_create("bf16");
     tcase_add_test(t, bf16_memo);
+    tcase_add_test(t, bf16_linear_relu_fused);
 #if EMU
     tcase_add_test(t, bf16_memo_stale_aborts);
 #endif

@@ -183,8 +183,8 @@ START_TEST(linear_bf16)
             rdw[o * in + k] = (float)s;
         }
     ddp_cuda_set_bf16_gemm(1);
-    B->linear_fwd(n, in, out, x, w, b, y);
-    B->linear_bwd(n, in, out, x, w, dy, dx, dw, db, 0.5f);
+    B->linear_fwd(n, in, out, x, w, b, y, 0);
+    B->linear_bwd(n, in, out, x, w, dy, dx, dw, db, 0.5f, NULL, NULL);
     ddp_cuda_set_bf16_gemm(0);
     assert_close_v_(y, ref, yn, 1e-5, "bf16 linear y");
     assert_close_v_(dx, rdx, xn, 1e-5, "bf16 linear dx");
@@ -194,7 +194,7 @@ START_TEST(linear_bf16)
     ck_assert_msg(off > 1e-3, "bf16 linear y within %g of the fp32 result: inputs not rounded",
                   off);
     /* off again: fp32 as before */
-    B->linear_fwd(n, in, out, x, w, b, y);
+    B->linear_fwd(n, in, out, x, w, b, y, 0);
     assert_close_v_(y, ref32, yn, 1e-5, "fp32 linear y after bf16");
     free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(dw0);
     free(ref), free(ref32), free(rdx), free(rdw);
@@ -311,8 +311,8 @@ START_TEST(linear_tf32)
             rdw[o * in + k] = (float)s, sdw[o * in + k] = a;
         }
     ck_assert_int_eq(ddp_cuda_set_tf32(1), 0);
-    B->linear_fwd(n, in, out, x, w, b, y);
-    B->linear_bwd(n, in, out, x, w, dy, dx, dw, db, 0.0f);
+    B->linear_fwd(n, in, out, x, w, b, y, 0);
+    B->linear_bwd(n, in, out, x, w, dy, dx, dw, db, 0.0f, NULL, NULL);
     ck_assert_int_eq(ddp_cuda_set_tf32(0), 0);
     const float *got[] = {y, dx, dw}, *want[] = {ref, rdx, rdw}, *sum[] = {sy, sdx, sdw};
     const size_t len[] = {yn, xn, wn};
@@ -332,7 +332,7 @@ START_TEST(linear_tf32)
     for (size_t i = 0; i < yn; i++) off = fmax(off, fabs((double)y[i] - ref32[i]));
     ck_assert_msg(off > 1e-4, "tf32 linear y within %g of the fp32 result: inputs not rounded",
                   off);
-    B->linear_fwd(n, in, out, x, w, b, y);
+    B->linear_fwd(n, in, out, x, w, b, y, 0);
     assert_close_v_(y, ref32, yn, 1e-5, "fp32 linear y after tf32");
     free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
     free(ref), free(ref32), free(sy), free(rdx), free(sdx), free(rdw), free(sdw);

@@ -1,6 +1,6 @@
 /* check_kernels_layers.c -- the compute backend's layer ops against outside
  * references (see check_kernels.c): linear (finite differences, naive loops,
- * the beta and n == 0 contracts), convolution (finite differences, the naive
+ * the beta and n == 0 contracts, a fused ReLU against the layers alone), convolution (finite differences, the naive
  * loops over every GEMM path, an empty batch), average, max and global
  * average pooling (finite differences; max pooling bit for bit against its
  * definition, with ties, NaNs and -0, and with -inf padding on planes of
@@ -29,7 +29,7 @@ typedef struct lin_ctx {
 static double lin_obj_(void *p)
 {
     lin_ctx_t *c = p;
-    B->linear_fwd(c->n, c->in, c->out, c->x, c->w, c->b, c->y);
+    B->linear_fwd(c->n, c->in, c->out, c->x, c->w, c->b, c->y, 0);
     return dot_(c->y, c->wo, (size_t)c->n * c->out);
 }
 
@@ -40,13 +40,13 @@ START_TEST(linear_gradients)
     c.x = test_fvec(35, 1), c.w = test_fvec(28, 1), c.b = test_fvec(4, 1), c.y = fzero_(20);
     c.wo = test_fvec(20, 1);
     float *dx = fzero_(35), *dw = fzero_(28), *db = fzero_(4);
-    B->linear_bwd(c.n, c.in, c.out, c.x, c.w, c.wo, dx, dw, db, 0.0f);
+    B->linear_bwd(c.n, c.in, c.out, c.x, c.w, c.wo, dx, dw, db, 0.0f, NULL, NULL);
     fd_check_("linear dx", lin_obj_, &c, c.x, 35, dx, FD_TOL);
     fd_check_("linear dw", lin_obj_, &c, c.w, 28, dw, FD_TOL);
     fd_check_("linear db", lin_obj_, &c, c.b, 4, db, FD_TOL);
     /* dx == NULL: the parameter gradients are unchanged */
     float *dw2 = fzero_(28), *db2 = fzero_(4);
-    B->linear_bwd(c.n, c.in, c.out, c.x, c.w, c.wo, NULL, dw2, db2, 0.0f);
+    B->linear_bwd(c.n, c.in, c.out, c.x, c.w, c.wo, NULL, dw2, db2, 0.0f, NULL, NULL);
     ck_assert_mem_eq(dw, dw2, 28 * sizeof *dw);
     ck_assert_mem_eq(db, db2, 4 * sizeof *db);
     free(c.x), free(c.w), free(c.b), free(c.y), free(c.wo), free(dx), free(dw), free(db);
@@ -71,7 +71,7 @@ START_TEST(linear_forward_naive)
                 ref[i * out + o] = (float)s;
             }
         for (int i = 0; i < n * out; i++) y[i] = NAN; /* must be overwritten */
-        B->linear_fwd(n, in, out, x, w, bias, y);
+        B->linear_fwd(n, in, out, x, w, bias, y, 0);
         /* float GEMM over 70 products of O(1) values: < 1e-5 relative to O(1) */
         assert_close_v_(y, ref, (size_t)n * out, 1e-5, nb ? "linear y (no bias)" : "linear y");
     }
@@ -86,28 +86,81 @@ START_TEST(linear_beta_and_empty)
     float *x = test_fvec(n * in, 1), *w = test_fvec(out * in, 1), *dy = test_fvec(n * out, 1);
     float *g1 = fzero_(out * in), *b1 = fzero_(out);
     float *g2 = fconst_(out * in, NAN), *b2 = fconst_(out, NAN);
-    B->linear_bwd(n, in, out, x, w, dy, NULL, g1, b1, 0.0f);
+    B->linear_bwd(n, in, out, x, w, dy, NULL, g1, b1, 0.0f, NULL, NULL);
     /* beta = 0 ignores what was there (even NaN) */
-    B->linear_bwd(n, in, out, x, w, dy, NULL, g2, b2, 0.0f);
+    B->linear_bwd(n, in, out, x, w, dy, NULL, g2, b2, 0.0f, NULL, NULL);
     ck_assert_mem_eq(g1, g2, sizeof(float) * out * in);
     ck_assert_mem_eq(b1, b2, sizeof(float) * out);
     /* beta = 1 twice from zero == 2x */
     memset(g2, 0, sizeof(float) * out * in), memset(b2, 0, sizeof(float) * out);
-    B->linear_bwd(n, in, out, x, w, dy, NULL, g2, b2, 1.0f);
-    B->linear_bwd(n, in, out, x, w, dy, NULL, g2, b2, 1.0f);
+    B->linear_bwd(n, in, out, x, w, dy, NULL, g2, b2, 1.0f, NULL, NULL);
+    B->linear_bwd(n, in, out, x, w, dy, NULL, g2, b2, 1.0f, NULL, NULL);
     for (int i = 0; i < out * in; i++) ck_assert_float_eq_tol(g2[i], 2 * g1[i], 1e-6f);
     for (int i = 0; i < out; i++) ck_assert_float_eq_tol(b2[i], 2 * b1[i], 1e-6f);
     /* n == 0: beta 0 zeroes, beta 1 leaves alone, outputs untouched */
     float *y = fconst_(4, 7.0f);
-    B->linear_fwd(0, in, out, x, w, b1, y);
+    B->linear_fwd(0, in, out, x, w, b1, y, 0);
     assert_all_eq_(y, 7.0f, 4, "y after n=0");
-    B->linear_bwd(0, in, out, x, w, dy, y, g2, b2, 1.0f);
+    B->linear_bwd(0, in, out, x, w, dy, y, g2, b2, 1.0f, NULL, NULL);
     for (int i = 0; i < out * in; i++) ck_assert_float_eq_tol(g2[i], 2 * g1[i], 1e-6f);
     assert_all_eq_(y, 7.0f, 4, "dx after n=0");
-    B->linear_bwd(0, in, out, x, w, dy, y, g2, b2, 0.0f);
+    B->linear_bwd(0, in, out, x, w, dy, y, g2, b2, 0.0f, NULL, NULL);
     assert_all_eq_(g2, 0.0f, (size_t)out * in, "dw after n=0, beta=0");
     assert_all_eq_(b2, 0.0f, (size_t)out, "db after n=0, beta=0");
     free(x), free(w), free(dy), free(g1), free(b1), free(g2), free(b2), free(y);
+}
+END_TEST
+
+/* A ReLU fused into the dense layer before it (linear_fwd's relu,
+ * linear_bwd's relu_y and ws) against the two layers alone: the same bits
+ * forward and backward, with and without a bias and dx, beta 0 and 1, an
+ * output width off the cuda backend's 32-column tiles, and in == 0. */
+static const int lin_relu_cases_[][5] = {
+    /* n, in, out, bias, beta */
+    {7, 5, 33, 1, 0}, {40, 24, 64, 1, 1}, {9, 6, 10, 0, 0}, {3, 0, 5, 1, 1}, {1, 1, 1, 1, 0}};
+
+START_TEST(linear_relu_fused)
+{
+    const int *k = lin_relu_cases_[_i];
+    const int n = k[0], in = k[1], out = k[2];
+    const float beta = (float)k[4];
+    test_seed(80 + (uint64_t)_i);
+    size_t xn = (size_t)n * in, wn = (size_t)out * in, yn = (size_t)n * out;
+    float *x = test_fvec(xn + 1, 1), *w = test_fvec(wn + 1, 1);
+    float *b = k[3] ? test_fvec((size_t)out, 1) : NULL, *dz = test_fvec(yn, 1);
+    float *y = fzero_(yn), *z = fzero_(yn), *zf = fconst_(yn, NAN), *dy = fzero_(yn);
+    float *ws = fconst_(yn, NAN), *dx = fconst_(xn + 1, NAN), *dxf = fconst_(xn + 1, NAN);
+    float *dw = test_fvec(wn + 1, 1), *dwf = malloc((wn + 1) * sizeof *dwf);
+    float *db = test_fvec((size_t)out, 1), *dbf = malloc((size_t)out * sizeof *dbf);
+    memcpy(dwf, dw, (wn + 1) * sizeof *dw), memcpy(dbf, db, (size_t)out * sizeof *db);
+    for (size_t i = 0; i < yn; i++) dz[i] += dz[i] < 0 ? -0.25f : 0.25f; /* never 0 */
+    /* alone */
+    B->linear_fwd(n, in, out, x, w, b, y, 0);
+    B->relu_fwd(yn, y, z);
+    B->relu_bwd(yn, y, dz, dy);
+    B->linear_bwd(n, in, out, x, w, dy, dx, dw, b ? db : NULL, beta, NULL, NULL);
+    /* fused */
+    B->linear_fwd(n, in, out, x, w, b, zf, 1);
+    B->linear_bwd(n, in, out, x, w, dz, dxf, dwf, b ? dbf : NULL, beta, zf, ws);
+    size_t neg = 0;
+    for (size_t i = 0; i < yn; i++) neg += y[i] <= 0;
+    ck_assert_msg(yn < 4 || (neg > yn / 8 && neg < yn - yn / 8),
+                  "linear+relu case %d: %zu of %zu outputs <= 0", _i, neg, yn);
+    ck_assert_mem_eq(zf, z, yn * sizeof *z);
+    ck_assert_mem_eq(dxf, dx, (xn + 1) * sizeof *dx);
+    ck_assert_mem_eq(dwf, dw, (wn + 1) * sizeof *dw);
+    ck_assert_mem_eq(dbf, db, (size_t)out * sizeof *db);
+    /* without dx, and the input gradient only (no weight gradients) */
+    float *dw2 = malloc((wn + 1) * sizeof *dw2), *db2 = fzero_((size_t)out);
+    B->linear_bwd(n, in, out, x, w, dz, NULL, dw2, b ? db2 : NULL, 0.0f, zf, ws);
+    B->linear_bwd(n, in, out, x, w, dy, NULL, dwf, b ? dbf : NULL, 0.0f, NULL, NULL);
+    ck_assert_mem_eq(dw2, dwf, wn * sizeof *dw);
+    if (b) ck_assert_mem_eq(db2, dbf, (size_t)out * sizeof *db);
+    B->linear_bwd(n, in, out, x, w, dz, dxf, NULL, NULL, 0.0f, zf, ws);
+    B->linear_bwd(n, in, out, x, w, dy, dx, NULL, NULL, 0.0f, NULL, NULL);
+    ck_assert_mem_eq(dxf, dx, (xn + 1) * sizeof *dx);
+    float *all[] = {x, w, b, dz, y, z, zf, dy, ws, dx, dxf, dw, dwf, db, dbf, dw2, db2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
 }
 END_TEST
 
@@ -747,6 +800,7 @@ void kernels_layer_tests(TCase *t, const compute_ops_t *backend)
     tcase_add_test(t, linear_gradients);
     tcase_add_test(t, linear_forward_naive);
     tcase_add_test(t, linear_beta_and_empty);
+    tcase_add_loop_test(t, linear_relu_fused, 0, sizeof lin_relu_cases_ / sizeof lin_relu_cases_[0]);
     tcase_add_loop_test(t, conv_gradients, 0, sizeof conv_cases_ / sizeof conv_cases_[0]);
     tcase_add_loop_test(t, conv_naive, 0, sizeof conv_naive_cases_ / sizeof conv_naive_cases_[0]);
     tcase_add_test(t, conv_empty_batch);

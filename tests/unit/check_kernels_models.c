@@ -138,7 +138,7 @@ static double fm_step_(fmodel_t *m, const float *x, const int32_t *labels, float
         fl_t *l = &m->l[i];
         int hw = l->h * l->w;
         switch (l->kind) {
-        case K_LIN: B->linear_fwd(n, l->c * hw, l->oc, in, l->W, l->b, l->y); break;
+        case K_LIN: B->linear_fwd(n, l->c * hw, l->oc, in, l->W, l->b, l->y, 0); break;
         case K_CONV: {
             conv_dims_t d = conv_dims_(n, l->c, l->h, l->w, l->oc, 3, 1, 1);
             B->conv_fwd(&d, in, l->W, l->b, l->y, m->ws);
@@ -171,7 +171,7 @@ static double fm_step_(fmodel_t *m, const float *x, const int32_t *labels, float
         int hw = l->h * l->w;
         switch (l->kind) {
         case K_LIN:
-            B->linear_bwd(n, l->c * hw, l->oc, xin, l->W, dy, dx, l->dW, l->db, 0.0f);
+            B->linear_bwd(n, l->c * hw, l->oc, xin, l->W, dy, dx, l->dW, l->db, 0.0f, NULL, NULL);
             break;
         case K_CONV: {
             conv_dims_t d = conv_dims_(n, l->c, l->h, l->w, l->oc, 3, 1, 1);

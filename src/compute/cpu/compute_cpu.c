@@ -136,6 +136,7 @@ const compute_ops_t compute_cpu_ops = {
     .event_wait = cpu_event_wait,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,
+    .linear_ws_bytes = cpu_linear_ws_bytes,
     .conv_ws_bytes = cpu_conv_ws_bytes,
     .conv_fwd = cpu_conv_fwd,
     .conv_bwd = cpu_conv_bwd,

@@ -129,9 +129,10 @@ void cpu_copy(void *dst, const void *src, size_t bytes);
 
 /* dense layers (cpu_linear.c) */
 void cpu_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
-                    float *y);
+                    float *y, int relu);
 void cpu_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
-                    float *dx, float *dw, float *db, float beta);
+                    float *dx, float *dw, float *db, float beta, const float *relu_y, void *ws);
+size_t cpu_linear_ws_bytes(int n, int out);
 
 /* convolution (cpu_conv.c; its Winograd path: cpu_winograd.c) */
 size_t cpu_conv_ws_bytes(const conv_dims_t *d);
