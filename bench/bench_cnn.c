@@ -219,7 +219,7 @@ static double net_step_(net_t *m, int first)
             c->bn_stats(n, d->oc, hw, m->h[l], b->stats);
             c->bn_finalize(d->oc, b->stats, (double)n * hw, 1e-5f, 0.1f, 1, b->mean, b->invstd,
                            b->rm, b->rv);
-            c->bn_fwd(n, d->oc, hw, m->h[l], b->mean, b->invstd, b->gamma, b->beta, m->bo[l], 0);
+            c->bn_fwd(n, d->oc, hw, m->h[l], b->mean, b->invstd, b->gamma, b->beta, m->bo[l], 0, NULL);
         });
         TIMED(OP_RELU_FWD, 0, c->relu_fwd(cnt, m->bo[l], m->r[l]));
         TIMED(l ? OP_POOL2_FWD : OP_POOL1_FWD, 0,

@@ -147,7 +147,7 @@ static double net_step_(net_t *m, int first)
             compute->bn_finalize(fo, m->stats[l], n, 1e-5f, 0.1f, 1, m->mean[l], m->invstd[l],
                                  m->rm[l], m->rv[l]);
             compute->bn_fwd(n, fo, 1, m->h[l], m->mean[l], m->invstd[l], m->gamma[l], m->beta[l],
-                            m->bnout[l], 0);
+                            m->bnout[l], 0, NULL);
         });
         TIMED(OP_RELU_FWD, 0, compute->relu_fwd((size_t)n * fo, m->bnout[l], m->act[l]));
         in = m->act[l];

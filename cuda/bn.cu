@@ -169,12 +169,13 @@ __global__ void bn_eval_params_kernel(int c, const float *running_mean, const fl
     }
 }
 
-// y = x a + b with a = invstd gamma, b = beta_ - mean a (ddp_bn_ab); relu:
+// y = x a + b with a = invstd gamma, b = beta_ - mean a (ddp_bn_ab); res:
+// y + res, as add_k (a block's add the BatchNorm is fused into); relu:
 // relu(y), as relu_fwd_k.  I: the index type (DDP_LAUNCH_IDX).
 template <class I>
 __global__ void bn_fwd_kernel(int n, int c, int hw, const float *x, const float *mean,
                               const float *invstd, const float *gamma, const float *beta_, float *y,
-                              int relu)
+                              int relu, const float *res)
 {
     const I count = (I)n * c * hw;
     DDP_GRID_STRIDE(I, idx, count)
@@ -183,6 +184,7 @@ __global__ void bn_fwd_kernel(int n, int c, int hw, const float *x, const float 
         float a, b;
         ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], beta_[ch], &a, &b);
         float v = x[idx] * a + b;
+        if (res) v = v + res[idx];
         y[idx] = relu && v < 0.0f ? 0.0f : v;
     }
 }
@@ -367,13 +369,14 @@ int ddp_cuda_bn_eval_params(int c, const float *running_mean, const float *runni
 }
 
 int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                    const float *gamma, const float *beta_, float *y, int relu)
+                    const float *gamma, const float *beta_, float *y, int relu, const float *res)
 {
     if (n <= 0 || c <= 0 || hw <= 0) return 0;
     size_t count = (size_t)n * c * hw;
-    DDP_COST(4.0 * count + 16.0 * c, 4.0 * count, (relu ? 3.0 : 2.0) * count);
+    DDP_COST((res ? 8.0 : 4.0) * count + 16.0 * c, 4.0 * count,
+             (2.0 + (relu ? 1 : 0) + (res ? 1 : 0)) * count);
     DDP_LAUNCH_IDX(bn_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream,
-                   n, c, hw, x, mean, invstd, gamma, beta_, y, relu);
+                   n, c, hw, x, mean, invstd, gamma, beta_, y, relu, res);
     DDP_CU_LAUNCHED();
     return 0;
 }

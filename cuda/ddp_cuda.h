@@ -146,7 +146,7 @@ int ddp_cuda_bn_eval_params(int c, const float *running_mean, const float *runni
                             float *mean, float *invstd);
 /* relu, relu_gamma, relu_beta: a ReLU fused after the BatchNorm (compute.h) */
 int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                    const float *gamma, const float *beta_, float *y, int relu);
+                    const float *gamma, const float *beta_, float *y, int relu, const float *res);
 int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                           const float *invstd, double *gstats, float *dgamma, float *dbeta,
                           float beta, const float *relu_gamma, const float *relu_beta);

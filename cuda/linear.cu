@@ -224,9 +224,9 @@ int ddp_cuda_gemm_rm_batched_(int ta, int tb, int m, int n, int k, const void *A
 extern "C" {
 
 // y[n,out] = x[n,in] w[out,in]^T + b[out]; relu: relu(y).  The GEMM writes
-// y, then one pass adds the bias and applies the ReLU (the same rounding as
-// cuBLAS adding a bias put in C first, with no pass of its own for the
-// ReLU).
+// y, then one pass adds the bias and applies the ReLU: the product and the
+// bias rounded once, as when cuBLAS adds a bias put in C first, and no pass
+// of its own for the ReLU.
 int ddp_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
                         float *y, int relu)
 {

@@ -222,10 +222,13 @@ typedef struct compute_ops {
     void (*bn_eval_params)(int c, const float *running_mean, const float *running_var, float eps,
                            float *mean, float *invstd);
     /* y = (x - mean) * invstd * gamma + beta_, computed as x a + b with
-     * a = invstd gamma, b = beta_ - mean a; relu: y = relu(that) instead (a
-     * ReLU fused after the BatchNorm, as relu_fwd: NaN passes). */
+     * a = invstd gamma, b = beta_ - mean a; res (NULL: none): y = that +
+     * res[same index] (the block's add the BatchNorm is fused into, as add:
+     * the BatchNorm's output rounded, then the sum); relu: y = relu(that)
+     * (a ReLU fused after the BatchNorm or the add, as relu_fwd: NaN
+     * passes). */
     void (*bn_fwd)(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                   const float *gamma, const float *beta_, float *y, int relu);
+                   const float *gamma, const float *beta_, float *y, int relu, const float *res);
     /* gstats[0..c) = sum dy, gstats[c..2c) = sum dy * xhat (local batch);
      * also dgamma = beta dgamma + sum dy*xhat, dbeta = beta dbeta + sum dy.
      * relu_gamma, relu_beta (the layer's gamma and beta_; NULL: no ReLU): dy

@@ -318,9 +318,9 @@ static void cuda_bn_eval_params(int c, const float *running_mean, const float *r
 
 static void cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean,
                         const float *invstd, const float *gamma, const float *beta_, float *y,
-                        int relu)
+                        int relu, const float *res)
 {
-    cuda_rc_(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y, relu));
+    cuda_rc_(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y, relu, res));
 }
 
 static void cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,

@@ -593,11 +593,11 @@ static ddp_status_t grad_bases_(model_t *m)
 }
 
 /* Whether layer L has an output buffer of its own: not a flatten (its
- * input's) nor a layer with a ReLU fused after it (the ReLU's,
- * fuse_relus_). */
+ * input's), a layer with a ReLU fused after it (the ReLU's, fuse_relus_)
+ * or a BatchNorm a block's add applies (none: fuse_bn_adds_). */
 static int owns_output_(const layer_t *L)
 {
-    return L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu);
+    return L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu) && !L->bn_in_add;
 }
 
 /* A ReLU fused into the dense layer or BatchNorm below it: that layer's
@@ -646,6 +646,8 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
     for (int i = 0; i < m->nlayers; i++) /* a layer with a fused ReLU writes the ReLU's output */
         if (m->layers[i].kind == LAYER_RELU && m->layers[i].fused_relu)
             m->layers[m->layers[i].src].y = m->layers[i].y;
+    for (int i = 0; i < m->nlayers; i++) /* nothing reads a BatchNorm an add applies */
+        if (m->layers[i].add_bn) m->layers[m->layers[i].add_bn - 1].y = m->layers[i].y;
     for (int k = 0; k < m->ndact; k++)
         m->dact[k] =
             dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
@@ -710,6 +712,16 @@ size_t model_act_bytes(const model_t *m)
     return model_act_bytes_at(m, m->batch);
 }
 
+/* How many layers read layer j's output (as input or as a block's skip). */
+static int readers_(const model_t *m, int j)
+{
+    int readers = 0;
+    for (int k = 0; k < m->nlayers; k++)
+        readers += (m->layers[k].src == j) +
+                   (m->layers[k].kind == LAYER_ADD && m->layers[k].skip == j);
+    return readers;
+}
+
 /* A ReLU whose input is a dense layer's or a BatchNorm's output and its
  * only reader runs inside that layer's kernels (compute.h: linear_fwd's and
  * bn_fwd's relu, the backward's mask): one pass over the activation less
@@ -727,13 +739,31 @@ static void fuse_relus_(model_t *m)
         if (R->kind != LAYER_RELU || R->src < 0) continue;
         layer_kind_t below = m->layers[R->src].kind;
         if (below != LAYER_LINEAR && below != LAYER_BN && below != LAYER_ADD) continue;
-        int readers = 0;
-        for (int k = 0; k < m->nlayers; k++)
-            readers += (m->layers[k].src == R->src) +
-                       (m->layers[k].kind == LAYER_ADD && m->layers[k].skip == R->src);
-        if (readers != 1) continue;
+        if (readers_(m, R->src) != 1) continue;
         R->fused_relu = 1;
         m->layers[R->src].fused_relu = 1;
+    }
+}
+
+/* A BatchNorm whose only reader is a block's add is applied by the add
+ * (bn_fwd with the add's other input as res, and the ReLU fused after the
+ * add): the BatchNorm's output is never written nor read again, one pass
+ * and one activation buffer less.  Its statistics are still taken at its
+ * own place (a SyncBatchNorm's all-reduce in the same order); its backward
+ * is unchanged (it reads x, not its output).  One BatchNorm an add (a
+ * projection block's two branches both end in one). */
+static void fuse_bn_adds_(model_t *m)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        layer_t *A = &m->layers[i];
+        if (A->kind != LAYER_ADD) continue;
+        int ins[2] = {A->src, A->skip};
+        for (int k = 0; k < 2 && !A->add_bn; k++) {
+            int j = ins[k];
+            if (j < 0 || m->layers[j].kind != LAYER_BN || readers_(m, j) != 1) continue;
+            A->add_bn = j + 1;
+            m->layers[j].bn_in_add = 1;
+        }
     }
 }
 
@@ -787,7 +817,10 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
             }
     if (s == DDP_OK) s = layout_(m, o);
     if (s == DDP_OK) mark_backward_(m);
-    if (s == DDP_OK && !o->unfused) fuse_relus_(m);
+    if (s == DDP_OK && !o->unfused) {
+        fuse_relus_(m);
+        fuse_bn_adds_(m);
+    }
     if (s != DDP_OK) model_free(m);
     return s;
 }
@@ -980,8 +1013,9 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
         compute->bn_eval_params(c, buffer_(m, L->running_mean), buffer_(m, L->running_var), BN_EPS,
                                 L->mean, L->invstd);
     }
-    compute->bn_fwd(n, c, hw, x, L->mean, L->invstd, param_(m, L->weight), param_(m, L->bias), L->y,
-                    L->fused_relu);
+    if (!L->bn_in_add) /* else its add applies it (add_forward_) */
+        compute->bn_fwd(n, c, hw, x, L->mean, L->invstd, param_(m, L->weight), param_(m, L->bias),
+                        L->y, L->fused_relu, NULL);
     return DDP_OK;
 }
 
@@ -990,6 +1024,21 @@ static const float *act_(const model_t *m, int j, const float *x)
 {
     while (j >= 0 && m->layers[j].kind == LAYER_FLATTEN) j = m->layers[j].src;
     return j < 0 ? x : m->layers[j].y;
+}
+
+/* A block's add: y = a + b, or the BatchNorm it applies (fuse_bn_adds_)
+ * plus its other input, in one pass; relu: the ReLU after it. */
+static void add_forward_(model_t *m, const layer_t *L, const float *x, int n)
+{
+    if (!L->add_bn) {
+        size_t count = (size_t)n * act_numel(L->in);
+        m->compute->add(count, act_(m, L->src, x), act_(m, L->skip, x), L->y, L->fused_relu);
+        return;
+    }
+    const layer_t *B = &m->layers[L->add_bn - 1];
+    const float *other = act_(m, L->add_bn - 1 == L->src ? L->skip : L->src, x);
+    m->compute->bn_fwd(n, B->in.c, B->in.h * B->in.w, act_(m, B->src, x), B->mean, B->invstd,
+                       param_(m, B->weight), param_(m, B->bias), L->y, L->fused_relu, other);
 }
 
 ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, const float **out)
@@ -1036,7 +1085,7 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
             else
                 compute->copy(L->y, cur, count * sizeof(float));
             break;
-        case LAYER_ADD: compute->add(count, cur, act_(m, L->skip, x), L->y, L->fused_relu); break;
+        case LAYER_ADD: add_forward_(m, L, x, n); break;
         case LAYER_FLATTEN: break;
         }
     }

@@ -82,6 +82,9 @@ typedef struct layer {
                                 * reader) runs inside its kernels (a dense layer's and a BN's
                                 * backward too), and its y is the ReLU's; RELU: it runs so
                                 * (fuse_relus_) */
+    int add_bn;                /* ADD: 1 + the BatchNorm whose output it reads and makes
+                                * (bn_fwd's res: fuse_bn_adds_); 0: none */
+    int bn_in_add;             /* BN: its only reader is a block's add, which applies it */
     act_shape_t in, out;
     int k, stride, pad;                         /* conv / pools */
     float p;                                    /* dropout */

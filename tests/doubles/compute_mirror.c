@@ -348,12 +348,13 @@ static void m_bn_eval_params(int c, const float *running_mean, const float *runn
 }
 
 static void m_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                     const float *gamma, const float *beta_, float *y, int relu)
+                     const float *gamma, const float *beta_, float *y, int relu,
+                     const float *res)
 {
     begin_();
     size_t X = nz_(n) * nz_(c) * nz_(hw), C = nz_(c);
     D->bn_fwd(n, c, hw, IN(x, X * F4), IN(mean, C * F4), IN(invstd, C * F4), IN(gamma, C * F4),
-              IN(beta_, C * F4), OUT(y, X * F4), relu);
+              IN(beta_, C * F4), OUT(y, X * F4), relu, IN(res, X * F4));
     done_("bn_fwd");
 }
 

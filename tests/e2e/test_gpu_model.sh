@@ -15,7 +15,8 @@
 #     --accum, --clip-grad-norm, the evaluation and the non-finite guard run
 #     to the end;
 #   - DDP_EMU_DRY=1: ResNet-18's model, its convolutions (im2col, bf16
-#     GEMMs) in the table, with no kernel run;
+#     GEMMs) in the table, with no kernel run, each block's last BatchNorm
+#     applied by the block's add (no add pass in the forward);
 #   - --precision bf16: a value used by two GEMMs is rounded once (the
 #     forward's weight and input kept for the backward, the output gradient
 #     shared by the backward's two GEMMs, rounded in the pass that masks it
@@ -72,6 +73,13 @@ DDP_EMU_DRY=1 DDP_CUDA_MODEL=1 "$EMU" "$T/img.h5" --model resnet18 --batch 128 -
 for k in im2col_bf16_kernel cublasGemmEx to_bf16_kernel bn_fwd_kernel maxpool_fwd_kernel add_k; do
   grep -q "^$k" "$T/d.err" || { cat "$T/d.err"; fail "ResNet-18's model has no $k row"; }
 done
+# ... its 20 BatchNorms applied once each, the 8 blocks' last ones by the
+# block's add (fuse_bn_adds_): no add in the forward, the 8 adds of the
+# backward's gradients at the blocks' inputs; the ReLU after each add runs
+# in it forward, alone backward (8)
+dcalls() { awk -v k="$1" 'index($1, k) == 1 { print $2 }' "$T/d.err"; }
+[ "$(dcalls bn_fwd_kernel)" = 20 ] && [ "$(dcalls add_k)" = 8 ] && [ "$(dcalls relu_bwd_k)" = 8 ] ||
+  { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls bn_fwd_kernel) BatchNorm passes, $(dcalls add_k) adds and $(dcalls relu_bwd_k) ReLU backward passes, expected 20, 8 and 8"; }
 # (d) bf16: each value rounded once (cuda/bf16.h): a step of 3 dense layers
 # rounds each layer's weight and input in its forward (6 to_bf16_kernel) and
 # each layer's output gradient once in its backward, in the pass that also

@@ -274,7 +274,9 @@ static void bn_case(int n, int c, int hw, float beta, int relu)
     ck_assert_int_eq(ddp_cuda_bn_stats(n, c, hw, x, stats), 0);
     ck_assert_int_eq(
         ddp_cuda_bn_finalize(c, stats, (double)n * hw, 1e-5f, 0.1f, 1, mean, invstd, rm, rv), 0);
-    ck_assert_int_eq(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, bt, y, relu), 0);
+    ck_assert_int_eq(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, bt, y, relu, NULL), 0);
+    /* applied by a block's add: its other input read too */
+    ck_assert_int_eq(ddp_cuda_bn_fwd(n, c, hw, x, mean, invstd, gamma, bt, y, relu, dy), 0);
     ck_assert_int_eq(ddp_cuda_bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gstats, dg, dbt, beta,
                                            relu ? gamma : NULL, relu ? bt : NULL),
                      0);

@@ -1033,7 +1033,7 @@ static void bn_case_(int n, int c, int hw, float beta, int relu)
     C->bn_finalize(c, st, count, 1e-5f, 0.1f, 1, mean, inv, rm1, rv1);
     C->bn_eval_params(c, rm, rv, 1e-5f, emean, einv);
     const float *rg = relu ? gamma : NULL, *rb = relu ? beta_ : NULL;
-    C->bn_fwd(n, c, hw, x, mean, inv, gamma, beta_, y, relu);
+    C->bn_fwd(n, c, hw, x, mean, inv, gamma, beta_, y, relu, NULL);
     C->bn_bwd_stats(n, c, hw, x, dy, mean, inv, gst, dg, dbt, beta, rg, rb);
     C->bn_bwd_data(n, c, hw, x, dy, mean, inv, gamma, gst, count, dx, rb);
     /* device: stats, then finalize from the CPU's stats (one op at a time) */
@@ -1076,8 +1076,15 @@ static void bn_case_(int n, int c, int hw, float beta, int relu)
     /* the rest from the CPU's mean and invstd */
     CU(ddp_cuda_upload(meand, mean, c * 4));
     CU(ddp_cuda_upload(invd, inv, c * 4));
-    CU(ddp_cuda_bn_fwd(n, c, hw, xd, meand, invd, gd, bd, yd, relu));
+    CU(ddp_cuda_bn_fwd(n, c, hw, xd, meand, invd, gd, bd, yd, relu, NULL));
     BN_GET(yd, y, nx, 4, 1e-6, "y", 1); /* a*x + b per element: FMA on a GPU */
+    /* applied by a block's add (res): that plus the other input, where a sum
+     * near 0 keeps the absolute error of a*x + b */
+    float *res = test_fvec(nx, 1.0f), *yr = hnew_(nx * 4), *resd = dput_(res, nx * 4);
+    C->bn_fwd(n, c, hw, x, mean, inv, gamma, beta_, yr, relu, res);
+    CU(ddp_cuda_bn_fwd(n, c, hw, xd, meand, invd, gd, bd, yd, relu, resd));
+    BN_GET(yd, yr, nx, 4, 1e-5, "y + res", 1);
+    dfree_(resd), free(res), free(yr);
     CU(ddp_cuda_bn_bwd_stats(n, c, hw, xd, dyd, meand, invd, gstd, dgd, dbtd, beta,
                              relu ? gd : NULL, relu ? bd : NULL));
     dget_(gst_got, gstd, 2 * (size_t)c * 8);

@@ -1,11 +1,13 @@
 /* check_kernels_layers.c -- the compute backend's layer ops against outside
  * references (see check_kernels.c): linear (finite differences, naive loops,
- * the beta and n == 0 contracts, a fused ReLU against the layers alone), convolution (finite differences, the naive
- * loops over every GEMM path, an empty batch), average, max and global
+ * the beta and n == 0 contracts, a fused ReLU against the layers alone),
+ * convolution (finite differences, the naive loops over every GEMM path, an
+ * empty batch), average, max and global
  * average pooling (finite differences; max pooling bit for bit against its
  * definition, with ties, NaNs and -0, and with -inf padding on planes of
  * negative values) and batch normalisation (finite differences, running
- * statistics and eval mode, data far from zero). */
+ * statistics and eval mode, data far from zero, a ReLU or a block's add
+ * fused into it against the layers alone). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -560,7 +562,7 @@ static double bn_obj_(void *p)
     B->bn_stats(c->n, c->c, c->hw, c->x, c->stats);
     B->bn_finalize(c->c, c->stats, (double)c->n * c->hw, 1e-5f, 0.1f, 0, c->mean, c->invstd, c->rm,
                    c->rv);
-    B->bn_fwd(c->n, c->c, c->hw, c->x, c->mean, c->invstd, c->gamma, c->beta, c->y, 0);
+    B->bn_fwd(c->n, c->c, c->hw, c->x, c->mean, c->invstd, c->gamma, c->beta, c->y, 0, NULL);
     return dot_(c->y, c->wo, (size_t)c->n * c->c * c->hw);
 }
 
@@ -656,13 +658,13 @@ START_TEST(bn_relu_fused)
     B->bn_stats(n, c, hw, x, stats);
     B->bn_finalize(c, stats, count, 1e-5f, 0.1f, 0, mean, invstd, rm, rv);
     /* alone */
-    B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y, 0);
+    B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y, 0, NULL);
     B->relu_fwd(xn, y, z);
     B->relu_bwd(xn, y, dz, dy);
     B->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gs, dg, db, 0.0f, NULL, NULL);
     B->bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gs, count, dx, NULL);
     /* fused */
-    B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, zf, 1);
+    B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, zf, 1, NULL);
     B->bn_bwd_stats(n, c, hw, x, dz, mean, invstd, gsf, dgf, dbf, 0.0f, gamma, beta_);
     B->bn_bwd_data(n, c, hw, x, dz, mean, invstd, gamma, gsf, count, dxf, beta_);
     size_t neg = 0;
@@ -677,6 +679,39 @@ START_TEST(bn_relu_fused)
     free(x), free(gamma), free(beta_), free(dz), free(mean), free(invstd), free(rm), free(rv);
     free(y), free(z), free(zf), free(dy), free(dx), free(dxf), free(dg), free(db), free(dgf);
     free(dbf), free(stats), free(gs), free(gsf);
+}
+END_TEST
+
+/* A BatchNorm applied by the block's add reading it (bn_fwd's res) against
+ * bn_fwd then add, with the BatchNorm's output either operand, with and
+ * without the ReLU after the add: the same bits. */
+START_TEST(bn_add_fused)
+{
+    const int *k = bn_cases_[_i];
+    const int n = k[0], c = k[1], hw = k[2];
+    test_seed(90 + (uint64_t)_i);
+    size_t xn = (size_t)n * c * hw, cn = (size_t)c;
+    float *x = test_fvec(xn, 2), *r = test_fvec(xn, 1), *gamma = test_fvec(cn, 1);
+    float *beta_ = test_fvec(cn, 1), *mean = fzero_(cn), *invstd = fzero_(cn), *rm = fzero_(cn);
+    float *rv = fconst_(cn, 1), *y = fzero_(xn), *z = fzero_(xn), *z2 = fzero_(xn);
+    float *zf = fconst_(xn, NAN);
+    double *stats = calloc(2 * cn, sizeof *stats);
+    B->bn_stats(n, c, hw, x, stats);
+    B->bn_finalize(c, stats, (double)n * hw, 1e-5f, 0.1f, 0, mean, invstd, rm, rv);
+    B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y, 0, NULL);
+    for (int relu = 0; relu < 2; relu++) {
+        B->add(xn, y, r, z, relu);
+        B->add(xn, r, y, z2, relu);
+        B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, zf, relu, r);
+        size_t neg = 0;
+        for (size_t i = 0; i < xn; i++) neg += z[i] <= 0;
+        ck_assert_msg(neg > xn / 8 && neg < xn - xn / 8, "bn+add case %d: %zu of %zu sums <= 0",
+                      _i, neg, xn);
+        ck_assert_mem_eq(zf, z, xn * sizeof *z);
+        ck_assert_mem_eq(zf, z2, xn * sizeof *z);
+    }
+    free(x), free(r), free(gamma), free(beta_), free(mean), free(invstd), free(rm), free(rv);
+    free(y), free(z), free(z2), free(zf), free(stats);
 }
 END_TEST
 
@@ -725,7 +760,7 @@ START_TEST(bn_running_and_eval)
     float dg[3] = {5, 5, 5}, db[3] = {5, 5, 5}, y[1] = {9};
     B->bn_stats(0, c, hw, x, stats);
     for (int i = 0; i < 6; i++) ck_assert_double_eq(stats[i], 0);
-    B->bn_fwd(0, c, hw, x, mean, invstd, rm, rv, y, 0);
+    B->bn_fwd(0, c, hw, x, mean, invstd, rm, rv, y, 0, NULL);
     B->bn_bwd_stats(0, c, hw, x, x, mean, invstd, gs, dg, db, 1.0f, NULL, NULL);
     for (int i = 0; i < 6; i++) ck_assert_double_eq(gs[i], 0);
     assert_all_eq_(dg, 5, 3, "dgamma n=0 beta=1");
@@ -811,6 +846,7 @@ void kernels_layer_tests(TCase *t, const compute_ops_t *backend)
     tcase_add_test(t, gap_gradients);
     tcase_add_loop_test(t, bn_gradients, 0, sizeof bn_cases_ / sizeof bn_cases_[0]);
     tcase_add_loop_test(t, bn_relu_fused, 0, sizeof bn_cases_ / sizeof bn_cases_[0]);
+    tcase_add_loop_test(t, bn_add_fused, 0, sizeof bn_cases_ / sizeof bn_cases_[0]);
     tcase_add_test(t, bn_running_and_eval);
     tcase_add_test(t, bn_large_offset);
 }

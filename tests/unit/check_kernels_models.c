@@ -148,7 +148,7 @@ static double fm_step_(fmodel_t *m, const float *x, const int32_t *labels, float
             B->bn_stats(n, l->c, hw, in, l->stats);
             B->bn_finalize(l->c, l->stats, (double)n * hw, 1e-5f, 0.1f, 1, l->mean, l->invstd,
                            l->rm, l->rv);
-            B->bn_fwd(n, l->c, hw, in, l->mean, l->invstd, l->W, l->b, l->y, 0);
+            B->bn_fwd(n, l->c, hw, in, l->mean, l->invstd, l->W, l->b, l->y, 0, NULL);
             break;
         case K_RELU: B->relu_fwd((size_t)n * l->c * hw, in, l->y); break;
         case K_MAXPOOL: {

@@ -559,11 +559,12 @@ START_TEST(residual_backward_matches_differences)
 END_TEST
 
 /* A ReLU after a dense layer, a BatchNorm or a block's add that nothing
- * else reads runs inside it (fuse_relus_): the model gives the bits of the
- * layers run alone, forward and backward, and the producer's own output
- * buffer is not allocated.  A BatchNorm or dense layer read by a block's add
- * too stays alone; a fused dense layer's ReLU output read by two (a block's
- * input) gets the sum of their gradients. */
+ * else reads runs inside it (fuse_relus_), and a BatchNorm only a block's
+ * add reads is applied by the add (fuse_bn_adds_): the model gives the bits
+ * of the layers run alone, forward and backward, and the producer's own
+ * output buffer is not allocated.  A BatchNorm or dense layer read by a
+ * block's add too stays alone; a fused dense layer's ReLU output read by
+ * two (a block's input) gets the sum of their gradients. */
 START_TEST(relu_fused_into_bn_same_bits)
 {
     const char *spec = "conv:4:3:1:1,bn,relu,res(conv:4:3:1:1:nobias,bn,relu,conv:4:3:1:1:nobias,"
@@ -587,19 +588,22 @@ START_TEST(relu_fused_into_bn_same_bits)
         memcpy(out[u], y, sizeof out[u]);
         memcpy(model_dout(&m[u]), wsum, sizeof wsum);
         ck_assert_int_eq(model_backward(&m[u], x, &ctx), DDP_OK);
-        int fused = 0;
-        for (int i = 0; i < m[u].nlayers; i++)
+        int fused = 0, in_add = 0;
+        for (int i = 0; i < m[u].nlayers; i++) {
             fused += m[u].layers[i].kind == LAYER_RELU && m[u].layers[i].fused_relu;
+            in_add += m[u].layers[i].bn_in_add;
+        }
         ck_assert_int_eq(fused, u ? 0 : 5);
+        ck_assert_int_eq(in_add, u ? 0 : 1);
     }
     ck_assert_mem_eq(out[0], out[1], sizeof out[0]);
     ck_assert_uint_eq(m[0].nparams, m[1].nparams);
     ck_assert_mem_eq(m[0].grads, m[1].grads, m[0].nparams * sizeof(float));
-    /* two BatchNorm outputs and an add's of [4, 4, 8, 8] floats and two dense
-     * layers' of [4, 12] not allocated (the convolutions' workspace is larger
-     * than the dense layers' masked gradient) */
+    /* three BatchNorm outputs and an add's of [4, 4, 8, 8] floats and two
+     * dense layers' of [4, 12] not allocated (the convolutions' workspace is
+     * larger than the dense layers' masked gradient) */
     ck_assert_uint_eq(m[1].act_bytes - m[0].act_bytes,
-                      (3 * 4 * 4 * 64 + 2 * 4 * 12) * sizeof(float));
+                      (4 * 4 * 4 * 64 + 2 * 4 * 12) * sizeof(float));
     model_free(&m[0]);
     model_free(&m[1]);
 }

@@ -121,10 +121,20 @@ void cpu_bn_eval_params(int c, const float *running_mean, const float *running_v
     }
 }
 
-/* y = x a + b with a = invstd gamma, b = beta_ - mean a (ddp_bn_ab); relu:
- * then relu(y), over the span while it is in cache */
+/* The end of a span of bn_fwd's output: + res, then relu (as cpu_add and
+ * cpu_relu_fwd alone would). */
+static inline void bn_fwd_tail_(size_t len, const float *res, int relu, float *y)
+{
+    if (res)
+        cpu_add(len, y, res, y, relu);
+    else if (relu)
+        cpu_relu_fwd(len, y, y);
+}
+
+/* y = x a + b with a = invstd gamma, b = beta_ - mean a (ddp_bn_ab); res:
+ * then y + res; relu: then relu(y); over the span while it is in cache */
 void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                const float *gamma, const float *beta_, float *y, int relu)
+                const float *gamma, const float *beta_, float *y, int relu, const float *res)
 {
     if (n <= 0 || c <= 0 || hw <= 0) return;
     if (hw == 1) {
@@ -136,7 +146,7 @@ void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const f
             for (int i = 0; i < n; i++) {
                 size_t off = (size_t)i * c + j0;
                 span_axpb_v_((size_t)len, x + off, a, b, y + off);
-                if (relu) cpu_relu_fwd((size_t)len, y + off, y + off);
+                bn_fwd_tail_((size_t)len, res ? res + off : NULL, relu, y + off);
             }
         }
         return;
@@ -147,7 +157,7 @@ void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const f
             ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], beta_[ch], &a, &b);
             size_t off = ((size_t)i * c + ch) * hw;
             span_axpb_s_((size_t)hw, x + off, a, b, y + off);
-            if (relu) cpu_relu_fwd((size_t)hw, y + off, y + off);
+            bn_fwd_tail_((size_t)hw, res ? res + off : NULL, relu, y + off);
         }
 }
 

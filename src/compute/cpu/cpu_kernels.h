@@ -157,7 +157,7 @@ void cpu_bn_finalize(int c, const double *stats, double count, float eps, float 
 void cpu_bn_eval_params(int c, const float *running_mean, const float *running_var, float eps,
                         float *mean, float *invstd);
 void cpu_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
-                const float *gamma, const float *beta_, float *y, int relu);
+                const float *gamma, const float *beta_, float *y, int relu, const float *res);
 void cpu_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                       const float *invstd, double *gstats, float *dgamma, float *dbeta, float beta,
                       const float *relu_gamma, const float *relu_beta);
