@@ -236,7 +236,7 @@ static double net_step_(net_t *m, int first)
     TIMED(OP_LIN_BWD, 4.0 * n * FC * NCLS,
           c->linear_bwd(n, FC, NCLS, m->fr, m->w4, g, h, m->dw4, m->db4, 0.0f, NULL, NULL));
     t = g, g = h, h = t;
-    TIMED(OP_RELU_BWD, 0, c->relu_bwd((size_t)n * FC, m->f1, g, g));
+    TIMED(OP_RELU_BWD, 0, c->relu_bwd((size_t)n * FC, m->f1, g, g, NULL));
     TIMED(OP_LIN_BWD, 4.0 * n * flat * FC,
           c->linear_bwd(n, flat, FC, m->p[1], m->w3, g, h, m->dw3, m->db3, 0.0f, NULL, NULL));
     t = g, g = h, h = t;
@@ -248,7 +248,7 @@ static double net_step_(net_t *m, int first)
         bn_t *b = &m->bn[l];
         TIMED(l ? OP_POOL2_BWD : OP_POOL1_BWD, 0, c->maxpool_bwd(&m->pd[l], g, m->am[l], h));
         t = g, g = h, h = t;
-        TIMED(OP_RELU_BWD, 0, c->relu_bwd(cnt, m->bo[l], g, g));
+        TIMED(OP_RELU_BWD, 0, c->relu_bwd(cnt, m->bo[l], g, g, NULL));
         TIMED(l ? OP_BN2_BWD : OP_BN1_BWD, 0, {
             c->bn_bwd_stats(n, d->oc, hw, m->h[l], g, b->mean, b->invstd, b->stats, b->dgamma,
                             b->dbeta, 0.0f, NULL, NULL);

@@ -164,7 +164,7 @@ static double net_step_(net_t *m, int first)
               compute->linear_bwd(n, fi, fo, xin, m->W[l], dy, dx, m->dW[l], m->db[l], 0.0f, NULL, NULL));
         if (!l) break;
         int c = fi, k = l - 1;
-        TIMED(OP_RELU_BWD, 0, compute->relu_bwd((size_t)n * c, m->act[k], dx, dx));
+        TIMED(OP_RELU_BWD, 0, compute->relu_bwd((size_t)n * c, m->act[k], dx, dx, NULL));
         TIMED(OP_BN_BWD, 0, {
             compute->bn_bwd_stats(n, c, 1, m->h[k], dx, m->mean[k], m->invstd[k], m->gstats[k],
                                   m->dgamma[k], m->dbeta[k], 0.0f, NULL, NULL);

@@ -157,7 +157,7 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
 /* ---- elementwise, dropout, casts (elementwise.cu) ----------------------- */
 int ddp_cuda_add(size_t count, const float *a, const float *b, float *y, int relu);
 int ddp_cuda_relu_fwd(size_t count, const float *x, float *y);
-int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx);
+int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx, const float *dy2);
 int ddp_cuda_gelu_fwd(size_t count, const float *x, float *y);
 int ddp_cuda_gelu_bwd(size_t count, const float *x, const float *dy, float *dx);
 int ddp_cuda_dropout_fwd(int n, size_t features, const float *x, float *y, float p, uint64_t seed,

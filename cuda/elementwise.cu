@@ -42,12 +42,16 @@ __global__ void relu_fwd_k(size_t count, const float *x, float *y)
         y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-// dx = x > 0 ? dy : 0 (x the input or the output: same mask)
-__global__ void relu_bwd_k(size_t count, const float *x, const float *dy, float *dx)
+// dx = x > 0 ? dy : 0 (x the input or the output: same mask); dy2: of
+// dy2 + dy (as add_k(dy2, dy))
+__global__ void relu_bwd_k(size_t count, const float *x, const float *dy, float *dx,
+                           const float *dy2)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x)
-        dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = dy2 ? dy2[i] + dy[i] : dy[i];
+        dx[i] = x[i] <= 0.0f ? 0.0f : g;
+    }
 }
 
 // 1/sqrt(2) as the CPU backend's (float)M_SQRT1_2
@@ -161,12 +165,13 @@ extern "C" int ddp_cuda_relu_fwd(size_t count, const float *x, float *y)
     return 0;
 }
 
-extern "C" int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx)
+extern "C" int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx,
+                                 const float *dy2)
 {
     if (count == 0) return 0;
-    DDP_COST(8.0 * count, 4.0 * count, (double)count);
+    DDP_COST((dy2 ? 12.0 : 8.0) * count, 4.0 * count, (dy2 ? 2.0 : 1.0) * count);
     DDP_LAUNCH(relu_bwd_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x, dy,
-               dx);
+               dx, dy2);
     DDP_CU_LAUNCHED();
     return 0;
 }

@@ -250,7 +250,11 @@ typedef struct compute_ops {
      * b) (a ReLU fused after a block's add, as relu_fwd) */
     void (*add)(size_t count, const float *a, const float *b, float *y, int relu);
     void (*relu_fwd)(size_t count, const float *x, float *y);
-    void (*relu_bwd)(size_t count, const float *x, const float *dy, float *dx);
+    /* dx = x > 0 ? dy : 0 (x the ReLU's input or output: the same mask; NaN
+     * passes); dy2 (NULL: none): of dy2 + dy instead (a ReLU output's two
+     * gradients summed inside its mask: the bits of add(dy2, dy) then this);
+     * dx may be dy or dy2 */
+    void (*relu_bwd)(size_t count, const float *x, const float *dy, float *dx, const float *dy2);
     void (*gelu_fwd)(size_t count, const float *x, float *y); /* erf form */
     void (*gelu_bwd)(size_t count, const float *x, const float *dy, float *dx);
     /* Dropout over x[n, features]; element j of row i is kept iff

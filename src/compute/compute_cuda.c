@@ -352,9 +352,10 @@ static void cuda_relu_fwd(size_t count, const float *x, float *y)
     cuda_rc_(ddp_cuda_relu_fwd(count, x, y));
 }
 
-static void cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx)
+static void cuda_relu_bwd(size_t count, const float *x, const float *dy, float *dx,
+                          const float *dy2)
 {
-    cuda_rc_(ddp_cuda_relu_bwd(count, x, dy, dx));
+    cuda_rc_(ddp_cuda_relu_bwd(count, x, dy, dx, dy2));
 }
 
 static void cuda_gelu_fwd(size_t count, const float *x, float *y)

@@ -817,6 +817,7 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
             }
     if (s == DDP_OK) s = layout_(m, o);
     if (s == DDP_OK) mark_backward_(m);
+    m->unfused = o->unfused;
     if (s == DDP_OK && !o->unfused) {
         fuse_relus_(m);
         fuse_bn_adds_(m);
@@ -1147,13 +1148,25 @@ static ddp_status_t contribute_(model_t *m, grad_slots_t *g, int j, int w, int c
     return DDP_OK;
 }
 
+/* Layer i's gradient for its input j, the output of the layer just before
+ * it, completes j's (its other readers come later, so ran first) and j runs
+ * next: where j is a ReLU that runs its own backward and already holds one
+ * gradient, the two are summed inside its mask (relu_bwd's dy2) instead of
+ * by an add first: one pass over the activation less, the same bits. */
+static int sums_in_relu_(const model_t *m, int i, int j)
+{
+    if (j != i - 1 || m->unfused) return 0;
+    const layer_t *J = &m->layers[j];
+    return J->kind == LAYER_RELU && !relu_in_below_(m, J) && J->gslot >= 0;
+}
+
 ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
 {
     const compute_ops_t *compute = m->compute;
     int n = ctx->n;
     float beta = ctx->grad_beta;
     grad_slots_t g = {{0}};
-    for (int i = 0; i < m->nlayers; i++) m->layers[i].gslot = -1;
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].gslot = m->layers[i].gslot2 = -1;
     DDP_TRY(contribute_(m, &g, m->nlayers - 1, 0, 1, n)); /* the loss wrote dact[0] */
     for (int i = m->nlayers - 1; i >= 0; i--) {
         layer_t *L = &m->layers[i];
@@ -1167,7 +1180,10 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         /* dx: where the input's gradient goes, when a layer below needs it */
         int pass = /* dx is dy */
             L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD || relu_in_below_(m, L);
-        int w = !pass && L->src >= 0 && m->layers[L->src].bwd ? free_slot_(m, &g) : -1;
+        /* a ReLU holding a second gradient writes dx over it (sums_in_relu_) */
+        int w = !pass && L->src >= 0 && m->layers[L->src].bwd
+                    ? (L->gslot2 >= 0 ? L->gslot2 : free_slot_(m, &g))
+                    : -1;
         if (!pass && L->src >= 0 && m->layers[L->src].bwd && w < 0)
             return ddp_fail(DDP_ERR_INTERNAL, "model backward: no free gradient buffer at layer %d",
                             i);
@@ -1225,7 +1241,7 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             if (relu_in_below_(m, L)) /* the BatchNorm masks dy */
                 DDP_TRY(contribute_(m, &g, L->src, r, 0, n));
             else if (dx)
-                compute->relu_bwd(count, in, dy, dx);
+                compute->relu_bwd(count, in, dy, dx, L->gslot2 >= 0 ? m->dact[L->gslot2] : NULL);
             break;
         case LAYER_GELU:
             if (dx) compute->gelu_bwd(count, in, dy, dx);
@@ -1247,9 +1263,15 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         }
         if (ctx->grads_ready && (L->weight >= 0 || L->bias >= 0))
             DDP_TRY(ctx->grads_ready(ctx->grads_ready_arg, i));
-        if (w >= 0) DDP_TRY(contribute_(m, &g, L->src, w, 1, n));
+        if (w >= 0 && sums_in_relu_(m, i, L->src)) {
+            m->layers[L->src].gslot2 = w; /* its backward, next, adds it */
+            g.live[w]++;
+        } else if (w >= 0) {
+            DDP_TRY(contribute_(m, &g, L->src, w, 1, n));
+        }
+        if (L->gslot2 >= 0) g.live[L->gslot2]--;
         g.live[r]--;
-        L->gslot = -1;
+        L->gslot = L->gslot2 = -1;
     }
     return DDP_OK;
 }

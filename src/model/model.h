@@ -78,6 +78,8 @@ typedef struct layer {
     int skip;                  /* LAYER_ADD: the layer whose output is added; -1: the input */
     int bwd;                   /* runs backward (it or a layer below has trainable parameters) */
     int gslot;                 /* backward's scratch: the buffer of its output's gradient */
+    int gslot2;                /* RELU: a second one its backward adds inside its mask
+                                * (relu_bwd's dy2), then writes dx over; -1: none */
     int fused_relu;            /* LINEAR, BN, ADD: the ReLU after it (its output's only
                                 * reader) runs inside its kernels (a dense layer's and a BN's
                                 * backward too), and its y is the ReLU's; RELU: it runs so
@@ -135,6 +137,7 @@ typedef struct model {
     int outputs; /* features of the last layer */
     int batch;
     int ndact;        /* 2, or 3 with residual blocks (a path's gradient waits for the other) */
+    int unfused;      /* model_opts_t.unfused: no layer runs inside another */
     float *dact[3];   /* activation-gradient buffers [batch, max act] */
     char *expanded;   /* the spec the layers were built from (a named architecture expanded) */
     void *ws;         /* shared workspace: the convolutions', a fused dense layer's */

@@ -398,10 +398,11 @@ static void m_relu_fwd(size_t count, const float *x, float *y)
     done_("relu_fwd");
 }
 
-static void m_relu_bwd(size_t count, const float *x, const float *dy, float *dx)
+static void m_relu_bwd(size_t count, const float *x, const float *dy, float *dx, const float *dy2)
 {
     begin_();
-    D->relu_bwd(count, IN(x, count * F4), IN(dy, count * F4), OUT(dx, count * F4));
+    D->relu_bwd(count, IN(x, count * F4), IN(dy, count * F4), OUT(dx, count * F4),
+                IN(dy2, count * F4));
     done_("relu_bwd");
 }
 

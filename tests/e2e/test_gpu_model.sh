@@ -74,12 +74,13 @@ for k in im2col_bf16_kernel cublasGemmEx to_bf16_kernel bn_fwd_kernel maxpool_fw
   grep -q "^$k" "$T/d.err" || { cat "$T/d.err"; fail "ResNet-18's model has no $k row"; }
 done
 # ... its 20 BatchNorms applied once each, the 8 blocks' last ones by the
-# block's add (fuse_bn_adds_): no add in the forward, the 8 adds of the
-# backward's gradients at the blocks' inputs; the ReLU after each add runs
-# in it forward, alone backward (8)
+# block's add (fuse_bn_adds_): no add in the forward; the ReLU after each
+# add runs in it forward, alone backward (8), where 7 of them (the blocks'
+# outputs the next block reads) sum their two gradients in the mask
+# (sums_in_relu_): 1 add left in the backward (the stem's max-pool output)
 dcalls() { awk -v k="$1" 'index($1, k) == 1 { print $2 }' "$T/d.err"; }
-[ "$(dcalls bn_fwd_kernel)" = 20 ] && [ "$(dcalls add_k)" = 8 ] && [ "$(dcalls relu_bwd_k)" = 8 ] ||
-  { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls bn_fwd_kernel) BatchNorm passes, $(dcalls add_k) adds and $(dcalls relu_bwd_k) ReLU backward passes, expected 20, 8 and 8"; }
+[ "$(dcalls bn_fwd_kernel)" = 20 ] && [ "$(dcalls add_k)" = 1 ] && [ "$(dcalls relu_bwd_k)" = 8 ] ||
+  { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls bn_fwd_kernel) BatchNorm passes, $(dcalls add_k) adds and $(dcalls relu_bwd_k) ReLU backward passes, expected 20, 1 and 8"; }
 # (d) bf16: each value rounded once (cuda/bf16.h): a step of 3 dense layers
 # rounds each layer's weight and input in its forward (6 to_bf16_kernel) and
 # each layer's output gradient once in its backward, in the pass that also

@@ -25,7 +25,7 @@ START_TEST(relu_matches_cpu)
     ck_assert_int_eq(ddp_cuda_upload(dxd, x, n * 4), 0);
     ck_assert_int_eq(ddp_cuda_upload(dyd, dy, n * 4), 0);
     ck_assert_int_eq(ddp_cuda_relu_fwd(n, dxd, dyy), 0);
-    ck_assert_int_eq(ddp_cuda_relu_bwd(n, dxd, dyd, ddx), 0);
+    ck_assert_int_eq(ddp_cuda_relu_bwd(n, dxd, dyd, ddx, NULL), 0);
     ck_assert_int_eq(ddp_cuda_download(y, dyy, n * 4), 0);
     ck_assert_int_eq(ddp_cuda_download(dx, ddx, n * 4), 0);
     for (size_t i = 0; i < n; i++) {

@@ -85,7 +85,8 @@ START_TEST(elementwise_costs)
     ck_assert_int_eq(ddp_cuda_add(count, a, b, y, 0), 0);
     ck_assert_int_eq(ddp_cuda_add(count, a, b, y, 1), 0);
     ck_assert_int_eq(ddp_cuda_relu_fwd(count, a, y), 0);
-    ck_assert_int_eq(ddp_cuda_relu_bwd(count, a, b, y), 0);
+    ck_assert_int_eq(ddp_cuda_relu_bwd(count, a, b, y, NULL), 0);
+    ck_assert_int_eq(ddp_cuda_relu_bwd(count, a, b, y, y), 0); /* two gradients */
     ck_assert_int_eq(ddp_cuda_gelu_fwd(count, a, y), 0);
     ck_assert_int_eq(ddp_cuda_gelu_bwd(count, a, b, y), 0);
     ck_assert_int_eq(ddp_cuda_scale(count, y, 0.5f), 0);

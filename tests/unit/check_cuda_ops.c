@@ -200,7 +200,7 @@ START_TEST(relu_bits)
         float *x = special_vec_(n), *dy = test_fvec(n, 1.0f);
         float *y = hnew_(n * 4), *dx = hnew_(n * 4), *gy = hnew_(n * 4), *gdx = hnew_(n * 4);
         C->relu_fwd(n, x, y);
-        C->relu_bwd(n, x, dy, dx);
+        C->relu_bwd(n, x, dy, dx, NULL);
         float *dxd = dput_(x, n * 4), *ddy = dput_(dy, n * 4);
         float *dyd = dput_(NULL, n * 4), *ddx = dput_(NULL, n * 4);
         const float sentinel[4] = {42.0f, 42.0f, 42.0f, 42.0f};
@@ -209,18 +209,28 @@ START_TEST(relu_bits)
             CU(ddp_cuda_upload(ddx, sentinel, sizeof sentinel));
         }
         CU(ddp_cuda_relu_fwd(n, dxd, dyd));
-        CU(ddp_cuda_relu_bwd(n, dxd, ddy, ddx));
+        CU(ddp_cuda_relu_bwd(n, dxd, ddy, ddx, NULL));
         dget_(gy, dyd, n * 4);
         dget_(gdx, ddx, n * 4);
         same_bits_("relu_fwd", gy, y, n, 4);
         same_bits_("relu_bwd", gdx, dx, n, 4);
         /* in place: y == x, dx == dy */
-        CU(ddp_cuda_relu_bwd(n, dxd, ddy, ddy));
+        CU(ddp_cuda_relu_bwd(n, dxd, ddy, ddy, NULL));
         CU(ddp_cuda_relu_fwd(n, dxd, dxd));
         dget_(gy, dxd, n * 4);
         dget_(gdx, ddy, n * 4);
         same_bits_("relu_fwd in place", gy, y, n, 4);
         same_bits_("relu_bwd in place", gdx, dx, n, 4);
+        if (n > 0) { /* with a second gradient summed in the mask, written over it */
+            float *dy2 = test_fvec(n, 1.0f), *ddy2 = dput_(dy2, n * 4);
+            CU(ddp_cuda_upload(ddy, dy, n * 4));
+            CU(ddp_cuda_upload(dxd, x, n * 4)); /* relu_fwd above ran in place */
+            C->relu_bwd(n, x, dy, dx, dy2);
+            CU(ddp_cuda_relu_bwd(n, dxd, ddy, ddy2, ddy2));
+            dget_(gdx, ddy2, n * 4);
+            same_bits_("relu_bwd of two gradients", gdx, dx, n, 4);
+            dfree_(ddy2), free(dy2);
+        }
         if (n == 0) { /* nothing written */
             float probe[4];
             dget_(probe, dyd, sizeof probe);
@@ -1272,7 +1282,7 @@ START_TEST(bf16_linear_relu_fused)
     /* alone: the layer, then the ReLU */
     CU(ddp_cuda_linear_fwd(n, in, out, x, w, b, y, 0));
     CU(ddp_cuda_relu_fwd(ny, y, z));
-    CU(ddp_cuda_relu_bwd(ny, y, dz, dy));
+    CU(ddp_cuda_relu_bwd(ny, y, dz, dy, NULL));
     CU(ddp_cuda_linear_bwd(n, in, out, x, w, dy, dx[0], dw[0], db[0], 0.0f, NULL, NULL));
     dget_(h[0][0], z, ny * 4);
     /* fused */

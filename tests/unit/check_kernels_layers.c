@@ -139,7 +139,7 @@ START_TEST(linear_relu_fused)
     /* alone */
     B->linear_fwd(n, in, out, x, w, b, y, 0);
     B->relu_fwd(yn, y, z);
-    B->relu_bwd(yn, y, dz, dy);
+    B->relu_bwd(yn, y, dz, dy, NULL);
     B->linear_bwd(n, in, out, x, w, dy, dx, dw, b ? db : NULL, beta, NULL, NULL);
     /* fused */
     B->linear_fwd(n, in, out, x, w, b, zf, 1);
@@ -660,7 +660,7 @@ START_TEST(bn_relu_fused)
     /* alone */
     B->bn_fwd(n, c, hw, x, mean, invstd, gamma, beta_, y, 0, NULL);
     B->relu_fwd(xn, y, z);
-    B->relu_bwd(xn, y, dz, dy);
+    B->relu_bwd(xn, y, dz, dy, NULL);
     B->bn_bwd_stats(n, c, hw, x, dy, mean, invstd, gs, dg, db, 0.0f, NULL, NULL);
     B->bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gs, count, dx, NULL);
     /* fused */

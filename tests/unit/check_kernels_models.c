@@ -186,7 +186,7 @@ static double fm_step_(fmodel_t *m, const float *x, const int32_t *labels, float
                            NULL);
             break;
         }
-        case K_RELU: B->relu_bwd((size_t)n * l->c * hw, xin, dy, dx); break;
+        case K_RELU: B->relu_bwd((size_t)n * l->c * hw, xin, dy, dx, NULL); break;
         case K_MAXPOOL: {
             pool_dims_t d = pool_dims_(n, l->c, l->h, l->w, l->arg, l->arg);
             B->maxpool_bwd(&d, dy, l->am, dx);

@@ -1,6 +1,7 @@
 /* check_kernels_vector.c -- the compute backend's ops over flat vectors
  * against outside references (see check_kernels.c): add (the float sum),
- * relu and gelu (finite differences), dropout's mask, cross-entropy and MSE (finite differences,
+ * relu and gelu (finite differences; relu's backward summing two gradients
+ * against add then relu_bwd), dropout's mask, cross-entropy and MSE (finite differences,
  * values, accuracy ties), the SGD and AdamW steps against their recurrences
  * in double, sum of squares, scale and the finite check, half and bfloat16
  * conversions, the memory ops, and the count == 0 contract. */
@@ -55,7 +56,7 @@ START_TEST(relu_gelu_gradients)
         if (gelu)
             B->gelu_bwd(c.count, c.x, c.wo, dx);
         else
-            B->relu_bwd(c.count, c.x, c.wo, dx);
+            B->relu_bwd(c.count, c.x, c.wo, dx, NULL);
         fd_check_(gelu ? "gelu dx" : "relu dx", ew_obj_, &c, c.x, c.count, dx, FD_TOL);
         ew_obj_(&c); /* y at the unperturbed x again */
         /* in place gives the same */
@@ -64,7 +65,7 @@ START_TEST(relu_gelu_gradients)
         if (gelu)
             B->gelu_bwd(c.count, c.x, t, t);
         else
-            B->relu_bwd(c.count, c.x, t, t);
+            B->relu_bwd(c.count, c.x, t, t, NULL);
         ck_assert_mem_eq(t, dx, c.count * sizeof *t);
         memcpy(t, c.x, c.count * sizeof *t);
         if (gelu)
@@ -106,6 +107,33 @@ START_TEST(add_sums)
         B->add(n, a, t, t, 1);
         ck_assert_mem_eq(t, want, n * sizeof *t);
         free(a), free(b), free(y), free(want), free(t);
+    }
+}
+END_TEST
+
+/* relu_bwd with a second gradient (dy2): the bits of add(dy2, dy) then
+ * relu_bwd, written elsewhere or over dy2; -0 and NaN in the sums, the mask
+ * from an x that is about half <= 0. */
+START_TEST(relu_bwd_sums)
+{
+    const size_t counts[] = {1, 15, 16, 77};
+    for (size_t s = 0; s < sizeof counts / sizeof *counts; s++) {
+        const size_t n = counts[s];
+        test_seed(78 + s);
+        float *x = test_fvec(n, 1), *dy = test_fvec(n, 3), *dy2 = test_fvec(n, 3);
+        float *sum = fzero_(n), *want = fzero_(n), *got = fconst_(n, NAN), *t = fzero_(n);
+        if (n > 2) dy[0] = -0.0f, dy2[0] = -0.0f, x[0] = 1, dy[1] = NAN, x[1] = 2;
+        B->add(n, dy2, dy, sum, 0);
+        B->relu_bwd(n, x, sum, want, NULL);
+        B->relu_bwd(n, x, dy, got, dy2);
+        ck_assert_mem_eq(got, want, n * sizeof *got);
+        memcpy(t, dy2, n * sizeof *t);
+        B->relu_bwd(n, x, dy, t, t);
+        ck_assert_mem_eq(t, want, n * sizeof *t);
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) kept += !(x[i] <= 0.0f);
+        ck_assert_msg(n < 15 || (kept > n / 4 && kept < n - n / 4), "%zu of %zu kept", kept, n);
+        free(x), free(dy), free(dy2), free(sum), free(want), free(got), free(t);
     }
 }
 END_TEST
@@ -438,7 +466,7 @@ START_TEST(empty_counts)
     float a[4] = {1, -2, 3, -4}, b[4] = {5, 5, 5, 5}, m[4] = {0}, v[4] = {0};
     uint16_t h[4] = {7, 7, 7, 7};
     B->add(0, a, a, b, 0), B->add(0, a, a, b, 1);
-    B->relu_fwd(0, a, b), B->relu_bwd(0, a, a, b), B->gelu_fwd(0, a, b), B->gelu_bwd(0, a, a, b);
+    B->relu_fwd(0, a, b), B->relu_bwd(0, a, a, b, NULL), B->gelu_fwd(0, a, b), B->gelu_bwd(0, a, a, b);
     B->scale(0, b, 3.0f), B->to_half(0, a, h, 1), B->from_half(0, h, b, 0);
     B->sgd_step(0, b, a, m, 0.1f, 0.9f, 1, 0.1f, 1);
     B->adamw_step(0, b, a, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 1);
@@ -455,6 +483,7 @@ void kernels_vector_tests(TCase *t, const compute_ops_t *backend)
     B = backend;
     tcase_add_test(t, add_sums);
     tcase_add_test(t, relu_gelu_gradients);
+    tcase_add_test(t, relu_bwd_sums);
     tcase_add_test(t, dropout_mask);
     tcase_add_test(t, xent_gradients_and_values);
     tcase_add_test(t, xent_accuracy_ties);

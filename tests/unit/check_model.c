@@ -559,17 +559,20 @@ START_TEST(residual_backward_matches_differences)
 END_TEST
 
 /* A ReLU after a dense layer, a BatchNorm or a block's add that nothing
- * else reads runs inside it (fuse_relus_), and a BatchNorm only a block's
- * add reads is applied by the add (fuse_bn_adds_): the model gives the bits
- * of the layers run alone, forward and backward, and the producer's own
- * output buffer is not allocated.  A BatchNorm or dense layer read by a
+ * else reads runs inside it (fuse_relus_), a BatchNorm only a block's add
+ * reads is applied by the add (fuse_bn_adds_), and a block's output ReLU
+ * read by the next block sums its two gradients in its mask
+ * (sums_in_relu_): the model gives the bits of the layers run alone,
+ * forward and backward, and the producer's own output buffer is not
+ * allocated.  A BatchNorm or dense layer read by a
  * block's add too stays alone; a fused dense layer's ReLU output read by
  * two (a block's input) gets the sum of their gradients. */
 START_TEST(relu_fused_into_bn_same_bits)
 {
     const char *spec = "conv:4:3:1:1,bn,relu,res(conv:4:3:1:1:nobias,bn,relu,conv:4:3:1:1:nobias,"
-                       "bn),relu,conv:4:3:1:1,bn,res(relu,conv:4:3:1:1),gap,linear:12,relu,"
-                       "res(linear:12,relu),linear:12,res(relu,linear:12),linear:auto";
+                       "bn),relu,res(conv:4:3:1:1,bn),relu,conv:4:3:1:1,bn,res(relu,conv:4:3:1:1),"
+                       "gap,linear:12,relu,res(linear:12,relu),linear:12,res(relu,linear:12),"
+                       "linear:auto";
     model_t m[2];
     float x[4 * 3 * 8 * 8], wsum[16], out[2][16];
     for (int i = 0; i < 4 * 3 * 64; i++) x[i] = (float)((i * 37) % 29) / 14.0f - 1.0f;
@@ -593,17 +596,17 @@ START_TEST(relu_fused_into_bn_same_bits)
             fused += m[u].layers[i].kind == LAYER_RELU && m[u].layers[i].fused_relu;
             in_add += m[u].layers[i].bn_in_add;
         }
-        ck_assert_int_eq(fused, u ? 0 : 5);
-        ck_assert_int_eq(in_add, u ? 0 : 1);
+        ck_assert_int_eq(fused, u ? 0 : 6);
+        ck_assert_int_eq(in_add, u ? 0 : 2);
     }
     ck_assert_mem_eq(out[0], out[1], sizeof out[0]);
     ck_assert_uint_eq(m[0].nparams, m[1].nparams);
     ck_assert_mem_eq(m[0].grads, m[1].grads, m[0].nparams * sizeof(float));
-    /* three BatchNorm outputs and an add's of [4, 4, 8, 8] floats and two
+    /* four BatchNorm outputs and two adds' of [4, 4, 8, 8] floats and two
      * dense layers' of [4, 12] not allocated (the convolutions' workspace is
      * larger than the dense layers' masked gradient) */
     ck_assert_uint_eq(m[1].act_bytes - m[0].act_bytes,
-                      (4 * 4 * 4 * 64 + 2 * 4 * 12) * sizeof(float));
+                      (6 * 4 * 4 * 64 + 2 * 4 * 12) * sizeof(float));
     model_free(&m[0]);
     model_free(&m[1]);
 }

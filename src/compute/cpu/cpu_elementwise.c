@@ -55,21 +55,32 @@ void cpu_relu_fwd(size_t count, const float *x, float *y)
     for (; i < count; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-/* dx = x > 0 ? dy : 0 (x the input or the output: same mask) */
-void cpu_relu_bwd(size_t count, const float *x, const float *dy, float *dx)
+/* dx = x > 0 ? dy : 0 (x the input or the output: same mask); sum: of
+ * dy2 + dy (as cpu_add(dy2, dy)).  Inlined with a constant sum. */
+static inline void relu_bwd_(int sum, size_t count, const float *x, const float *dy,
+                             const float *dy2, float *dx)
 {
     size_t i = 0;
     for (; i + VB <= count; i += VB) {
         float t[VB];
         float g[VB];
         UNROLL_VB
-        for (int q = 0; q < VB; q++) g[q] = dy[i + q]; /* unconditional loads vectorise */
+        for (int q = 0; q < VB; q++) /* unconditional loads vectorise */
+            g[q] = sum ? dy2[i + q] + dy[i + q] : dy[i + q];
         UNROLL_VB
         for (int q = 0; q < VB; q++) t[q] = x[i + q] <= 0.0f ? 0.0f : g[q];
         UNROLL_VB
         for (int q = 0; q < VB; q++) dx[i + q] = t[q];
     }
-    for (; i < count; i++) dx[i] = x[i] <= 0.0f ? 0.0f : dy[i];
+    for (; i < count; i++) dx[i] = x[i] <= 0.0f ? 0.0f : sum ? dy2[i] + dy[i] : dy[i];
+}
+
+void cpu_relu_bwd(size_t count, const float *x, const float *dy, float *dx, const float *dy2)
+{
+    if (dy2)
+        relu_bwd_(1, count, x, dy, dy2, dx);
+    else
+        relu_bwd_(0, count, x, dy, NULL, dx);
 }
 
 void cpu_gelu_fwd(size_t count, const float *x, float *y)

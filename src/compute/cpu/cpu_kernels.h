@@ -168,7 +168,7 @@ void cpu_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, cons
 /* elementwise (cpu_elementwise.c) */
 void cpu_add(size_t count, const float *a, const float *b, float *y, int relu);
 void cpu_relu_fwd(size_t count, const float *x, float *y);
-void cpu_relu_bwd(size_t count, const float *x, const float *dy, float *dx);
+void cpu_relu_bwd(size_t count, const float *x, const float *dy, float *dx, const float *dy2);
 void cpu_gelu_fwd(size_t count, const float *x, float *y);
 void cpu_gelu_bwd(size_t count, const float *x, const float *dy, float *dx);
 void cpu_dropout_fwd(int n, size_t features, const float *x, float *y, float p, uint64_t seed,

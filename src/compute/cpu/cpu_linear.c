@@ -34,7 +34,7 @@ void cpu_linear_bwd(int n, int in, int out, const float *x, const float *w, cons
                     float *dx, float *dw, float *db, float beta, const float *relu_y, void *ws)
 {
     if (relu_y && n > 0 && out > 0) {
-        cpu_relu_bwd((size_t)n * out, relu_y, dy, ws);
+        cpu_relu_bwd((size_t)n * out, relu_y, dy, ws, NULL);
         dy = ws;
     }
     if (n <= 0 || in <= 0) {
