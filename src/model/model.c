@@ -651,7 +651,7 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
     for (int k = 0; k < m->ndact; k++)
         m->dact[k] =
             dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
-    if (ws) m->ws = dev_alloc_(m, ws, &s, "convolution workspace");
+    if (ws) m->ws = dev_alloc_(m, ws, &s, "layer workspace");
     if (s == DDP_OK && !(m->ops_done = m->compute->event_create()))
         s = ddp_fail(DDP_ERR_NOMEM, "out of memory for an event of the %s backend",
                      m->compute->name);
