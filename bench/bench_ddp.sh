@@ -24,6 +24,11 @@
 #        rank, 10 classes (PyTorch: torch_mlp.py --model resnet18, tests/tools/resnets.py)
 #   resnet50  --model resnet50 on 3x112x112, batch 8 per rank
 # The synthetic-image benchmark of the data-parallel papers: images/s.
+# For the ResNets a last run of each at np=1 under ONEDNN_VERBOSE=1 (oneDNN's
+# own timing of every primitive it runs; PyTorch on CPU calls the same
+# libdnnl) splits the step into convolutions, oneDNN's reorders and the rest,
+# and gives the ceiling of the np=1 ratio: PyTorch's step over ddptrain's
+# convolutions alone, what ddptrain would reach if nothing else took time.
 #
 # From a configured build directory:
 #   make -C bench bench && sh /path/to/ddptrain/bench/bench_ddp.sh [--case mlp|cnn] [ROUNDS] [STEPS]
@@ -135,6 +140,26 @@ awk -v a="$a" -v b="$b" -v c="$c" -v t1="$t1" -v t2="$t2" -v ar="$ar" -v gb="$gr
   printf "ddptrain np=1 / PyTorch np=1 samples/s: %.2fx (target >= %.1fx)\n", t1 / a, g1
   printf "ddptrain np=2 / PyTorch DDP np=2 samples/s: %.2fx (target >= %.1fx)\n", t2 / b, g2
   printf "ddptrain np=2 --no-sync-bn / PyTorch DDP np=2 samples/s: %.2fx (the same per-rank BatchNorm)\n", t2 / lb }'
+case $case_ in resnet*)
+  # oneDNN's time per step in convolutions and reorders, summed from its
+  # verbose lines (exec,cpu,KIND,...,TIME_MS) over the run's steps
+  dnnl() { awk -F, -v n="$steps" '$1 == "onednn_verbose" && $2 == "exec" {
+      if ($4 == "convolution") c += $NF; else if ($4 == "reorder") r += $NF }
+      END { printf "%.3f %.3f\n", c / n, r / n }' "$1"; }
+  ONEDNN_VERBOSE=1 bench_mpirun -np 1 ./ddptrain "$tmp/d.h5" $model --steps "$steps" >"$tmp/vd" 2>&1 ||
+    { tail "$tmp/vd" >&2; exit 1; }
+  ONEDNN_VERBOSE=1 /usr/bin/python3 "$src/bench/torch_mlp.py" $tmodel -w 0 -n "$steps" >"$tmp/vt" 2>&1 ||
+    { tail "$tmp/vt" >&2; exit 1; }
+  set -- $(dnnl "$tmp/vd") $(dnnl "$tmp/vt")
+  awk -v a="$a" -v t1="$t1" -v dc="$1" -v dr="$2" -v tc="$3" -v tr="$4" 'BEGIN {
+    printf "where an np=1 step goes (oneDNN'"'"'s own timing, ONEDNN_VERBOSE=1, one run of each; the rest: the step above less both):\n"
+    printf "  %-10s %14s %12s %10s\n", "", "convolutions", "reorders", "the rest"
+    printf "  %-10s %11.1f ms %9.1f ms %7.1f ms\n", "ddptrain", dc, dr, a - dc - dr
+    if (tc > 0) printf "  %-10s %11.1f ms %9.1f ms %7.1f ms\n", "PyTorch", tc, tr, t1 - tc - tr
+    else printf "  PyTorch    (no oneDNN lines: this PyTorch does not run its convolutions through libdnnl)\n"
+    if (dc > 0) printf "ceiling of ddptrain np=1 / PyTorch np=1 with these convolutions and nothing else: %.2fx\n", t1 / dc }'
+  ;;
+esac
 if [ "$case_" = mlp ]; then
   awk -v b="$b" -v nw="$(med <"$tmp/nowd.ms")" -v dbg="$(med <"$tmp/dbg.ms")" 'BEGIN {
     printf "watchdog: step with / without (--timeout 0): %.3f (target: 1.00 within noise)\n", b / nw

@@ -99,6 +99,10 @@ typedef struct ddp_cuda_event ddp_cuda_event_t;
 int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes,
                           const ddp_cuda_event_t *reuse, ddp_cuda_event_t *done);
 
+// The copy to the host after the work queued so far on the compute stream,
+// then `done` recorded there: host_dst (pinned, for it to be asynchronous)
+// holds the bytes once the host has waited for `done`.
+int ddp_cuda_download_async(void *host_dst, const void *src, size_t bytes, ddp_cuda_event_t *done);
 int ddp_cuda_event_create(ddp_cuda_event_t **e);
 int ddp_cuda_event_destroy(ddp_cuda_event_t *e);
 int ddp_cuda_event_record(ddp_cuda_event_t *e); /* on the compute stream */

@@ -280,6 +280,15 @@ int ddp_cuda_download(void *host_dst, const void *src, size_t bytes)
     return 0;
 }
 
+int ddp_cuda_download_async(void *host_dst, const void *src, size_t bytes, ddp_cuda_event_t *done)
+{
+    if (not_bound("ddp_cuda_download_async")) return -1;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    if (bytes) DDP_CU(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    if (done) DDP_CU(cudaEventRecord(done->ev, s));
+    return 0;
+}
+
 int ddp_cuda_copy(void *dst, const void *src, size_t bytes)
 {
     if (bytes == 0) return 0;

@@ -44,6 +44,12 @@
  *     waits for one before it starts the all-reduce of buckets whose
  *     gradients are complete (reducer.c).  download, sumsq and all_finite
  *     wait for everything before them themselves.
+ *   - download_async(host_dst, src, bytes, done) reads src after the ops
+ *     called before it, as an op does, into host_dst (staging memory,
+ *     below, for it to be asynchronous on a GPU), and records `done` after
+ *     the copy: host_dst holds the bytes once `done` has been waited for,
+ *     not before (the non-finite guard reads each step's losses so, one
+ *     step late, and the host never waits for the step it just queued).
  *   - upload and download are complete when they return; copy and zero
  *     (device to device) are ops like the others: later ops see them, the
  *     host and the comm backend through an event (on a GPU they do not
@@ -148,6 +154,9 @@ typedef struct compute_ops {
     void (*free)(void *p);
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes);
+    /* The copy to the host in the ops' order, complete when `done` (recorded
+     * after it) has been waited for (see "Ordering"). */
+    void (*download_async)(void *host_dst, const void *src, size_t bytes, compute_event_t *done);
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*zero)(void *p, size_t bytes);
     void (*sync)(void); /* wait for all queued work */

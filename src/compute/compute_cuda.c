@@ -149,6 +149,12 @@ static void cuda_download(void *host_dst, const void *src, size_t bytes)
     DEVICE_WAIT(ddp_cuda_download(host_dst, src, bytes));
 }
 
+static void cuda_download_async(void *host_dst, const void *src, size_t bytes,
+                                compute_event_t *done)
+{
+    cuda_rc_(ddp_cuda_download_async(host_dst, src, bytes, (ddp_cuda_event_t *)done));
+}
+
 static void cuda_copy(void *dst, const void *src, size_t bytes)
 {
     cuda_rc_(ddp_cuda_copy(dst, src, bytes));
@@ -453,6 +459,7 @@ const compute_ops_t compute_cuda_ops = {
     .free = cuda_free,
     .upload = cuda_upload,
     .download = cuda_download,
+    .download_async = cuda_download_async,
     .copy = cuda_copy,
     .zero = cuda_zero,
     .sync = cuda_sync,

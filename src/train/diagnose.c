@@ -213,6 +213,7 @@ static ddp_status_t mode_(run_t *r, int mode, cursor_t *c,
             sampler_set_epoch(&t->sampler, c->epoch);
         }
         DDP_TRY(run_step(r, c->epoch, c->step, c->global, -1));
+        DDP_TRY(run_settle(r)); /* each step measured whole */
         if (i >= DIAGNOSE_WARMUP_STEPS) sp[i - DIAGNOSE_WARMUP_STEPS] = r->metrics.last;
         c->global++;
         c->step++;

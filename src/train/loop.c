@@ -76,19 +76,25 @@ static ddp_status_t steps_(run_t *r, train_result_t *res)
             used_micro = (s + 1) * cfg->accum;
             step++;
             replicas_inject_bitflip(t, step);
-            if (cfg->check_replicas > 0 && step % cfg->check_replicas == 0)
-                DDP_TRY(replicas_check(t, step));
-            if (cfg->log_every > 0 && (step % cfg->log_every == 0 || step == t->total_steps))
-                DDP_TRY(metrics_log(&r->metrics, t, epoch, step, res));
+            int check = cfg->check_replicas > 0 && step % cfg->check_replicas == 0;
+            int log = cfg->log_every > 0 && (step % cfg->log_every == 0 || step == t->total_steps);
+            int save = cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0 && step < t->total_steps;
+            /* what reads the model or the loss has the guard's verdict first */
+            if (check || log || save) DDP_TRY(run_settle(r));
+            if (check) DDP_TRY(replicas_check(t, step));
+            if (log) DDP_TRY(metrics_log(&r->metrics, t, epoch, step, res));
             here = position_(t, step, epoch, s + 1);
-            if (cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0 && step < t->total_steps)
-                DDP_TRY(checkpoint_write(&r->ckpt, t, &here));
+            if (save) DDP_TRY(checkpoint_write(&r->ckpt, t, &here));
             int sig;
             activity_phase(PHASE_STEP_END);
             DDP_TRY(boundary_agree(&r->ckpt, t, step, &sig));
             /* at the last step there is nothing to stop: finish as usual */
-            if (sig && step < t->total_steps) return stop_(r, sig, &here);
+            if (sig && step < t->total_steps) {
+                DDP_TRY(run_settle(r));
+                return stop_(r, sig, &here);
+            }
         }
+        DDP_TRY(run_settle(r)); /* the epoch's end reads the model */
         if (step < t->total_steps) trainer_drop_rest_of_epoch(t, used_micro);
         int64_t done_epochs = epoch + 1;
         if (cfg->eval_every > 0 && done_epochs % cfg->eval_every == 0 && step < t->total_steps)

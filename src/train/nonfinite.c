@@ -89,10 +89,23 @@ ddp_status_t nonfinite_init(nonfinite_t *g, trainer_t *t)
     size_t K = (size_t)cfg->accum, B = (size_t)m->batch;
     g->loss_at = t->compute->alloc(K * sizeof(double));
     g->loss_host = calloc(K, sizeof(double));
-    g->idx = calloc(K * B + 1, sizeof(int64_t));
-    g->count = calloc(K, sizeof(int));
-    int fail = !g->loss_at || !g->loss_host || !g->idx || !g->count;
-    if (g->skip) {
+    for (int k = 0; k < (g->skip ? 1 : 2); k++) {
+        g->idx_buf[k] = calloc(K * B + 1, sizeof(int64_t));
+        g->count_buf[k] = calloc(K, sizeof(int));
+    }
+    g->now.idx = g->idx_buf[0];
+    g->now.count = g->count_buf[0];
+    int fail = !g->loss_at || !g->loss_host || !g->now.idx || !g->now.count;
+    if (!g->skip) {
+        /* staging memory, so that the copy back does not wait on a GPU */
+        if (t->compute->host_alloc) g->late_host = t->compute->host_alloc(K * sizeof(double));
+        g->late_staged = g->late_host != NULL;
+        if (!g->late_host) g->late_host = calloc(K, sizeof(double));
+        g->late_done = t->compute->event_create();
+        g->late.idx = g->idx_buf[1];
+        g->late.count = g->count_buf[1];
+        fail = fail || !g->late_host || !g->late_done || !g->idx_buf[1] || !g->count_buf[1];
+    } else {
         g->bufs = t->compute->alloc(m->nbufs * sizeof(float) + sizeof(float));
         g->loss_sums = t->compute->alloc(2 * sizeof(double));
         g->counters = calloc((size_t)m->nlayers + 1, sizeof(int64_t));
@@ -111,8 +124,15 @@ void nonfinite_free(nonfinite_t *g, trainer_t *t)
     if (g->bufs) t->compute->free(g->bufs);
     if (g->loss_sums) t->compute->free(g->loss_sums);
     free(g->loss_host);
-    free(g->idx);
-    free(g->count);
+    if (g->late_staged)
+        t->compute->host_free(g->late_host);
+    else
+        free(g->late_host);
+    if (g->late_done) t->compute->event_destroy(g->late_done);
+    for (int k = 0; k < 2; k++) {
+        free(g->idx_buf[k]);
+        free(g->count_buf[k]);
+    }
     free(g->counters);
     memset(g, 0, sizeof *g);
 }
@@ -121,7 +141,7 @@ static void step_begin_(void *arg, trainer_t *t)
 {
     nonfinite_t *g = arg;
     model_t *m = &t->model;
-    g->nmicro = 0;
+    g->now.nmicro = 0;
     if (!g->skip) return;
     /* a device copy of the BN statistics per step (a few KB for the models
      * here; the cost of skip mode is the unfused optimizer, docs/diagnostics.md) */
@@ -134,9 +154,12 @@ static void batch_(void *arg, trainer_t *t, int64_t step, int j, int n, const in
 {
     nonfinite_t *g = arg;
     size_t B = (size_t)t->model.batch;
-    g->count[j] = n;
-    if (idx) memcpy(g->idx + (size_t)j * B, idx, (size_t)n * sizeof *idx);
-    g->nmicro = j + 1;
+    g->now.count[j] = n;
+    if (idx) memcpy(g->now.idx + (size_t)j * B, idx, (size_t)n * sizeof *idx);
+    g->now.nmicro = j + 1;
+    g->now.step = step;
+    g->now.cur = t->cur;
+    g->now.uploads = t->batch_uploads[t->cur];
     if (j == 0 && inject_due(INJECT_NAN, step) && n > 0) {
         float v = NAN;
         t->compute->upload(t->batch->x, &v, sizeof v);
@@ -188,20 +211,21 @@ static int scan_values_(trainer_t *t, const float *src, int n, size_t numel, int
     return found;
 }
 
-/* The first sample of micro-batch j holding a non-finite input value
- * (*target 0) or, with float targets, regression target (*target 1), when
- * the device batch still holds that micro-batch (the last of the step):
- * 1 and what was found, 0 none, -1 not known. */
-static int scan_inputs_(nonfinite_t *g, trainer_t *t, int j, int *sample, size_t *elem,
-                        float *value, int *target)
+/* The first sample of micro-batch j of step `seen` holding a non-finite
+ * input value (*target 0) or, with float targets, regression target
+ * (*target 1), when its device batch still holds that micro-batch (the last
+ * of the step, and nothing uploaded into that batch since): 1 and what was
+ * found, 0 none, -1 not known. */
+static int scan_inputs_(const nonfinite_seen_t *seen, trainer_t *t, int j, int *sample,
+                        size_t *elem, float *value, int *target)
 {
-    int n = g->count[j];
-    if (j != g->nmicro - 1 || n == 0) return -1;
+    int n = seen->count[j];
+    if (j != seen->nmicro - 1 || n == 0 || t->batch_uploads[seen->cur] != seen->uploads) return -1;
+    const device_batch_t *b = &t->batches[seen->cur];
     *target = 0;
-    int found = scan_values_(t, t->batch->x, n, t->train.sample_numel, sample, elem, value);
+    int found = scan_values_(t, b->x, n, t->train.sample_numel, sample, elem, value);
     if (found == 0 && t->train.regression) {
-        found = scan_values_(t, t->batch->targets, n, (size_t)t->train.targets, sample, elem,
-                             value);
+        found = scan_values_(t, b->targets, n, (size_t)t->train.targets, sample, elem, value);
         *target = found == 1;
     }
     return found;
@@ -210,19 +234,20 @@ static int scan_inputs_(nonfinite_t *g, trainer_t *t, int j, int *sample, size_t
 /* What this rank knows about its non-finite loss of micro-batch j, into
  * buf: the samples, and the one with a non-finite input if the batch shows
  * it.  Returns scan_inputs_'s answer. */
-static int nonfinite_text_(nonfinite_t *g, trainer_t *t, int64_t step, int j, double loss,
+static int nonfinite_text_(const nonfinite_seen_t *seen, trainer_t *t, int j, double loss,
                            char *buf, size_t cap)
 {
-    const int64_t *idx = g->idx + (size_t)j * (size_t)t->model.batch;
+    int64_t step = seen->step;
+    const int64_t *idx = seen->idx + (size_t)j * (size_t)t->model.batch;
     char micro[64] = "", list[640];
     if (t->cfg->accum > 1)
         snprintf(micro, sizeof micro, " (micro-batch %d of %lld)", j + 1, (long long)t->cfg->accum);
-    samples_text_(&t->train, idx, g->count[j], list, sizeof list);
+    samples_text_(&t->train, idx, seen->count[j], list, sizeof list);
     int sample = 0;
     size_t elem = 0;
     float v = 0;
     int target = 0;
-    int found = scan_inputs_(g, t, j, &sample, &elem, &v, &target);
+    int found = scan_inputs_(seen, t, j, &sample, &elem, &v, &target);
     size_t u = (size_t)snprintf(buf, cap,
                                 "the training loss is %s at step %lld on this rank%s; "
                                 "its samples there: %s",
@@ -247,11 +272,11 @@ static int nonfinite_text_(nonfinite_t *g, trainer_t *t, int64_t step, int j, do
 }
 
 /* Abort mode: end the job from this rank. */
-_Noreturn static void abort_nonfinite_(nonfinite_t *g, trainer_t *t, int64_t step, int j,
+_Noreturn static void abort_nonfinite_(const nonfinite_seen_t *seen, trainer_t *t, int j,
                                        double loss)
 {
     char msg[1024];
-    int found = nonfinite_text_(g, t, step, j, loss, msg, sizeof msg);
+    int found = nonfinite_text_(seen, t, j, loss, msg, sizeof msg);
     /* With SyncBatchNorm (or weights already poisoned) every rank sees the
      * NaN; the rank whose input holds it has the useful message, so a rank
      * that did not find a bad input gives it time to end the job first
@@ -287,25 +312,50 @@ step_watch_t nonfinite_watch(nonfinite_t *g)
                           .update_ok = g->skip ? update_ok_ : NULL};
 }
 
+/* The first non-finite of the n running loss sums, or -1. */
+static int first_bad_(const double *loss, int n)
+{
+    for (int j = 0; j < n; j++)
+        if (!isfinite(loss[j])) return j;
+    return -1;
+}
+
+ddp_status_t nonfinite_settle(nonfinite_t *g, trainer_t *t)
+{
+    if (g->skip || !g->late.step) return DDP_OK;
+    t->compute->event_wait(g->late_done);
+    int bad = first_bad_(g->late_host, g->late.nmicro);
+    if (bad >= 0) abort_nonfinite_(&g->late, t, bad, g->late_host[bad]);
+    g->late.step = 0;
+    return DDP_OK;
+}
+
 ddp_status_t nonfinite_step_end(nonfinite_t *g, trainer_t *t, int64_t step, step_result_t *res)
 {
     int skipped = res->skipped;
     model_t *m = &t->model;
-    /* one read of the running loss sums of the step's micro-batches: the
-     * first non-finite one names the micro-batch */
-    t->compute->download(g->loss_host, g->loss_at, (size_t)g->nmicro * sizeof(double));
-    int bad = -1;
-    for (int j = 0; j < g->nmicro && bad < 0; j++)
-        if (!isfinite(g->loss_host[j])) bad = j;
     if (!g->skip) {
-        if (bad >= 0) abort_nonfinite_(g, t, step, bad, g->loss_host[bad]);
+        /* the step's running loss sums come back behind its work, judged
+         * once the next step is queued (nonfinite_settle) */
+        DDP_TRY(nonfinite_settle(g, t));
+        t->compute->download_async(g->late_host, g->loss_at,
+                                   (size_t)g->now.nmicro * sizeof(double), g->late_done);
+        nonfinite_seen_t settled = g->late; /* its arrays are free now */
+        g->late = g->now;
+        g->late.step = step;
+        g->now = (nonfinite_seen_t){.idx = settled.idx, .count = settled.count};
         return DDP_OK;
     }
+    /* one read of the running loss sums of the step's micro-batches: the
+     * first non-finite one names the micro-batch */
+    t->compute->download(g->loss_host, g->loss_at, (size_t)g->now.nmicro * sizeof(double));
+    int bad = first_bad_(g->loss_host, g->now.nmicro);
+    g->now.step = step;
     if (bad >= 0) {
         /* only the rank with the bad input speaks (with SyncBatchNorm every
          * rank's loss is NaN), and a rank whose loss alone was not finite */
         char msg[1024];
-        int found = nonfinite_text_(g, t, step, bad, g->loss_host[bad], msg, sizeof msg);
+        int found = nonfinite_text_(&g->now, t, bad, g->loss_host[bad], msg, sizeof msg);
         if (found == 1) log_warn("%s", msg);
         if (!skipped)
             log_warn("the training loss is %s at step %lld on this rank, but the all-reduced "

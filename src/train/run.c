@@ -19,6 +19,11 @@ void run_guards_free(run_t *r)
     r->have_guard = 0;
 }
 
+ddp_status_t run_settle(run_t *r)
+{
+    return r->have_guard ? nonfinite_settle(&r->guard, &r->t) : DDP_OK;
+}
+
 ddp_status_t run_step(run_t *r, int64_t epoch, int64_t step_in_epoch, int64_t global_step,
                       int64_t next_micro)
 {
@@ -27,6 +32,11 @@ ddp_status_t run_step(run_t *r, int64_t epoch, int64_t step_in_epoch, int64_t gl
     step_watch_t watch = nonfinite_watch(&r->guard);
     step_result_t res;
     ddp_status_t st = trainer_step(t, &watch, epoch, step_in_epoch, global_step, &res);
+    /* the verdict on the step before (abort mode), with this step's work
+     * queued: the host does not wait for it; before the next batch is
+     * uploaded, so that the device batch of the step before still shows its
+     * inputs to the message */
+    DDP_TRY(run_settle(r));
     /* a non-finite global gradient norm: every rank sees it and stops */
     if (st == DDP_ERR_NUMERIC) return st;
     if (st != DDP_OK) control_abort(t->ctl, st);
@@ -40,7 +50,8 @@ ddp_status_t run_step(run_t *r, int64_t epoch, int64_t step_in_epoch, int64_t gl
     /* a device failure surfaces after the op that caused it returned */
     trainer_check_device(t);
     /* the non-finite guard, every step: a NaN or Inf loss stays in this
-     * rank's running loss sum (one read of the step's sums) */
+     * rank's running loss sum (one read of the step's sums; in abort mode
+     * judged at the next run_settle) */
     DDP_TRY(nonfinite_step_end(&r->guard, t, global_step + 1, &res));
     r->metrics.samples += res.samples;
     r->metrics.grad_norm = res.grad_norm;

@@ -50,5 +50,10 @@ void run_guards_free(run_t *r);
  * sees it); another failure ends the job. */
 ddp_status_t run_step(run_t *r, int64_t epoch, int64_t step_in_epoch, int64_t global_step,
                       int64_t next_micro);
+/* The non-finite guard's verdict on the last step run (nonfinite_settle),
+ * which run_step gives one step late: before anything reads the model or
+ * the loss (a checkpoint, the logged loss, evaluation, the replica check,
+ * the end of training). */
+ddp_status_t run_settle(run_t *r);
 
 #endif

@@ -21,6 +21,7 @@ static void upload_next_(trainer_t *t, int n, const float *x, const int32_t *lab
     device_batch_t *b = &t->batches[next];
     const compute_event_t *reuse = t->batch_free[next];
     compute_event_t *done = t->upload_done;
+    t->batch_uploads[next]++;
     compute->upload_async(b->x, x, (size_t)n * t->train.sample_numel * sizeof(float), reuse, done);
     if (sample_idx)
         compute->upload_async(b->sample_idx, sample_idx, (size_t)n * sizeof(int64_t), reuse, done);

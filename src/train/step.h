@@ -103,6 +103,7 @@ typedef struct trainer {
     /* batch_free[k]: recorded after the last op that used batches[k] (when
      * the trainer turns to the next one): the reuse event of its uploads */
     compute_event_t *batch_free[TRAINER_DEVICE_BATCHES];
+    uint64_t batch_uploads[TRAINER_DEVICE_BATCHES]; /* uploads into each so far */
     int cur;               /* the batch the ops compute on */
     device_batch_t *batch; /* &batches[cur] */
     /* the next step's first micro-batch (trainer_prefetch): read, its upload

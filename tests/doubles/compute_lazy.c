@@ -17,6 +17,10 @@
  *     a batch that ops still read on a GPU: it is refused (the run fails,
  *     compute_lazy_violation names the upload), as is a reuse event used
  *     for two different buffers.
+ *   - download_async reads its source in the ops' order but fills the
+ *     host buffer with NaN; the bytes land there when `done`, or another
+ *     event recorded after it, is waited for (or at sync), not at the next
+ *     op: a host that reads them before its wait sees NaN.
  *   - the parameter gradients a backward op writes (dw, db; dgamma, dbeta)
  *     are held back: the results are kept aside and the gradient memory
  *     holds NaN until an event recorded after the op is waited for, or the
@@ -31,7 +35,6 @@
  */
 #include "compute_lazy.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +47,7 @@
 typedef struct held {
     uint64_t seq; /* in the order it was called */
     int upload;
+    int host; /* a download_async: lands at an event wait, not at the next op */
     void *dst;
     const void *src;
     float *saved; /* kept across uses of the slot */
@@ -103,20 +107,22 @@ static held_t *hold_(int upload, void *dst, const void *src, size_t bytes)
     held_t *h = &held_[nheld_++];
     h->seq = ++seq_;
     h->upload = upload;
+    h->host = 0;
     h->dst = dst;
     h->src = src;
     h->bytes = bytes;
     return h;
 }
 
-/* Complete the held work up to seq (uploads only when `uploads`), in order. */
+/* Complete the held work up to seq (uploads and host downloads only when
+ * `uploads`: the host waits), in order. */
 static void complete_(uint64_t seq, int uploads)
 {
     int paused = 0;
     size_t keep = 0;
     for (size_t i = 0; i < nheld_; i++) {
         held_t *h = &held_[i];
-        int due = h->seq <= seq && (!h->upload || uploads);
+        int due = h->seq <= seq && ((!h->upload && !h->host) || uploads);
         if (due && h->upload) {
             if (!paused) usleep(COPY_PAUSE_US);
             paused = 1;
@@ -143,26 +149,32 @@ static void ops_in_order_(void)
     complete_(UINT64_MAX, 0);
 }
 
-/* A backward op wrote n floats of parameter gradient at p: keep them aside,
- * leave NaN until completion. */
-static void hold_grad_(float *p, size_t n)
+/* Keep the bytes at src aside for dst (NaN there until completion); the
+ * entry, or NULL when out of memory. */
+static held_t *hold_bytes_(void *dst, const void *src, size_t bytes)
 {
-    if (!p || !n) return;
-    size_t bytes = n * sizeof(float);
-    held_t *h = hold_(0, p, NULL, bytes);
-    if (!h) return;
+    held_t *h = hold_(0, dst, NULL, bytes);
+    if (!h) return NULL;
     if (h->cap < bytes) {
         float *s = realloc(h->saved, bytes);
         if (!s) {
             nheld_--;
             failed_ = 1;
-            return;
+            return NULL;
         }
         h->saved = s;
         h->cap = bytes;
     }
-    memcpy(h->saved, p, bytes);
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    memcpy(h->saved, src, bytes);
+    memset(dst, 0xff, bytes); /* NaN as float and as double */
+    return h;
+}
+
+/* A backward op wrote n floats of parameter gradient at p: keep them aside,
+ * leave NaN until completion. */
+static void hold_grad_(float *p, size_t n)
+{
+    if (p && n) hold_bytes_(p, p, n * sizeof(float));
 }
 
 static landed_t *landed_of_(void *p)
@@ -341,6 +353,17 @@ static void lazy_download_(void *host_dst, const void *src, size_t bytes)
     cpu_()->download(host_dst, src, bytes);
 }
 
+static void lazy_download_async_(void *host_dst, const void *src, size_t bytes,
+                                 compute_event_t *done)
+{
+    ops_in_order_();
+    if (bytes) {
+        held_t *h = hold_bytes_(host_dst, src, bytes);
+        if (h) h->host = 1;
+    }
+    if (done) done->seq = seq_;
+}
+
 static void lazy_copy_(void *dst, const void *src, size_t bytes)
 {
     ops_in_order_();
@@ -378,6 +401,7 @@ const compute_ops_t *compute_lazy_ops(void)
         ops.to_half = lazy_to_half_;
         ops.from_half = lazy_from_half_;
         ops.download = lazy_download_;
+        ops.download_async = lazy_download_async_;
         ops.copy = lazy_copy_;
         ops.zero = lazy_zero_;
     }

@@ -155,6 +155,20 @@ static void m_upload_async(void *dst, const void *src, size_t bytes, const compu
     check_("upload_async");
 }
 
+/* Through the device's download_async into the caller's buffer (pageable
+ * here: the device's copy is then complete when it returns), waited for
+ * before the device buffer is freed. */
+static void m_download_async(void *dst, const void *src, size_t bytes, compute_event_t *done)
+{
+    void *d = dev_alloc_(bytes, "download_async");
+    D->upload(d, src, bytes);
+    D->download_async(dst, d, bytes, done);
+    if (done) D->event_wait(done);
+    D->sync();
+    D->free(d);
+    check_("download_async");
+}
+
 static compute_event_t *m_event_create(void)
 {
     compute_event_t *e = D->event_create();
@@ -523,6 +537,7 @@ static compute_ops_t mirror_ = {
     .free = m_free,
     .upload = m_upload,
     .download = m_upload, /* host to host through the device, as upload */
+    .download_async = m_download_async,
     .copy = m_copy,
     .zero = m_zero,
     .sync = m_sync,

@@ -37,6 +37,10 @@
 #  (k) the profiler ranges (NVTX, counted by the emulation): each step's
 #      forward, backward and optimizer phase and each bucket's all-reduce,
 #      every range closed;
+#  (l) the host keeps ahead of the GPU: 8 more steps add no host wait that
+#      leaves the emulated GPU idle (DDP_EMU_DRAIN_REPORT), np=1 and np=2;
+#      the non-finite guard, reading each step's losses one step late,
+#      names the step and sample on cuda;
 #  and a --device cuda checkpoint resumes to the same weights as a run
 #  without the interruption.
 #
@@ -179,18 +183,20 @@ DDP_EMU_FAIL=ncclCommInitRank:1 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5
   --steps 5 --device cuda >"$T/ni.out" 2>"$T/ni.err"
 ddp_expect_error "$T/ni.err" $? 7 "failed ncclCommInitRank" "ncclCommInitRank("
 
-# (j) a hang on the GPU: every rank's 199th cudaStreamSynchronize (step 85's
-# loss read, after its buckets were queued) never returns.  The count
-# includes start-up's, one per device buffer (zero-filled): a model that
-# allocates another buffer moves the index (the ReLU fused into the
-# BatchNorm took one away)
-DDP_EMU_HANG=cudaStreamSynchronize:199 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp \
+# (j) a hang on the GPU: every rank's 172nd cudaEventSynchronize never
+# returns: step 86's wait for its losses (the non-finite guard's verdict,
+# taken before the progress line of --log-every 1), after its buckets were
+# queued.  Two a step: the batch's upload, then the losses
+DDP_EMU_HANG=cudaEventSynchronize:172 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp \
   --batch 8 --steps 200 --device cuda --timeout 3 >"$T/hang.out" 2>"$T/hang.err"
 ddp_expect_error "$T/hang.err" $? 10 "a collective hanging on the GPU" \
   "watchdog: gradient-bucket|has not completed in|every rank started it|waits for its GPU"
-# ... and one with no collective pending (the 200th: the same step's next
-# download, after the buckets completed): a kernel that never ends
-DDP_EMU_HANG=cudaStreamSynchronize:200 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp \
+# ... and one with no collective pending: the 199th cudaStreamSynchronize,
+# the progress line's read of step 169's loss sums after the guard's wait
+# saw the step through (one a step, after start-up's, one per device buffer
+# (zero-filled): a model that allocates another buffer moves the index): a
+# kernel that never ends
+DDP_EMU_HANG=cudaStreamSynchronize:199 DDP_TEST_TIMEOUT=120 mpirun_np 2 "$EMU" "$T/d.h5" $mlp \
   --batch 8 --steps 200 --device cuda --timeout 3 >"$T/hang2.out" 2>"$T/hang2.err"
 ddp_expect_error "$T/hang2.err" $? 10 "a GPU hanging outside any collective" \
   "for its GPU (--timeout 3)|with no collective pending|waiting for their GPUs (2 of 2)|look at the GPU"
@@ -235,6 +241,31 @@ done
 ddp_expect_error "$T/g.err" $? 2 "--device cuda without the backend" "built without the cuda backend|--device cpu"
 run "auto" 1 "$DDPTRAIN" "$T/d.h5" $mlp --steps 3 --device auto
 grep -q "device cpu" "$T/auto.log" || { cat "$T/auto.log"; fail "--device auto: not on cpu"; }
+
+# (l) the host keeps ahead of the GPU: a step queues its work and the next
+# one starts without waiting for it (the non-finite guard reads each step's
+# losses one step late), so 8 more steps add no host wait that leaves the
+# emulated GPU idle (DDP_EMU_DRAIN_REPORT), at np=1 and at np=2 with
+# SyncBatchNorm; and the guard, one step late, still names the step and the
+# sample whose input is NaN
+drains() { sed -n 's/^ddp_emu: host waits that left the device idle: \([0-9]*\).*/\1/p' "$1" | sort -u; }
+export DDP_EMU_DRAIN_REPORT=1
+for np in 1 2; do
+  for n in 4 12; do
+    run "ahead-$np-$n" $np "$EMU" "$T/d.h5" $mlp --batch 8 --steps $n --device cuda --log-every 0
+  done
+  a=$(drains "$T/ahead-$np-4.log") b=$(drains "$T/ahead-$np-12.log")
+  # (start-up's waits are counted: a counter that counts nothing fails here)
+  [ -n "$a" ] && [ "$(echo "$a" | head -n 1)" -gt 0 ] && [ "$a" = "$b" ] ||
+    { cat "$T/ahead-$np-12.log"; fail "np=$np: 8 more steps left the GPU idle $a -> $b times"; }
+  echo "np=$np: host waits that left the GPU idle, 4 steps and 12: $a and $b"
+done
+unset DDP_EMU_DRAIN_REPORT
+"$EMU" "$T/d.h5" $mlp --batch 8 --steps 10 --device cuda --log-every 0 --inject nan:0:5 \
+  >"$T/nan.out" 2>"$T/nan.err"
+ddp_expect_error "$T/nan.err" $? 8 "--inject nan on cuda" "the training loss is nan at step 5 on this rank"
+grep -q "holds a non-finite input value (nan at value 0 of 12)" "$T/nan.err" ||
+  { cat "$T/nan.err"; fail "--inject nan on cuda: the sample's input is not named"; }
 
 # checkpoints on cuda: 30 steps straight == 15, then resumed to 30 (the
 # weights go through download and upload)

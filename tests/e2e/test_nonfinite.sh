@@ -8,7 +8,9 @@
 #     row, and the value (a NaN regression target likewise, not called
 #     divergence); a NaN injected into rank 1's batch with
 #     SyncBatchNorm (every rank's loss is NaN then) is named by rank 1, the
-#     rank whose input holds it;
+#     rank whose input holds it; the verdict, one step late, still comes
+#     before a checkpoint (none is written of a NaN step) and at the end
+#     (a NaN in the last step named with its sample);
 #   - skip: a NaN on rank 1 in the last step drops that step on both ranks:
 #     weights, BN statistics and counters, optimizer state and its step
 #     count equal bitwise those of the run that stopped one step earlier
@@ -70,6 +72,21 @@ first=$(sed -n 's/.*its samples there: \([0-9]*\),.*/\1/p' "$T/inj.e")
 has inj.e "; sample $first (row $first of $T/d.h5) holds"
 [ "$secs" -le 30 ] || fail "--inject nan:1:3: the job took $secs s to end"
 echo "abort, --inject nan:1:3 with SyncBN: exit 8 after $secs s, sample $first named"
+
+# the verdict comes one step late (the host does not wait for the step it
+# just queued), but before anything reads the model: a NaN at a checkpoint
+# step leaves no checkpoint of the poisoned weights, and a NaN in the last
+# step is still named with its sample (not "the weights are not finite")
+late="--model linear:16,relu,linear:auto --batch 8 --log-every 0 --eval-every 0"
+run ck "$T/d.h5" $late --steps 10 --inject nan:1:4 --ckpt-every 4 --ckpt-dir "$T/ck"
+[ $rc -eq 8 ] || { cat "$T/ck.e"; fail "NaN at a checkpoint step: exit $rc, expected 8"; }
+has ck.e "rank 1 ($(hostname)): error: the training loss is nan at step 4 on this rank"
+ls "$T/ck" | grep -q '^ckpt_' && { ls -l "$T/ck"; fail "a checkpoint of the step whose loss was NaN"; }
+run last "$T/d.h5" $late --steps 5 --inject nan:1:5
+[ $rc -eq 8 ] || { cat "$T/last.e"; fail "NaN in the last step: exit $rc, expected 8"; }
+has last.e "the training loss is nan at step 5 on this rank"
+has last.e "holds a non-finite input value (nan at value 0 of 12)"
+echo "abort, NaN at a checkpoint step and in the last step: named, no checkpoint written"
 
 # ---- skip --------------------------------------------------------------
 for opt in "--momentum 0.9" "--optimizer adamw --lr 0.01"; do

@@ -19,8 +19,12 @@ int ddp_emu_device_range(const void *p, size_t bytes);
  * device. */
 long ddp_emu_current_busid(void);
 /* Runs everything queued on `stream` (a cudaStream_t; DDP_EMU_STREAMS), as
- * the host waiting for it would. */
+ * the host waiting for it would: the emulated NCCL reading its buffers,
+ * which on a GPU its kernels do in the stream (no host wait, not counted by
+ * DDP_EMU_DRAIN_REPORT). */
 void ddp_emu_stream_sync(void *stream);
+/* 1 when `stream` is a live stream or the default one; runs nothing. */
+int ddp_emu_stream_live(void *stream);
 /* Copies `bytes` from `src` to `dst` as an operation of `stream`: now, or
  * queued behind the stream's work; `src` (from malloc) is freed after. */
 void ddp_emu_stream_deliver(void *stream, void *dst, void *src, size_t bytes);

@@ -373,7 +373,7 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 
 extern "C" cudaError_t cudaDeviceSynchronize(void)
 {
-    host_wait_all();
+    host_wait_all("cudaDeviceSynchronize");
     return cudaSuccess;
 }
 

@@ -102,9 +102,10 @@ bool stream_ok_locked(cudaStream_t s);
 // Run `run` as an operation of stream s: now (sync mode, the legacy stream)
 // or queued.
 void submit(cudaStream_t s, std::function<void()> run);
-// What the host waits for: one stream (the legacy one: all), or every one.
-void host_wait(cudaStream_t s);
-void host_wait_all();
+// What the host waits for: one stream (the legacy one: all), or every one;
+// `call` names the waiting call for DDP_EMU_DRAIN_REPORT (emu_stream.cc).
+void host_wait(cudaStream_t s, const char *call);
+void host_wait_all(const char *call);
 
 } // namespace emu
 

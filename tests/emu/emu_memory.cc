@@ -113,7 +113,7 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t size)
 extern "C" cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;
-    host_wait_all(); // cudaFree waits for the device
+    host_wait_all("cudaFree"); // cudaFree waits for the device
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_dev.find((uintptr_t)p);
     if (it == g_dev.end()) return fail(cudaErrorInvalidValue);
@@ -146,7 +146,7 @@ extern "C" cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags)
 extern "C" cudaError_t cudaFreeHost(void *p)
 {
     if (!p) return cudaSuccess;
-    host_wait_all();
+    host_wait_all("cudaFreeHost");
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_host.find((uintptr_t)p);
     if (it == g_host.end()) return fail(cudaErrorInvalidValue);
@@ -187,7 +187,7 @@ cudaError_t memcpy_checked(const char *name, void *dst, const void *src, size_t 
     if (!async || dst_pageable) {
         // A synchronous copy, or one into pageable memory, has finished when
         // it returns (after the work before it).
-        host_wait(async ? stream : nullptr);
+        host_wait(async ? stream : nullptr, name);
         memmove(dst, src, count);
     } else if (src_pageable) {
         // From pageable memory the source is staged before the call returns.

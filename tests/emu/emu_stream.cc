@@ -5,11 +5,19 @@
 // queue, and cudaStreamWaitEvent makes a stream run the marked stream up to
 // the record first.  The contract is in include/cuda_runtime.h; the other
 // parts queue their work with submit() (emu_internal.h).
+//
+// DDP_EMU_DRAIN_REPORT=1 prints at exit how many host waits left the device
+// idle (every stream's queue empty after the wait, where some work was
+// queued before it), by the call that waited: on a GPU the device then
+// idles until the host queues more.  A trainer whose host keeps ahead of the
+// device adds none per step (tests/e2e/test_gpu_model.sh).
 #include "emu_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 using namespace emu;
 
@@ -127,6 +135,42 @@ void drain_all()
     for (size_t i = 0; i < g_stream_order.size(); i++) drain(g_stream_order[i]);
 }
 
+// ---- drains: host waits after which the device has nothing to do (g_qmu)
+
+std::map<std::string, long> g_drains; // by the call that waited
+
+bool work_queued()
+{
+    for (const CUstream_st *s : g_stream_order)
+        if (!s->queue.empty()) return true;
+    return false;
+}
+
+void report_drains()
+{
+    long n = 0;
+    std::string by;
+    for (const auto &d : g_drains) {
+        n += d.second;
+        by += (by.empty() ? "" : ", ") + d.first + " " + std::to_string(d.second);
+    }
+    fprintf(stderr, "ddp_emu: host waits that left the device idle: %ld%s%s%s (pid %ld)\n", n,
+            by.empty() ? "" : " (", by.c_str(), by.empty() ? "" : ")", (long)getpid());
+}
+
+// After a host wait that ran queued work (had: work was queued before it;
+// call: the waiting call, nullptr for the emulation's own).
+void note_wait(bool had, const char *call)
+{
+    if (!call) return;
+    static bool registered = false;
+    if (!registered) {
+        registered = true;
+        if (emu::env_long("DDP_EMU_DRAIN_REPORT", 0, 0, 1)) atexit(report_drains);
+    }
+    if (had && !work_queued()) g_drains[call]++;
+}
+
 // The eager streams run every operation whose wait has completed.
 void pump()
 {
@@ -158,7 +202,11 @@ void submit(cudaStream_t s, StreamOp op)
 {
     std::lock_guard<std::recursive_mutex> lock(g_qmu);
     if (legacy_stream(s) || !s->queued) {
-        if (legacy_stream(s)) drain_all();
+        if (legacy_stream(s)) {
+            bool had = work_queued();
+            drain_all();
+            note_wait(had, "the legacy stream");
+        }
         run_op(op);
     } else {
         s->queue.push_back(std::move(op));
@@ -172,26 +220,34 @@ void submit(cudaStream_t s, std::function<void()> run)
 }
 
 // What the host waits for: one stream (the legacy one: all), or every one.
-void host_wait(cudaStream_t s)
+void host_wait(cudaStream_t s, const char *call)
 {
     std::lock_guard<std::recursive_mutex> lock(g_qmu);
+    bool had = work_queued();
     if (legacy_stream(s))
         drain_all();
     else
         drain(s);
     pump();
+    note_wait(had, call);
 }
 
-void host_wait_all()
+void host_wait_all(const char *call)
 {
-    host_wait(nullptr);
+    host_wait(nullptr, call);
 }
 
 } // namespace emu
 
 extern "C" void ddp_emu_stream_sync(void *stream)
 {
-    host_wait((cudaStream_t)stream);
+    host_wait((cudaStream_t)stream, nullptr);
+}
+
+extern "C" int ddp_emu_stream_live(void *stream)
+{
+    std::lock_guard<std::mutex> lock(g_mu);
+    return stream_ok_locked((cudaStream_t)stream) ? 1 : 0;
 }
 
 extern "C" void ddp_emu_stream_deliver(void *stream, void *dst, void *src, size_t bytes)
@@ -264,26 +320,26 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t stream)
     return cudaSuccess;
 }
 
-static cudaError_t stream_wait(cudaStream_t stream)
+static cudaError_t stream_wait(cudaStream_t stream, const char *call)
 {
     {
         std::lock_guard<std::mutex> lock(g_mu);
         if (!stream_ok_locked(stream)) return fail(cudaErrorInvalidResourceHandle);
     }
-    host_wait(stream);
+    host_wait(stream, call);
     return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     hang_point("cudaStreamSynchronize");
-    return stream_wait(stream);
+    return stream_wait(stream, "cudaStreamSynchronize");
 }
 
 // A query runs the work it asks about, then answers that it is complete.
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-    return stream_wait(stream);
+    return stream_wait(stream, "cudaStreamQuery");
 }
 
 extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
@@ -346,27 +402,29 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 
 // Runs the work up to the event's record (a query, like a stream query,
 // then answers that it is complete).
-static cudaError_t event_wait(cudaEvent_t event)
+static cudaError_t event_wait(cudaEvent_t event, const char *call)
 {
     std::lock_guard<std::recursive_mutex> qlock(g_qmu);
     {
         std::lock_guard<std::mutex> lock(g_mu);
         if (!g_events.count(event)) return fail(cudaErrorInvalidResourceHandle);
     }
+    bool had = work_queued();
     if (event->last) run_to(event->last);
     pump();
+    note_wait(had, call);
     return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    return event_wait(event);
+    return event_wait(event, "cudaEventQuery");
 }
 
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
     hang_point("cudaEventSynchronize");
-    return event_wait(event);
+    return event_wait(event, "cudaEventSynchronize");
 }
 
 extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)

@@ -330,8 +330,7 @@ static ncclResult_t nccl_emu_begin_(const char *call, ncclComm_t comm, ncclDataT
     if (nccl_emu_type_size_(type) == 0)
         return nccl_emu_fail_(comm, ncclInvalidArgument, "%s: unknown data type %d", call,
                               (int)type);
-    if (cudaStreamQuery(stream) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (!ddp_emu_stream_live(stream)) {
         return nccl_emu_fail_(comm, ncclUnhandledCudaError, "%s: the stream is not a live stream",
                               call);
     }

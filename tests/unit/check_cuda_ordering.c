@@ -8,7 +8,10 @@
  *     returns only once the copy has landed and read the host buffer, so
  *     ops may read dst and the host may refill its buffer (the loader's);
  *   - copy, zero and the launchers are queued in order, and download waits
- *     for all of them.
+ *     for all of them;
+ *   - download_async reads its source after the ops called before it and
+ *     before those called after it, and the bytes are in the host buffer
+ *     once `done` has been waited for.
  * Two programs from this file, as the streams' mode is fixed when the
  * backend creates them: check_cuda_ordering (lazy: every stream runs only
  * when waited for, so a missing wait leaves a reader before its writer) and
@@ -169,6 +172,40 @@ START_TEST(ops_in_call_order)
 }
 END_TEST
 
+/* The non-finite guard's read of a step's losses: queued behind the step,
+ * waited for one step later, while the next step's ops rewrite the source. */
+START_TEST(download_async_in_call_order)
+{
+    setup();
+    void *d = dev_();
+    float *h = pinned_(), *h2 = pinned_();
+    compute_event_t *done = C->event_create(), *done2 = C->event_create();
+    ck_assert_ptr_nonnull(done);
+    ck_assert_ptr_nonnull(done2);
+    fill_(h, -1.0f), fill_(h2, -1.0f);
+    float src[N];
+    fill_(src, 3.0f);
+    C->upload(d, src, sizeof src);
+    C->scale(N, d, 2.0f); /* before: in the copy */
+    C->download_async(h, d, N * sizeof(float), done);
+    C->zero(d, N * sizeof(float)); /* after: not in it */
+    C->download_async(h2, d, N * sizeof(float), done2);
+    C->scale(N, d, 5.0f);
+    C->event_wait(done);
+    C->event_wait(done2);
+    ck_assert_int_eq(C->check(), DDP_OK);
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg(h[i] == 2.0f * (3.0f + (float)i), "[%d] = %g, expected %g (streams %s)", i,
+                      (double)h[i], 2.0 * (3.0 + i), STREAMS);
+        ck_assert_msg(h2[i] == 0.0f, "second copy [%d] = %g, expected 0 (streams %s)", i,
+                      (double)h2[i], STREAMS);
+    }
+    C->event_destroy(done), C->event_destroy(done2);
+    C->host_free(h), C->host_free(h2);
+    C->free(d);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("cuda_ordering");
@@ -177,6 +214,7 @@ Suite *test_suite(void)
     tcase_add_test(t, done_means_host_buffer_read);
     tcase_add_test(t, later_event_covers_upload);
     tcase_add_test(t, ops_in_call_order);
+    tcase_add_test(t, download_async_in_call_order);
     suite_add_tcase(s, t);
     return s;
 }

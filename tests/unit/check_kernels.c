@@ -59,6 +59,7 @@ START_TEST(registry)
         const compute_ops_t *c = compute_backend(i);
         ck_assert_ptr_eq(compute_find(c->name), c);
         ck_assert_ptr_nonnull(c->upload_async);
+        ck_assert_ptr_nonnull(c->download_async);
         ck_assert_ptr_nonnull(c->event_create);
         u += (size_t)snprintf(names + u, sizeof names - u, "%s%s", i ? " " : "", c->name);
     }

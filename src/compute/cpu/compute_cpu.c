@@ -118,6 +118,12 @@ static void cpu_upload_async(void *dst, const void *host_src, size_t bytes,
     cpu_copy(dst, host_src, bytes);
 }
 
+static void cpu_download_async(void *host_dst, const void *src, size_t bytes, compute_event_t *done)
+{
+    (void)done;
+    cpu_copy(host_dst, src, bytes);
+}
+
 const compute_ops_t compute_cpu_ops = {
     .name = "cpu",
     .mem_kind = DDP_MEM_HOST,
@@ -126,6 +132,7 @@ const compute_ops_t compute_cpu_ops = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .download_async = cpu_download_async,
     .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
