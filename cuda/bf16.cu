@@ -26,14 +26,83 @@ struct Scratch {
 };
 Scratch g_scratch[DDP_BF16_NSCRATCH];
 
-// One layer's copies: w16 at buf, x16 after it (256-byte aligned).
+// One layer's copies: w16 at buf, x16 after it (256-byte aligned); or,
+// where the weight is a parameter of the mirror, w16 there and x16 at buf.
 struct MemoEntry {
     const float *w = nullptr, *x = nullptr;
     size_t wcount = 0, xcount = 0;
-    bool valid = false; // the copies are those of w and x as recorded
-    Scratch buf;        // exactly as large as the largest need (the plan counts it so)
+    bool valid = false;           // the copies are those of w and x as recorded
+    const uint16_t *w16 = nullptr; // in buf or in the mirror
+    Scratch buf;                  // exactly as large as the largest need (the plan counts it so)
 };
 std::vector<MemoEntry> g_memo;
+
+// The parameters' mirror (bf16.h): h[i] is the rounding of base[i] over the
+// ranges of `fresh` (element offsets [first, end), sorted, disjoint, not
+// touching).
+struct Mirror {
+    const float *base = nullptr;
+    size_t count = 0;
+    uint16_t *h = nullptr;
+    std::vector<std::pair<size_t, size_t>> fresh;
+};
+Mirror g_mirror;
+
+// [a, b) into fresh, merged with what it meets.
+void fresh_add_(size_t a, size_t b)
+{
+    auto &f = g_mirror.fresh;
+    std::vector<std::pair<size_t, size_t>> out;
+    out.reserve(f.size() + 1);
+    size_t i = 0;
+    while (i < f.size() && f[i].second < a) out.push_back(f[i++]);
+    while (i < f.size() && f[i].first <= b) {
+        a = f[i].first < a ? f[i].first : a;
+        b = f[i].second > b ? f[i].second : b;
+        i++;
+    }
+    out.emplace_back(a, b);
+    while (i < f.size()) out.push_back(f[i++]);
+    f.swap(out);
+}
+
+// [a, b) out of fresh.
+void fresh_remove_(size_t a, size_t b)
+{
+    auto &f = g_mirror.fresh;
+    std::vector<std::pair<size_t, size_t>> out;
+    out.reserve(f.size() + 1);
+    for (const auto &r : f) {
+        if (r.second <= a || r.first >= b) {
+            out.push_back(r);
+            continue;
+        }
+        if (r.first < a) out.emplace_back(r.first, a);
+        if (r.second > b) out.emplace_back(b, r.second);
+    }
+    f.swap(out);
+}
+
+bool fresh_has_(size_t a, size_t b)
+{
+    for (const auto &r : g_mirror.fresh)
+        if (r.first <= a && b <= r.second) return true;
+    return false;
+}
+
+// p's element offset in the mirror's buffer when [p, p + count) lies in it.
+bool mirror_off_(const void *p, size_t bytes, size_t *off, size_t *end)
+{
+    const Mirror &m = g_mirror;
+    if (!m.h || !p) return false;
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)m.base, hi = lo + m.count * sizeof(float);
+    if (a + bytes <= lo || a >= hi) return false;
+    // the elements it touches, clipped to the buffer
+    *off = a <= lo ? 0 : (a - lo) / sizeof(float);
+    uintptr_t e = a + bytes >= hi ? hi : a + bytes;
+    *end = (e - lo + sizeof(float) - 1) / sizeof(float);
+    return true;
+}
 
 size_t aligned_(size_t count)
 {
@@ -110,16 +179,32 @@ int ddp_bf16_memo_put_(const float *w, size_t wcount, const float *x, size_t xco
         e->w = w;
     }
     e->valid = false;
-    size_t xoff = aligned_(wcount), need = (xoff + (x ? xcount : 0)) * sizeof(uint16_t);
+    uint16_t *mw = ddp_bf16_mirror_at_(w, wcount);
+    size_t xoff = mw ? 0 : aligned_(wcount), need = (xoff + (x ? xcount : 0)) * sizeof(uint16_t);
     if (grow_(&e->buf, need, need) != 0) return -1;
     uint16_t *buf = (uint16_t *)e->buf.p;
-    if (ddp_bf16_convert_(wcount, w, buf) != 0) return -1;
+    if (mw) {
+        size_t off = (size_t)(w - g_mirror.base);
+        if (!fresh_has_(off, off + wcount)) {
+            if (ddp_bf16_convert_(wcount, w, mw) != 0) return -1;
+            fresh_add_(off, off + wcount);
+        }
+#ifdef DDP_CUDA_EMU
+        else {
+            memo_check_("weight (from the parameters' mirror)", w, mw, wcount);
+        }
+#endif
+        e->w16 = mw;
+    } else {
+        if (ddp_bf16_convert_(wcount, w, buf) != 0) return -1;
+        e->w16 = buf;
+    }
     if (x && ddp_bf16_convert_(xcount, x, buf + xoff) != 0) return -1;
     e->x = x;
     e->wcount = wcount;
     e->xcount = x ? xcount : 0;
     e->valid = true;
-    *w16 = buf;
+    *w16 = e->w16;
     *x16 = x ? buf + xoff : nullptr;
     return 0;
 }
@@ -131,8 +216,8 @@ void ddp_bf16_memo_get_(const float *w, size_t wcount, const float *x, size_t xc
     *x16 = nullptr;
     const MemoEntry *e = memo_find_(w);
     if (!e || !e->valid || e->wcount != wcount || e->x != x || (x && e->xcount != xcount)) return;
-    *w16 = (const uint16_t *)e->buf.p;
-    if (x) *x16 = *w16 + aligned_(wcount);
+    *w16 = e->w16;
+    if (x) *x16 = (const uint16_t *)e->buf.p + (e->w16 == e->buf.p ? aligned_(wcount) : 0);
 #ifdef DDP_CUDA_EMU
     memo_check_("weight", w, *w16, wcount);
     if (x) memo_check_("input", x, *x16, xcount);
@@ -142,6 +227,50 @@ void ddp_bf16_memo_get_(const float *w, size_t wcount, const float *x, size_t xc
 void ddp_bf16_memo_forget_(void)
 {
     for (MemoEntry &e : g_memo) e.valid = false;
+}
+
+void ddp_bf16_mirror_forget_(void)
+{
+    g_mirror.fresh.clear();
+}
+
+int ddp_bf16_mirror_set_(const float *base, size_t count)
+{
+    if (g_mirror.h) DDP_CU(cudaFree(g_mirror.h)); // waits for the work using it
+    g_mirror = Mirror{};
+    ddp_bf16_memo_forget_(); // entries may point into the old mirror
+    if (!base || count == 0) return 0;
+    void *h = nullptr;
+    DDP_CU(cudaMalloc(&h, count * sizeof(uint16_t)));
+    g_mirror.base = base;
+    g_mirror.count = count;
+    g_mirror.h = (uint16_t *)h;
+    return 0;
+}
+
+const float *ddp_bf16_mirror_base_(void)
+{
+    return g_mirror.base;
+}
+
+uint16_t *ddp_bf16_mirror_at_(const float *p, size_t count)
+{
+    const Mirror &m = g_mirror;
+    if (!m.h || !ddp_cuda_state_.bf16_gemm || p < m.base || count > m.count ||
+        (size_t)(p - m.base) > m.count - count)
+        return nullptr;
+    return m.h + (p - m.base);
+}
+
+void ddp_bf16_mirror_wrote_(const float *p, size_t count)
+{
+    if (ddp_bf16_mirror_at_(p, count) && count) fresh_add_(p - g_mirror.base, p - g_mirror.base + count);
+}
+
+void ddp_bf16_mirror_stale_(const void *p, size_t bytes)
+{
+    size_t off, end;
+    if (bytes && mirror_off_(p, bytes, &off, &end)) fresh_remove_(off, end);
 }
 
 void ddp_bf16_release_(void)
@@ -154,4 +283,6 @@ void ddp_bf16_release_(void)
         if (e.buf.p) cudaFree(e.buf.p);
     g_memo.clear();
     g_memo.shrink_to_fit();
+    if (g_mirror.h) cudaFree(g_mirror.h);
+    g_mirror = Mirror{};
 }

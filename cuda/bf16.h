@@ -1,6 +1,7 @@
 // bf16.h -- the bf16 operands of the backend's GEMMs under --precision bf16
-// (bf16.cu): the rounding kernel, two scratch buffers, and the memo that
-// keeps the copies a layer's forward rounded for its backward.
+// (bf16.cu): the rounding kernel, two scratch buffers, the memo that keeps
+// the copies a layer's forward rounded for its backward, and the mirror of
+// the parameters the optimizer writes.
 //
 // The memo.  A layer's forward rounds its weight (a dense layer also its
 // input) to bf16 for its GEMM; its backward multiplies by the same values:
@@ -46,6 +47,33 @@ void ddp_bf16_memo_get_(const float *w, size_t wcount, const float *x, size_t xc
 // Every entry invalid: device memory was freed, so an address may come
 // back holding other data (ddp_cuda_free), or the precision changed.
 void ddp_bf16_memo_forget_(void);
+
+// The parameters' mirror.  The trainer names its flat parameter buffer
+// (ddp_cuda_bf16_params); a bf16 copy of all of it is kept beside it, and
+// the optimizer kernels write each updated value's rounding there as they
+// store it, so that a layer's forward takes its weight's copy (the memo's
+// entry points into the mirror) instead of rounding the weight again: the
+// weight is read once a step by the optimizer, not again by the forward.
+// The mirror holds the rounding of the parameters over the ranges the
+// optimizer or a forward's rounding wrote since anything else wrote there:
+// an upload, copy or fill of the backend into the buffer, or a write the
+// trainer reports (a collective's, ddp_cuda_params_written), makes its range
+// stale, and the next forward rounds it again.  On the emulation a copy
+// taken from the mirror is compared with a fresh rounding when the stream
+// reaches the GEMM, as the memo's are.
+// [base, base + count) the buffer (count 0: none, the mirror freed).
+int ddp_bf16_mirror_set_(const float *base, size_t count);
+// The buffer's start, NULL when none.
+const float *ddp_bf16_mirror_base_(void);
+// The mirror's copy of [p, p + count), or NULL when that is not in the buffer
+// (or the GEMMs are not bf16).
+uint16_t *ddp_bf16_mirror_at_(const float *p, size_t count);
+// The copy of [p, p + count) was written (the optimizer's kernel, queued).
+void ddp_bf16_mirror_wrote_(const float *p, size_t count);
+// Bytes at p were written otherwise: the mirror's copy of them is stale.
+void ddp_bf16_mirror_stale_(const void *p, size_t bytes);
+// All of it stale (the GEMMs' precision changed: the optimizer kept no copy).
+void ddp_bf16_mirror_forget_(void);
 
 // Frees the scratch and the memo (ddp_cuda_shutdown).
 void ddp_bf16_release_(void);

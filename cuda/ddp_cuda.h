@@ -103,6 +103,14 @@ int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes,
 // then `done` recorded there: host_dst (pinned, for it to be asynchronous)
 // holds the bytes once the host has waited for `done`.
 int ddp_cuda_download_async(void *host_dst, const void *src, size_t bytes, ddp_cuda_event_t *done);
+// --precision bf16: [params, params + count) is the trainer's parameter
+// buffer; the optimizer keeps a bf16 copy of it that the forwards' GEMMs
+// read (cuda/bf16.h, the mirror; count 0: none).  A write into it other
+// than by upload, copy, zero and the optimizer launchers (a collective's,
+// another launcher's) is reported with ddp_cuda_params_written, so the copy
+// of that range is made again.
+int ddp_cuda_bf16_params(const float *params, size_t count);
+int ddp_cuda_params_written(const float *p, size_t count);
 int ddp_cuda_event_create(ddp_cuda_event_t **e);
 int ddp_cuda_event_destroy(ddp_cuda_event_t *e);
 int ddp_cuda_event_record(ddp_cuda_event_t *e); /* on the compute stream */

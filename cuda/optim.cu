@@ -7,7 +7,10 @@
 // AdamW: the CPU backend's very element function, ddp_adamw_elem of
 // backend_math.h); AdamW's step constants (bias corrections, decay, step
 // size) are computed on the host in double by the CPU backend's
-// ddp_adamw_consts.  So the results agree with the CPU backend's to float
+// ddp_adamw_consts.  Under --precision bf16, where p lies in the
+// parameters' mirror (bf16.h), each kernel also stores the rounding of
+// every value it writes into h, the copy the next forward's GEMM reads.
+// So the results agree with the CPU backend's to float
 // rounding: bit for bit where the compiler does not contract a multiply
 // and an add into one fused operation (the emulation build), to an ulp or
 // two per step where it does (nvcc's default).  p, g, buf, m, v are
@@ -15,6 +18,8 @@
 #include "ddp_cuda_rt.h"
 
 #include "backend_math.h"
+#include "bf16.h"
+#include "half.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -33,6 +38,16 @@ __device__ inline size_t tid_()
 __device__ inline size_t stride_()
 {
     return (size_t)gridDim.x * blockDim.x;
+}
+
+// h[0..3] = the roundings of v (h: the mirror's copy, or NULL)
+__device__ inline void store_bf16x4_(uint16_t *h, float4 v)
+{
+    if (!h) return;
+    h[0] = ddp_f32_to_bf16(v.x);
+    h[1] = ddp_f32_to_bf16(v.y);
+    h[2] = ddp_f32_to_bf16(v.z);
+    h[3] = ddp_f32_to_bf16(v.w);
 }
 
 // p -= lr (g + wd p)
@@ -59,7 +74,8 @@ __device__ inline void sgd_mom_elem(float *p, float g, float *buf, float lr, flo
     }
 }
 
-__global__ void sgd_plain_k(size_t count, float *p, const float *g, float lr, float wd, int vec)
+__global__ void sgd_plain_k(size_t count, float *p, const float *g, float lr, float wd, int vec,
+                            uint16_t *h)
 {
     size_t i = tid_();
     if (vec) {
@@ -72,14 +88,18 @@ __global__ void sgd_plain_k(size_t count, float *p, const float *g, float lr, fl
             sgd_plain_elem(&pv.z, gv.z, lr, wd);
             sgd_plain_elem(&pv.w, gv.w, lr, wd);
             p4[q] = pv;
+            store_bf16x4_(h ? h + 4 * q : nullptr, pv);
         }
         i += count / 4 * 4;
     }
-    for (; i < count; i += stride_()) sgd_plain_elem(p + i, g[i], lr, wd);
+    for (; i < count; i += stride_()) {
+        sgd_plain_elem(p + i, g[i], lr, wd);
+        if (h) h[i] = ddp_f32_to_bf16(p[i]);
+    }
 }
 
 __global__ void sgd_mom_k(size_t count, float *p, const float *g, float *buf, float lr, float m,
-                          float wd, int nesterov, int first, int vec)
+                          float wd, int nesterov, int first, int vec, uint16_t *h)
 {
     size_t i = tid_();
     if (vec) {
@@ -93,16 +113,20 @@ __global__ void sgd_mom_k(size_t count, float *p, const float *g, float *buf, fl
             sgd_mom_elem(&pv.w, gv.w, &bv.w, lr, m, wd, nesterov, first);
             p4[q] = pv;
             b4[q] = bv;
+            store_bf16x4_(h ? h + 4 * q : nullptr, pv);
         }
         i += count / 4 * 4;
     }
-    for (; i < count; i += stride_()) sgd_mom_elem(p + i, g[i], buf + i, lr, m, wd, nesterov, first);
+    for (; i < count; i += stride_()) {
+        sgd_mom_elem(p + i, g[i], buf + i, lr, m, wd, nesterov, first);
+        if (h) h[i] = ddp_f32_to_bf16(p[i]);
+    }
 }
 
 // m = b1 m + c1 g; v = b2 v + c2 g^2; p = p decay - step (m / (sqrt(v)/bc2_sqrt + eps))
 __global__ void adamw_k(size_t count, float *p, const float *g, float *m, float *v, float decay,
                         float b1, float c1, float b2, float c2, float step_size, float bc2_sqrt,
-                        float eps, int vec)
+                        float eps, int vec, uint16_t *h)
 {
     size_t i = tid_();
     if (vec) {
@@ -122,11 +146,14 @@ __global__ void adamw_k(size_t count, float *p, const float *g, float *m, float 
             p4[q] = pv;
             m4[q] = mv;
             v4[q] = vv;
+            store_bf16x4_(h ? h + 4 * q : nullptr, pv);
         }
         i += count / 4 * 4;
     }
-    for (; i < count; i += stride_())
+    for (; i < count; i += stride_()) {
         ddp_adamw_elem(p + i, m + i, v + i, g[i], decay, b1, c1, b2, c2, step_size, bc2_sqrt, eps);
+        if (h) h[i] = ddp_f32_to_bf16(p[i]);
+    }
 }
 
 // 1 when every pointer is 16-byte aligned (float4 loads and stores)
@@ -149,18 +176,21 @@ extern "C" int ddp_cuda_sgd_step(size_t count, float *p, const float *g, float *
 {
     if (count == 0) return 0;
     cudaStream_t st = ddp_cuda_state_.stream;
+    uint16_t *h = ddp_bf16_mirror_at_(p, count);
+    const double hw = h ? 2.0 * count : 0.0; // the mirror's copy written
     if (momentum == 0.0f || !buf) {
         const int vec = aligned16(p, g);
-        DDP_COST(8.0 * count, 4.0 * count, 3.0 * count);
-        DDP_LAUNCH(sgd_plain_k, blocks_(count, vec), kDdpThreads, st, count, p, g, lr, wd, vec);
+        DDP_COST(8.0 * count, 4.0 * count + hw, 3.0 * count);
+        DDP_LAUNCH(sgd_plain_k, blocks_(count, vec), kDdpThreads, st, count, p, g, lr, wd, vec, h);
     } else {
         const int vec = aligned16(p, g, buf);
         // the first step sets buf = g without reading it
-        DDP_COST((first ? 8.0 : 12.0) * count, 8.0 * count, 5.0 * count);
+        DDP_COST((first ? 8.0 : 12.0) * count, 8.0 * count + hw, 5.0 * count);
         DDP_LAUNCH(sgd_mom_k, blocks_(count, vec), kDdpThreads, st, count, p, g, buf, lr,
-                   momentum, wd, nesterov, first, vec);
+                   momentum, wd, nesterov, first, vec, h);
     }
     DDP_CU_LAUNCHED();
+    ddp_bf16_mirror_wrote_(p, count);
     return 0;
 }
 
@@ -173,9 +203,12 @@ extern "C" int ddp_cuda_adamw_step(size_t count, float *p, const float *g, float
     if (count == 0) return 0;
     const ddp_adamw_consts_t a = ddp_adamw_consts(lr, beta1, beta2, wd, t);
     const int vec = aligned16(p, g, m, v);
-    DDP_COST(16.0 * count, 12.0 * count, 15.0 * count); // p, g, m, v read; p, m, v written
+    uint16_t *h = ddp_bf16_mirror_at_(p, count);
+    // p, g, m, v read; p, m, v written (and the mirror's copy of p)
+    DDP_COST(16.0 * count, 12.0 * count + (h ? 2.0 * count : 0.0), 15.0 * count);
     DDP_LAUNCH(adamw_k, blocks_(count, vec), kDdpThreads, ddp_cuda_state_.stream, count, p, g, m,
-               v, a.decay, beta1, a.c1, beta2, a.c2, a.step_size, a.bc2_sqrt, eps, vec);
+               v, a.decay, beta1, a.c1, beta2, a.c2, a.step_size, a.bc2_sqrt, eps, vec, h);
     DDP_CU_LAUNCHED();
+    ddp_bf16_mirror_wrote_(p, count);
     return 0;
 }

@@ -141,6 +141,7 @@ int ddp_cuda_set_bf16_gemm(int on)
 {
     ddp_cuda_state_.bf16_gemm = on ? 1 : 0;
     ddp_bf16_memo_forget_();
+    ddp_bf16_mirror_forget_();
     return 0;
 }
 
@@ -234,6 +235,8 @@ int ddp_cuda_free(void *p)
     if (!p) return 0;
     // Work queued on the streams may still use p; cudaFree waits for the
     // device, as the contract's "free" expects.
+    // the parameters' buffer goes: its mirror with it
+    if (p == ddp_bf16_mirror_base_() && ddp_bf16_mirror_set_(nullptr, 0) != 0) return -1;
     DDP_CU(cudaFree(p));
     ddp_bf16_memo_forget_(); // p's addresses may come back with other data
     return 0;
@@ -267,6 +270,19 @@ int ddp_cuda_upload(void *dst, const void *host_src, size_t bytes)
     cudaStream_t s = ddp_cuda_state_.stream;
     DDP_CU(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
     DDP_CU(cudaStreamSynchronize(s));
+    ddp_bf16_mirror_stale_(dst, bytes);
+    return 0;
+}
+
+int ddp_cuda_bf16_params(const float *params, size_t count)
+{
+    if (params && count && not_bound("ddp_cuda_bf16_params")) return -1;
+    return ddp_bf16_mirror_set_(params, count);
+}
+
+int ddp_cuda_params_written(const float *p, size_t count)
+{
+    ddp_bf16_mirror_stale_(p, count * sizeof(float));
     return 0;
 }
 
@@ -296,6 +312,7 @@ int ddp_cuda_copy(void *dst, const void *src, size_t bytes)
     cudaStream_t s = ddp_cuda_state_.stream;
     ddp_cost_copy_("cudaMemcpyAsync", (double)bytes, (double)bytes);
     DDP_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    ddp_bf16_mirror_stale_(dst, bytes);
     return 0;
 }
 
@@ -306,6 +323,7 @@ int ddp_cuda_zero(void *p, size_t bytes)
     cudaStream_t s = ddp_cuda_state_.stream;
     ddp_cost_copy_("cudaMemsetAsync", 0, (double)bytes);
     DDP_CU(cudaMemsetAsync(p, 0, bytes, s));
+    ddp_bf16_mirror_stale_(p, bytes);
     return 0;
 }
 
@@ -321,6 +339,7 @@ int ddp_cuda_upload_async(void *dst, const void *host_src, size_t bytes,
                           const ddp_cuda_event_t *reuse, ddp_cuda_event_t *done)
 {
     if (not_bound("ddp_cuda_upload_async")) return -1;
+    ddp_bf16_mirror_stale_(dst, bytes);
     cudaStream_t cs = ddp_cuda_state_.copy_stream;
     if (bytes == 0) {
         // nothing to copy; `done` still marks the uploads before it

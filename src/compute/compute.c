@@ -35,6 +35,7 @@ static const ops_field_t required_[] = {
     REQUIRED(init),          REQUIRED(alloc),         REQUIRED(free),
     REQUIRED(upload),        REQUIRED(download),      REQUIRED(copy),
     REQUIRED(zero),          REQUIRED(sync),          REQUIRED(upload_async),
+    REQUIRED(download_async),
     REQUIRED(event_create),  REQUIRED(event_destroy), REQUIRED(event_record),
     REQUIRED(event_wait),    REQUIRED(linear_fwd),    REQUIRED(linear_bwd),
     REQUIRED(linear_ws_bytes),

@@ -135,6 +135,16 @@ typedef struct compute_ops {
      * accumulation and outputs (on != 0), after init; 0 when it took
      * effect.  NULL: no TF32 path (--precision tf32 is refused). */
     int (*set_tf32)(int on);
+    /* --precision bf16: [params, params + count) is the trainer's flat
+     * parameter buffer (count 0: none), set after set_bf16; the backend may
+     * keep a bf16 copy of it that its optimizer ops write as they update
+     * and its GEMMs read, in place of rounding each weight in every forward.
+     * 0 when done.  The copy follows upload, copy, zero and the optimizer
+     * ops into the buffer; params_written: [p, p + count) of it was written
+     * otherwise (a collective, another op), so such a copy of it is stale.
+     * NULL: no such copy (both optional). */
+    int (*bf16_params)(const float *params, size_t count);
+    void (*params_written)(const float *p, size_t count);
     /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
      * on the host thread and projects them onto the GPU work launched
      * inside): range_start opens a range named `name` and returns its id,
@@ -319,7 +329,8 @@ extern const compute_ops_t compute_cuda_ops;
  * the name of the backend it stands in for, or a name of its own --
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
- * device_id, device_count, set_bf16, mem_info, host_alloc, host_free) is refused
+ * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, mem_info,
+ * host_alloc, host_free, range_start, range_end) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

@@ -155,6 +155,18 @@ static void cuda_download_async(void *host_dst, const void *src, size_t bytes,
     cuda_rc_(ddp_cuda_download_async(host_dst, src, bytes, (ddp_cuda_event_t *)done));
 }
 
+static int cuda_bf16_params(const float *params, size_t count)
+{
+    int rc = ddp_cuda_bf16_params(params, count);
+    cuda_rc_(rc);
+    return rc;
+}
+
+static void cuda_params_written(const float *p, size_t count)
+{
+    ddp_cuda_params_written(p, count);
+}
+
 static void cuda_copy(void *dst, const void *src, size_t bytes)
 {
     cuda_rc_(ddp_cuda_copy(dst, src, bytes));
@@ -451,6 +463,8 @@ const compute_ops_t compute_cuda_ops = {
     .device_id = cuda_device_id,
     .device_count = ddp_cuda_device_count,
     .set_bf16 = ddp_cuda_set_bf16_gemm,
+    .bf16_params = cuda_bf16_params,
+    .params_written = cuda_params_written,
     .set_tf32 = ddp_cuda_set_tf32,
     .range_start = ddp_cuda_range_start,
     .range_end = ddp_cuda_range_end,

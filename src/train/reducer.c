@@ -289,6 +289,9 @@ static ddp_status_t launch_gather_(reducer_t *r, int b)
 {
     const bucket_t *B = &r->m->buckets[b];
     comm_desc_t d = {"parameter-gather", b, r->step + 1};
+    /* the collective writes the parameters: a bf16 copy the backend keeps
+     * of them is stale (compute.h, params_written) */
+    if (r->compute->params_written) r->compute->params_written(r->params + B->offset, B->count);
     return r->comm->ops->iallgather(r->comm, r->params + B->offset, B->count, COMM_FLOAT, &d,
                                     &r->gather[b]);
 }

@@ -123,6 +123,12 @@ static ddp_status_t alloc_model_(run_t *r)
     const ddp_config_t *cfg = t->cfg;
     model_mem_t gm = memplan_plane_memory(t);
     DDP_TRY(model_alloc(&t->model, &gm));
+    /* --precision bf16: the backend's bf16 copy of the parameters, which its
+     * optimizer writes and the forwards' GEMMs read (the device plan counts it) */
+    if (cfg->precision == PRECISION_BF16 && t->compute->bf16_params &&
+        t->compute->bf16_params(t->model.params, t->model.nparams) != 0)
+        return trainer_compute_failure(
+            t, ddp_fail(DDP_ERR_NOMEM, "out of device memory for the bf16 copy of the parameters"));
     if (t->zero.slots) { /* --zero 2: the reduced gradients of the shard */
         t->zero.shard_grads = t->compute->alloc((t->zero.shard_count + 1) * sizeof(float));
         if (!t->zero.shard_grads)
@@ -358,6 +364,8 @@ void startup_teardown(run_t *r)
         compute->free(t->loss_sums);
         if (t->upload_done) compute->event_destroy(t->upload_done);
         if (t->registered_model) memplan_deregister_model(t);
+        if (t->cfg->precision == PRECISION_BF16 && t->compute->bf16_params)
+            t->compute->bf16_params(NULL, 0);
         model_free(&t->model);
     }
     free(t->eval_host.x);

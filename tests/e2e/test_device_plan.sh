@@ -14,7 +14,8 @@
 #      --zero 1 and 2, and for the runs of (d) with their large device
 #      batches; with
 #      --precision bf16 the plan's bound on the bf16 GEMM inputs holds (the
-#      peak is not above it);
+#      peak is not above it), for the CNN and for a deep MLP whose
+#      parameters' bf16 copy outweighs the bound's slack;
 #  (b) np=2 (DDP_EMU_GPUS=2), a model whose --zero 0 plan does not fit a
 #      GPU on which its --zero 1 plan does: refused at start-up (exit 5, one
 #      line with the plan's parts and the free memory, saying "run with
@@ -86,6 +87,10 @@ grep -q "device/rank .*BatchNorm .*workspace .*16-bit gradients" "$T/cnn.log" ||
 fits "cnn" "$T/cnn.log"
 run cnn-bf16 1 "$EMU" "$T/img.h5" $cnn --precision bf16
 fits "cnn bf16" "$T/cnn-bf16.log" bound
+# ... and the deep MLP of (b) in bf16, whose parameters' bf16 copy (the
+# optimizer writes it, cuda/bf16.h: 6 MiB) is more than the bound's slack
+run big-bf16 1 "$EMU" "$T/d.h5" $big --precision bf16
+fits "deep mlp bf16" "$T/big-bf16.log" bound
 # ... and a wide convolution with a bias at a large batch, whose bias
 # gradient's per-sample sums (a double per sample and channel: 1 MiB here)
 # are in the plan's workspace

@@ -12,7 +12,7 @@
 #      at batch B follows np=1 at batch 2B;
 #  (c) two ranks of a host on one GPU are refused (exit 9);
 #  (d) --precision bf16 and tf32 train on cuda close to fp32, and are
-#      refused on cpu;
+#      refused on cpu; bf16 at np=2 with --zero 1 trains --zero 0's losses;
 #  (e) an NCCL asynchronous error ends the job with one line, no hang, and
 #      so does a failed ncclAllReduce or ncclCommInitRank (DDP_EMU_FAIL);
 #  (f) an injected CUDA failure ends it with one line naming the call;
@@ -152,6 +152,15 @@ for pt in "bf16 5e-3" "tf32 1e-3"; do
   "$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision "$1" >"$T/$1.out" 2>"$T/$1.err"
   ddp_expect_error "$T/$1.err" $? 2 "$1 on cpu" "--precision $1 needs --device cuda"
 done
+# ... bf16 at np=2 under --zero 1: the parameter all-gather rewrites what the
+# optimizer's bf16 copy of the parameters holds (cuda/bf16.h, the mirror),
+# which the trainer reports; the same losses as --zero 0, bit for bit (a
+# stale copy would change them, and the emulation stops at its GEMM)
+for z in 0 1; do
+  run "bf16-z$z" 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 20 --device cuda --precision bf16 \
+    --zero $z --optimizer adamw --lr 1e-3
+done
+close_steps=20 close "bf16 np=2 --zero 1 vs --zero 0" 0 "$T/bf16-z1.log" "$T/bf16-z0.log" 20
 
 # (k) profiler ranges (NVTX; the emulation counts them, DDP_EMU_NVTX_REPORT):
 # per rank, each step's backward phase and every bucket's all-reduce

@@ -345,6 +345,15 @@ START_TEST(optim_costs)
     ck_assert_int_eq(ddp_cuda_sgd_step(count, p, g, m, 0.1f, 0.9f, 1, 1e-4f, 0), 0);
     ck_assert_int_eq(ddp_cuda_adamw_step(count, p, g, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1),
                      0);
+    /* under bf16, with p the parameters: each also writes the mirror's copy */
+    ck_assert_int_eq(ddp_cuda_set_bf16_gemm(1), 0);
+    ck_assert_int_eq(ddp_cuda_bf16_params(p, count), 0);
+    ck_assert_int_eq(ddp_cuda_sgd_step(count, p, g, NULL, 0.1f, 0.0f, 0, 1e-4f, 0), 0);
+    ck_assert_int_eq(ddp_cuda_sgd_step(count, p, g, m, 0.1f, 0.9f, 1, 1e-4f, 0), 0);
+    ck_assert_int_eq(ddp_cuda_adamw_step(count, p, g, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 2),
+                     0);
+    ck_assert_int_eq(ddp_cuda_bf16_params(NULL, 0), 0);
+    ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
     double ss;
     int finite;
     ck_assert_int_eq(ddp_cuda_sumsq(count, g, &ss), 0);

@@ -1308,6 +1308,78 @@ START_TEST(bf16_linear_relu_fused)
 }
 END_TEST
 
+/* The to_bf16 launches of one dense layer's forward (its roundings). */
+static int fwd_roundings_(int n, int in, int out, const float *x, const float *w, const float *b,
+                          float *y)
+{
+    ddp_cuda_cost_record(1);
+    CU(ddp_cuda_linear_fwd(n, in, out, x, w, b, y, 0));
+    CU(ddp_cuda_sync());
+    ddp_cuda_cost_record(0);
+    const ddp_cuda_cost_t *e;
+    size_t count = ddp_cuda_cost_log(&e);
+    int r = 0;
+    for (size_t i = 0; i < count; i++) r += strcmp(e[i].name, "to_bf16_kernel") == 0;
+    return r;
+}
+
+/* --precision bf16 with the parameters' mirror (cuda/bf16.h): a dense
+ * layer's weight and bias in one flat buffer, the parameters.  A forward
+ * after an optimizer step reads the weight's copy the optimizer wrote (one
+ * rounding, the input's, instead of two) and gives the bits of the same
+ * forward on a weight outside the mirror (a copy of it); after a write into
+ * the buffer by the backend (upload, copy, a fill of the bias alone) or one
+ * reported by the trainer (a collective's, here a scaling), the
+ * next forward rounds what was written again (on the emulation a stale copy
+ * aborts at the GEMM). */
+START_TEST(bf16_params_mirror)
+{
+    test_seed(134);
+    const int n = 17, in = 29, out = 45;
+    const size_t nx = (size_t)n * in, nw = (size_t)out * in, np = nw + out, ny = (size_t)n * out;
+    float *hp = test_fvec(np, 0.5f), *hx = test_fvec(nx, 1.0f), *hg = test_fvec(np, 1.0f);
+    float *hp2 = test_fvec(np, 0.5f);
+    float *P = dput_(hp, np * 4), *x = dput_(hx, nx * 4), *g = dput_(hg, np * 4);
+    float *P2 = dput_(NULL, np * 4), *src = dput_(hp2, np * 4), *mom = dput_(NULL, np * 4);
+    float *v = dput_(NULL, np * 4);
+    float *y = dput_(NULL, ny * 4), *y2 = dput_(NULL, ny * 4);
+    float *got = hnew_(ny * 4), *ref = hnew_(ny * 4);
+    CU(ddp_cuda_set_bf16_gemm(1));
+    CU(ddp_cuda_bf16_params(P, np));
+    static const char *what[] = {"the first forward",   "after an SGD step",
+                                 "after an upload",     "after AdamW, the bias zeroed",
+                                 "after a reported write", "after a copy"};
+    static const int want[] = {2, 1, 2, 1, 2, 2};
+    for (int r = 0; r < 6; r++) {
+        if (r == 1) CU(ddp_cuda_sgd_step(np, P, g, mom, 0.1f, 0.9f, 0, 1e-4f, 1));
+        if (r == 2) CU(ddp_cuda_upload(P, hp2, nw * 4));
+        if (r == 3) {
+            CU(ddp_cuda_adamw_step(np, P, g, mom, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1));
+            CU(ddp_cuda_zero(P + nw, out * 4));
+        }
+        if (r == 4) { /* a write the mirror does not follow, reported */
+            CU(ddp_cuda_scale(nw, P, 0.5f));
+            CU(ddp_cuda_params_written(P, nw));
+        }
+        if (r == 5) CU(ddp_cuda_copy(P, src, np * 4));
+        int k = fwd_roundings_(n, in, out, x, P, P + nw, y);
+        ck_assert_msg(k == want[r], "%s: %d roundings in the forward, expected %d", what[r], k,
+                      want[r]);
+        CU(ddp_cuda_copy(P2, P, np * 4));
+        CU(ddp_cuda_linear_fwd(n, in, out, x, P2, P2 + nw, y2, 0));
+        dget_(got, y, ny * 4);
+        dget_(ref, y2, ny * 4);
+        same_bits_by_(what[r], got, ref, ny, 4, "the weight outside the mirror");
+    }
+    CU(ddp_cuda_bf16_params(NULL, 0));
+    CU(ddp_cuda_set_bf16_gemm(0));
+    float *dev[] = {P, x, g, P2, src, mom, v, y, y2};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
+    float *all[] = {hp, hx, hg, hp2, got, ref};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+END_TEST
+
 #if EMU
 /* A weight changed between a layer's forward and its backward (no forward
  * of the new weight): the emulation's check aborts (in a child). */
@@ -1383,6 +1455,7 @@ Suite *test_suite(void)
     t = tcase_create("bf16");
     tcase_add_test(t, bf16_memo);
     tcase_add_test(t, bf16_linear_relu_fused);
+    tcase_add_test(t, bf16_params_mirror);
 #if EMU
     tcase_add_test(t, bf16_memo_stale_aborts);
 #endif
