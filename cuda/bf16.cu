@@ -180,6 +180,10 @@ int ddp_bf16_memo_put_(const float *w, size_t wcount, const float *x, size_t xco
     }
     e->valid = false;
     uint16_t *mw = ddp_bf16_mirror_at_(w, wcount);
+    // a copy not 16-byte aligned would keep cuBLAS off its tensor-core
+    // kernels: such a weight (an offset in the parameters not a multiple of
+    // 8) is rounded into the memo's own buffer as before
+    if ((uintptr_t)mw % 16 != 0) mw = nullptr;
     size_t xoff = mw ? 0 : aligned_(wcount), need = (xoff + (x ? xcount : 0)) * sizeof(uint16_t);
     if (grow_(&e->buf, need, need) != 0) return -1;
     uint16_t *buf = (uint16_t *)e->buf.p;

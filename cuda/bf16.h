@@ -60,7 +60,9 @@ void ddp_bf16_memo_forget_(void);
 // trainer reports (a collective's, ddp_cuda_params_written), makes its range
 // stale, and the next forward rounds it again.  On the emulation a copy
 // taken from the mirror is compared with a fresh rounding when the stream
-// reaches the GEMM, as the memo's are.
+// reaches the GEMM, as the memo's are.  A weight whose copy there would not
+// be 16-byte aligned (its offset in the parameters not a multiple of 8) is
+// rounded into the memo as before.
 // [base, base + count) the buffer (count 0: none, the mirror freed).
 int ddp_bf16_mirror_set_(const float *base, size_t count);
 // The buffer's start, NULL when none.

@@ -866,6 +866,17 @@ int model_find_tensor(const model_t *m, const char *name)
     return -1;
 }
 
+int model_weights_aligned(const model_t *m, size_t elems)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer_t *L = &m->layers[i];
+        if ((L->kind == LAYER_LINEAR || L->kind == LAYER_CONV) && L->weight >= 0 &&
+            m->tensors[L->weight].offset % elems != 0)
+            return 0;
+    }
+    return 1;
+}
+
 int model_has_layer(const model_t *m, layer_kind_t kind)
 {
     for (int i = 0; i < m->nlayers; i++)

@@ -201,6 +201,10 @@ float *model_tensor_grad(const model_t *m, int id);
 /* The largest bucket, in elements. */
 size_t model_max_bucket(const model_t *m);
 int model_has_layer(const model_t *m, layer_kind_t kind);
+/* 1 when the weight of every dense and convolution layer starts at an
+ * offset of the parameters that is a multiple of `elems` (the parameters are
+ * packed: a tensor of odd size shifts every one after it). */
+int model_weights_aligned(const model_t *m, size_t elems);
 /* The spec item (a layer, or a residual block with its projection) whose
  * first layer is `first`, for the start-up table: its name, its layers'
  * tokens ("res(conv:64:3:1:1:nobias,bn,...) + downsample(conv:...,bn)"),

@@ -247,25 +247,37 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
          * (each a weight, an activation or its gradient, or a piece of the
          * convolution workspace; the first aligned to 256 bytes), a
          * layer's output gradient, the mirror of all parameters (the
-         * weights' copies, which the optimizer writes), and the memo of
-         * every dense layer's input as its forward rounded it for its
-         * backward */
+         * weights' copies, which the optimizer writes; memplan_bf16_mirror)
+         * and the memo of every dense layer's input as its forward rounded
+         * it for its backward, or without the mirror the memo of every
+         * dense layer's weight and input and every convolution's weight */
         size_t big = (size_t)sh->batch * model_max_act(m);
         size_t dy = big * sizeof(uint16_t);
         for (int i = 0; i < m->ntensors; i++)
             if (m->tensors[i].kind == TENSOR_PARAM && m->tensors[i].numel > big)
                 big = m->tensors[i].numel;
         if (p->ws / sizeof(float) > big) big = p->ws / sizeof(float);
-        size_t pair = 2 * big * sizeof(uint16_t) + 256 + 2, memo = m->nparams * sizeof(uint16_t);
+        int mirror = memplan_bf16_mirror(m);
+        size_t pair = 2 * big * sizeof(uint16_t) + 256 + 2;
+        size_t memo = mirror ? m->nparams * sizeof(uint16_t) : 0;
         for (int i = 0; i < m->nlayers; i++) {
             const layer_t *L = &m->layers[i];
-            if (L->kind == LAYER_LINEAR && L->weight >= 0)
-                memo += (size_t)sh->batch * L->in.c * sizeof(uint16_t);
+            if ((L->kind != LAYER_LINEAR && L->kind != LAYER_CONV) || L->weight < 0) continue;
+            /* without the mirror a weight's copy is the memo's (256-byte
+             * aligned, the input after it) */
+            size_t w = mirror ? 0 : (m->tensors[L->weight].numel + 127) / 128 * 128;
+            size_t x = L->kind == LAYER_LINEAR ? (size_t)sh->batch * L->in.c : 0;
+            memo += (w + x) * sizeof(uint16_t);
         }
         p->bf16 = pair + pair / 4 + dy + dy / 4 + memo;
     }
     p->ws += partials_bytes_(m, sh->batch);
     p->reserve = MEMPLAN_DEVICE_RESERVE;
+}
+
+int memplan_bf16_mirror(const model_t *m)
+{
+    return model_weights_aligned(m, MEMPLAN_BF16_ALIGN);
 }
 
 /* This rank's shape: its plan and --batch. */

@@ -35,6 +35,13 @@ ddp_status_t memplan_check(trainer_t *t);
  * cuBLAS's workspace (32 MiB per handle on Hopper), the trainer's small
  * buffers (loss sums, events) and the allocator's rounding. */
 #define MEMPLAN_DEVICE_RESERVE ((size_t)32 << 20)
+/* --precision bf16: the backend keeps the bf16 copy of the parameters that
+ * its optimizer writes (compute_ops_t.bf16_params, cuda/bf16.h) when every
+ * GEMM weight's copy there is 16-byte aligned (offsets multiples of 8
+ * elements: cuBLAS's tensor-core kernels want it); the plan counts it, and
+ * start-up asks for it, by this rule. */
+#define MEMPLAN_BF16_ALIGN 8
+int memplan_bf16_mirror(const model_t *m);
 /* A rank's device memory by part, in bytes: parameters, gradients
  * (memplan_grad_bytes), optimizer state (of the shard when --zero shards
  * it), BatchNorm buffers, activations (model_act_bytes without the
@@ -44,7 +51,8 @@ ddp_status_t memplan_check(trainer_t *t);
  * gradient copy (--grad-compress), the bf16 copies of the GEMMs' inputs
  * (--precision bf16, cuda/bf16.h: the forward's copies of every dense
  * layer's weight and input and every convolution's weight, kept for the
- * backward; a bound on the scratch: the largest weight, activation or
+ * backward, the weights' copies being the parameters' mirror under
+ * memplan_bf16_mirror; a bound on the scratch: the largest weight, activation or
  * workspace twice, and the largest output gradient) and
  * MEMPLAN_DEVICE_RESERVE. */
 typedef struct memplan_device {

@@ -124,8 +124,10 @@ static ddp_status_t alloc_model_(run_t *r)
     model_mem_t gm = memplan_plane_memory(t);
     DDP_TRY(model_alloc(&t->model, &gm));
     /* --precision bf16: the backend's bf16 copy of the parameters, which its
-     * optimizer writes and the forwards' GEMMs read (the device plan counts it) */
+     * optimizer writes and the forwards' GEMMs read, where the weights' copies
+     * there are aligned (memplan_bf16_mirror: the device plan counts it) */
     if (cfg->precision == PRECISION_BF16 && t->compute->bf16_params &&
+        memplan_bf16_mirror(&t->model) &&
         t->compute->bf16_params(t->model.params, t->model.nparams) != 0)
         return trainer_compute_failure(
             t, ddp_fail(DDP_ERR_NOMEM, "out of device memory for the bf16 copy of the parameters"));

@@ -153,11 +153,15 @@ for pt in "bf16 5e-3" "tf32 1e-3"; do
   ddp_expect_error "$T/$1.err" $? 2 "$1 on cpu" "--precision $1 needs --device cuda"
 done
 # ... bf16 at np=2 under --zero 1: the parameter all-gather rewrites what the
-# optimizer's bf16 copy of the parameters holds (cuda/bf16.h, the mirror),
-# which the trainer reports; the same losses as --zero 0, bit for bit (a
-# stale copy would change them, and the emulation stops at its GEMM)
+# optimizer's bf16 copy of the parameters holds (cuda/bf16.h, the mirror,
+# kept where every weight's copy is aligned: 8 classes here, so the last
+# layer's bias shifts nothing), which the trainer reports; the same losses
+# as --zero 0, bit for bit (a stale copy would change them, and the
+# emulation stops at its GEMM)
+"$DDPPREP" synthetic --classes 8 --features 16 --samples 800 --seed 3 -o "$T/d8.h5" >/dev/null ||
+  fail "ddptrain-prep synthetic (8 classes)"
 for z in 0 1; do
-  run "bf16-z$z" 2 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 20 --device cuda --precision bf16 \
+  run "bf16-z$z" 2 "$EMU" "$T/d8.h5" $mlp --batch 8 --steps 20 --device cuda --precision bf16 \
     --zero $z --optimizer adamw --lr 1e-3
 done
 close_steps=20 close "bf16 np=2 --zero 1 vs --zero 0" 0 "$T/bf16-z1.log" "$T/bf16-z0.log" 20

@@ -85,15 +85,20 @@ dcalls() { awk -v k="$1" 'index($1, k) == 1 { print $2 }' "$T/d.err"; }
 # (d) bf16: each value rounded once (cuda/bf16.h): a step of 3 dense layers
 # rounds each layer's input in its forward (3 to_bf16_kernel; the weights'
 # copies are the parameters' mirror, which the optimizer writes as it
-# updates them: a forward that rounded its weight again makes 6) and
+# updates them, kept where every weight's copy is aligned: 8 classes here;
+# a forward that rounded its weight again makes 6, as with 4 classes, whose
+# last bias leaves the weights after it unaligned, below) and
 # each layer's output gradient once in its backward, in the pass that also
 # sums the bias gradient: masked by the fused ReLU in the 2 hidden layers,
 # as it is in the last; 8 GEMMs (a backward that rounded its weight and
 # input again would make 12 roundings; a ReLU left unfused, or the output
 # gradient rounded by a pass of its own, shows as other rows)
-DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" --model linear:256,relu,linear:256,relu,linear:auto --batch 64 \
-  --optimizer adamw --lr 1e-3 --steps 3 --precision bf16 --eval-every 0 --device cuda \
-  >"$T/e.out" 2>"$T/e.err" || { cat "$T/e.out" "$T/e.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP failed"; }
+"$DDPPREP" synthetic --classes 8 --features 64 --samples 800 --seed 3 -o "$T/d8.h5" >/dev/null ||
+  fail "ddptrain-prep synthetic (8 classes)"
+bf16mlp="--model linear:256,relu,linear:256,relu,linear:auto --batch 64 --optimizer adamw --lr 1e-3
+  --steps 3 --precision bf16 --eval-every 0 --device cuda"
+DDP_CUDA_MODEL=1 "$EMU" "$T/d8.h5" $bf16mlp >"$T/e.out" 2>"$T/e.err" ||
+  { cat "$T/e.out" "$T/e.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP failed"; }
 ecalls() { awk -v k="$1" '$1 == k { print $2 }' "$T/e.err"; }
 [ "$(ecalls cublasGemmEx)" = 8 ] && [ "$(ecalls to_bf16_kernel)" = 3 ] &&
   [ "$(ecalls 'dy_pass_kernel<kPassMaskBf16>')" = 2 ] && [ "$(ecalls 'dy_pass_kernel<kPassBf16>')" = 1 ] ||
@@ -103,4 +108,8 @@ for k in relu_fwd_k relu_bwd_k; do
 done
 [ "$(ecalls 'bias_act_kernel<uint32_t>')" = 3 ] ||
   { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls 'bias_act_kernel<uint32_t>') passes adding the bias, expected 3"; }
+DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $bf16mlp >"$T/e4.out" 2>"$T/e4.err" ||
+  { cat "$T/e4.out" "$T/e4.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP (4 classes) failed"; }
+n4=$(awk '$1 == "to_bf16_kernel" { print $2 }' "$T/e4.err")
+[ "$n4" = 6 ] || { cat "$T/e4.err"; fail "bf16 MLP step, 4 classes: $n4 roundings, expected 6 (no mirror)"; }
 echo "test_gpu_model.sh: passed"

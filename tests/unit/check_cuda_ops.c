@@ -1331,52 +1331,58 @@ static int fwd_roundings_(int n, int in, int out, const float *x, const float *w
  * the buffer by the backend (upload, copy, a fill of the bias alone) or one
  * reported by the trainer (a collective's, here a scaling), the
  * next forward rounds what was written again (on the emulation a stale copy
- * aborts at the GEMM). */
+ * aborts at the GEMM); a weight whose copy would not be 16-byte aligned is
+ * rounded by every forward. */
 START_TEST(bf16_params_mirror)
 {
     test_seed(134);
     const int n = 17, in = 29, out = 45;
-    const size_t nx = (size_t)n * in, nw = (size_t)out * in, np = nw + out, ny = (size_t)n * out;
-    float *hp = test_fvec(np, 0.5f), *hx = test_fvec(nx, 1.0f), *hg = test_fvec(np, 1.0f);
-    float *hp2 = test_fvec(np, 0.5f);
-    float *P = dput_(hp, np * 4), *x = dput_(hx, nx * 4), *g = dput_(hg, np * 4);
-    float *P2 = dput_(NULL, np * 4), *src = dput_(hp2, np * 4), *mom = dput_(NULL, np * 4);
-    float *v = dput_(NULL, np * 4);
-    float *y = dput_(NULL, ny * 4), *y2 = dput_(NULL, ny * 4);
-    float *got = hnew_(ny * 4), *ref = hnew_(ny * 4);
-    CU(ddp_cuda_set_bf16_gemm(1));
-    CU(ddp_cuda_bf16_params(P, np));
+    const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
     static const char *what[] = {"the first forward",   "after an SGD step",
                                  "after an upload",     "after AdamW, the bias zeroed",
                                  "after a reported write", "after a copy"};
     static const int want[] = {2, 1, 2, 1, 2, 2};
-    for (int r = 0; r < 6; r++) {
-        if (r == 1) CU(ddp_cuda_sgd_step(np, P, g, mom, 0.1f, 0.9f, 0, 1e-4f, 1));
-        if (r == 2) CU(ddp_cuda_upload(P, hp2, nw * 4));
-        if (r == 3) {
-            CU(ddp_cuda_adamw_step(np, P, g, mom, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1));
-            CU(ddp_cuda_zero(P + nw, out * 4));
+    /* the weight at offset 0 of the parameters, then at offset 3: a copy
+     * there would not be 16-byte aligned, and the forward rounds it always */
+    for (size_t w0 = 0; w0 <= 3; w0 += 3) {
+        const size_t np = w0 + nw + out;
+        float *hp = test_fvec(np, 0.5f), *hx = test_fvec(nx, 1.0f), *hg = test_fvec(np, 1.0f);
+        float *hp2 = test_fvec(np, 0.5f);
+        float *P = dput_(hp, np * 4), *x = dput_(hx, nx * 4), *g = dput_(hg, np * 4);
+        float *P2 = dput_(NULL, np * 4), *src = dput_(hp2, np * 4), *mom = dput_(NULL, np * 4);
+        float *v = dput_(NULL, np * 4), *y = dput_(NULL, ny * 4), *y2 = dput_(NULL, ny * 4);
+        float *got = hnew_(ny * 4), *ref = hnew_(ny * 4);
+        float *w = P + w0, *b = P + w0 + nw;
+        CU(ddp_cuda_set_bf16_gemm(1));
+        CU(ddp_cuda_bf16_params(P, np));
+        for (int r = 0; r < 6; r++) {
+            if (r == 1) CU(ddp_cuda_sgd_step(np, P, g, mom, 0.1f, 0.9f, 0, 1e-4f, 1));
+            if (r == 2) CU(ddp_cuda_upload(w, hp2, nw * 4));
+            if (r == 3) {
+                CU(ddp_cuda_adamw_step(np, P, g, mom, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1));
+                CU(ddp_cuda_zero(b, out * 4));
+            }
+            if (r == 4) { /* a write the mirror does not follow, reported */
+                CU(ddp_cuda_scale(nw, w, 0.5f));
+                CU(ddp_cuda_params_written(w, nw));
+            }
+            if (r == 5) CU(ddp_cuda_copy(P, src, np * 4));
+            int k = fwd_roundings_(n, in, out, x, w, b, y), e = w0 ? 2 : want[r];
+            ck_assert_msg(k == e, "%s (weight at %zu): %d roundings in the forward, expected %d",
+                          what[r], w0, k, e);
+            CU(ddp_cuda_copy(P2, P, np * 4));
+            CU(ddp_cuda_linear_fwd(n, in, out, x, P2 + w0, P2 + w0 + nw, y2, 0));
+            dget_(got, y, ny * 4);
+            dget_(ref, y2, ny * 4);
+            same_bits_by_(what[r], got, ref, ny, 4, "the weight outside the mirror");
         }
-        if (r == 4) { /* a write the mirror does not follow, reported */
-            CU(ddp_cuda_scale(nw, P, 0.5f));
-            CU(ddp_cuda_params_written(P, nw));
-        }
-        if (r == 5) CU(ddp_cuda_copy(P, src, np * 4));
-        int k = fwd_roundings_(n, in, out, x, P, P + nw, y);
-        ck_assert_msg(k == want[r], "%s: %d roundings in the forward, expected %d", what[r], k,
-                      want[r]);
-        CU(ddp_cuda_copy(P2, P, np * 4));
-        CU(ddp_cuda_linear_fwd(n, in, out, x, P2, P2 + nw, y2, 0));
-        dget_(got, y, ny * 4);
-        dget_(ref, y2, ny * 4);
-        same_bits_by_(what[r], got, ref, ny, 4, "the weight outside the mirror");
+        CU(ddp_cuda_bf16_params(NULL, 0));
+        CU(ddp_cuda_set_bf16_gemm(0));
+        float *dev[] = {P, x, g, P2, src, mom, v, y, y2};
+        for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
+        float *all[] = {hp, hx, hg, hp2, got, ref};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     }
-    CU(ddp_cuda_bf16_params(NULL, 0));
-    CU(ddp_cuda_set_bf16_gemm(0));
-    float *dev[] = {P, x, g, P2, src, mom, v, y, y2};
-    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
-    float *all[] = {hp, hx, hg, hp2, got, ref};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
 }
 END_TEST
 
