@@ -90,7 +90,8 @@ bool fresh_has_(size_t a, size_t b)
     return false;
 }
 
-// p's element offset in the mirror's buffer when [p, p + count) lies in it.
+// The elements of the mirror's buffer the bytes [p, p + bytes) touch, as
+// [*off, *end), when they touch it.
 bool mirror_off_(const void *p, size_t bytes, size_t *off, size_t *end)
 {
     const Mirror &m = g_mirror;

@@ -213,7 +213,6 @@ static ddp_status_t mode_(run_t *r, int mode, cursor_t *c,
             sampler_set_epoch(&t->sampler, c->epoch);
         }
         DDP_TRY(run_step(r, c->epoch, c->step, c->global, -1));
-        DDP_TRY(run_settle(r)); /* each step measured whole */
         if (i >= DIAGNOSE_WARMUP_STEPS) sp[i - DIAGNOSE_WARMUP_STEPS] = r->metrics.last;
         c->global++;
         c->step++;
@@ -224,6 +223,9 @@ static ddp_status_t mode_(run_t *r, int mode, cursor_t *c,
                             "%s at step %lld of --diagnose (%s mode): stopped before the verdict",
                             signals_name(sig), (long long)c->global, mode_names_[mode]);
     }
+    /* the last step's verdict, outside its clock: a step's time holds the
+     * wait for the step before it (run_step), as in training */
+    DDP_TRY(run_settle(r));
     t->sync = cfg->sync;
     return DDP_OK;
 }

@@ -88,14 +88,13 @@ ddp_status_t nonfinite_init(nonfinite_t *g, trainer_t *t)
     g->skip = cfg->on_nonfinite == NONFINITE_SKIP;
     size_t K = (size_t)cfg->accum, B = (size_t)m->batch;
     g->loss_at = t->compute->alloc(K * sizeof(double));
-    g->loss_host = calloc(K, sizeof(double));
     for (int k = 0; k < (g->skip ? 1 : 2); k++) {
         g->idx_buf[k] = calloc(K * B + 1, sizeof(int64_t));
         g->count_buf[k] = calloc(K, sizeof(int));
     }
     g->now.idx = g->idx_buf[0];
     g->now.count = g->count_buf[0];
-    int fail = !g->loss_at || !g->loss_host || !g->now.idx || !g->now.count;
+    int fail = !g->loss_at || !g->now.idx || !g->now.count;
     if (!g->skip) {
         /* staging memory, so that the copy back does not wait on a GPU */
         if (t->compute->host_alloc) g->late_host = t->compute->host_alloc(K * sizeof(double));
@@ -109,7 +108,8 @@ ddp_status_t nonfinite_init(nonfinite_t *g, trainer_t *t)
         g->bufs = t->compute->alloc(m->nbufs * sizeof(float) + sizeof(float));
         g->loss_sums = t->compute->alloc(2 * sizeof(double));
         g->counters = calloc((size_t)m->nlayers + 1, sizeof(int64_t));
-        fail = fail || !g->bufs || !g->loss_sums || !g->counters;
+        g->loss_host = calloc(K, sizeof(double));
+        fail = fail || !g->bufs || !g->loss_sums || !g->counters || !g->loss_host;
     }
     if (fail) {
         nonfinite_free(g, t);
@@ -157,7 +157,6 @@ static void batch_(void *arg, trainer_t *t, int64_t step, int j, int n, const in
     g->now.count[j] = n;
     if (idx) memcpy(g->now.idx + (size_t)j * B, idx, (size_t)n * sizeof *idx);
     g->now.nmicro = j + 1;
-    g->now.step = step;
     g->now.cur = t->cur;
     g->now.uploads = t->batch_uploads[t->cur];
     if (j == 0 && inject_due(INJECT_NAN, step) && n > 0) {

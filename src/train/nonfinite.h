@@ -58,7 +58,7 @@ typedef struct nonfinite {
     float *bufs;                        /* device [nbufs]: BN running statistics */
     int64_t *counters;                  /* host [nlayers]: BN num_batches_tracked */
     double *loss_sums;                  /* device [2]: trainer.loss_sums */
-    double *loss_host;                  /* host [accum]: loss_at, read back */
+    double *loss_host;                  /* host [accum]: loss_at, read back at once */
     int64_t skipped;                    /* steps skipped in the run */
     int64_t in_a_row;                   /* ... the last of them in a row */
     int64_t listed[NONFINITE_LIST_MAX]; /* the first skipped steps (1-based) */

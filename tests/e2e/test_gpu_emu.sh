@@ -40,7 +40,8 @@
 #  (l) the host keeps ahead of the GPU: 8 more steps add no host wait that
 #      leaves the emulated GPU idle (DDP_EMU_DRAIN_REPORT), np=1 and np=2;
 #      the non-finite guard, reading each step's losses one step late,
-#      names the step and sample on cuda;
+#      names the step and sample on cuda; --diagnose's step times include
+#      each step's own device work;
 #  and a --device cuda checkpoint resumes to the same weights as a run
 #  without the interruption.
 #
@@ -279,6 +280,16 @@ unset DDP_EMU_DRAIN_REPORT
 ddp_expect_error "$T/nan.err" $? 8 "--inject nan on cuda" "the training loss is nan at step 5 on this rank"
 grep -q "holds a non-finite input value (nan at value 0 of 12)" "$T/nan.err" ||
   { cat "$T/nan.err"; fail "--inject nan on cuda: the sample's input is not named"; }
+
+# ... and --diagnose waits for each step's device work before its clock
+# stops (the emulated kernels run while the host waits): the normal mode's
+# step is many times its forward and backward phases, which only queue work
+"$EMU" "$T/d.h5" --model linear:256,relu,linear:256,relu,linear:auto --batch 64 --device cuda \
+  --diagnose >"$T/diag.out" 2>&1 || { cat "$T/diag.out"; fail "--diagnose on cuda failed"; }
+awk '$1 == 0 && $2 == "normal" { found = 1; if (!($3 > 5 * ($5 + $6))) bad = 1;
+       printf "--diagnose on cuda: step %s ms, forward %s, backward %s\n", $3, $5, $6 }
+     END { exit !found || bad }' "$T/diag.out" ||
+  { cat "$T/diag.out"; fail "--diagnose on cuda: the step time leaves out its device work"; }
 
 # checkpoints on cuda: 30 steps straight == 15, then resumed to 30 (the
 # weights go through download and upload)
