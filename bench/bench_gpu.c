@@ -235,11 +235,16 @@ static void csv_row_(FILE *f, const char *cas, const char *impl, const char *met
 }
 
 /* bf16: the optimizer writes the bf16 copy of the parameters the forward's
- * GEMMs read, as the trainer has it (ddp_cuda_bf16_params) */
-static void params_mirror_(bench_gpu_net_t *n, int bf16)
+ * GEMMs read (ddp_cuda_bf16_params), and the hidden layers' outputs, which
+ * only the next dense layer reads, are kept in bf16 (ddp_cuda_act_bf16), as
+ * the trainer has them */
+static void params_mirror_(bench_gpu_net_t *n, int layers, int batch, int bf16)
 {
     if (ddp_cuda_bf16_params(bf16 ? n->p : NULL, bf16 ? n->params : 0) != 0)
         die_("ddp_cuda_bf16_params");
+    for (int l = 0; bf16 && l + 1 < layers; l++)
+        if (ddp_cuda_act_bf16(n->a[l], (size_t)batch * n->dims[l + 1]) != 0)
+            die_("ddp_cuda_act_bf16");
 }
 
 static int run_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int bf16, int64_t *t,
@@ -249,7 +254,7 @@ static int run_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int bf1
     double peak = bf16 ? a->peak_bf16 : a->peak_fp32;
     double flops = step_flops_(n, a->layers, a->batch);
     if (ddp_cuda_set_bf16_gemm(bf16) != 0) die_("ddp_cuda_set_bf16_gemm");
-    params_mirror_(n, bf16);
+    params_mirror_(n, a->layers, a->batch, bf16);
     /* rounds of --steps steps alternate with --steps times the GEMMs alone */
     run_t run = {.n = n, .a = a, .bf16 = bf16, .t = t};
     double step_ms[BENCH_GPU_MAX_ROUNDS], gemm_ms[BENCH_GPU_MAX_ROUNDS];
@@ -323,7 +328,7 @@ static void model_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int 
 {
     const char *prec = bf16 ? "bf16" : "fp32";
     if (ddp_cuda_set_bf16_gemm(bf16) != 0) die_("ddp_cuda_set_bf16_gemm");
-    params_mirror_(n, bf16);
+    params_mirror_(n, a->layers, a->batch, bf16);
     /* bf16: the step after one has written the mirror, as in training */
     if (bf16) net_step_(n, a->layers, a->batch, ++*t);
     ddp_cuda_cost_record(1);

@@ -48,6 +48,9 @@ struct Mirror {
 };
 Mirror g_mirror;
 
+// Layer outputs kept in bf16 only: their addresses and counts.
+std::vector<std::pair<const void *, size_t>> g_acts;
+
 // [a, b) into fresh, merged with what it meets.
 void fresh_add_(size_t a, size_t b)
 {
@@ -227,6 +230,29 @@ void ddp_bf16_memo_get_(const float *w, size_t wcount, const float *x, size_t xc
     memo_check_("weight", w, *w16, wcount);
     if (x) memo_check_("input", x, *x16, xcount);
 #endif
+}
+
+void ddp_bf16_act_set_(const void *y, size_t count)
+{
+    ddp_bf16_act_drop_(y);
+    if (y && count) g_acts.emplace_back(y, count);
+}
+
+const uint16_t *ddp_bf16_act_at_(const void *p)
+{
+    if (!p || !ddp_cuda_state_.bf16_gemm) return nullptr;
+    for (const auto &a : g_acts)
+        if (a.first == p) return (const uint16_t *)p;
+    return nullptr;
+}
+
+void ddp_bf16_act_drop_(const void *p)
+{
+    for (size_t i = 0; i < g_acts.size(); i++)
+        if (g_acts[i].first == p) {
+            g_acts.erase(g_acts.begin() + (long)i);
+            return;
+        }
 }
 
 void ddp_bf16_memo_forget_(void)

@@ -31,7 +31,9 @@ int ddp_bf16_convert_(size_t count, const float *x, uint16_t *h);
 // operands, and a layer's output gradient in bf16 (read by both of its
 // backward GEMMs).  Valid until the next call for the same buffer; NULL
 // on failure (recorded).
-enum ddp_bf16_scratch { DDP_BF16_GEMM_IN, DDP_BF16_DY, DDP_BF16_NSCRATCH };
+// DDP_BF16_EPILOGUE: a dense layer's fp32 product before its pass writes
+// it to a bf16 output, where cuBLASLt cannot (linear.cu).
+enum ddp_bf16_scratch { DDP_BF16_GEMM_IN, DDP_BF16_DY, DDP_BF16_EPILOGUE, DDP_BF16_NSCRATCH };
 void *ddp_bf16_scratch_(enum ddp_bf16_scratch which, size_t bytes);
 
 // A forward: round w[wcount] and, when x, x[xcount] into the entry of w,
@@ -76,6 +78,15 @@ void ddp_bf16_mirror_wrote_(const float *p, size_t count);
 void ddp_bf16_mirror_stale_(const void *p, size_t bytes);
 // All of it stale (the GEMMs' precision changed: the optimizer kept no copy).
 void ddp_bf16_mirror_forget_(void);
+
+// Layer outputs kept in bf16 only (ddp_cuda_act_bf16): [y, y + count * 2
+// bytes) holds count bf16 values, written by the dense layer whose output
+// it is and read as such by the layers that read it.  A free of y forgets it.
+void ddp_bf16_act_set_(const void *y, size_t count);
+// p when p is such an output (under bf16 GEMMs), else NULL.
+const uint16_t *ddp_bf16_act_at_(const void *p);
+// p was freed.
+void ddp_bf16_act_drop_(const void *p);
 
 // Frees the scratch and the memo (ddp_cuda_shutdown).
 void ddp_bf16_release_(void);

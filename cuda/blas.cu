@@ -1,6 +1,8 @@
 // blas.cu -- the table of blas.h: cuBLAS's entry points from dlopen of
 // libcublas.so.<CUDA major> (DDP_CUBLAS_SONAME, from configure) at the first
-// ddp_cuda_init, or the emulated functions on the CPU emulation.
+// ddp_cuda_init, cuBLASLt's from libcublasLt.so.<CUDA major>
+// (DDP_CUBLASLT_SONAME) when it loads, or the emulated functions on the CPU
+// emulation.
 #define DDP_BLAS_DEFINE 1
 #include "blas.h"
 #include "ddp_cuda.h"
@@ -15,7 +17,19 @@ ddp_blas_api ddp_blas_ = {&cublasCreate,
                           cublasGemmEx,
                           &cublasSgemmStridedBatched,
                           cublasGemmStridedBatchedEx,
-                          &cublasGetStatusString};
+                          &cublasGetStatusString,
+                          &cublasLtCreate,
+                          &cublasLtDestroy,
+                          &cublasLtMatmulDescCreate,
+                          &cublasLtMatmulDescDestroy,
+                          &cublasLtMatmulDescSetAttribute,
+                          &cublasLtMatrixLayoutCreate,
+                          &cublasLtMatrixLayoutDestroy,
+                          &cublasLtMatmulPreferenceCreate,
+                          &cublasLtMatmulPreferenceDestroy,
+                          &cublasLtMatmulPreferenceSetAttribute,
+                          &cublasLtMatmulAlgoGetHeuristic,
+                          &cublasLtMatmul};
 
 int ddp_blas_load_(char *why, size_t n)
 {
@@ -52,7 +66,7 @@ int ddp_blas_load_(char *why, size_t n)
                  first);
         return -1;
     }
-    ddp_blas_api t;
+    ddp_blas_api t = {};
     struct {
         const char *name;
         void **slot;
@@ -72,6 +86,30 @@ int ddp_blas_load_(char *why, size_t n)
                      s.name, DDP_CUBLAS_SONAME);
             dlclose(h);
             return -1;
+        }
+    }
+    // cuBLASLt: optional (its entries stay NULL when it or a symbol is missing)
+    if (void *lt = dlopen(DDP_CUBLASLT_SONAME, RTLD_NOW | RTLD_LOCAL)) {
+        struct {
+            const char *name;
+            void **slot;
+        } lsyms[] = {{"cublasLtCreate", (void **)&t.lt_create},
+                     {"cublasLtDestroy", (void **)&t.lt_destroy},
+                     {"cublasLtMatmulDescCreate", (void **)&t.lt_desc_create},
+                     {"cublasLtMatmulDescDestroy", (void **)&t.lt_desc_destroy},
+                     {"cublasLtMatmulDescSetAttribute", (void **)&t.lt_desc_set},
+                     {"cublasLtMatrixLayoutCreate", (void **)&t.lt_layout_create},
+                     {"cublasLtMatrixLayoutDestroy", (void **)&t.lt_layout_destroy},
+                     {"cublasLtMatmulPreferenceCreate", (void **)&t.lt_pref_create},
+                     {"cublasLtMatmulPreferenceDestroy", (void **)&t.lt_pref_destroy},
+                     {"cublasLtMatmulPreferenceSetAttribute", (void **)&t.lt_pref_set},
+                     {"cublasLtMatmulAlgoGetHeuristic", (void **)&t.lt_heuristic},
+                     {"cublasLtMatmul", (void **)&t.lt_matmul}};
+        bool all = true;
+        for (auto &s : lsyms) all = all && (*s.slot = dlsym(lt, s.name)) != nullptr;
+        if (!all) {
+            for (auto &s : lsyms) *s.slot = nullptr;
+            dlclose(lt);
         }
     }
     ddp_blas_ = t;

@@ -6,12 +6,18 @@
 // of system time a process, for nothing on --device cpu.  On the CPU
 // emulation the table holds the emulated functions from the start.
 //
+// cuBLASLt (libcublasLt.so.<CUDA major>, which cuBLAS loads anyway) fills
+// the table's lt_* entries when it can be loaded; a process without them
+// runs the GEMMs and their epilogues as separate passes (linear.cu).
+//
 // After this header, the cuBLAS names the backend calls (cublasCreate,
-// cublasSgemm, ...) are macros for the table's entries, so the calls read
-// as cuBLAS's and DDP_CUBLAS still names them in its messages.
+// cublasSgemm, cublasLtMatmul, ...) are macros for the table's entries, so
+// the calls read as cuBLAS's and DDP_CUBLAS still names them in its
+// messages.
 #ifndef DDP_CUDA_BLAS_H
 #define DDP_CUDA_BLAS_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stddef.h>
 
@@ -40,6 +46,19 @@ struct ddp_blas_api {
                                               cudaDataType, int, long long, int,
                                               cublasComputeType_t, cublasGemmAlgo_t);
     decltype(&cublasGetStatusString) status_string;
+    // cuBLASLt: all NULL when it was not loaded
+    decltype(&cublasLtCreate) lt_create;
+    decltype(&cublasLtDestroy) lt_destroy;
+    decltype(&cublasLtMatmulDescCreate) lt_desc_create;
+    decltype(&cublasLtMatmulDescDestroy) lt_desc_destroy;
+    decltype(&cublasLtMatmulDescSetAttribute) lt_desc_set;
+    decltype(&cublasLtMatrixLayoutCreate) lt_layout_create;
+    decltype(&cublasLtMatrixLayoutDestroy) lt_layout_destroy;
+    decltype(&cublasLtMatmulPreferenceCreate) lt_pref_create;
+    decltype(&cublasLtMatmulPreferenceDestroy) lt_pref_destroy;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) lt_pref_set;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) lt_heuristic;
+    decltype(&cublasLtMatmul) lt_matmul;
 };
 extern ddp_blas_api ddp_blas_;
 
@@ -62,6 +81,18 @@ int ddp_blas_load_(char *why, size_t n);
 #define cublasSgemmStridedBatched ddp_blas_.sgemm_strided_batched
 #define cublasGemmStridedBatchedEx ddp_blas_.gemm_strided_batched_ex
 #define cublasGetStatusString ddp_blas_.status_string
+#define cublasLtCreate ddp_blas_.lt_create
+#define cublasLtDestroy ddp_blas_.lt_destroy
+#define cublasLtMatmulDescCreate ddp_blas_.lt_desc_create
+#define cublasLtMatmulDescDestroy ddp_blas_.lt_desc_destroy
+#define cublasLtMatmulDescSetAttribute ddp_blas_.lt_desc_set
+#define cublasLtMatrixLayoutCreate ddp_blas_.lt_layout_create
+#define cublasLtMatrixLayoutDestroy ddp_blas_.lt_layout_destroy
+#define cublasLtMatmulPreferenceCreate ddp_blas_.lt_pref_create
+#define cublasLtMatmulPreferenceDestroy ddp_blas_.lt_pref_destroy
+#define cublasLtMatmulPreferenceSetAttribute ddp_blas_.lt_pref_set
+#define cublasLtMatmulAlgoGetHeuristic ddp_blas_.lt_heuristic
+#define cublasLtMatmul ddp_blas_.lt_matmul
 #endif
 
 #endif

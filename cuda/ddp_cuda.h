@@ -63,6 +63,10 @@ int ddp_cuda_load_blas(char *why, size_t n);
 int ddp_cuda_bound_device(void); /* -1 before ddp_cuda_init */
 /* GEMM inputs in bf16 (fp32 accumulation, fp32 weights kept) when on. */
 int ddp_cuda_set_bf16_gemm(int on);
+/* Forget the cuBLASLt plans kept for dense layers' forwards (linear.cu):
+ * each shape asks cuBLASLt for its algorithm again at its next forward.
+ * For tests (with DDP_EMU_FAIL making that heuristic fail). */
+void ddp_cuda_lt_forget(void);
 /* GEMM inputs rounded to TF32 on the tensor cores when on: the cuBLAS
  * handle's math mode (CUBLAS_TF32_TENSOR_OP_MATH; off: CUBLAS_DEFAULT_MATH,
  * fp32 throughout); after init. */
@@ -111,6 +115,13 @@ int ddp_cuda_download_async(void *host_dst, const void *src, size_t bytes, ddp_c
 // of that range is made again.
 int ddp_cuda_bf16_params(const float *params, size_t count);
 int ddp_cuda_params_written(const float *p, size_t count);
+// Under bf16 GEMMs: [y, y + 2 count bytes) is a dense layer's output that
+// only dense layers read (as their input, and its own backward as the
+// fused ReLU's mask): ddp_cuda_linear_fwd writes it as count bf16 values
+// (the fp32 result rounded once, as the reader's GEMM would round it) and
+// ddp_cuda_linear_fwd / _bwd read it as such where it is x or relu_y (the
+// ReLU's mask then that of the bf16 value).  Forgotten when y is freed.
+int ddp_cuda_act_bf16(float *y, size_t count);
 int ddp_cuda_event_create(ddp_cuda_event_t **e);
 int ddp_cuda_event_destroy(ddp_cuda_event_t *e);
 int ddp_cuda_event_record(ddp_cuda_event_t *e); /* on the compute stream */

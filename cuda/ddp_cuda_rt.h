@@ -118,6 +118,7 @@ struct ddp_cuda_state {
     cudaStream_t stream;        // the compute stream: every op
     cudaStream_t copy_stream;   // upload_async
     cublasHandle_t blas;        // on `stream`
+    cublasLtHandle_t lt;        // cuBLASLt's, NULL without it (blas.h)
     int bf16_gemm;              // --precision bf16
     int tf32;                   // --precision tf32 (the handle's math mode)
 };

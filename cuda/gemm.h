@@ -34,6 +34,20 @@ int ddp_cuda_gemm_rm_batched_(int ta, int tb, int m, int n, int k, const void *A
                               long long sA, const void *B, int b16, int ldb, long long sB,
                               float beta, float *C, int ldc, long long sC, int batch);
 
+// Row-major y[n, out] = x[n, in] w[out, in]^T, plus b[out] (b NULL: none),
+// then relu (relu != 0), as one cuBLASLt matmul with the bias and the ReLU
+// in its epilogue (the fp32 product plus the bias, rounded once to y's
+// type: the bits of the GEMM entry followed by a pass adding them).  x16:
+// x and w are bf16 (made as ddp_bf16_convert_ makes them), else fp32; y16:
+// y is bf16, else fp32.  Returns 1 when queued, 0 when cuBLASLt cannot run
+// it (not loaded, no algorithm for these types and alignments, a bias not
+// 16-byte aligned: the caller runs the GEMM and the epilogue apart), -1 on
+// failure (recorded).  Each shape's descriptors and algorithm are kept.
+int ddp_lt_linear_(int n, int in, int out, const void *x, const void *w, int x16, const float *b,
+                   int relu, void *y, int y16);
+// Frees the kept descriptors (ddp_cuda_shutdown).
+void ddp_lt_release_(void);
+
 // g[count] = beta g (beta == 0: zero without reading g); on the compute stream.
 int ddp_cuda_grad_scale_(size_t count, float *g, float beta);
 

@@ -35,6 +35,18 @@ __global__ void bias_act_kernel(I count, int out, const float *b, float *y, int 
     }
 }
 
+// The same into a bf16 output: y16[i] = bf16(relu(y[i] + b[j])).
+template <class I>
+__global__ void bias_act_bf16_kernel(I count, int out, const float *b, const float *y,
+                                     uint16_t *y16, int relu)
+{
+    DDP_GRID_STRIDE(I, i, count)
+    {
+        float v = b ? y[i] + b[(int)(i % (I)out)] : y[i];
+        y16[i] = ddp_f32_to_bf16(relu && v < 0.0f ? 0.0f : v);
+    }
+}
+
 // The pass over a dense layer's output gradient dy[n, out] before its
 // GEMMs, in one of six modes: kPassMask*: each element zeroed where relu_y
 // is <= 0 (a fused ReLU: relu_bwd_k's mask, from its output); db
@@ -45,14 +57,26 @@ __global__ void bias_act_kernel(I count, int out, const float *b, float *y, int 
 // order (each warp reads kBiasCols consecutive floats of one row), then the
 // lanes are added in a fixed tree: deterministic, and the same sums however
 // the operand is written.
+// kPassMask16*: relu_y is a layer output kept in bf16 (bf16.h,
+// ddp_bf16_act_*), the mask that of its bf16 values.
 constexpr int kBiasCols = 32, kBiasLanes = 32;
-enum DyPass { kPassNone, kPassF32, kPassBf16, kPassMaskNone, kPassMaskF32, kPassMaskBf16 };
+enum DyPass {
+    kPassNone,
+    kPassF32,
+    kPassBf16,
+    kPassMaskNone,
+    kPassMaskF32,
+    kPassMaskBf16,
+    kPassMask16None,
+    kPassMask16F32,
+    kPassMask16Bf16
+};
 
 template <int MODE>
-__global__ void dy_pass_kernel(int n, int out, const float *dy, const float *relu_y, float *db,
+__global__ void dy_pass_kernel(int n, int out, const float *dy, const void *relu_y, float *db,
                                float beta, float *g32, uint16_t *g16)
 {
-    constexpr bool MASK = MODE >= kPassMaskNone;
+    constexpr bool MASK = MODE >= kPassMaskNone, MASK16 = MODE >= kPassMask16None;
     constexpr int G = MODE % 3; // kPassNone, kPassF32 or kPassBf16
     __shared__ float part[kBiasLanes][kBiasCols + 1]; // +1: no bank conflicts
     const int c = threadIdx.x, lane = threadIdx.y;
@@ -65,7 +89,9 @@ __global__ void dy_pass_kernel(int n, int out, const float *dy, const float *rel
             for (int i = lane; i < n; i += kBiasLanes) {
                 const size_t k = (size_t)i * out + j;
                 float v = dy[k];
-                if (MASK && !ddp_relu_keep(relu_y[k])) v = 0.0f;
+                if (MASK && !ddp_relu_keep(MASK16 ? ddp_bf16_to_f32(((const uint16_t *)relu_y)[k])
+                                              : ((const float *)relu_y)[k]))
+                    v = 0.0f;
                 acc += v;
                 if (G == kPassF32) g32[k] = v;
                 if (G == kPassBf16) g16[k] = ddp_f32_to_bf16(v);
@@ -82,9 +108,10 @@ __global__ void dy_pass_kernel(int n, int out, const float *dy, const float *rel
     }
 }
 
-// dy_pass_kernel on the compute stream: relu_y masks (NULL: no ReLU), db
-// takes the bias gradient (NULL: none), the operand goes to g32 or g16
-// (both NULL: nowhere).
+// dy_pass_kernel on the compute stream: relu_y masks (NULL: no ReLU; a
+// bf16 layer output, bf16.h: the mask of its bf16 values), db takes the
+// bias gradient (NULL: none), the operand goes to g32 or g16 (both NULL:
+// nowhere).
 int dy_pass(int n, int out, const float *dy, const float *relu_y, float *db, float beta,
             float *g32, uint16_t *g16)
 {
@@ -92,13 +119,19 @@ int dy_pass(int n, int out, const float *dy, const float *relu_y, float *db, flo
     cudaStream_t s = ddp_cuda_state_.stream;
     size_t tiles = ((size_t)out + kBiasCols - 1) / kBiasCols;
     unsigned blocks = (unsigned)(tiles < 65535 ? tiles : 65535);
+    const uint16_t *mask16 = ddp_bf16_act_at_(relu_y);
     double count = (double)n * out, dbb = db ? 4.0 * out : 0;
-    double rd = 4.0 * count * (relu_y ? 2 : 1) + (beta != 0.0f ? dbb : 0);
+    double rd = 4.0 * count + (relu_y ? (mask16 ? 2.0 : 4.0) * count : 0) +
+                (beta != 0.0f ? dbb : 0);
     DDP_COST(rd, dbb + (g32 ? 4.0 : g16 ? 2.0 : 0) * count, count);
     const dim3 tile(kBiasCols, kBiasLanes);
 #define DY_PASS_(mode) DDP_LAUNCH(dy_pass_kernel<mode>, blocks, tile, s, n, out, dy, relu_y, db, \
                                   beta, g32, g16)
-    if (relu_y) {
+    if (mask16) {
+        if (g32) DY_PASS_(kPassMask16F32);
+        else if (g16) DY_PASS_(kPassMask16Bf16);
+        else DY_PASS_(kPassMask16None);
+    } else if (relu_y) {
         if (g32) DY_PASS_(kPassMaskF32);
         else if (g16) DY_PASS_(kPassMaskBf16);
         else DY_PASS_(kPassMaskNone);
@@ -199,6 +232,151 @@ static int gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const void
     return 0;
 }
 
+// ---- the fused forward: cuBLASLt, the bias and the ReLU in its epilogue ----
+
+namespace
+{
+
+// One shape's descriptors and algorithm (found once, kept): the key, then
+// whether cuBLASLt has an algorithm for it.
+struct LtPlan {
+    int n, in, out, x16, y16, epi, align;
+    bool ok;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+};
+constexpr int kLtPlans = 64;
+LtPlan g_lt[kLtPlans];
+int g_lt_count = 0, g_lt_next = 0; // kept plans; the next one replaced when full
+
+void lt_free_(LtPlan &p)
+{
+    if (p.d) cublasLtMatrixLayoutDestroy(p.d);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    p = LtPlan{};
+}
+
+// The least alignment of the operands' addresses, up to 256 bytes.
+int lt_align_(const void *x, const void *w, const void *y)
+{
+    uintptr_t bits = (uintptr_t)x | (uintptr_t)w | (uintptr_t)y | 256;
+    return (int)(bits & (~bits + 1));
+}
+
+// The plan for p's key: descriptors, the operands' alignment promised to
+// the heuristic, and its first algorithm; p.ok false when there is none.
+void lt_plan_(LtPlan &p)
+{
+    const cudaDataType ti = p.x16 ? CUDA_R_16BF : CUDA_R_32F, to = p.y16 ? CUDA_R_16BF : CUDA_R_32F;
+    const int32_t opt = CUBLAS_OP_T, opn = CUBLAS_OP_N, bias_t = CUDA_R_32F;
+    const uint32_t epi = (uint32_t)p.epi, align = (uint32_t)p.align;
+    const uint64_t ws = 0; // no workspace: none to plan for, and these GEMMs need no split-K
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasLtMatmulHeuristicResult_t r;
+    int found = 0;
+    // column-major: D [out, n] = op(A) B with A = w as [in, out] (op T) and B = x as [in, n]
+    bool ok = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0 &&
+              cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opt,
+                                             sizeof opt) == 0 &&
+              cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opn,
+                                             sizeof opn) == 0 &&
+              cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                             sizeof epi) == 0 &&
+              ((epi & CUBLASLT_EPILOGUE_BIAS) == 0 ||
+               cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t,
+                                              sizeof bias_t) == 0) &&
+              cublasLtMatrixLayoutCreate(&p.a, ti, (uint64_t)p.in, (uint64_t)p.out, p.in) == 0 &&
+              cublasLtMatrixLayoutCreate(&p.b, ti, (uint64_t)p.in, (uint64_t)p.n, p.in) == 0 &&
+              cublasLtMatrixLayoutCreate(&p.d, to, (uint64_t)p.out, (uint64_t)p.n, p.out) == 0 &&
+              cublasLtMatmulPreferenceCreate(&pref) == 0 &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof ws) == 0;
+    for (int i = 0; ok && i < 4; i++)
+        ok = cublasLtMatmulPreferenceSetAttribute(
+                 pref,
+                 (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES +
+                                                        i),
+                 &align, sizeof align) == 0;
+    ok = ok &&
+         cublasLtMatmulAlgoGetHeuristic(ddp_cuda_state_.lt, p.desc, p.a, p.b, p.d, p.d, pref, 1, &r,
+                                        &found) == 0 &&
+         found > 0 && r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize == 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ok) {
+        p.algo = r.algo;
+        p.ok = true;
+    } else { // kept, so that the shape is not tried again
+        LtPlan key = p;
+        lt_free_(p);
+        p = key;
+        p.desc = nullptr, p.a = p.b = p.d = nullptr;
+        p.ok = false;
+    }
+}
+
+} // namespace
+
+int ddp_lt_linear_(int n, int in, int out, const void *x, const void *w, int x16, const float *b,
+                   int relu, void *y, int y16)
+{
+    // TF32 GEMMs stay with cuBLAS's handle (its math mode)
+    if (!ddp_cuda_state_.lt || ddp_cuda_state_.tf32 || n <= 0 || in <= 0 || out <= 0 ||
+        (b && (uintptr_t)b % 16))
+        return 0;
+    const int epi = b ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                      : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    const LtPlan key = {n, in, out, x16 != 0, y16 != 0, epi, lt_align_(x, w, y), false,
+                        nullptr, nullptr, nullptr, nullptr, {}};
+    LtPlan *p = nullptr;
+    for (int i = 0; i < g_lt_count && !p; i++) {
+        const LtPlan &q = g_lt[i];
+        if (q.n == key.n && q.in == key.in && q.out == key.out && q.x16 == key.x16 &&
+            q.y16 == key.y16 && q.epi == key.epi && q.align == key.align)
+            p = &g_lt[i];
+    }
+    if (!p) {
+        int at = g_lt_count < kLtPlans ? g_lt_count++ : g_lt_next++ % kLtPlans;
+        p = &g_lt[at];
+        lt_free_(*p);
+        *p = key;
+        lt_plan_(*p);
+    }
+    if (!p->ok) return 0;
+    if (b && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b,
+                                            sizeof b) != CUBLAS_STATUS_SUCCESS)
+        return 0;
+    const double es = x16 ? 2.0 : 4.0, count = (double)n * out;
+    const double flops = 2.0 * n * (double)in * out;
+    DDP_COST(es * ((double)n * in + (double)out * in) + (b ? 4.0 * out : 0),
+             (y16 ? 2.0 : 4.0) * count, flops);
+    ddp_cost_gemm_("cublasLtMatmul", x16 ? DDP_MATH_BF16 : DDP_MATH_FP32, out, n, in);
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st =
+        cublasLtMatmul(ddp_cuda_state_.lt, p->desc, &one, w, p->a, x, p->b, &zero, y, p->d, y,
+                       p->d, &p->algo, nullptr, 0, ddp_cuda_state_.stream);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+        p->ok = false; // refused at the call: this shape runs apart from now on
+        return 0;
+    }
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return ddp_cuda_fail_("cublasLtMatmul", __FILE__, __LINE__, cublasGetStatusString(st));
+    return 1;
+}
+
+void ddp_lt_release_(void)
+{
+    for (int i = 0; i < g_lt_count; i++) lt_free_(g_lt[i]);
+    g_lt_count = g_lt_next = 0;
+}
+
+extern "C" void ddp_cuda_lt_forget(void)
+{
+    ddp_lt_release_();
+}
+
 int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -223,26 +401,54 @@ int ddp_cuda_gemm_rm_batched_(int ta, int tb, int m, int n, int k, const void *A
 
 extern "C" {
 
-// y[n,out] = x[n,in] w[out,in]^T + b[out]; relu: relu(y).  The GEMM writes
-// y, then one pass adds the bias and applies the ReLU: the product and the
-// bias rounded once, as when cuBLAS adds a bias put in C first, and no pass
-// of its own for the ReLU.
+// y[n,out] = x[n,in] w[out,in]^T + b[out]; relu: relu(y).  One cuBLASLt
+// matmul with the bias and the ReLU in its epilogue where it can
+// (ddp_lt_linear_); else the GEMM writes y, then one pass adds the bias and
+// applies the ReLU: the same bits, the product and the bias rounded once,
+// as when cuBLAS adds a bias put in C first.
 int ddp_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b,
                         float *y, int relu)
 {
     if (n <= 0 || out <= 0) return 0;
     cudaStream_t s = ddp_cuda_state_.stream;
     size_t count = (size_t)n * out;
+    // y kept in bf16 (bf16.h): the fp32 result rounded once into it
+    uint16_t *y16 = (uint16_t *)ddp_bf16_act_at_(y);
+    float *y32 = y;
     if (in <= 0) {
-        DDP_CU(cudaMemsetAsync(y, 0, count * sizeof *y, s));
-    } else if (!ddp_cuda_state_.bf16_gemm) {
-        if (ddp_cuda_gemm_rm_(0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out) != 0) return -1;
+        if (y16) {
+            y32 = (float *)ddp_bf16_scratch_(DDP_BF16_EPILOGUE, count * sizeof(float));
+            if (!y32) return -1;
+        }
+        DDP_CU(cudaMemsetAsync(y32, 0, count * sizeof *y32, s));
     } else {
-        // bf16: the weight and the input rounded into the memo, for the backward too
-        const uint16_t *w16, *x16;
-        if (ddp_bf16_memo_put_(w, (size_t)out * in, x, (size_t)n * in, &w16, &x16) != 0 ||
-            ddp_cuda_gemm_rm16_(0, 1, n, out, in, 1.0f, x16, 1, in, w16, 1, in, 0.0f, y, out) != 0)
+        // bf16: the weight and the input rounded into the memo, for the
+        // backward too (an input kept in bf16 is its own copy)
+        const void *xq = x, *wq = w;
+        const int q16 = ddp_cuda_state_.bf16_gemm;
+        if (q16) {
+            const uint16_t *w16, *x16, *xa = ddp_bf16_act_at_(x);
+            if (ddp_bf16_memo_put_(w, (size_t)out * in, xa ? nullptr : x, (size_t)n * in, &w16,
+                                   &x16) != 0)
+                return -1;
+            xq = xa ? xa : x16, wq = w16;
+        }
+        int fused = ddp_lt_linear_(n, in, out, xq, wq, q16, b, relu, y, y16 != nullptr);
+        if (fused) return fused < 0 ? -1 : 0;
+        if (y16) {
+            y32 = (float *)ddp_bf16_scratch_(DDP_BF16_EPILOGUE, count * sizeof(float));
+            if (!y32) return -1;
+        }
+        if (ddp_cuda_gemm_rm16_(0, 1, n, out, in, 1.0f, xq, q16, in, wq, q16, in, 0.0f, y32, out) !=
+            0)
             return -1;
+    }
+    if (y16) {
+        DDP_COST(4.0 * count + (b ? 4.0 * out : 0), 2.0 * count, (double)count);
+        DDP_LAUNCH_IDX(bias_act_bf16_kernel, count, ddp_blocks_for(count), kDdpThreads, s, count,
+                       out, b, y32, y16, relu);
+        DDP_CU_LAUNCHED();
+        return 0;
     }
     if (!b && !relu) return 0;
     DDP_COST(4.0 * count + (b ? 4.0 * out : 0), 4.0 * count, (double)count);
@@ -286,8 +492,9 @@ int ddp_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, 
     const void *dyq = dy, *xq = x, *wq = w;
     int dy16 = 0, x16 = 0, w16 = 0;
     if (ddp_cuda_state_.bf16_gemm) {
-        const uint16_t *xm, *wm;
-        ddp_bf16_memo_get_(w, (size_t)out * in, x, (size_t)n * in, &wm, &xm);
+        const uint16_t *xm, *wm, *xa = ddp_bf16_act_at_(x); // x kept in bf16: its own copy
+        ddp_bf16_memo_get_(w, (size_t)out * in, xa ? nullptr : x, (size_t)n * in, &wm, &xm);
+        if (xa) xm = xa;
         if (xm) xq = xm, x16 = 1;
         if (wm) wq = wm, w16 = 1;
         uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, (size_t)n * out * 2);

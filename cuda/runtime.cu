@@ -10,10 +10,11 @@
 
 #include "bf16.h"
 #include "ddp_cuda_rt.h"
+#include "gemm.h"
 
 #include <nvtx3/nvToolsExt.h>
 
-struct ddp_cuda_state ddp_cuda_state_ = {-1, nullptr, nullptr, nullptr, 0, 0};
+struct ddp_cuda_state ddp_cuda_state_ = {-1, nullptr, nullptr, nullptr, nullptr, 0, 0};
 
 // The first failure since the last clear; "" when none.
 static char g_last_error[512];
@@ -129,6 +130,10 @@ int ddp_cuda_init(int device)
     ddp_cuda_state_.stream = s;
     ddp_cuda_state_.copy_stream = cs;
     ddp_cuda_state_.blas = h;
+    // cuBLASLt, for GEMMs with their epilogue (linear.cu): optional
+    cublasLtHandle_t lt = nullptr;
+    if (ddp_blas_.lt_create && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) lt = nullptr;
+    ddp_cuda_state_.lt = lt;
     return 0;
 }
 
@@ -176,7 +181,10 @@ void ddp_cuda_shutdown(void)
     cudaStreamSynchronize(ddp_cuda_state_.stream);
     cudaStreamSynchronize(ddp_cuda_state_.copy_stream);
     ddp_bf16_release_();
+    ddp_lt_release_();
+    if (ddp_cuda_state_.lt) cublasLtDestroy(ddp_cuda_state_.lt);
     if (ddp_cuda_state_.blas) cublasDestroy(ddp_cuda_state_.blas);
+    ddp_cuda_state_.lt = nullptr;
     cudaStreamDestroy(ddp_cuda_state_.copy_stream);
     cudaStreamDestroy(ddp_cuda_state_.stream);
     ddp_cuda_state_.blas = nullptr;
@@ -239,6 +247,7 @@ int ddp_cuda_free(void *p)
     if (p == ddp_bf16_mirror_base_() && ddp_bf16_mirror_set_(nullptr, 0) != 0) return -1;
     DDP_CU(cudaFree(p));
     ddp_bf16_memo_forget_(); // p's addresses may come back with other data
+    ddp_bf16_act_drop_(p);
     return 0;
 }
 
@@ -278,6 +287,15 @@ int ddp_cuda_bf16_params(const float *params, size_t count)
 {
     if (params && count && not_bound("ddp_cuda_bf16_params")) return -1;
     return ddp_bf16_mirror_set_(params, count);
+}
+
+int ddp_cuda_act_bf16(float *y, size_t count)
+{
+    if (not_bound("ddp_cuda_act_bf16")) return -1;
+    if (!ddp_cuda_state_.bf16_gemm)
+        return DDP_FAIL("ddp_cuda_act_bf16", "a bf16 layer output without --precision bf16");
+    ddp_bf16_act_set_(y, count);
+    return 0;
 }
 
 int ddp_cuda_params_written(const float *p, size_t count)

@@ -94,6 +94,8 @@ AC_DEFUN([DDP_CUDA], [
       AC_DEFINE_UNQUOTED([DDP_CUDA_ARCH], ["$with_cuda_arch"], [CUDA architectures compiled for])
       AC_DEFINE_UNQUOTED([DDP_CUBLAS_SONAME], ["libcublas.so.$ddp_cuda_major"],
         [the cuBLAS library the cuda backend loads (cuda/blas.cu)])
+      AC_DEFINE_UNQUOTED([DDP_CUBLASLT_SONAME], ["libcublasLt.so.$ddp_cuda_major"],
+        [the cuBLASLt library the cuda backend loads when it can (cuda/blas.cu)])
     ], [
       AS_IF([test "x$with_cuda" != xguess],
         [AC_MSG_ERROR([CUDA was asked for (--with-cuda=$with_cuda) but nvcc, cuda_runtime.h, cublas_v2.h,

@@ -145,6 +145,15 @@ typedef struct compute_ops {
      * NULL: no such copy (both optional). */
     int (*bf16_params)(const float *params, size_t count);
     void (*params_written)(const float *p, size_t count);
+    /* --precision bf16: y, of count values, is a dense layer's output that
+     * only dense layers read, as their input (linear_fwd's and linear_bwd's
+     * x) and its own backward as a fused ReLU's mask (linear_bwd's relu_y):
+     * the backend keeps it as count bf16 values at y (count * 2 bytes
+     * allocated), which linear_fwd writes (the fp32 result rounded once,
+     * as the reader's GEMM would round it) and those ops read; nothing else
+     * may read y (the ReLU's mask is then that of the bf16 value).  After
+     * set_bf16; 0 when done.  NULL: no such outputs (optional). */
+    int (*act_bf16)(float *y, size_t count);
     /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
      * on the host thread and projects them onto the GPU work launched
      * inside): range_start opens a range named `name` and returns its id,
@@ -329,8 +338,8 @@ extern const compute_ops_t compute_cuda_ops;
  * the name of the backend it stands in for, or a name of its own --
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
- * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, mem_info,
- * host_alloc, host_free, range_start, range_end) is refused
+ * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, act_bf16,
+ * mem_info, host_alloc, host_free, range_start, range_end) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

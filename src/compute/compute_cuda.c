@@ -167,6 +167,13 @@ static void cuda_params_written(const float *p, size_t count)
     ddp_cuda_params_written(p, count);
 }
 
+static int cuda_act_bf16(float *y, size_t count)
+{
+    int rc = ddp_cuda_act_bf16(y, count);
+    cuda_rc_(rc);
+    return rc;
+}
+
 static void cuda_copy(void *dst, const void *src, size_t bytes)
 {
     cuda_rc_(ddp_cuda_copy(dst, src, bytes));
@@ -465,6 +472,7 @@ const compute_ops_t compute_cuda_ops = {
     .set_bf16 = ddp_cuda_set_bf16_gemm,
     .bf16_params = cuda_bf16_params,
     .params_written = cuda_params_written,
+    .act_bf16 = cuda_act_bf16,
     .set_tf32 = ddp_cuda_set_tf32,
     .range_start = ddp_cuda_range_start,
     .range_end = ddp_cuda_range_end,

@@ -608,6 +608,30 @@ static int relu_in_below_(const model_t *m, const layer_t *L)
     return L->kind == LAYER_RELU && L->fused_relu && m->layers[L->src].kind != LAYER_ADD;
 }
 
+static int readers_(const model_t *m, int j);
+
+int model_out_bf16(const model_t *m, int i)
+{
+    if (!m->bf16_acts || m->unfused || i < 0 || i >= m->nlayers) return 0;
+    const layer_t *L = &m->layers[i];
+    int dense = (L->kind == LAYER_LINEAR && !L->fused_relu) ||
+                (L->kind == LAYER_RELU && L->fused_relu && L->src >= 0 &&
+                 m->layers[L->src].kind == LAYER_LINEAR);
+    if (!dense || readers_(m, i) != 1) return 0;
+    for (int k = 0; k < m->nlayers; k++)
+        if (m->layers[k].src == i) return m->layers[k].kind == LAYER_LINEAR;
+    return 0;
+}
+
+size_t model_bf16_out_max(const model_t *m, int batch)
+{
+    size_t most = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (model_out_bf16(m, i) && act_numel(m->layers[i].out) > most)
+            most = act_numel(m->layers[i].out);
+    return (size_t)batch * most * sizeof(float);
+}
+
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
 {
     ddp_status_t s = DDP_OK;
@@ -634,7 +658,8 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
         layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
         if (owns_output_(L))
-            L->y = dev_alloc_(m, (size_t)m->batch * outn * sizeof(float), &s, L->token);
+            L->y = dev_alloc_(m, (size_t)m->batch * outn * (model_out_bf16(m, i) ? 2 : 4), &s,
+                              L->token);
         if (L->kind == LAYER_MAXPOOL)
             L->argmax = dev_alloc_(m, (size_t)m->batch * outn * sizeof(int32_t), &s, L->token);
         if (L->kind == LAYER_BN) {
@@ -648,6 +673,12 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
             m->layers[m->layers[i].src].y = m->layers[i].y;
     for (int i = 0; i < m->nlayers; i++) /* nothing reads a BatchNorm an add applies */
         if (m->layers[i].add_bn) m->layers[m->layers[i].add_bn - 1].y = m->layers[i].y;
+    for (int i = 0; i < m->nlayers && s == DDP_OK; i++) /* outputs kept in bf16 */
+        if (model_out_bf16(m, i) &&
+            m->compute->act_bf16(m->layers[i].y, (size_t)m->batch * act_numel(m->layers[i].out)) !=
+                0)
+            s = ddp_fail(DDP_ERR_DEVICE, "the %s backend refused a bf16 layer output (layer %d)",
+                         m->compute->name, i);
     for (int k = 0; k < m->ndact; k++)
         m->dact[k] =
             dev_alloc_(m, (size_t)m->batch * max_act * sizeof(float), &s, "activation gradients");
@@ -700,7 +731,7 @@ size_t model_act_bytes_at(const model_t *m, int batch)
     for (int i = 0; i < m->nlayers; i++) {
         const layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
-        if (owns_output_(L)) bytes += B * outn * sizeof(float);
+        if (owns_output_(L)) bytes += B * outn * (model_out_bf16(m, i) ? 2 : 4);
         if (L->kind == LAYER_MAXPOOL) bytes += B * outn * sizeof(int32_t);
     }
     return bytes + (size_t)m->ndact * B * model_max_act(m) * sizeof(float) +

@@ -138,6 +138,10 @@ typedef struct model {
     int batch;
     int ndact;        /* 2, or 3 with residual blocks (a path's gradient waits for the other) */
     int unfused;      /* model_opts_t.unfused: no layer runs inside another */
+    /* Set before model_alloc (--precision bf16 on a backend with act_bf16):
+     * a dense layer's output (or its fused ReLU's) that only a dense layer
+     * reads is kept in bf16 (compute.h act_bf16: model_out_bf16). */
+    int bf16_acts;
     float *dact[3];   /* activation-gradient buffers [batch, max act] */
     char *expanded;   /* the spec the layers were built from (a named architecture expanded) */
     void *ws;         /* shared workspace: the convolutions', a fused dense layer's */
@@ -183,6 +187,14 @@ size_t model_ws_bytes(const model_t *m, int batch);
  * comm backend or the host reads them (compute.h, "Ordering"): the BN
  * statistics before their all-reduce. */
 void model_ops_wait(model_t *m);
+/* Whether layer i's output buffer holds bf16 values (m->bf16_acts): a
+ * dense layer's output, or the ReLU's fused into it, whose only reader is
+ * a dense layer; its buffer then takes half the bytes. */
+int model_out_bf16(const model_t *m, int i);
+/* The largest such output, in fp32 bytes at `batch` samples (0: none): the
+ * backend's scratch where it cannot write one in its GEMM (compute.h). */
+size_t model_bf16_out_max(const model_t *m, int batch);
+
 /* model_layout + model_alloc(NULL). */
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute);
 void model_free(model_t *m);

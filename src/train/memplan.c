@@ -250,7 +250,8 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
          * weights' copies, which the optimizer writes; memplan_bf16_mirror)
          * and the memo of every dense layer's input as its forward rounded
          * it for its backward, or without the mirror the memo of every
-         * dense layer's weight and input and every convolution's weight */
+         * dense layer's weight and input and every convolution's weight;
+         * with outputs kept in bf16, the scratch of the largest in fp32 */
         size_t big = (size_t)sh->batch * model_max_act(m);
         size_t dy = big * sizeof(uint16_t);
         for (int i = 0; i < m->ntensors; i++)
@@ -266,10 +267,16 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
             /* without the mirror a weight's copy is the memo's (256-byte
              * aligned, the input after it) */
             size_t w = mirror ? 0 : (m->tensors[L->weight].numel + 127) / 128 * 128;
-            size_t x = L->kind == LAYER_LINEAR ? (size_t)sh->batch * L->in.c : 0;
+            /* an input kept in bf16 is its own copy (model_out_bf16) */
+            size_t x = L->kind == LAYER_LINEAR && !model_out_bf16(m, L->src)
+                           ? (size_t)sh->batch * L->in.c
+                           : 0;
             memo += (w + x) * sizeof(uint16_t);
         }
-        p->bf16 = pair + pair / 4 + dy + dy / 4 + memo;
+        /* a dense layer's fp32 product before it is written to an output
+         * kept in bf16, where cuBLASLt cannot write it (cuda/linear.cu) */
+        size_t epi = model_bf16_out_max(m, sh->batch);
+        p->bf16 = pair + pair / 4 + dy + dy / 4 + memo + epi + epi / 4;
     }
     p->ws += partials_bytes_(m, sh->batch);
     p->reserve = MEMPLAN_DEVICE_RESERVE;

@@ -11,7 +11,8 @@
 #      catches one flipped bit), and np=2
 #      at batch B follows np=1 at batch 2B;
 #  (c) two ranks of a host on one GPU are refused (exit 9);
-#  (d) --precision bf16 and tf32 train on cuda close to fp32, and are
+#  (d) --precision bf16 and tf32 train on cuda close to fp32 (bf16 also a
+#      chain of dense layers whose hidden outputs are kept in bf16), and are
 #      refused on cpu; bf16 at np=2 with --zero 1 trains --zero 0's losses;
 #  (e) an NCCL asynchronous error ends the job with one line, no hang, and
 #      so does a failed ncclAllReduce or ncclCommInitRank (DDP_EMU_FAIL);
@@ -153,6 +154,15 @@ for pt in "bf16 5e-3" "tf32 1e-3"; do
   "$EMU" "$T/d.h5" $mlp --steps 5 --device cpu --precision "$1" >"$T/$1.out" 2>"$T/$1.err"
   ddp_expect_error "$T/$1.err" $? 2 "$1 on cpu" "--precision $1 needs --device cuda"
 done
+# ... bf16 on a chain of dense layers, whose hidden outputs only the next
+# dense layer reads and are kept in bf16 (cuda/bf16.h; written by the
+# forwards' cuBLASLt matmuls, the fused ReLUs' masks read from them): close
+# to fp32 too
+chain="--model linear:32,relu,linear:32,relu,linear:auto --lr 0.05 --seed 5 --log-every 1 --eval-every 0"
+for p in fp32 bf16; do
+  run "chain-$p" 1 "$EMU" "$T/d.h5" $chain --batch 8 --steps 30 --device cuda --precision $p
+done
+close_steps=30 close "dense chain bf16 vs fp32, steps 1-10" 5e-3 "$T/chain-bf16.log" "$T/chain-fp32.log" 10
 # ... bf16 at np=2 under --zero 1: the parameter all-gather rewrites what the
 # optimizer's bf16 copy of the parameters holds (cuda/bf16.h, the mirror,
 # kept where every weight's copy is aligned: 8 classes here, so the last

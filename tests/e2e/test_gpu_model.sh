@@ -4,7 +4,8 @@
 # CUDA (tests/doubles/train_emu; builds without CUDA):
 #   - DDP_CUDA_MODEL=1, 5 steps of an MLP evaluated after each: the model of
 #     training step 4 on stderr at exit, its GEMMs those of the step (2
-#     forward, 2 weight gradients, 1 input gradient: the first layer's is not
+#     forward, each a cuBLASLt matmul with the bias in its epilogue, 2
+#     weight gradients, 1 input gradient: the first layer's is not
 #     computed; none of the evaluation's),
 #     dropout and BatchNorm rows, every launch declared; 1 step: the line
 #     saying no step completed, and no model;
@@ -21,8 +22,8 @@
 #     forward's weight and input kept for the backward, the output gradient
 #     shared by the backward's two GEMMs, rounded in the pass that masks it
 #     for a fused ReLU and sums the bias gradient), and a weight not at all
-#     by the forward (the optimizer writes its bf16 copy), counted in the
-#     model's table.
+#     by the forward (the optimizer writes its bf16 copy), nor a hidden
+#     layer's output (kept in bf16), counted in the model's table.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -47,7 +48,9 @@ grep -q "^# model of training step 4 of this process (DDP_CUDA_MODEL) on an H200
 grep -q "^# modeled step: [0-9.]* ms, [0-9]* launches" "$T/a.err" || { cat "$T/a.err"; fail "no modeled step line"; }
 grep -q "WARNING" "$T/a.err" && { cat "$T/a.err"; fail "an undeclared launch in the trainer's step"; }
 calls() { awk -v k="$1" '$1 == k { print $2 }' "$T/a.err"; }
-[ "$(calls cublasSgemm)" = 5 ] || { cat "$T/a.err"; fail "the step's GEMMs: $(calls cublasSgemm), expected 5"; }
+[ "$(calls cublasSgemm)" = 3 ] && [ "$(calls cublasLtMatmul)" = 2 ] ||
+  { cat "$T/a.err"; fail "the step's GEMMs: $(calls cublasSgemm) and $(calls cublasLtMatmul) forwards, expected 3 and 2"; }
+[ -z "$(calls 'bias_act_kernel<uint32_t>')" ] || { cat "$T/a.err"; fail "a pass adding the bias beside the forward's matmul"; }
 [ "$(calls dropout_k)" = 2 ] && [ "$(calls bn1d_stats_kernel)" = 1 ] && [ "$(calls sgd_mom_k)" = 1 ] ||
   { cat "$T/a.err"; fail "the step's dropout, BatchNorm or SGD launches are not 2, 1 and 1"; }
 DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $mlp --steps 1 --eval-every 0 --device cuda >"$T/b.out" 2>"$T/b.err" ||
@@ -83,16 +86,20 @@ dcalls() { awk -v k="$1" 'index($1, k) == 1 { print $2 }' "$T/d.err"; }
 [ "$(dcalls bn_fwd_kernel)" = 20 ] && [ "$(dcalls add_k)" = 1 ] && [ "$(dcalls relu_bwd_k)" = 8 ] ||
   { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls bn_fwd_kernel) BatchNorm passes, $(dcalls add_k) adds and $(dcalls relu_bwd_k) ReLU backward passes, expected 20, 1 and 8"; }
 # (d) bf16: each value rounded once (cuda/bf16.h): a step of 3 dense layers
-# rounds each layer's input in its forward (3 to_bf16_kernel; the weights'
-# copies are the parameters' mirror, which the optimizer writes as it
-# updates them, kept where every weight's copy is aligned: 8 classes here;
-# a forward that rounded its weight again makes 6, as with 4 classes, whose
-# last bias leaves the weights after it unaligned, below) and
-# each layer's output gradient once in its backward, in the pass that also
-# sums the bias gradient: masked by the fused ReLU in the 2 hidden layers,
-# as it is in the last; 8 GEMMs (a backward that rounded its weight and
-# input again would make 12 roundings; a ReLU left unfused, or the output
-# gradient rounded by a pass of its own, shows as other rows)
+# rounds the first layer's input in its forward (1 to_bf16_kernel): the
+# hidden layers' outputs, which only the next dense layer reads, are kept in
+# bf16, written so by the forwards' cuBLASLt matmuls (the bias and the ReLU
+# in their epilogue), and the weights' copies are the parameters' mirror,
+# which the optimizer writes as it updates them, kept where every weight's
+# copy is aligned: 8 classes here; a forward that rounded its weight again
+# makes 4, as with 4 classes, whose last bias leaves the weights after it
+# unaligned, below); each layer's output gradient is rounded once in its
+# backward, in the pass that also sums the bias gradient: masked by the
+# fused ReLU in the 2 hidden layers (from their bf16 outputs), as it is in
+# the last; 8 GEMMs, the 3 forwards cuBLASLt matmuls (a backward that
+# rounded its weight and input again would make more roundings; a ReLU left
+# unfused, an output kept in fp32, or the output gradient rounded by a pass
+# of its own, shows as other rows)
 "$DDPPREP" synthetic --classes 8 --features 64 --samples 800 --seed 3 -o "$T/d8.h5" >/dev/null ||
   fail "ddptrain-prep synthetic (8 classes)"
 bf16mlp="--model linear:256,relu,linear:256,relu,linear:auto --batch 64 --optimizer adamw --lr 1e-3
@@ -100,16 +107,16 @@ bf16mlp="--model linear:256,relu,linear:256,relu,linear:auto --batch 64 --optimi
 DDP_CUDA_MODEL=1 "$EMU" "$T/d8.h5" $bf16mlp >"$T/e.out" 2>"$T/e.err" ||
   { cat "$T/e.out" "$T/e.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP failed"; }
 ecalls() { awk -v k="$1" '$1 == k { print $2 }' "$T/e.err"; }
-[ "$(ecalls cublasGemmEx)" = 8 ] && [ "$(ecalls to_bf16_kernel)" = 3 ] &&
-  [ "$(ecalls 'dy_pass_kernel<kPassMaskBf16>')" = 2 ] && [ "$(ecalls 'dy_pass_kernel<kPassBf16>')" = 1 ] ||
-  { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls cublasGemmEx) GEMMs, $(ecalls to_bf16_kernel) roundings, $(ecalls 'dy_pass_kernel<kPassMaskBf16>') masked and $(ecalls 'dy_pass_kernel<kPassBf16>') plain gradient passes, expected 8, 3, 2 and 1"; }
+[ "$(ecalls cublasGemmEx)" = 5 ] && [ "$(ecalls cublasLtMatmul)" = 3 ] && [ "$(ecalls to_bf16_kernel)" = 1 ] &&
+  [ "$(ecalls 'dy_pass_kernel<kPassMask16Bf16>')" = 2 ] && [ "$(ecalls 'dy_pass_kernel<kPassBf16>')" = 1 ] ||
+  { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls cublasGemmEx) GEMMs and $(ecalls cublasLtMatmul) forwards, $(ecalls to_bf16_kernel) roundings, $(ecalls 'dy_pass_kernel<kPassMask16Bf16>') masked and $(ecalls 'dy_pass_kernel<kPassBf16>') plain gradient passes, expected 5 and 3, 1, 2 and 1"; }
 for k in relu_fwd_k relu_bwd_k; do
   [ -z "$(ecalls $k)" ] || { cat "$T/e.err"; fail "bf16 MLP step: a $k row (a ReLU not fused)"; }
 done
-[ "$(ecalls 'bias_act_kernel<uint32_t>')" = 3 ] ||
-  { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls 'bias_act_kernel<uint32_t>') passes adding the bias, expected 3"; }
+[ -z "$(ecalls 'bias_act_kernel<uint32_t>')" ] ||
+  { cat "$T/e.err"; fail "bf16 MLP step: $(ecalls 'bias_act_kernel<uint32_t>') passes adding the bias, expected none (the matmuls' epilogue)"; }
 DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $bf16mlp >"$T/e4.out" 2>"$T/e4.err" ||
   { cat "$T/e4.out" "$T/e4.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP (4 classes) failed"; }
 n4=$(awk '$1 == "to_bf16_kernel" { print $2 }' "$T/e4.err")
-[ "$n4" = 6 ] || { cat "$T/e4.err"; fail "bf16 MLP step, 4 classes: $n4 roundings, expected 6 (no mirror)"; }
+[ "$n4" = 4 ] || { cat "$T/e4.err"; fail "bf16 MLP step, 4 classes: $n4 roundings, expected 4 (no mirror)"; }
 echo "test_gpu_model.sh: passed"

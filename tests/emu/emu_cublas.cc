@@ -3,11 +3,13 @@
 // SGEMM, GemmEx (fp32 or bf16 inputs)
 // and SGEMV over the host CBLAS (column-major), their operands checked
 // against the device-memory table at the call and the product computed as
-// an operation of the handle's stream.  The contract is in include/
-// cublas_v2.h.
+// an operation of the handle's stream; and cuBLASLt's matmul with its
+// bias and ReLU epilogues (fp32 or bf16 output).  The contracts are in
+// include/cublas_v2.h and include/cublasLt.h.
 #include "emu_internal.h"
 
 #include <cblas.h>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <string.h>
@@ -415,6 +417,327 @@ extern "C" cublasStatus_t cublasSgemv(cublasHandle_t handle, cublasOperation_t t
                    for (long i = 0; i < ly; i++) y[i * ay] = 0.0f;
                cblas_sgemv(CblasColMajor, cblas_op(trans), m, n, al, A, lda, x, incx, be, y,
                            incy);
+           }));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- cuBLASLt (include/cublasLt.h) ------------------------------------------
+
+struct cublasLtContext {
+    int unused;
+};
+struct cublasLtMatmulDescOpaque_t {
+    cublasComputeType_t compute;
+    cudaDataType scale;
+    int32_t ta, tb;
+    uint32_t epilogue;
+    const void *bias;
+    int32_t bias_type; // -1: D's
+};
+struct cublasLtMatrixLayoutOpaque_t {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct cublasLtMatmulPreferenceOpaque_t {
+    uint64_t workspace;
+    uint32_t align[4]; // A, B, C, D: the least alignment promised (0: 256)
+};
+
+namespace
+{
+
+std::set<const void *> g_lt_objects; // live handles and descriptors (g_mu)
+constexpr uint64_t kLtAlgo = 0x6464706c74616c67ull; // the one algorithm's tag
+
+template <class T> cublasStatus_t lt_make(T **out, const T &init)
+{
+    if (!out) return CUBLAS_STATUS_INVALID_VALUE;
+    T *p = new T(init);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_lt_objects.insert(p);
+    *out = p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+template <class T> cublasStatus_t lt_free(T *p)
+{
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!p || !g_lt_objects.erase(p)) return CUBLAS_STATUS_INVALID_VALUE;
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+bool lt_live(const void *p)
+{
+    std::lock_guard<std::mutex> lock(g_mu);
+    return p && g_lt_objects.count(p);
+}
+
+size_t lt_elem(cudaDataType t)
+{
+    return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 0;
+}
+
+// The operation's shape from its layouts: INVALID_VALUE where they do not
+// agree, NOT_SUPPORTED for types the emulation (and the backend) has no
+// kernel for; m, n, k out.
+cublasStatus_t lt_shape(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                        cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, long *m, long *n,
+                        long *k)
+{
+    if (!lt_live(d) || !lt_live(A) || !lt_live(B) || !lt_live(C) || !lt_live(D))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *m = (long)D->rows, *n = (long)D->cols;
+    long am = d->ta == CUBLAS_OP_N ? (long)A->rows : (long)A->cols;
+    *k = d->ta == CUBLAS_OP_N ? (long)A->cols : (long)A->rows;
+    long bk = d->tb == CUBLAS_OP_N ? (long)B->rows : (long)B->cols;
+    long bn = d->tb == CUBLAS_OP_N ? (long)B->cols : (long)B->rows;
+    if (am != *m || bk != *k || bn != *n || C->rows != D->rows || C->cols != D->cols)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    for (cublasLtMatrixLayout_t L : {A, B, C, D})
+        if (L->ld < (int64_t)std::max<uint64_t>(1, L->rows)) return CUBLAS_STATUS_INVALID_VALUE;
+    bool ab = A->type == B->type && lt_elem(A->type);
+    bool cd = C->type == D->type && lt_elem(D->type);
+    bool bias_t = d->bias_type == -1 || d->bias_type == CUDA_R_32F || d->bias_type == (int)D->type;
+    if (!ab || !cd || !bias_t || d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+bool lt_has_bias(uint32_t epi)
+{
+    return epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS;
+}
+bool lt_has_relu(uint32_t epi)
+{
+    return epi == CUBLASLT_EPILOGUE_RELU || epi == CUBLASLT_EPILOGUE_RELU_BIAS;
+}
+
+// An operand of layout L (fp32 or bf16) as floats, with L's ld.
+std::vector<float> lt_floats(const void *p, const cublasLtMatrixLayoutOpaque_t *L)
+{
+    if (L->type == CUDA_R_16BF) return bf16_to_float(p, (long)L->rows, (long)L->cols, (long)L->ld);
+    std::vector<float> out;
+    if (L->rows && L->cols) {
+        const float *f = (const float *)p;
+        out.assign(f, f + (size_t)(L->cols - 1) * L->ld + L->rows);
+    }
+    return out;
+}
+
+} // namespace
+
+extern "C" cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle)
+{
+    if (!lightHandle) return CUBLAS_STATUS_INVALID_VALUE;
+    if (ddp_emu_inject("cublasLtCreate")) return CUBLAS_STATUS_ALLOC_FAILED;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (current_physical_locked() < 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    return lt_make(lightHandle, cublasLtContext{0});
+}
+
+extern "C" cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle)
+{
+    return lt_free(lightHandle) == CUBLAS_STATUS_SUCCESS ? CUBLAS_STATUS_SUCCESS
+                                                         : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+extern "C" cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc,
+                                                   cublasComputeType_t computeType,
+                                                   cudaDataType_t scaleType)
+{
+    return lt_make(matmulDesc, cublasLtMatmulDescOpaque_t{computeType, scaleType, CUBLAS_OP_N,
+                                                          CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT,
+                                                          nullptr, -1});
+}
+
+extern "C" cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc)
+{
+    return lt_free(matmulDesc);
+}
+
+extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
+                                                         cublasLtMatmulDescAttributes_t attr,
+                                                         const void *buf, size_t sizeInBytes)
+{
+    if (!lt_live(matmulDesc) || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+        int32_t v;
+        if (sizeInBytes != sizeof v) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&v, buf, sizeof v);
+        if (!op_ok((cublasOperation_t)v)) return CUBLAS_STATUS_INVALID_VALUE;
+        (attr == CUBLASLT_MATMUL_DESC_TRANSA ? matmulDesc->ta : matmulDesc->tb) = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+        uint32_t v;
+        if (sizeInBytes != sizeof v) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&v, buf, sizeof v);
+        if (v != CUBLASLT_EPILOGUE_DEFAULT && !lt_has_relu(v) && !lt_has_bias(v))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        matmulDesc->epilogue = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (sizeInBytes != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&matmulDesc->bias, buf, sizeof(void *));
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        if (sizeInBytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&matmulDesc->bias_type, buf, sizeof(int32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+extern "C" cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout,
+                                                     cudaDataType type, uint64_t rows,
+                                                     uint64_t cols, int64_t ld)
+{
+    if (ld < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    return lt_make(matLayout, cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld});
+}
+
+extern "C" cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout)
+{
+    return lt_free(matLayout);
+}
+
+extern "C" cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref)
+{
+    return lt_make(pref, cublasLtMatmulPreferenceOpaque_t{0, {0, 0, 0, 0}});
+}
+
+extern "C" cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref)
+{
+    return lt_free(pref);
+}
+
+extern "C" cublasStatus_t
+cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                     cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                     size_t sizeInBytes)
+{
+    if (!lt_live(pref) || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+        if (sizeInBytes != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&pref->workspace, buf, sizeof(uint64_t));
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    int i = (int)attr - (int)CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
+    if (i < 0 || i > 3 || sizeInBytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(&pref->align[i], buf, sizeof(uint32_t));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
+    cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+    cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+    cublasLtMatmulHeuristicResult_t heuristicResultsArray[], int *returnAlgoCount)
+{
+    bool inject = ddp_emu_inject("cublasLtMatmulAlgoGetHeuristic");
+    if (!lt_live(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!lt_live(preference) || requestedAlgoCount < 1 || !heuristicResultsArray ||
+        !returnAlgoCount)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *returnAlgoCount = 0;
+    long m, n, k;
+    cublasStatus_t st = lt_shape(operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &m, &n, &k);
+    if (st == CUBLAS_STATUS_SUCCESS && inject) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    r.algo.data[0] = kLtAlgo;
+    for (int i = 0; i < 4; i++) r.algo.data[1 + i] = preference->align[i] ? preference->align[i] : 256;
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
+    heuristicResultsArray[0] = r;
+    *returnAlgoCount = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
+                                         cublasLtMatmulDesc_t computeDesc, const void *alpha,
+                                         const void *A, cublasLtMatrixLayout_t Adesc,
+                                         const void *B, cublasLtMatrixLayout_t Bdesc,
+                                         const void *beta, const void *C,
+                                         cublasLtMatrixLayout_t Cdesc, void *D,
+                                         cublasLtMatrixLayout_t Ddesc,
+                                         const cublasLtMatmulAlgo_t *algo, void *workspace,
+                                         size_t workspaceSizeInBytes, cudaStream_t stream)
+{
+    const char *call = "cublasLtMatmul";
+    bool inject = ddp_emu_inject(call);
+    (void)workspace, (void)workspaceSizeInBytes;
+    if (!lt_live(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!alpha || !beta || (algo && algo->data[0] != kLtAlgo)) return CUBLAS_STATUS_INVALID_VALUE;
+    long m, n, k;
+    cublasStatus_t st = lt_shape(computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &m, &n, &k);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    const uint32_t epi = computeDesc->epilogue;
+    const float *bias = (const float *)computeDesc->bias;
+    const bool bias16 = computeDesc->bias_type == CUDA_R_16BF ||
+                        (computeDesc->bias_type == -1 && Ddesc->type == CUDA_R_16BF);
+    if (lt_has_bias(epi) && !bias) return CUBLAS_STATUS_INVALID_VALUE;
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!stream_ok_locked(stream)) return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (algo) { // the algorithm's kernel assumes its preference's alignments
+        const void *ops[4] = {A, B, C, D};
+        for (int i = 0; i < 4; i++)
+            if ((uintptr_t)ops[i] % algo->data[1 + i]) return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (inject) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    float a = *(const float *)alpha, b = *(const float *)beta;
+    bool use_ab = k > 0 && a != 0.0f;
+    if (use_ab && (!operand_ok(call, "A", A, (long)Adesc->rows, (long)Adesc->cols,
+                               (long)Adesc->ld, lt_elem(Adesc->type)) ||
+                   !operand_ok(call, "B", B, (long)Bdesc->rows, (long)Bdesc->cols,
+                               (long)Bdesc->ld, lt_elem(Bdesc->type))))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    if ((b != 0.0f && !operand_ok(call, "C", C, m, n, (long)Cdesc->ld, lt_elem(Cdesc->type))) ||
+        !operand_ok(call, "D", D, m, n, (long)Ddesc->ld, lt_elem(Ddesc->type)) ||
+        (lt_has_bias(epi) && !operand_ok(call, "bias", bias, m, 1, m, bias16 ? 2 : 4)))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    const cublasOperation_t ta = (cublasOperation_t)computeDesc->ta,
+                            tb = (cublasOperation_t)computeDesc->tb;
+    const cublasLtMatrixLayoutOpaque_t la = *Adesc, lb = *Bdesc, lc = *Cdesc, ld = *Ddesc;
+    submit(stream, device_op(call, "", 0, [=]() {
+               // the fp32 result, m x n with ld m, then the epilogue into D
+               std::vector<float> r((size_t)m * n);
+               if (b != 0.0f) {
+                   std::vector<float> c = lt_floats(C, &lc);
+                   for (long j = 0; j < n; j++)
+                       memcpy(&r[(size_t)j * m], &c[(size_t)j * lc.ld], (size_t)m * sizeof(float));
+               }
+               if (use_ab) {
+                   std::vector<float> fa = lt_floats(A, &la), fb = lt_floats(B, &lb);
+                   gemm_run(ta, tb, (int)m, (int)n, (int)k, a, fa.data(), (int)la.ld, fb.data(),
+                            (int)lb.ld, b, r.data(), (int)m);
+               } else {
+                   for (float &v : r) v *= b;
+               }
+               for (long j = 0; j < n; j++)
+                   for (long i = 0; i < m; i++) {
+                       float v = r[(size_t)j * m + i];
+                       if (lt_has_bias(epi))
+                           v += bias16 ? __bfloat162float(((const __nv_bfloat16 *)bias)[i])
+                                       : bias[i];
+                       if (lt_has_relu(epi) && v < 0.0f) v = 0.0f;
+                       size_t at = (size_t)j * ld.ld + i;
+                       if (ld.type == CUDA_R_16BF)
+                           ((__nv_bfloat16 *)D)[at] = __float2bfloat16(v);
+                       else
+                           ((float *)D)[at] = v;
+                   }
            }));
     return CUBLAS_STATUS_SUCCESS;
 }

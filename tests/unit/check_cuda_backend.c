@@ -44,7 +44,7 @@ START_TEST(no_gpu_then_rank_device_then_sticky_device_error)
     /* two GPUs, local rank 3 of 4: GPU 1 (no refusal of local_size > count) */
     unsetenv("CUDA_VISIBLE_DEVICES");
     setenv("DDP_EMU_GPUS", "2", 1);
-    setenv("DDP_EMU_FAIL", "cublasSgemm:1,cudaMalloc:5", 1);
+    setenv("DDP_EMU_FAIL", "cublasLtMatmul:1,cudaMalloc:5", 1);
     ddp_emu_reload_env();
     ck_assert_int_eq(C->init(3, 4, describe, sizeof describe), DDP_OK);
     ck_assert_int_eq(ddp_cuda_bound_device(), 1);
@@ -55,14 +55,15 @@ START_TEST(no_gpu_then_rank_device_then_sticky_device_error)
                   "%s", describe);
     ck_assert_int_eq(C->mem_kind, DDP_MEM_DEVICE);
     ck_assert_int_eq(C->check(), DDP_OK);
-    /* a launcher fails (the first cublasSgemm): DDP_ERR_DEVICE, the call named */
+    /* a launcher fails (the first cublasLtMatmul, a dense layer's forward):
+     * DDP_ERR_DEVICE, the call named */
     float *x = dev_alloc_(6 * sizeof *x), *w = dev_alloc_(6 * sizeof *w);
     float *y = dev_alloc_(4 * sizeof *y);
     C->linear_fwd(2, 3, 2, x, w, NULL, y, 0);
     ck_assert_int_eq(C->check(), DDP_ERR_DEVICE);
     char first[512];
     snprintf(first, sizeof first, "%s", ddp_error_message());
-    ck_assert_msg(strncmp(first, "cuda: cublasSgemm: ", 19) == 0 && strstr(first, "(linear.cu:"),
+    ck_assert_msg(strncmp(first, "cuda: cublasLtMatmul: ", 22) == 0 && strstr(first, "(linear.cu:"),
                   "%s", first);
     /* a later failure (the 5th cudaMalloc) does not replace it */
     void *ok = dev_alloc_(16);

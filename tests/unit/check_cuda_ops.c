@@ -77,6 +77,7 @@
 
 #ifdef CHECK_CUDA_EMU
 #define EMU 1
+void ddp_emu_reload_env(void); /* the emulation: re-read its environment (DDP_EMU_FAIL) */
 #else
 #define EMU 0
 #endif
@@ -1308,6 +1309,172 @@ START_TEST(bf16_linear_relu_fused)
 }
 END_TEST
 
+/* The launches of one dense layer's forward named `name`. */
+static int fwd_calls_(const char *name, int n, int in, int out, const float *x, const float *w,
+                      const float *b, float *y, int relu)
+{
+    ddp_cuda_cost_record(1);
+    CU(ddp_cuda_linear_fwd(n, in, out, x, w, b, y, relu));
+    CU(ddp_cuda_sync());
+    ddp_cuda_cost_record(0);
+    const ddp_cuda_cost_t *e;
+    size_t count = ddp_cuda_cost_log(&e);
+    int r = 0;
+    for (size_t i = 0; i < count; i++) r += strcmp(e[i].name, name) == 0;
+    return r;
+}
+
+/* A dense layer's forward is one cuBLASLt matmul with the bias and the
+ * ReLU in its epilogue (fp32 and bf16 GEMMs, with and without either), and
+ * gives the bits of the GEMM followed by the pass that adds them, which
+ * runs when cuBLASLt has no algorithm for it (on the emulation its
+ * heuristic made to fail: DDP_EMU_FAIL); a bias not 16-byte aligned runs
+ * apart.  On a GPU the two paths may pick GEMM kernels that sum in other
+ * orders: there they agree within 1e-5 of the largest output. */
+START_TEST(linear_lt_epilogue)
+{
+    test_seed(134);
+    const int n = 37, in = 29, out = 24;
+    const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
+    float *hx = test_fvec(nx, 1.0f), *hw = test_fvec(nw, 0.5f), *hb = test_fvec(out + 1, 1.0f);
+    float *x = dput_(hx, nx * 4), *w = dput_(hw, nw * 4), *b = dput_(hb, (out + 1) * 4);
+    float *y = dput_(NULL, ny * 4), *h[2] = {hnew_(ny * 4), hnew_(ny * 4)};
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int with_b = 0; with_b < 2; with_b++)
+            for (int relu = 0; relu < 2; relu++) {
+                char what[96];
+                snprintf(what, sizeof what, "linear %s bias %d relu %d", bf16 ? "bf16" : "fp32",
+                         with_b, relu);
+                CU(ddp_cuda_set_bf16_gemm(bf16));
+                ddp_cuda_lt_forget();
+                const float *bb = with_b ? b : NULL;
+                int lt = fwd_calls_("cublasLtMatmul", n, in, out, x, w, bb, y, relu);
+                dget_(h[0], y, ny * 4);
+                if (EMU) ck_assert_msg(lt == 1, "%s: %d cuBLASLt matmuls, expected 1", what, lt);
+                if (!lt) fprintf(stderr, "check_cuda_ops: %s: no cuBLASLt matmul\n", what);
+#if EMU
+                setenv("DDP_EMU_FAIL", "cublasLtMatmulAlgoGetHeuristic:1", 1);
+                ddp_emu_reload_env();
+#endif
+                ddp_cuda_lt_forget();
+                int apart = fwd_calls_("cublasLtMatmul", n, in, out, x, w, bb, y, relu);
+#if EMU
+                unsetenv("DDP_EMU_FAIL");
+                ddp_emu_reload_env();
+                ck_assert_msg(apart == 0, "%s: a cuBLASLt matmul after its heuristic failed", what);
+                ck_assert_int_eq(fwd_calls_("bias_act_kernel<uint32_t>", n, in, out, x, w, bb, y,
+                                            relu),
+                                 with_b || relu);
+#endif
+                (void)apart;
+                dget_(h[1], y, ny * 4);
+                if (EMU) {
+                    same_bits_by_(what, h[0], h[1], ny, 4, "the GEMM and the pass");
+                } else {
+                    float most = 0.0f;
+                    for (size_t i = 0; i < ny; i++) most = fmaxf(most, fabsf(h[1][i]));
+                    for (size_t i = 0; i < ny; i++)
+                        ck_assert_msg(fabsf(h[0][i] - h[1][i]) <= 1e-5f * most,
+                                      "%s: element %zu: %.9g, apart %.9g", what, i, h[0][i],
+                                      h[1][i]);
+                }
+            }
+    /* a bias off 16-byte alignment: the GEMM and the pass */
+    ddp_cuda_lt_forget();
+    ck_assert_int_eq(fwd_calls_("cublasLtMatmul", n, in, out, x, w, b + 1, y, 1), 0);
+    CU(ddp_cuda_set_bf16_gemm(0));
+    dfree_(x), dfree_(w), dfree_(b), dfree_(y);
+    free(hx), free(hw), free(hb), free(h[0]), free(h[1]);
+}
+END_TEST
+
+/* Under bf16 GEMMs a dense layer's output that only the next dense layer
+ * reads is kept in bf16 (ddp_cuda_act_bf16): two layers, the first with a
+ * fused ReLU, give the bits of the same layers on an fp32 output (the
+ * output is the rounding of the fp32 one; the second layer's output, the
+ * gradients of both and the ReLU's mask are the same), through cuBLASLt's
+ * epilogue and through the pass that runs where it has no algorithm. */
+START_TEST(bf16_act_outputs)
+{
+    test_seed(135);
+    const int n = 33, in = 24, hid = 40, out = 16;
+    const size_t nx = (size_t)n * in, nh = (size_t)n * hid, ny = (size_t)n * out;
+    const size_t nw1 = (size_t)hid * in, nw2 = (size_t)out * hid;
+    float *hx = test_fvec(nx, 1.0f), *hw1 = test_fvec(nw1, 0.5f), *hb1 = test_fvec(hid, 0.5f);
+    float *hw2 = test_fvec(nw2, 0.5f), *hb2 = test_fvec(out, 0.5f), *hdy = test_fvec(ny, 1.0f);
+    float *x = dput_(hx, nx * 4), *w1 = dput_(hw1, nw1 * 4), *b1 = dput_(hb1, hid * 4);
+    float *w2 = dput_(hw2, nw2 * 4), *b2 = dput_(hb2, out * 4), *dy = dput_(hdy, ny * 4);
+    float *z = dput_(NULL, ny * 4), *dh = dput_(NULL, nh * 4), *dx = dput_(NULL, nx * 4);
+    float *g[4] = {dput_(NULL, nw1 * 4), dput_(NULL, hid * 4), dput_(NULL, nw2 * 4),
+                   dput_(NULL, out * 4)};
+    const size_t gn[4] = {nw1, (size_t)hid, nw2, (size_t)out};
+    /* [case][z, dx, dw1, db1, dw2, db2, h] on the host */
+    float *r[3][7];
+    CU(ddp_cuda_set_bf16_gemm(1));
+    for (int c = 0; c < 3; c++) { /* fp32 output; bf16 output; bf16 with no cuBLASLt */
+        float *h = dput_(NULL, nh * 4);
+        if (c > 0) CU(ddp_cuda_act_bf16(h, nh));
+#if EMU
+        if (c == 2) {
+            setenv("DDP_EMU_FAIL",
+                   "cublasLtMatmulAlgoGetHeuristic:1,cublasLtMatmulAlgoGetHeuristic:2", 1);
+            ddp_emu_reload_env();
+        }
+#endif
+        ddp_cuda_lt_forget();
+        CU(ddp_cuda_linear_fwd(n, in, hid, x, w1, b1, h, 1));
+        CU(ddp_cuda_linear_fwd(n, hid, out, h, w2, b2, z, 0));
+        CU(ddp_cuda_linear_bwd(n, hid, out, h, w2, dy, dh, g[2], g[3], 0.0f, NULL, NULL));
+        CU(ddp_cuda_linear_bwd(n, in, hid, x, w1, dh, dx, g[0], g[1], 0.0f, h, NULL));
+#if EMU
+        unsetenv("DDP_EMU_FAIL");
+        ddp_emu_reload_env();
+#endif
+        r[c][0] = hnew_(ny * 4), r[c][1] = hnew_(nx * 4), r[c][6] = hnew_(nh * 4);
+        dget_(r[c][0], z, ny * 4);
+        dget_(r[c][1], dx, nx * 4);
+        for (int k = 0; k < 4; k++) {
+            r[c][2 + k] = hnew_(gn[k] * 4);
+            dget_(r[c][2 + k], g[k], gn[k] * 4);
+        }
+        dget_(r[c][6], h, c > 0 ? nh * 2 : nh * 4);
+        dfree_(h);
+    }
+    CU(ddp_cuda_set_bf16_gemm(0));
+    /* the kept output: the rounding of the fp32 one */
+    uint16_t *want = hnew_(nh * 2);
+    for (size_t i = 0; i < nh; i++) want[i] = ddp_f32_to_bf16(r[0][6][i]);
+    const char *names[6] = {"z", "dx", "dw1", "db1", "dw2", "db2"};
+    const size_t counts[6] = {ny, nx, nw1, (size_t)hid, nw2, (size_t)out};
+    for (int c = 1; c < 3; c++) {
+        char what[64];
+        snprintf(what, sizeof what, "bf16 output%s h", c == 2 ? " (no cuBLASLt)" : "");
+        if (EMU) {
+            same_bits_by_(what, r[c][6], want, nh, 2, "the fp32 output rounded");
+        } else { /* a GPU's two GEMM kernels may sum in other orders: one bf16 step apart */
+            const uint16_t *got = (const uint16_t *)r[c][6];
+            for (size_t i = 0; i < nh; i++)
+                ck_assert_msg(abs((int)got[i] - (int)want[i]) <= 1 ||
+                                  ((got[i] | want[i]) & 0x7fff) == 0,
+                              "%s: element %zu: 0x%04x, the fp32 output rounded 0x%04x", what, i,
+                              got[i], want[i]);
+        }
+        for (int k = 0; k < 6; k++) {
+            snprintf(what, sizeof what, "bf16 output%s %s", c == 2 ? " (no cuBLASLt)" : "",
+                     names[k]);
+            if (EMU || c == 2) same_bits_by_(what, r[c][k], r[c == 2 ? 1 : 0][k], counts[k], 4,
+                                            "the fp32 output's");
+        }
+    }
+    free(want);
+    for (int c = 0; c < 3; c++)
+        for (int k = 0; k < 7; k++) free(r[c][k]);
+    float *dev[] = {x, w1, b1, w2, b2, dy, z, dh, dx, g[0], g[1], g[2], g[3]};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
+    free(hx), free(hw1), free(hb1), free(hw2), free(hb2), free(hdy);
+}
+END_TEST
+
 /* The to_bf16 launches of one dense layer's forward (its roundings). */
 static int fwd_roundings_(int n, int in, int out, const float *x, const float *w, const float *b,
                           float *y)
@@ -1457,11 +1624,13 @@ Suite *test_suite(void)
     tcase_add_test(t, conv_matches);
     tcase_add_test(t, pool_matches);
     tcase_add_test(t, bn_matches);
+    tcase_add_test(t, linear_lt_epilogue);
     suite_add_tcase(s, t);
     t = tcase_create("bf16");
     tcase_add_test(t, bf16_memo);
     tcase_add_test(t, bf16_linear_relu_fused);
     tcase_add_test(t, bf16_params_mirror);
+    tcase_add_test(t, bf16_act_outputs);
 #if EMU
     tcase_add_test(t, bf16_memo_stale_aborts);
 #endif
