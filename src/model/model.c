@@ -475,9 +475,30 @@ static ddp_status_t check_freeze_list_(const model_t *m, const char *list)
     return DDP_OK;
 }
 
+/* Offsets in the flat buffers are rounded up to MODEL_ALIGN elements (256
+ * bytes) where a bucket or a frozen parameter starts. */
+#define MODEL_ALIGN 64
+static size_t align_up_(size_t off)
+{
+    return (off + MODEL_ALIGN - 1) / MODEL_ALIGN * MODEL_ALIGN;
+}
+
+/* A tensor's place in its bucket: those whose size is a multiple of 64
+ * elements first, then of 8, then the rest, each in arrival order, so
+ * that every tensor of the first kind starts at 256 bytes and every one of
+ * the second at 32 (a GEMM's operand at 16 or more: cuBLAS's tensor-core
+ * kernels, the bf16 mirror of cuda/bf16.h). */
+static int align_class_(size_t numel)
+{
+    return numel % 64 == 0 ? 0 : numel % 8 == 0 ? 1 : 2;
+}
+
 /* Buckets: trainable parameters in reverse order of the parameter list, a
  * bucket closed when the next parameter would pass its cap (the first
- * bucket has the small first cap).  A parameter is never split. */
+ * bucket has the small first cap).  A parameter is never split.  Each
+ * bucket starts at a multiple of 256 bytes and holds its tensors in the
+ * order of align_class_; the elements between buckets (and between frozen
+ * parameters) belong to no tensor: zero, never written, not reduced. */
 static ddp_status_t layout_(model_t *m, const model_opts_t *o)
 {
     int nparam = 0;
@@ -497,6 +518,7 @@ static ddp_status_t layout_(model_t *m, const model_opts_t *o)
     size_t off = 0;
     int nb = -1, norder = 0;
     size_t cur_bytes = 0;
+    m->nvalues = m->ntrainable_values = 0;
     for (int t = m->ntensors - 1; t >= 0; t--) {
         tensor_t *T = &m->tensors[t];
         if (T->kind != TENSOR_PARAM || T->frozen) continue;
@@ -505,15 +527,26 @@ static ddp_status_t layout_(model_t *m, const model_opts_t *o)
         if (nb < 0 || (cur_bytes > 0 && cur_bytes + bytes > cap)) {
             if (nb >= 0) m->buckets[nb].count = off - m->buckets[nb].offset;
             nb++;
-            m->buckets[nb].offset = off;
+            m->buckets[nb].offset = off = align_up_(off);
             cur_bytes = 0;
         }
         T->bucket = nb;
-        T->offset = off;
         off += T->numel;
         cur_bytes += bytes;
         m->buckets[nb].ntensors++;
+        m->ntrainable_values += T->numel;
         order[norder++] = t;
+    }
+    /* each bucket's offsets, its tensors by align_class_ */
+    for (int b = 0, k = 0; b <= nb; k += m->buckets[b].ntensors, b++) {
+        size_t at = m->buckets[b].offset;
+        for (int cls = 0; cls < 3; cls++)
+            for (int i = k; i < k + m->buckets[b].ntensors; i++) {
+                tensor_t *T = &m->tensors[order[i]];
+                if (align_class_(T->numel) != cls) continue;
+                T->offset = at;
+                at += T->numel;
+            }
     }
     if (nb >= 0) m->buckets[nb].count = off - m->buckets[nb].offset;
     m->nbuckets = nb + 1;
@@ -542,11 +575,14 @@ static ddp_status_t layout_(model_t *m, const model_opts_t *o)
     free(order);
     /* frozen parameters after the trainable ones; buffers in their own buffer */
     size_t boff = 0;
+    m->nvalues = m->ntrainable_values;
     for (int t = 0; t < m->ntensors; t++) {
         tensor_t *T = &m->tensors[t];
         if (T->kind == TENSOR_PARAM && T->frozen) {
+            off = align_up_(off);
             T->offset = off;
             off += T->numel;
+            m->nvalues += T->numel;
         } else if (T->kind == TENSOR_BUFFER) {
             T->offset = boff;
             boff += T->numel;

@@ -8,7 +8,11 @@
  * reverse layer order, so the last layers' gradients come first), then the
  * frozen parameters.  The parameter and gradient buffers share this layout,
  * so every bucket is one contiguous slice of both and the optimizer is one
- * loop over [0, ntrainable).  Running statistics of BatchNorm live in a
+ * loop over [0, ntrainable).  Every bucket and frozen parameter starts at a
+ * multiple of 256 bytes, and inside a bucket the tensors whose sizes are
+ * multiples of 64 and of 8 elements come first (256- and 32-byte aligned:
+ * the GEMMs' operands as cuBLAS wants them); the elements between buckets
+ * belong to no tensor and stay zero.  Running statistics of BatchNorm live in a
  * separate flat buffer.  Tensor names and shapes are those of PyTorch's
  * nn.Sequential state_dict (layers.<i>.weight ...), i counting every item
  * of the spec; a residual block's layers are layers.<i>.body.<j>, its
@@ -131,6 +135,9 @@ typedef struct model {
     bucket_t *buckets;
     size_t nparams;               /* floats in params (and grads) */
     size_t ntrainable;            /* [0, ntrainable) are trainable and bucketed */
+    /* the parameters' values (trainable ones, and all): nparams and
+     * ntrainable less the alignment gaps between buckets (layout_) */
+    size_t ntrainable_values, nvalues;
     size_t nbufs;                 /* floats in bufs */
     float *params, *grads, *bufs; /* device */
     act_shape_t input;

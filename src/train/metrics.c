@@ -186,7 +186,7 @@ static void start_records_(metrics_t *mt, const trainer_t *t, const ckpt_resume_
     for (int k = 0; k < cfg->ninputs; k++) jsonl_str(&r, NULL, cfg->inputs[k]);
     jsonl_close(&r, ']');
     jsonl_int(&r, "train_samples", t->train.n);
-    jsonl_int(&r, "parameters", (int64_t)t->model.nparams);
+    jsonl_int(&r, "parameters", (int64_t)t->model.nvalues);
     jsonl_int(&r, "global_batch", cfg->batch * cfg->accum * t->ctl->size);
     jsonl_int(&r, "steps_per_epoch", t->steps_per_epoch);
     jsonl_int(&r, "total_steps", t->total_steps);

@@ -76,7 +76,8 @@ static void zero_line_(const trainer_t *t)
     log_info("  zero         stage %d: optimizer state of %zu of %zu trainable elements on this "
              "rank (%d ranks, at most %zu each, one block of each of the %d buckets), %s; "
              "--check-replicas compares the parameters, not the sharded state",
-             z->stage, z->shard_count, m->ntrainable, z->size, z->max_shard, m->nbuckets, grads);
+             z->stage, z->shard_count, m->ntrainable_values, z->size, z->max_shard, m->nbuckets,
+             grads);
 }
 
 void table_print(const run_t *run)
@@ -119,7 +120,8 @@ void table_print(const run_t *run)
     log_info("  model        %s", cfg->model);
     if (model_has_layer(m, LAYER_ADD) || strcmp(m->expanded, cfg->model) != 0) model_items_(m);
     log_info("               %d layers, %zu parameters (%zu trainable), loss %s", m->nlayers,
-             m->nparams, m->ntrainable, t->loss.kind == LOSS_XENT ? "cross-entropy" : "mse");
+             m->nvalues, m->ntrainable_values,
+             t->loss.kind == LOSS_XENT ? "cross-entropy" : "mse");
     char buckets[512];
     size_t u = 0;
     for (int b = 0; b < m->nbuckets && u < sizeof buckets - 32; b++) {

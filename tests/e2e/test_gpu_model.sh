@@ -91,9 +91,9 @@ dcalls() { awk -v k="$1" 'index($1, k) == 1 { print $2 }' "$T/d.err"; }
 # bf16, written so by the forwards' cuBLASLt matmuls (the bias and the ReLU
 # in their epilogue), and the weights' copies are the parameters' mirror,
 # which the optimizer writes as it updates them, kept where every weight's
-# copy is aligned: 8 classes here; a forward that rounded its weight again
-# makes 4, as with 4 classes, whose last bias leaves the weights after it
-# unaligned, below); each layer's output gradient is rounded once in its
+# copy is aligned, which the layout makes so: with 4 classes too, whose last
+# bias of 4 values the bucket places after the weights (a forward that
+# rounded its weight again would make 4); each layer's output gradient is rounded once in its
 # backward, in the pass that also sums the bias gradient: masked by the
 # fused ReLU in the 2 hidden layers (from their bf16 outputs), as it is in
 # the last; 8 GEMMs, the 3 forwards cuBLASLt matmuls (a backward that
@@ -118,5 +118,5 @@ done
 DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $bf16mlp >"$T/e4.out" 2>"$T/e4.err" ||
   { cat "$T/e4.out" "$T/e4.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP (4 classes) failed"; }
 n4=$(awk '$1 == "to_bf16_kernel" { print $2 }' "$T/e4.err")
-[ "$n4" = 4 ] || { cat "$T/e4.err"; fail "bf16 MLP step, 4 classes: $n4 roundings, expected 4 (no mirror)"; }
+[ "$n4" = 1 ] || { cat "$T/e4.err"; fail "bf16 MLP step, 4 classes: $n4 roundings, expected 1 (the weights aligned, the mirror kept)"; }
 echo "test_gpu_model.sh: passed"

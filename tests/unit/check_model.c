@@ -125,27 +125,41 @@ START_TEST(buckets_reverse_contiguous_capped)
                             (size_t)5 << 20, (size_t)1 << 20, ""),
                      DDP_OK);
     ck_assert_int_eq(m.ntrainable, m.nparams);
-    size_t expect_off = 0;
+    size_t expect_off = 0, values = 0;
     int last_layer = 1 << 30;
     for (int b = 0; b < m.nbuckets; b++) {
         const bucket_t *B = &m.buckets[b];
-        ck_assert_uint_eq(B->offset, expect_off);
+        /* each bucket at the next multiple of 64 elements (256 bytes) */
+        ck_assert_uint_eq(B->offset, (expect_off + 63) / 64 * 64);
         size_t sum = 0;
         for (int i = 0; i < B->ntensors; i++) {
             const tensor_t *T = &m.tensors[B->tensors[i]];
             ck_assert_int_eq(T->bucket, b);
-            ck_assert_uint_eq(T->offset, B->offset + sum); /* contiguous, arrival order */
-            ck_assert_int_le(T->layer, last_layer);        /* reverse layer order */
+            ck_assert_int_le(T->layer, last_layer); /* reverse layer order */
             last_layer = T->layer;
+            /* inside the bucket; sizes of multiples of 64 and 8 start there */
+            ck_assert_uint_ge(T->offset, B->offset);
+            ck_assert_uint_le(T->offset + T->numel, B->offset + B->count);
+            if (T->numel % 64 == 0) ck_assert_uint_eq(T->offset % 64, 0);
+            if (T->numel % 8 == 0) ck_assert_uint_eq(T->offset % 8, 0);
+            for (int j = 0; j < i; j++) { /* no two overlap */
+                const tensor_t *U = &m.tensors[B->tensors[j]];
+                ck_assert(T->offset >= U->offset + U->numel || U->offset >= T->offset + T->numel);
+            }
             sum += T->numel;
         }
-        ck_assert_uint_eq(sum, B->count);
+        ck_assert_uint_eq(sum, B->count); /* no gaps inside */
         size_t cap = b == 0 ? (size_t)1 << 20 : (size_t)5 << 20;
         /* a bucket passes its cap only when it holds one tensor larger than it */
         ck_assert(B->count * 4 <= cap || B->ntensors == 1);
-        expect_off += B->count;
+        expect_off = B->offset + B->count;
+        values += B->count;
     }
     ck_assert_uint_eq(expect_off, m.ntrainable);
+    ck_assert_uint_eq(values, m.ntrainable_values);
+    /* the last layer's bias of 10 is placed after its weight, not before */
+    int fcb = model_find_tensor(&m, "layers.6.bias"), fcw = model_find_tensor(&m, "layers.6.weight");
+    ck_assert_uint_gt(m.tensors[fcb].offset, m.tensors[fcw].offset);
     ck_assert_int_eq(m.tensors[m.buckets[0].tensors[0]].layer, 6);
     ck_assert_uint_le(m.buckets[0].count * 4, (size_t)1 << 20);
     ck_assert_int_ge(m.nbuckets, 3);
@@ -466,8 +480,9 @@ START_TEST(named_architectures)
         model_opts_t o = {.spec = cases[i].spec, .input = cases[i].in, .outputs = cases[i].classes,
                           .batch = 2, .bucket_cap_bytes = 25 << 20, .first_bucket_bytes = 1 << 20};
         ck_assert_int_eq(model_layout(&m, &o, &compute_cpu_ops), DDP_OK);
-        ck_assert_msg(m.nparams == cases[i].params, "%s: %zu parameters, torchvision has %zu",
-                      cases[i].spec, m.nparams, cases[i].params);
+        ck_assert_msg(m.nvalues == cases[i].params, "%s: %zu parameters, torchvision has %zu",
+                      cases[i].spec, m.nvalues, cases[i].params);
+        ck_assert(model_weights_aligned(&m, 8)); /* every GEMM's weight 16-byte aligned */
         ck_assert_int_ge(model_find_tensor(&m, "conv1.weight"), 0);
         ck_assert_int_ge(model_find_tensor(&m, "bn1.running_mean"), 0);
         ck_assert_int_ge(model_find_tensor(&m, "layer1.0.conv1.weight"), 0);
