@@ -170,7 +170,9 @@ static void net_step_(bench_gpu_net_t *n, int layers, int batch, int64_t t)
         in = y;
     }
     ops_->zero(n->acc, 2 * sizeof(double));
-    ops_->xent(batch, n->dims[layers], n->z, n->labels, 0.0f, 1.0f / (float)batch, n->dz, n->acc);
+    /* the last layer is dense: its gradient as the trainer has it (xent_dense) */
+    (ops_->xent_dense ? ops_->xent_dense : ops_->xent)(batch, n->dims[layers], n->z, n->labels,
+                                                        0.0f, 1.0f / (float)batch, n->dz, n->acc);
     float *dy = n->dz, *dx = n->da;
     for (int l = layers - 1; l >= 0; l--) {
         const float *x = l > 0 ? n->a[l - 1] : n->x;

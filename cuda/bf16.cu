@@ -48,6 +48,9 @@ struct Mirror {
 };
 Mirror g_mirror;
 
+// The loss's gradient kept for the next dense backward (dy NULL: none).
+ddp_bf16_dy g_dy = {};
+
 // Layer outputs kept in bf16 only: their addresses and counts.
 std::vector<std::pair<const void *, size_t>> g_acts;
 
@@ -232,6 +235,20 @@ void ddp_bf16_memo_get_(const float *w, size_t wcount, const float *x, size_t xc
 #endif
 }
 
+void ddp_bf16_dy_set_(const float *dy, int n, int out, int blocks, const uint16_t *d16,
+                      const float *cols)
+{
+    g_dy = ddp_bf16_dy{dy, n, out, blocks, d16, cols};
+}
+
+int ddp_bf16_dy_take_(const float *dy, int n, int out, ddp_bf16_dy *got)
+{
+    if (!g_dy.dy || g_dy.dy != dy || g_dy.n != n || g_dy.out != out) return 0;
+    *got = g_dy;
+    g_dy = ddp_bf16_dy{};
+    return 1;
+}
+
 void ddp_bf16_act_set_(const void *y, size_t count)
 {
     ddp_bf16_act_drop_(y);
@@ -248,6 +265,7 @@ const uint16_t *ddp_bf16_act_at_(const void *p)
 
 void ddp_bf16_act_drop_(const void *p)
 {
+    if (g_dy.dy == p) g_dy = ddp_bf16_dy{};
     for (size_t i = 0; i < g_acts.size(); i++)
         if (g_acts[i].first == p) {
             g_acts.erase(g_acts.begin() + (long)i);
@@ -316,4 +334,5 @@ void ddp_bf16_release_(void)
     g_memo.shrink_to_fit();
     if (g_mirror.h) cudaFree(g_mirror.h);
     g_mirror = Mirror{};
+    g_dy = ddp_bf16_dy{};
 }

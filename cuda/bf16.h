@@ -33,7 +33,14 @@ int ddp_bf16_convert_(size_t count, const float *x, uint16_t *h);
 // on failure (recorded).
 // DDP_BF16_EPILOGUE: a dense layer's fp32 product before its pass writes
 // it to a bf16 output, where cuBLASLt cannot (linear.cu).
-enum ddp_bf16_scratch { DDP_BF16_GEMM_IN, DDP_BF16_DY, DDP_BF16_EPILOGUE, DDP_BF16_NSCRATCH };
+// DDP_BF16_COLS: the column sums of the loss's gradient (loss.cu).
+enum ddp_bf16_scratch {
+    DDP_BF16_GEMM_IN,
+    DDP_BF16_DY,
+    DDP_BF16_EPILOGUE,
+    DDP_BF16_COLS,
+    DDP_BF16_NSCRATCH
+};
 void *ddp_bf16_scratch_(enum ddp_bf16_scratch which, size_t bytes);
 
 // A forward: round w[wcount] and, when x, x[xcount] into the entry of w,
@@ -87,6 +94,21 @@ void ddp_bf16_act_set_(const void *y, size_t count);
 const uint16_t *ddp_bf16_act_at_(const void *p);
 // p was freed.
 void ddp_bf16_act_drop_(const void *p);
+
+// The loss's gradient kept for a dense layer's backward (ddp_cuda_xent_dense):
+// dy's n x out gradient as bf16 in d16 (the DDP_BF16_DY scratch) and the
+// column sums of `blocks` row groups in cols, never written to dy itself.
+struct ddp_bf16_dy {
+    const float *dy;
+    int n, out, blocks;
+    const uint16_t *d16;
+    const float *cols;
+};
+void ddp_bf16_dy_set_(const float *dy, int n, int out, int blocks, const uint16_t *d16,
+                      const float *cols);
+// The next backward of a dense layer: 1 with *got filled when its dy, n
+// and out are those kept (taken: kept no more), else 0.
+int ddp_bf16_dy_take_(const float *dy, int n, int out, struct ddp_bf16_dy *got);
 
 // Frees the scratch and the memo (ddp_cuda_shutdown).
 void ddp_bf16_release_(void);

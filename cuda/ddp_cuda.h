@@ -194,6 +194,14 @@ int ddp_cuda_from_half(size_t count, const uint16_t *h, float *x, int bf16);
 /* ---- losses (loss.cu); acc is device doubles ---------------------------- */
 int ddp_cuda_xent(int n, int classes, const float *logits, const int32_t *labels, float smoothing,
                   float grad_scale, float *dlogits, double *acc);
+/* The same for a dense last layer under bf16 GEMMs: the gradient is not
+ * written to dlogits but kept, as bf16, for that layer's next
+ * ddp_cuda_linear_bwd (dy = dlogits), with its column sums for the bias
+ * gradient (cuda/bf16.h, ddp_bf16_dy): one pass less over the gradient
+ * each way.  Shapes it does not cover (classes up to 1024 or above 8192, not a
+ * multiple of 4, unaligned logits) run ddp_cuda_xent. */
+int ddp_cuda_xent_dense(int n, int classes, const float *logits, const int32_t *labels,
+                        float smoothing, float grad_scale, float *dlogits, double *acc);
 int ddp_cuda_mse(int n, int k, const float *pred, const float *target, float grad_scale,
                  float *dpred, double *acc);
 

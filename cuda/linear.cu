@@ -108,6 +108,18 @@ __global__ void dy_pass_kernel(int n, int out, const float *dy, const void *relu
     }
 }
 
+// db[j] = beta db[j] + the sum over b < blocks of cols[b * out + j], in b
+// order: the bias gradient from the loss's column sums (ddp_bf16_dy).
+__global__ void cols_sum_kernel(int blocks, int out, const float *cols, float *db, float beta)
+{
+    DDP_GRID_STRIDE(int, j, out)
+    {
+        float s = 0.0f;
+        for (int b = 0; b < blocks; b++) s += cols[(size_t)b * out + j];
+        db[j] = (beta == 0.0f ? 0.0f : beta * db[j]) + s;
+    }
+}
+
 // dy_pass_kernel on the compute stream: relu_y masks (NULL: no ReLU; a
 // bf16 layer output, bf16.h: the mask of its bf16 values), db takes the
 // bias gradient (NULL: none), the operand goes to g32 or g16 (both NULL:
@@ -491,15 +503,31 @@ int ddp_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, 
     // them (the memo), or rounded by the GEMM entry where the memo has none
     const void *dyq = dy, *xq = x, *wq = w;
     int dy16 = 0, x16 = 0, w16 = 0;
+    ddp_bf16_dy kept;
     if (ddp_cuda_state_.bf16_gemm) {
         const uint16_t *xm, *wm, *xa = ddp_bf16_act_at_(x); // x kept in bf16: its own copy
         ddp_bf16_memo_get_(w, (size_t)out * in, xa ? nullptr : x, (size_t)n * in, &wm, &xm);
         if (xa) xm = xa;
         if (xm) xq = xm, x16 = 1;
         if (wm) wq = wm, w16 = 1;
-        uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, (size_t)n * out * 2);
-        if (!h || dy_pass(n, out, dy, relu_y, db, beta, nullptr, h) != 0) return -1;
-        dyq = h, dy16 = 1;
+        if (ddp_bf16_dy_take_(dy, n, out, &kept)) {
+            // the loss wrote dy in bf16 and its column sums (ddp_cuda_xent_dense)
+            if (relu_y)
+                return ddp_cuda_fail_("ddp_cuda_linear_bwd", __FILE__, __LINE__,
+                                      "the loss's bf16 gradient reached a layer with a ReLU");
+            if (db) {
+                DDP_COST(4.0 * kept.blocks * out + (beta != 0.0f ? 4.0 * out : 0), 4.0 * out,
+                         (double)kept.blocks * out);
+                DDP_LAUNCH(cols_sum_kernel, ddp_blocks_for((size_t)out), kDdpThreads,
+                           ddp_cuda_state_.stream, kept.blocks, out, kept.cols, db, beta);
+                DDP_CU_LAUNCHED();
+            }
+            dyq = kept.d16, dy16 = 1;
+        } else {
+            uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, (size_t)n * out * 2);
+            if (!h || dy_pass(n, out, dy, relu_y, db, beta, nullptr, h) != 0) return -1;
+            dyq = h, dy16 = 1;
+        }
     } else if (relu_y) {
         if (!ws)
             return ddp_cuda_fail_("ddp_cuda_linear_bwd", __FILE__, __LINE__,

@@ -22,8 +22,11 @@
 // every run.
 #include "ddp_cuda_rt.h"
 
+#include "bf16.h"
+
 #include "backend_math.h"
 #include "block_reduce.h"
+#include "half.h"
 
 #include <limits.h>
 #include <math.h>
@@ -137,10 +140,19 @@ template <class F> __device__ inline void row_each(const float *z, int classes, 
 // read in the first two passes by its own group before the third writes
 // it, each element by the thread that reads it.  part[2b] = the block's sum
 // of losses, part[2b+1] = its hits (rows in a fixed order).
-template <bool kBlock>
-__global__ void xent_k(int n, int classes, const float *logits, const int32_t *labels,
-                       float smoothing, float grad_scale, float *dlogits, double *part)
+// kDense (xent_dense_k: with kBlock, classes a multiple of 4 up to
+// kDenseCols, the rows 16-byte aligned): the gradient goes to d16 in bf16
+// (the rounding of what dlogits would hold) instead of dlogits, and
+// cols[block * classes + j] =
+// the sum of the block's rows' gradients of column j, in row order (each
+// thread keeps the columns of its float4s in registers).
+constexpr int kDenseQ = 8, kDenseCols = kDenseQ * 4 * kDdpThreads;
+template <bool kBlock, bool kDense>
+__device__ inline void xent_rows_(int n, int classes, const float *logits, const int32_t *labels,
+                                  float smoothing, float grad_scale, float *dlogits, double *part,
+                                  uint16_t *d16, float *cols)
 {
+    float csum[kDense ? 4 * kDenseQ : 1] = {};
     __shared__ double shd[kDdpThreads / 32];
     __shared__ float shm[kDdpThreads / 32];
     __shared__ int sha[kDdpThreads / 32];
@@ -178,7 +190,23 @@ __global__ void xent_k(int n, int classes, const float *logits, const int32_t *l
             loss += ddp_xent_loss(zmax, s, z[y], zsum, eps, classes);
             hits += arg == y;
         }
-        if (dlogits) {
+        if (kDense) {
+            const float inv = (float)(1.0 / s), off = (float)(eps / classes);
+            const float gy = (float)(1.0 - eps) * grad_scale;
+            const float4 *z4 = reinterpret_cast<const float4 *>(z);
+            uint16_t *h = d16 + i * classes;
+            for (int k = 0, q = g; k < kDenseQ && q < classes / 4; k++, q += G) {
+                const float4 v = z4[q];
+                const float zv[4] = {v.x, v.y, v.z, v.w};
+                for (int e = 0; e < 4; e++) {
+                    const int j = 4 * q + e;
+                    float d = valid ? ddp_xent_grad(expf(zv[e] - zmax), inv, off, grad_scale) : 0.0f;
+                    if (valid && j == y) d -= gy;
+                    h[j] = ddp_f32_to_bf16(d);
+                    csum[4 * k + e] += d;
+                }
+            }
+        } else if (dlogits) {
             float *dl = dlogits + i * classes;
             const float inv = (float)(1.0 / s), off = (float)(eps / classes);
             const float gy = (float)(1.0 - eps) * grad_scale;
@@ -219,6 +247,25 @@ __global__ void xent_k(int n, int classes, const float *logits, const int32_t *l
         part[2 * block] = loss;
         part[2 * block + 1] = hits;
     }
+    if (kDense)
+        for (int k = 0, q = g; k < kDenseQ && q < classes / 4; k++, q += G)
+            for (int e = 0; e < 4; e++) cols[(size_t)block * classes + 4 * q + e] = csum[4 * k + e];
+}
+
+template <bool kBlock>
+__global__ void xent_k(int n, int classes, const float *logits, const int32_t *labels,
+                       float smoothing, float grad_scale, float *dlogits, double *part)
+{
+    xent_rows_<kBlock, false>(n, classes, logits, labels, smoothing, grad_scale, dlogits, part,
+                              nullptr, nullptr);
+}
+
+__global__ void xent_dense_k(int n, int classes, const float *logits, const int32_t *labels,
+                             float smoothing, float grad_scale, double *part, uint16_t *d16,
+                             float *cols)
+{
+    xent_rows_<true, true>(n, classes, logits, labels, smoothing, grad_scale, nullptr, part, d16,
+                           cols);
 }
 
 // dpred = 2 grad_scale (pred - target); part[b] = the block's sum of squares
@@ -279,6 +326,38 @@ extern "C" int ddp_cuda_xent(int n, int classes, const float *logits, const int3
     DDP_COST(16.0 * blocks + 16, 16, 2.0 * blocks);
     DDP_LAUNCH(add_partials_k, 1, kDdpThreads, st, blocks, 2, (const double *)part, acc);
     DDP_CU_LAUNCHED();
+    return 0;
+}
+
+// The loss's gradient for a dense last layer under bf16 GEMMs (ddp_cuda.h):
+// xent_k<true, true> over at most kDenseBlocks blocks, each taking every
+// kDenseBlocks-th row, the gradient in bf16 into the scratch the layer's
+// backward rounds its output gradient into, the blocks' column sums kept
+// for its bias gradient (bf16.h, ddp_bf16_dy_set_).  Other shapes: xent.
+constexpr int kDenseBlocks = 128;
+extern "C" int ddp_cuda_xent_dense(int n, int classes, const float *logits, const int32_t *labels,
+                                   float smoothing, float grad_scale, float *dlogits, double *acc)
+{
+    if (!ddp_cuda_state_.bf16_gemm || !dlogits || n <= 0 || classes <= kXentWarpMax ||
+        classes % 4 != 0 || classes > kDenseCols || ((uintptr_t)logits & 15) != 0)
+        return ddp_cuda_xent(n, classes, logits, labels, smoothing, grad_scale, dlogits, acc);
+    double *part;
+    if (partials(&part)) return -1;
+    const unsigned blocks = n < kDenseBlocks ? (unsigned)n : kDenseBlocks;
+    const size_t count = (size_t)n * classes;
+    uint16_t *d16 = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, count * sizeof(uint16_t));
+    float *cols = (float *)ddp_bf16_scratch_(DDP_BF16_COLS, (size_t)blocks * classes * 4);
+    if (!d16 || !cols) return -1;
+    cudaStream_t st = ddp_cuda_state_.stream;
+    DDP_COST(4.0 * count + 4.0 * n, 2.0 * count + 4.0 * blocks * classes + 16.0 * blocks,
+             7.0 * count);
+    DDP_LAUNCH(xent_dense_k, blocks, kDdpThreads, st, n, classes, logits, labels, smoothing,
+               grad_scale, part, d16, cols);
+    DDP_CU_LAUNCHED();
+    DDP_COST(16.0 * blocks + 16, 16, 2.0 * blocks);
+    DDP_LAUNCH(add_partials_k, 1, kDdpThreads, st, blocks, 2, (const double *)part, acc);
+    DDP_CU_LAUNCHED();
+    ddp_bf16_dy_set_(dlogits, n, classes, (int)blocks, d16, cols);
     return 0;
 }
 

@@ -303,6 +303,14 @@ typedef struct compute_ops {
      * argmax hits (device doubles). */
     void (*xent)(int n, int classes, const float *logits, const int32_t *labels, float smoothing,
                  float grad_scale, float *dlogits, double *acc);
+    /* The same where the logits are a dense layer's output (no ReLU after
+     * it) whose linear_bwd comes next with dy = dlogits: the backend may
+     * keep the gradient in a form of its own for that call instead of
+     * writing dlogits (cuda under --precision bf16: bf16 and its column
+     * sums, one pass less each way); nothing else may read dlogits.
+     * NULL: xent (optional). */
+    void (*xent_dense)(int n, int classes, const float *logits, const int32_t *labels,
+                       float smoothing, float grad_scale, float *dlogits, double *acc);
     /* Mean squared error: acc[0] += sum over n*k of (pred - target)^2;
      * dpred = grad_scale * 2 (pred - target), grad_scale = 1/(global count*k). */
     void (*mse)(int n, int k, const float *pred, const float *target, float grad_scale,
@@ -339,7 +347,7 @@ extern const compute_ops_t compute_cuda_ops;
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
  * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, act_bf16,
- * mem_info, host_alloc, host_free, range_start, range_end) is refused
+ * xent_dense, mem_info, host_alloc, host_free, range_start, range_end) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

@@ -413,6 +413,13 @@ static void cuda_xent(int n, int classes, const float *logits, const int32_t *la
     cuda_rc_(ddp_cuda_xent(n, classes, logits, labels, smoothing, grad_scale, dlogits, acc));
 }
 
+static void cuda_xent_dense(int n, int classes, const float *logits, const int32_t *labels,
+                            float smoothing, float grad_scale, float *dlogits, double *acc)
+{
+    cuda_rc_(
+        ddp_cuda_xent_dense(n, classes, logits, labels, smoothing, grad_scale, dlogits, acc));
+}
+
 static void cuda_mse(int n, int k, const float *pred, const float *target, float grad_scale,
                      float *dpred, double *acc)
 {
@@ -518,6 +525,7 @@ const compute_ops_t compute_cuda_ops = {
     .dropout_fwd = cuda_dropout_fwd,
     .dropout_bwd = cuda_dropout_bwd,
     .xent = cuda_xent,
+    .xent_dense = cuda_xent_dense,
     .mse = cuda_mse,
     .sgd_step = cuda_sgd_step,
     .adamw_step = cuda_adamw_step,

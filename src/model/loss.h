@@ -19,9 +19,12 @@ typedef struct loss {
  * dout = scale * d(loss)/d(out), with scale = 1 / loss_values(global samples
  * of the step), so the reduced gradient is the mean over the union batch.
  * labels or targets: device arrays of the batch, by kind. */
+/* dense: out is a dense layer's output whose backward reads dout next and
+ * nothing else does (model_dout_dense): the backend's xent_dense where it
+ * has one. */
 void loss_apply(const loss_t *l, const compute_ops_t *compute, int n, const float *out,
                 const int32_t *labels, const float *targets, float label_smoothing, float scale,
-                float *dout, double *sums);
+                float *dout, double *sums, int dense);
 
 /* The values a loss sum over `samples` samples averages over: samples for
  * cross-entropy, samples x targets for MSE (PyTorch's reduction='mean'). */

@@ -1177,6 +1177,13 @@ float *model_dout(model_t *m)
     return m->dact[0];
 }
 
+int model_dout_dense(const model_t *m)
+{
+    if (!m->bf16_acts || m->unfused || m->nlayers == 0) return 0;
+    const layer_t *L = &m->layers[m->nlayers - 1];
+    return L->kind == LAYER_LINEAR && !L->fused_relu && L->bwd;
+}
+
 /* Which layers run backward: those with trainable parameters and every
  * layer above one (a layer whose input's gradient is needed). */
 static void mark_backward_(model_t *m)

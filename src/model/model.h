@@ -255,5 +255,9 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
 ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx);
 /* The buffer the loss writes d(loss)/d(output) into before model_backward. */
 float *model_dout(model_t *m);
+/* Whether the last layer is a dense one without a ReLU fused into it and
+ * its outputs kept per bf16_acts: its backward reads dout next and nothing
+ * else does (loss_apply's dense). */
+int model_dout_dense(const model_t *m);
 
 #endif

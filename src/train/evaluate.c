@@ -109,7 +109,7 @@ static ddp_status_t evaluate_local_(trainer_t *t, metrics_t *mt, int64_t epoch, 
         const float *out;
         DDP_TRY(model_forward(m, t->batch->x, &ctx, &out));
         loss_apply(&t->loss, t->compute, n, out, t->batch->labels, t->batch->targets, 0.0f, 0.0f,
-                   NULL, t->loss_sums);
+                   NULL, t->loss_sums, 0);
         /* one double per batch: the batch that makes the sum non-finite
          * still lies in h, so its bad sample can be named */
         double sum;

@@ -251,7 +251,8 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
          * and the memo of every dense layer's input as its forward rounded
          * it for its backward, or without the mirror the memo of every
          * dense layer's weight and input and every convolution's weight;
-         * with outputs kept in bf16, the scratch of the largest in fp32 */
+         * with outputs kept in bf16, the scratch of the largest in fp32, and
+         * the column sums of the loss's gradient */
         size_t big = (size_t)sh->batch * model_max_act(m);
         size_t dy = big * sizeof(uint16_t);
         for (int i = 0; i < m->ntensors; i++)
@@ -276,7 +277,10 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
         /* a dense layer's fp32 product before it is written to an output
          * kept in bf16, where cuBLASLt cannot write it (cuda/linear.cu) */
         size_t epi = model_bf16_out_max(m, sh->batch);
-        p->bf16 = pair + pair / 4 + dy + dy / 4 + memo + epi + epi / 4;
+        /* the column sums of the loss's gradient for a dense last layer
+         * (cuda/loss.cu: at most 128 rows' groups) */
+        size_t cols = model_dout_dense(m) ? (size_t)128 * m->outputs * sizeof(float) : 0;
+        p->bf16 = pair + pair / 4 + dy + dy / 4 + memo + epi + epi / 4 + cols + cols / 4;
     }
     p->ws += partials_bytes_(m, sh->batch);
     p->reserve = MEMPLAN_DEVICE_RESERVE;

@@ -151,7 +151,8 @@ ddp_status_t trainer_step(trainer_t *t, const step_watch_t *watch, int64_t epoch
         const float *out;
         DDP_TRY(model_forward(m, t->batch->x, &ctx, &out));
         loss_apply(&t->loss, t->compute, n, out, t->batch->labels, t->batch->targets,
-                   (float)cfg->label_smoothing, scale, model_dout(m), t->loss_sums);
+                   (float)cfg->label_smoothing, scale, model_dout(m), t->loss_sums,
+                   model_dout_dense(m));
         if (w->loss) w->loss(w->arg, t, (int)j);
         activity_phase(PHASE_BACKWARD);
         DDP_TRY(model_backward(m, t->batch->x, &ctx));

@@ -158,11 +158,18 @@ done
 # dense layer reads and are kept in bf16 (cuda/bf16.h; written by the
 # forwards' cuBLASLt matmuls, the fused ReLUs' masks read from them): close
 # to fp32 too
+# (and with 1032 classes the loss's gradient kept in bf16 for the last
+# layer, with its column sums for the bias: cuda/loss.cu, xent_dense)
+"$DDPPREP" synthetic --classes 1032 --features 16 --samples 400 --val 0 --seed 3 -o "$T/wide.h5" \
+  >/dev/null || fail "ddptrain-prep synthetic (1032 classes)"
 chain="--model linear:32,relu,linear:32,relu,linear:auto --lr 0.05 --seed 5 --log-every 1 --eval-every 0"
-for p in fp32 bf16; do
-  run "chain-$p" 1 "$EMU" "$T/d.h5" $chain --batch 8 --steps 30 --device cuda --precision $p
+for deck in d wide; do
+  for p in fp32 bf16; do
+    run "chain-$deck-$p" 1 "$EMU" "$T/$deck.h5" $chain --batch 8 --steps 30 --device cuda --precision $p
+  done
+  close_steps=30 close "dense chain bf16 vs fp32 ($deck), steps 1-10" 5e-3 "$T/chain-$deck-bf16.log" \
+    "$T/chain-$deck-fp32.log" 10
 done
-close_steps=30 close "dense chain bf16 vs fp32, steps 1-10" 5e-3 "$T/chain-bf16.log" "$T/chain-fp32.log" 10
 # ... bf16 at np=2 under --zero 1: the parameter all-gather rewrites what the
 # optimizer's bf16 copy of the parameters holds (cuda/bf16.h, the mirror,
 # kept where every weight's copy is aligned: 8 classes here, so the last

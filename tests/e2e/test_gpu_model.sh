@@ -23,7 +23,8 @@
 #     shared by the backward's two GEMMs, rounded in the pass that masks it
 #     for a fused ReLU and sums the bias gradient), and a weight not at all
 #     by the forward (the optimizer writes its bf16 copy), nor a hidden
-#     layer's output (kept in bf16), counted in the model's table.
+#     layer's output (kept in bf16), counted in the model's table; with
+#     1032 classes the loss's gradient is written in bf16 for the last layer.
 . ./testenv.sh || exit 99
 set -u
 ddp_tmpdir
@@ -119,4 +120,15 @@ DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $bf16mlp >"$T/e4.out" 2>"$T/e4.err" ||
   { cat "$T/e4.out" "$T/e4.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP (4 classes) failed"; }
 n4=$(awk '$1 == "to_bf16_kernel" { print $2 }' "$T/e4.err")
 [ "$n4" = 1 ] || { cat "$T/e4.err"; fail "bf16 MLP step, 4 classes: $n4 roundings, expected 1 (the weights aligned, the mirror kept)"; }
+# ... with 1032 classes the loss keeps its gradient in bf16 for the last
+# layer (xent_dense_k) and that layer's bias gradient adds the loss's
+# column sums (cols_sum_kernel): no gradient pass of its own
+"$DDPPREP" synthetic --classes 1032 --features 64 --samples 400 --val 0 --seed 3 -o "$T/wide.h5" \
+  >/dev/null || fail "ddptrain-prep synthetic (1032 classes)"
+DDP_CUDA_MODEL=1 "$EMU" "$T/wide.h5" $bf16mlp >"$T/w.out" 2>"$T/w.err" ||
+  { cat "$T/w.out" "$T/w.err"; fail "DDP_CUDA_MODEL=1: the bf16 MLP (1032 classes) failed"; }
+wcalls() { awk -v k="$1" '$1 == k { print $2 }' "$T/w.err"; }
+[ "$(wcalls xent_dense_k)" = 1 ] && [ "$(wcalls cols_sum_kernel)" = 1 ] &&
+  [ -z "$(wcalls 'dy_pass_kernel<kPassBf16>')" ] && [ -z "$(wcalls 'xent_k<true>')" ] ||
+  { cat "$T/w.err"; fail "bf16 MLP step, 1032 classes: not the loss's bf16 gradient for the last layer"; }
 echo "test_gpu_model.sh: passed"

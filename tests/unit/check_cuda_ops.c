@@ -1475,6 +1475,81 @@ START_TEST(bf16_act_outputs)
 }
 END_TEST
 
+/* Under bf16 GEMMs the loss's gradient for a dense last layer is kept in
+ * bf16 with its column sums (ddp_cuda_xent_dense) for the layer's next
+ * backward instead of written to dlogits: the loss sums those of
+ * ddp_cuda_xent (hits exact, losses to the order of the blocks' sums), the
+ * layer's weight and input gradients its bits (the same rounded gradient),
+ * the bias gradient within the sum's rounding (other order), with beta 0
+ * and 1; dlogits is not written.  A shape it does not cover runs xent. */
+static void xent_dense_case_(int n, int classes, float beta)
+{
+    const int in = 24;
+    const size_t count = (size_t)n * classes, nx = (size_t)n * in, nw = (size_t)classes * in;
+    float *hz = test_fvec(count, 5.0f), *hx = test_fvec(nx, 1.0f), *hw = test_fvec(nw, 0.5f);
+    float *hdb = test_fvec(classes, 1.0f);
+    int32_t *hy = hnew_((size_t)n * sizeof *hy);
+    for (int i = 0; i < n; i++) hy[i] = i % 11 == 3 ? -1 : (int32_t)(test_bits() % (uint64_t)classes);
+    float *z = dput_(hz, count * 4), *x = dput_(hx, nx * 4), *w = dput_(hw, nw * 4);
+    int32_t *y = dput_(hy, (size_t)n * sizeof *hy);
+    float *pattern = hnew_(count * 4);
+    for (size_t i = 0; i < count; i++) pattern[i] = -7.0f;
+    float *out[2][4]; /* [plain, dense][dl, dx, dw, db] on the host */
+    double acc[2][2];
+    CU(ddp_cuda_set_bf16_gemm(1));
+    for (int f = 0; f < 2; f++) {
+        float *dl = dput_(pattern, count * 4), *dx = dput_(NULL, nx * 4), *dw = dput_(NULL, nw * 4);
+        float *db = dput_(hdb, (size_t)classes * 4);
+        double *dacc = dput_((double[2]){0.5, 1.0}, sizeof acc[0]);
+        int (*loss)(int, int, const float *, const int32_t *, float, float, float *, double *) =
+            f ? ddp_cuda_xent_dense : ddp_cuda_xent;
+        CU(loss(n, classes, z, y, 0.1f, 1.0f / n, dl, dacc));
+        CU(ddp_cuda_linear_bwd(n, in, classes, x, w, dl, dx, dw, db, beta, NULL, NULL));
+        const size_t sizes[4] = {count, nx, nw, (size_t)classes};
+        const float *dev[4] = {dl, dx, dw, db};
+        for (int k = 0; k < 4; k++) {
+            out[f][k] = hnew_(sizes[k] * 4);
+            dget_(out[f][k], dev[k], sizes[k] * 4);
+        }
+        dget_(acc[f], dacc, sizeof acc[f]);
+        dfree_(dl), dfree_(dx), dfree_(dw), dfree_(db), dfree_(dacc);
+    }
+    CU(ddp_cuda_set_bf16_gemm(0));
+    char what[80];
+    snprintf(what, sizeof what, "xent_dense n=%d classes=%d beta=%g", n, classes, beta);
+    const int covered = classes > 1024 && classes % 4 == 0 && classes <= 8192;
+    if (covered) {
+        same_bits_by_(what, out[1][0], pattern, count, 4, "dlogits as it was"); /* not written */
+    } else {
+        same_bits_by_(what, out[1][0], out[0][0], count, 4, "xent's dlogits");
+    }
+    rel_close_(what, acc[1][0], acc[0][0], 1e-12, 0);
+    ck_assert_msg(acc[1][1] == acc[0][1], "%s: hits %g, xent %g", what, acc[1][1], acc[0][1]);
+    same_bits_by_(what, out[1][1], out[0][1], nx, 4, "dx through xent");
+    same_bits_by_(what, out[1][2], out[0][2], nw, 4, "dw through xent");
+    for (int j = 0; j < classes; j++) { /* the bias gradient: the column's sum, another order */
+        double mag = beta * fabs(hdb[j]);
+        for (int i = 0; i < n; i++) mag += fabs(out[0][0][(size_t)i * classes + j]);
+        ck_assert_msg(fabs(out[1][3][j] - out[0][3][j]) <= 2.0 * (n + 1) * mag / 16777216.0,
+                      "%s: db[%d] %.9g, through xent %.9g", what, j, out[1][3][j], out[0][3][j]);
+    }
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 4; k++) free(out[f][k]);
+    dfree_(z), dfree_(x), dfree_(w), dfree_(y);
+    free(hz), free(hx), free(hw), free(hdb), free(hy), free(pattern);
+}
+
+START_TEST(xent_dense_bf16)
+{
+    test_seed(136);
+    xent_dense_case_(37, 1032, 0.0f);
+    xent_dense_case_(300, 2048, 1.0f); /* more rows than blocks: each takes every 128th */
+    xent_dense_case_(5, 8192, 0.0f);
+    xent_dense_case_(9, 10, 0.0f);   /* a warp per row: xent */
+    xent_dense_case_(9, 1030, 1.0f); /* not a multiple of 4: xent */
+}
+END_TEST
+
 /* The to_bf16 launches of one dense layer's forward (its roundings). */
 static int fwd_roundings_(int n, int in, int out, const float *x, const float *w, const float *b,
                           float *y)
@@ -1631,6 +1706,7 @@ Suite *test_suite(void)
     tcase_add_test(t, bf16_linear_relu_fused);
     tcase_add_test(t, bf16_params_mirror);
     tcase_add_test(t, bf16_act_outputs);
+    tcase_add_test(t, xent_dense_bf16);
 #if EMU
     tcase_add_test(t, bf16_memo_stale_aborts);
 #endif
