@@ -63,6 +63,9 @@ int ddp_cuda_load_blas(char *why, size_t n);
 int ddp_cuda_bound_device(void); /* -1 before ddp_cuda_init */
 /* GEMM inputs in bf16 (fp32 accumulation, fp32 weights kept) when on. */
 int ddp_cuda_set_bf16_gemm(int on);
+/* 1 when cuBLASLt was loaded and its handle made at ddp_cuda_init: dense
+ * layers' forwards then run their bias and ReLU in the GEMM's epilogue. */
+int ddp_cuda_lt_loaded(void);
 /* Forget the cuBLASLt plans kept for dense layers' forwards (linear.cu):
  * each shape asks cuBLASLt for its algorithm again at its next forward.
  * For tests (with DDP_EMU_FAIL making that heuristic fail). */

@@ -389,6 +389,11 @@ extern "C" void ddp_cuda_lt_forget(void)
     ddp_lt_release_();
 }
 
+extern "C" int ddp_cuda_lt_loaded(void)
+{
+    return ddp_cuda_state_.lt != nullptr;
+}
+
 int ddp_cuda_gemm_rm_(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc)
 {

@@ -87,9 +87,11 @@ static ddp_status_t cuda_init(int local_rank, int local_size, char *describe, si
         ddp_cuda_cost_steps(1);
         atexit(cuda_model_at_exit_);
     }
+    /* whether cuBLASLt runs the dense layers' epilogues, or a pass after each GEMM */
     if (describe && n)
-        snprintf(describe, n, "cuda: GPU %d %s (%s, %.1f GiB)", dev, info.name, info.pci,
-                 (double)info.mem_total / (1024.0 * 1024.0 * 1024.0));
+        snprintf(describe, n, "cuda: GPU %d %s (%s, %.1f GiB), %s", dev, info.name, info.pci,
+                 (double)info.mem_total / (1024.0 * 1024.0 * 1024.0),
+                 ddp_cuda_lt_loaded() ? "cuBLASLt epilogues" : "no cuBLASLt (epilogue passes)");
     return DDP_OK;
 }
 
