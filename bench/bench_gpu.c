@@ -240,7 +240,7 @@ static void csv_row_(FILE *f, const char *cas, const char *impl, const char *met
  * GEMMs read (ddp_cuda_bf16_params), and the hidden layers' outputs, which
  * only the next dense layer reads, are kept in bf16 (ddp_cuda_act_bf16), as
  * the trainer has them */
-static void params_mirror_(bench_gpu_net_t *n, int layers, int batch, int bf16)
+static void bf16_copies_(bench_gpu_net_t *n, int layers, int batch, int bf16)
 {
     if (ddp_cuda_bf16_params(bf16 ? n->p : NULL, bf16 ? n->params : 0) != 0)
         die_("ddp_cuda_bf16_params");
@@ -256,7 +256,7 @@ static int run_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int bf1
     double peak = bf16 ? a->peak_bf16 : a->peak_fp32;
     double flops = step_flops_(n, a->layers, a->batch);
     if (ddp_cuda_set_bf16_gemm(bf16) != 0) die_("ddp_cuda_set_bf16_gemm");
-    params_mirror_(n, a->layers, a->batch, bf16);
+    bf16_copies_(n, a->layers, a->batch, bf16);
     /* rounds of --steps steps alternate with --steps times the GEMMs alone */
     run_t run = {.n = n, .a = a, .bf16 = bf16, .t = t};
     double step_ms[BENCH_GPU_MAX_ROUNDS], gemm_ms[BENCH_GPU_MAX_ROUNDS];
@@ -330,7 +330,7 @@ static void model_precision_(bench_gpu_net_t *n, const bench_gpu_args_t *a, int 
 {
     const char *prec = bf16 ? "bf16" : "fp32";
     if (ddp_cuda_set_bf16_gemm(bf16) != 0) die_("ddp_cuda_set_bf16_gemm");
-    params_mirror_(n, a->layers, a->batch, bf16);
+    bf16_copies_(n, a->layers, a->batch, bf16);
     /* bf16: the step after one has written the mirror, as in training */
     if (bf16) net_step_(n, a->layers, a->batch, ++*t);
     ddp_cuda_cost_record(1);

@@ -5,7 +5,10 @@
 // way: forward, the bias and a fused ReLU added to the GEMM's output;
 // backward, one read of the output gradient that masks it for a fused
 // ReLU, sums the bias gradient (fixed-shape column tiles: deterministic)
-// and writes the GEMMs' operand (masked, or rounded to bf16).
+// and writes the GEMMs' operand (masked, or rounded to bf16).  Where
+// cuBLASLt is loaded the forward's pass is the matmul's epilogue instead,
+// and under bf16 an output kept in bf16 (bf16.h) is written there and read
+// as the next layer's input and as the ReLU's mask.
 #include <cstring>
 
 #include "backend_math.h"
@@ -48,7 +51,7 @@ __global__ void bias_act_bf16_kernel(I count, int out, const float *b, const flo
 }
 
 // The pass over a dense layer's output gradient dy[n, out] before its
-// GEMMs, in one of six modes: kPassMask*: each element zeroed where relu_y
+// GEMMs, in one of nine modes: kPassMask*: each element zeroed where relu_y
 // is <= 0 (a fused ReLU: relu_bwd_k's mask, from its output); db
 // (non-NULL) = beta db + the column sums of that; where the GEMMs' operand
 // goes: *None: nowhere (they read dy), *F32: the masked values into g32,
@@ -262,13 +265,15 @@ constexpr int kLtPlans = 64;
 LtPlan g_lt[kLtPlans];
 int g_lt_count = 0, g_lt_next = 0; // kept plans; the next one replaced when full
 
+// Destroys p's descriptors (the key stays; ok false).
 void lt_free_(LtPlan &p)
 {
     if (p.d) cublasLtMatrixLayoutDestroy(p.d);
     if (p.b) cublasLtMatrixLayoutDestroy(p.b);
     if (p.a) cublasLtMatrixLayoutDestroy(p.a);
     if (p.desc) cublasLtMatmulDescDestroy(p.desc);
-    p = LtPlan{};
+    p.desc = nullptr, p.a = p.b = p.d = nullptr;
+    p.ok = false;
 }
 
 // The least alignment of the operands' addresses, up to 256 bytes.
@@ -320,12 +325,8 @@ void lt_plan_(LtPlan &p)
     if (ok) {
         p.algo = r.algo;
         p.ok = true;
-    } else { // kept, so that the shape is not tried again
-        LtPlan key = p;
-        lt_free_(p);
-        p = key;
-        p.desc = nullptr, p.a = p.b = p.d = nullptr;
-        p.ok = false;
+    } else {
+        lt_free_(p); // the key kept, so that the shape is not tried again
     }
 }
 

@@ -190,30 +190,26 @@ __device__ inline void xent_rows_(int n, int classes, const float *logits, const
             loss += ddp_xent_loss(zmax, s, z[y], zsum, eps, classes);
             hits += arg == y;
         }
+        const float inv = (float)(1.0 / s), off = (float)(eps / classes);
+        const float gy = (float)(1.0 - eps) * grad_scale;
+        auto grad = [&](int j, float v) {
+            float d = valid ? ddp_xent_grad(expf(v - zmax), inv, off, grad_scale) : 0.0f;
+            return valid && j == y ? d - gy : d;
+        };
         if (kDense) {
-            const float inv = (float)(1.0 / s), off = (float)(eps / classes);
-            const float gy = (float)(1.0 - eps) * grad_scale;
             const float4 *z4 = reinterpret_cast<const float4 *>(z);
             uint16_t *h = d16 + i * classes;
             for (int k = 0, q = g; k < kDenseQ && q < classes / 4; k++, q += G) {
                 const float4 v = z4[q];
                 const float zv[4] = {v.x, v.y, v.z, v.w};
                 for (int e = 0; e < 4; e++) {
-                    const int j = 4 * q + e;
-                    float d = valid ? ddp_xent_grad(expf(zv[e] - zmax), inv, off, grad_scale) : 0.0f;
-                    if (valid && j == y) d -= gy;
-                    h[j] = ddp_f32_to_bf16(d);
+                    const float d = grad(4 * q + e, zv[e]);
+                    h[4 * q + e] = ddp_f32_to_bf16(d);
                     csum[4 * k + e] += d;
                 }
             }
         } else if (dlogits) {
             float *dl = dlogits + i * classes;
-            const float inv = (float)(1.0 / s), off = (float)(eps / classes);
-            const float gy = (float)(1.0 - eps) * grad_scale;
-            auto grad = [&](int j, float v) {
-                float d = valid ? ddp_xent_grad(expf(v - zmax), inv, off, grad_scale) : 0.0f;
-                return valid && j == y ? d - gy : d;
-            };
             if (classes % 4 == 0 && (((uintptr_t)z | (uintptr_t)dl) & 15) == 0) {
                 const float4 *z4 = reinterpret_cast<const float4 *>(z);
                 float4 *d4 = reinterpret_cast<float4 *>(dl);

@@ -134,7 +134,7 @@ typedef struct model {
     int nbuckets;
     bucket_t *buckets;
     size_t nparams;               /* floats in params (and grads) */
-    size_t ntrainable;            /* [0, ntrainable) are trainable and bucketed */
+    size_t ntrainable;            /* [0, ntrainable): the buckets and the gaps between them */
     /* the parameters' values (trainable ones, and all): nparams and
      * ntrainable less the alignment gaps between buckets (layout_) */
     size_t ntrainable_values, nvalues;

@@ -15,7 +15,9 @@
 #      batches; with
 #      --precision bf16 the plan's bound on the bf16 GEMM inputs holds (the
 #      peak is not above it), for the CNN and for a deep MLP whose
-#      parameters' bf16 copy outweighs the bound's slack;
+#      parameters' bf16 copy outweighs the bound's slack, whose activations
+#      in bf16 are 3 MiB less than in fp32 at batch 256 (hidden outputs kept
+#      in bf16);
 #  (b) np=2 (DDP_EMU_GPUS=2), a model whose --zero 0 plan does not fit a
 #      GPU on which its --zero 1 plan does: refused at start-up (exit 5, one
 #      line with the plan's parts and the free memory, saying "run with
@@ -94,6 +96,17 @@ fits "cnn bf16" "$T/cnn-bf16.log" bound
   >/dev/null || fail "ddptrain-prep synthetic (8 classes)"
 run big-bf16 1 "$EMU" "$T/d8.h5" $big --precision bf16
 fits "deep mlp bf16" "$T/big-bf16.log" bound
+# ... whose 12 hidden outputs, each read only by the next dense layer, are
+# kept in bf16 (cuda/bf16.h): at batch 256 the plan's activations are those
+# of fp32 less 12 x 256 x 512 x 2 bytes (3 MiB), and the run stays within it
+acts() { sed -n 's/^  device\/rank  plan .* activations \([0-9.]*\),.*/\1/p' "$1"; }
+for p in fp32 bf16; do
+  run "wide-acts-$p" 1 "$EMU" "$T/d8.h5" $big --batch 256 --steps 1 --precision $p
+done
+fits "deep mlp bf16, batch 256" "$T/wide-acts-bf16.log" bound
+a32=$(acts "$T/wide-acts-fp32.log") a16=$(acts "$T/wide-acts-bf16.log")
+awk -v a="$a32" -v b="$a16" 'BEGIN { exit !(a != "" && b != "" && a - b > 2.95 && a - b < 3.05) }' ||
+  { cat "$T/wide-acts-bf16.log"; fail "bf16 activations $a16 MiB, fp32 $a32: not 3 MiB less"; }
 # ... and a wide convolution with a bias at a large batch, whose bias
 # gradient's per-sample sums (a double per sample and channel: 1 MiB here)
 # are in the plan's workspace
