@@ -46,17 +46,10 @@ int ddp_blas_load_(char *why, size_t n)
 
 ddp_blas_api ddp_blas_;
 
-// An entry point to find in a library, and where its address goes.
-struct Sym {
-    const char *name;
-    void **slot;
-};
-
-// Fills every slot from h: NULL, or the name of the first one h lacks.
-static const char *find_syms_(void *h, const Sym *syms, size_t count)
+const char *ddp_find_syms_(void *lib, const ddp_sym *syms, size_t count)
 {
     for (size_t i = 0; i < count; i++)
-        if (!(*syms[i].slot = dlsym(h, syms[i].name))) return syms[i].name;
+        if (!(*syms[i].slot = dlsym(lib, syms[i].name))) return syms[i].name;
     return nullptr;
 }
 
@@ -81,37 +74,37 @@ int ddp_blas_load_(char *why, size_t n)
         return -1;
     }
     ddp_blas_api t = {};
-    const Sym syms[] = {{"cublasCreate_v2", (void **)&t.create},
-                        {"cublasDestroy_v2", (void **)&t.destroy},
-                        {"cublasSetStream_v2", (void **)&t.set_stream},
-                        {"cublasSetMathMode", (void **)&t.set_math_mode},
-                        {"cublasSgemm_v2", (void **)&t.sgemm},
-                        {"cublasGemmEx", (void **)&t.gemm_ex},
-                        {"cublasSgemmStridedBatched", (void **)&t.sgemm_strided_batched},
-                        {"cublasGemmStridedBatchedEx", (void **)&t.gemm_strided_batched_ex},
-                        {"cublasGetStatusString", (void **)&t.status_string}};
-    if (const char *missing = find_syms_(h, syms, sizeof syms / sizeof *syms)) {
-        snprintf(why, n, "the cuBLAS loaded has no %s: not the %s the build was made with",
-                 missing, DDP_CUBLAS_SONAME);
+    const ddp_sym syms[] = {{"cublasCreate_v2", (void **)&t.create},
+                            {"cublasDestroy_v2", (void **)&t.destroy},
+                            {"cublasSetStream_v2", (void **)&t.set_stream},
+                            {"cublasSetMathMode", (void **)&t.set_math_mode},
+                            {"cublasSgemm_v2", (void **)&t.sgemm},
+                            {"cublasGemmEx", (void **)&t.gemm_ex},
+                            {"cublasSgemmStridedBatched", (void **)&t.sgemm_strided_batched},
+                            {"cublasGemmStridedBatchedEx", (void **)&t.gemm_strided_batched_ex},
+                            {"cublasGetStatusString", (void **)&t.status_string}};
+    if (const char *missing = ddp_find_syms_(h, syms, sizeof syms / sizeof *syms)) {
+        snprintf(why, n, "the cuBLAS loaded has no %s: not the %s the build was made with", missing,
+                 DDP_CUBLAS_SONAME);
         dlclose(h);
         return -1;
     }
     // cuBLASLt: optional (its entries stay NULL when it or a symbol is missing)
     if (void *lt = dlopen(DDP_CUBLASLT_SONAME, RTLD_NOW | RTLD_LOCAL)) {
-        const Sym lsyms[] = {{"cublasLtCreate", (void **)&t.lt_create},
-                             {"cublasLtDestroy", (void **)&t.lt_destroy},
-                             {"cublasLtMatmulDescCreate", (void **)&t.lt_desc_create},
-                             {"cublasLtMatmulDescDestroy", (void **)&t.lt_desc_destroy},
-                             {"cublasLtMatmulDescSetAttribute", (void **)&t.lt_desc_set},
-                             {"cublasLtMatrixLayoutCreate", (void **)&t.lt_layout_create},
-                             {"cublasLtMatrixLayoutDestroy", (void **)&t.lt_layout_destroy},
-                             {"cublasLtMatmulPreferenceCreate", (void **)&t.lt_pref_create},
-                             {"cublasLtMatmulPreferenceDestroy", (void **)&t.lt_pref_destroy},
-                             {"cublasLtMatmulPreferenceSetAttribute", (void **)&t.lt_pref_set},
-                             {"cublasLtMatmulAlgoGetHeuristic", (void **)&t.lt_heuristic},
-                             {"cublasLtMatmul", (void **)&t.lt_matmul}};
-        if (find_syms_(lt, lsyms, sizeof lsyms / sizeof *lsyms)) {
-            for (const Sym &s : lsyms) *s.slot = nullptr;
+        const ddp_sym lsyms[] = {{"cublasLtCreate", (void **)&t.lt_create},
+                                 {"cublasLtDestroy", (void **)&t.lt_destroy},
+                                 {"cublasLtMatmulDescCreate", (void **)&t.lt_desc_create},
+                                 {"cublasLtMatmulDescDestroy", (void **)&t.lt_desc_destroy},
+                                 {"cublasLtMatmulDescSetAttribute", (void **)&t.lt_desc_set},
+                                 {"cublasLtMatrixLayoutCreate", (void **)&t.lt_layout_create},
+                                 {"cublasLtMatrixLayoutDestroy", (void **)&t.lt_layout_destroy},
+                                 {"cublasLtMatmulPreferenceCreate", (void **)&t.lt_pref_create},
+                                 {"cublasLtMatmulPreferenceDestroy", (void **)&t.lt_pref_destroy},
+                                 {"cublasLtMatmulPreferenceSetAttribute", (void **)&t.lt_pref_set},
+                                 {"cublasLtMatmulAlgoGetHeuristic", (void **)&t.lt_heuristic},
+                                 {"cublasLtMatmul", (void **)&t.lt_matmul}};
+        if (ddp_find_syms_(lt, lsyms, sizeof lsyms / sizeof *lsyms)) {
+            for (const ddp_sym &s : lsyms) *s.slot = nullptr;
             dlclose(lt);
         }
     }

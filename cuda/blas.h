@@ -62,6 +62,15 @@ struct ddp_blas_api {
 };
 extern ddp_blas_api ddp_blas_;
 
+// An entry point to find in a dlopen'ed library, and where its address goes.
+struct ddp_sym {
+    const char *name;
+    void **slot;
+};
+// Fills every slot from lib: NULL, or the name of the first one lib lacks
+// (blas.cu; builds with CUDA only).  dnn.cu uses it for cuDNN.
+const char *ddp_find_syms_(void *lib, const ddp_sym *syms, size_t count);
+
 // Fills ddp_blas_ (once; a no-op on the emulation): 0, or -1 with why in
 // why[n] (the library or a symbol not found, and what to do); the caller
 // records it (runtime.cu, ddp_cuda_init).

@@ -1,4 +1,12 @@
-// conv.cu -- convolution (cross-correlation, zero padding, stride) as
+// conv.cu -- convolution (cross-correlation, zero padding, stride) through
+// cuDNN where it is loaded and has a deterministic plain-sum algorithm for
+// the shape (dnn.h), one call per group of samples and pass; under
+// --precision bf16 its operands and results are bf16 (as torch.autocast's
+// convolutions): the group's input and output gradient rounded into the
+// workspace, the weight the forward rounded (bf16.h's memo), and its output,
+// input gradient and weight gradient widened to fp32 (the weight gradient
+// added to the fp32 one, beta as asked).  Else, and for each pass cuDNN
+// refuses, as
 // im2col + GEMM (gemm.h) over groups of samples, as the CPU backend: the
 // group's columns side by side in one GEMM, its outputs scattered to NCHW
 // with the bias.  Backward: the bias gradient by per-channel block
@@ -19,6 +27,7 @@
 // bytes, a convolution of dy by the transposed, flipped weight
 // (conv_dx_as_conv): no fp32 columns, no col2im.
 #include "bf16.h"
+#include "dnn.h"
 #include "gemm.h"
 #include "half.h"
 
@@ -291,6 +300,172 @@ unsigned grid_for(size_t count)
     return ddp_blocks_for(count);
 }
 
+// ---- through cuDNN (dnn.h) -------------------------------------------------
+
+size_t up256(size_t bytes)
+{
+    return (bytes + 255) / 256 * 256;
+}
+
+// What a group of gn samples stages in the workspace for cuDNN under bf16:
+// the forward its input and output; the backward its output gradient, its
+// input (the weight gradient's operand, then the input gradient's result),
+// the weight gradient and the weight where the memo has none.  The rest of
+// the workspace is the algorithm's.
+size_t dnn_stage_fwd(const ddp_cuda_conv_t *d, int gn)
+{
+    return up256(2 * (size_t)gn * d->c * d->h * d->w) +
+           up256(2 * (size_t)gn * d->oc * d->oh * d->ow);
+}
+size_t dnn_stage_bwd(const ddp_cuda_conv_t *d, int gn)
+{
+    const size_t wn = (size_t)d->oc * d->c * d->k * d->k;
+    return up256(2 * (size_t)gn * d->oc * d->oh * d->ow) +
+           up256(2 * (size_t)gn * d->c * d->h * d->w) + 2 * up256(2 * wn);
+}
+
+// y[count] = the bf16 h widened, plus b[channel] (b NULL: none), the
+// channel of element idx being (idx / ohw) % oc.
+template <class I>
+__global__ void widen_kernel(int oc, size_t ohw_, size_t count_, const uint16_t *h, const float *b,
+                             float *y)
+{
+    const I ohw = (I)ohw_, count = (I)count_;
+    DDP_GRID_STRIDE(I, idx, count)
+    y[idx] = ddp_bf16_to_f32(h[idx]) + (b ? b[(idx / ohw) % (I)oc] : 0.0f);
+}
+
+int widen(int oc, size_t ohw, size_t count, const uint16_t *h, const float *b, float *y)
+{
+    DDP_COST(2.0 * count + (b ? 4.0 * oc : 0), 4.0 * count, b ? (double)count : 0);
+    DDP_LAUNCH_IDX(widen_kernel, count, grid_for(count), kDdpThreads, ddp_cuda_state_.stream, oc,
+                   ohw, count, h, b, y);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+// g[count] = beta g + the bf16 h widened (beta 0: g not read)
+__global__ void widen_add_kernel(size_t count, const uint16_t *h, float *g, float beta)
+{
+    DDP_GRID_STRIDE(size_t, i, count)
+    g[i] = ddp_bf16_to_f32(h[i]) + (beta == 0.0f ? 0.0f : beta * g[i]);
+}
+
+// Samples per cuDNN call: a group of im2col's (conv_group) or, where that
+// is less, as many as make kDnnCols output pixels (no columns to hold: only
+// the bf16 staging, dnn_stage_*), and g where cuDNN is not loaded.
+constexpr long kDnnCols = 1L << 18;
+int dnn_group_max(const ddp_cuda_conv_t *d, int g)
+{
+    long ohw = (long)d->oh * d->ow, n = d->n > 1 ? d->n : 1;
+    long G = ohw > 0 ? kDnnCols / ohw : 1;
+    if (G > n) G = n;
+    return G > g ? (int)G : g;
+}
+int dnn_group(const ddp_cuda_conv_t *d, int g)
+{
+    return ddp_cuda_dnn_loaded() ? dnn_group_max(d, g) : g;
+}
+
+// One group's forward through cuDNN: 1 done, 0 not (the caller runs it as
+// im2col + GEMM), -1 failed.  wq: the weight as the GEMMs take it (bf16
+// from the memo under bf16).
+int dnn_fwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const void *wq, const float *b,
+            float *yg, void *ws, size_t wsb)
+{
+    ddp_cuda_conv_t g = *d;
+    g.n = gn;
+    const size_t ohw = (size_t)d->oh * d->ow, ycount = (size_t)gn * d->oc * ohw;
+    if (!ddp_cuda_state_.bf16_gemm) {
+        const ddp_dnn_plan *p = ddp_dnn_plan_(DDP_DNN_FWD, &g, 0, wsb);
+        int r = p ? ddp_dnn_run_(p, xg, wq, yg, 0.0f, ws) : 0;
+        if (r <= 0) return r;
+        return b && bias_add(gn, d->oc, ohw, b, yg) != 0 ? -1 : 1;
+    }
+    const size_t stage = dnn_stage_fwd(d, gn);
+    const ddp_dnn_plan *p = stage <= wsb ? ddp_dnn_plan_(DDP_DNN_FWD, &g, 1, wsb - stage) : nullptr;
+    if (!p) return 0;
+    uint16_t *x16 = (uint16_t *)ws;
+    uint16_t *y16 = (uint16_t *)((char *)ws + up256(2 * (size_t)gn * d->c * d->h * d->w));
+    if (ddp_bf16_convert_((size_t)gn * d->c * d->h * d->w, xg, x16) != 0) return -1;
+    int r = ddp_dnn_run_(p, x16, wq, y16, 0.0f, (char *)ws + stage);
+    if (r <= 0) return r;
+    return widen(d->oc, ohw, ycount, y16, b, yg) != 0 ? -1 : 1;
+}
+
+// One group's weight gradient (dw_out) and input gradient (dx_out, NULL:
+// none) through cuDNN, each as far as it can: *did_dw / *did_dx say which
+// ran; 0, or -1 failed.  wbeta: dw's beta (1 after the first group).
+// w16: the weight as the forward rounded it (bf16; NULL: rounded here).
+int dnn_bwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const float *w, const uint16_t *w16,
+            const float *dyg, float *dw_out, float wbeta, float *dx_out, void *ws, size_t wsb,
+            bool *did_dw, bool *did_dx)
+{
+    *did_dw = *did_dx = false;
+    ddp_cuda_conv_t g = *d;
+    g.n = gn;
+    const size_t chw = (size_t)d->c * d->h * d->w, ycount = (size_t)gn * d->oc * d->oh * d->ow;
+    const size_t wn = (size_t)d->oc * d->c * d->k * d->k;
+    if (!ddp_cuda_state_.bf16_gemm) {
+        if (dw_out) {
+            const ddp_dnn_plan *p = ddp_dnn_plan_(DDP_DNN_BWD_FILTER, &g, 0, wsb);
+            int r = p ? ddp_dnn_run_(p, xg, dyg, dw_out, wbeta, ws) : 0;
+            if (r < 0) return -1;
+            *did_dw = r > 0;
+        }
+        if (dx_out) {
+            const ddp_dnn_plan *p = ddp_dnn_plan_(DDP_DNN_BWD_DATA, &g, 0, wsb);
+            int r = p ? ddp_dnn_run_(p, w, dyg, dx_out, 0.0f, ws) : 0;
+            if (r < 0) return -1;
+            *did_dx = r > 0;
+        }
+        return 0;
+    }
+    const size_t stage = dnn_stage_bwd(d, gn);
+    if (stage > wsb) return 0;
+    const size_t budget = wsb - stage;
+    char *at = (char *)ws;
+    uint16_t *dy16 = (uint16_t *)at;
+    uint16_t *x16 = (uint16_t *)(at += up256(2 * ycount)); // then dx's bf16 result
+    uint16_t *dw16 = (uint16_t *)(at += up256(2 * (size_t)gn * chw));
+    uint16_t *wr16 = (uint16_t *)(at += up256(2 * wn));
+    void *algo_ws = at + up256(2 * wn);
+    const ddp_dnn_plan *pf = dw_out ? ddp_dnn_plan_(DDP_DNN_BWD_FILTER, &g, 1, budget) : nullptr;
+    const ddp_dnn_plan *pd = dx_out ? ddp_dnn_plan_(DDP_DNN_BWD_DATA, &g, 1, budget) : nullptr;
+    if (!pf && !pd) return 0;
+    if (ddp_bf16_convert_(ycount, dyg, dy16) != 0) return -1;
+    if (pf) {
+        // fetched again: pd's plan may have taken the slot of a full cache
+        pf = ddp_dnn_plan_(DDP_DNN_BWD_FILTER, &g, 1, budget);
+        if (!pf || ddp_bf16_convert_((size_t)gn * chw, xg, x16) != 0) return pf ? -1 : 0;
+        int r = ddp_dnn_run_(pf, x16, dy16, dw16, 0.0f, algo_ws);
+        if (r < 0) return -1;
+        if (r > 0) {
+            DDP_COST(2.0 * wn + (wbeta != 0.0f ? 4.0 * wn : 0), 4.0 * wn, (double)wn);
+            DDP_LAUNCH(widen_add_kernel, grid_for(wn), kDdpThreads, ddp_cuda_state_.stream, wn,
+                       dw16, dw_out, wbeta);
+            DDP_CU_LAUNCHED();
+            *did_dw = true;
+        }
+    }
+    if (pd) {
+        pd = ddp_dnn_plan_(DDP_DNN_BWD_DATA, &g, 1, budget);
+        if (!pd) return 0;
+        if (!w16) {
+            if (ddp_bf16_convert_(wn, w, wr16) != 0) return -1;
+            w16 = wr16;
+        }
+        int r = ddp_dnn_run_(pd, w16, dy16, x16, 0.0f, algo_ws);
+        if (r < 0) return -1;
+        if (r > 0) {
+            if (widen(d->c, (size_t)d->h * d->w, (size_t)gn * chw, x16, nullptr, dx_out) != 0)
+                return -1;
+            *did_dx = true;
+        }
+    }
+    return 0;
+}
+
 } // namespace
 
 extern "C" {
@@ -301,7 +476,12 @@ size_t ddp_cuda_conv_ws_bytes(const ddp_cuda_conv_t *d)
     const size_t g = (size_t)conv_group(d);
     size_t floats = ckk * g * ohw + (g > 1 ? (size_t)d->oc * g * ohw : 0);
     if (conv_dx_as_conv(d)) floats += (size_t)d->oc * ckk; // the transposed weight
-    return (floats ? floats : 1) * sizeof(float);
+    // cuDNN under bf16: its staging, and an algorithm's workspace of the
+    // weight's size in fp32 or 1 MiB where the columns leave less
+    const size_t dnn =
+        dnn_stage_bwd(d, dnn_group_max(d, (int)g)) + 4 * (size_t)d->oc * ckk + ((size_t)1 << 20);
+    const size_t bytes = (floats ? floats : 1) * sizeof(float);
+    return bytes > dnn ? bytes : dnn;
 }
 
 int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, const float *b,
@@ -319,45 +499,56 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         if (ddp_bf16_memo_put_(w, (size_t)d->oc * ckk, nullptr, 0, &h, &none) != 0) return -1;
         wq = h;
     }
-    for (int i0 = 0; i0 < d->n; i0 += g) {
-        int gn = d->n - i0 < g ? d->n - i0 : g;
-        size_t ld = (size_t)gn * ohw;
-        const float *xg = x + (size_t)i0 * chw;
-        const void *cg = xg; // direct: x is [c, ohw] already
-        const bool cols = !conv_direct(d, gn) && !conv_pointwise_batch(d, gn);
-        if (cols) {
-            if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
-            cg = ws;
-        }
-        float *yg = y + (size_t)i0 * d->oc * ohw;
-        if (conv_pointwise_batch(d, gn)) {
-            // y_i = w x_i for the group's samples i; bf16: x rounded into ws
-            const void *xq = xg;
-            if (w16) {
-                if (ddp_bf16_convert_((size_t)gn * chw, xg, (uint16_t *)ws) != 0) return -1;
-                xq = ws;
+    // cuDNN's groups (dnn_group), each as one call or, where cuDNN does
+    // not run it, as the im2col groups inside it
+    const size_t wsb = ddp_cuda_conv_ws_bytes(d);
+    const int G = dnn_group(d, g);
+    for (int j0 = 0; j0 < d->n; j0 += G) {
+        const int jn = d->n - j0 < G ? d->n - j0 : G;
+        int r = dnn_fwd(d, jn, x + (size_t)j0 * chw, wq, b, y + (size_t)j0 * d->oc * ohw, ws, wsb);
+        if (r < 0) return -1;
+        if (r > 0) continue;
+        for (int i0 = j0; i0 < j0 + jn; i0 += g) {
+            int gn = j0 + jn - i0 < g ? j0 + jn - i0 : g;
+            size_t ld = (size_t)gn * ohw;
+            const float *xg = x + (size_t)i0 * chw;
+            const void *cg = xg; // direct: x is [c, ohw] already
+            const bool cols = !conv_direct(d, gn) && !conv_pointwise_batch(d, gn);
+            if (cols) {
+                if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
+                cg = ws;
             }
-            if (ddp_cuda_gemm_rm_batched_(0, 0, d->oc, (int)ohw, ckk, wq, w16, ckk, 0, xq, w16,
-                                          (int)ohw, (long long)chw, 0.0f, yg, (int)ohw,
-                                          (long long)d->oc * ohw, gn) != 0 ||
-                (b && bias_add(gn, d->oc, ohw, b, yg) != 0))
+            float *yg = y + (size_t)i0 * d->oc * ohw;
+            if (conv_pointwise_batch(d, gn)) {
+                // y_i = w x_i for the group's samples i; bf16: x rounded into ws
+                const void *xq = xg;
+                if (w16) {
+                    if (ddp_bf16_convert_((size_t)gn * chw, xg, (uint16_t *)ws) != 0) return -1;
+                    xq = ws;
+                }
+                if (ddp_cuda_gemm_rm_batched_(0, 0, d->oc, (int)ohw, ckk, wq, w16, ckk, 0, xq, w16,
+                                              (int)ohw, (long long)chw, 0.0f, yg, (int)ohw,
+                                              (long long)d->oc * ohw, gn) != 0 ||
+                    (b && bias_add(gn, d->oc, ohw, b, yg) != 0))
+                    return -1;
+                continue;
+            }
+            if (gn == 1) {
+                if (gemm_cols(0, 0, d->oc, (int)ohw, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, yg,
+                              (int)ohw) != 0 ||
+                    (b && bias_add(1, d->oc, ohw, b, yg) != 0))
+                    return -1;
+                continue;
+            }
+            if (gemm_cols(0, 0, d->oc, (int)ld, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, stage,
+                          (int)ld) != 0)
                 return -1;
-            continue;
+            DDP_COST(4.0 * d->oc * (ld + (b ? 1 : 0)), 4.0 * d->oc * ld,
+                     b ? (double)d->oc * ld : 0);
+            DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
+                           kDdpThreads, s, gn, d->oc, ohw, stage, b, y + (size_t)i0 * d->oc * ohw);
+            DDP_CU_LAUNCHED();
         }
-        if (gn == 1) {
-            if (gemm_cols(0, 0, d->oc, (int)ohw, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, yg,
-                          (int)ohw) != 0 ||
-                (b && bias_add(1, d->oc, ohw, b, yg) != 0))
-                return -1;
-            continue;
-        }
-        if (gemm_cols(0, 0, d->oc, (int)ld, ckk, wq, w16, ckk, cg, cols, (int)ld, 0.0f, stage,
-                      (int)ld) != 0)
-            return -1;
-        DDP_COST(4.0 * d->oc * (ld + (b ? 1 : 0)), 4.0 * d->oc * ld, b ? (double)d->oc * ld : 0);
-        DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
-                       kDdpThreads, s, gn, d->oc, ohw, stage, b, y + (size_t)i0 * d->oc * ohw);
-        DDP_CU_LAUNCHED();
     }
     return 0;
 }
@@ -397,17 +588,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                          (g == 1 || (size_t)d->c * hw <= (size_t)d->oc * ohw) &&
                          via_conv < via_cols;
     void *wt = (float *)ws + (size_t)ckk * g * ohw + (g > 1 ? (size_t)d->oc * g * ohw : 0);
-    if (dx_conv) {
-        const size_t wn = (size_t)d->oc * ckk;
-        DDP_COST(4.0 * wn, (double)elem * wn, 0);
-        if (elem == 2)
-            DDP_LAUNCH(conv_wt_kernel<uint16_t>, ddp_blocks_for(wn), kDdpThreads, s, d->oc, d->c,
-                       d->k, w, (uint16_t *)wt);
-        else
-            DDP_LAUNCH(conv_wt_kernel<float>, ddp_blocks_for(wn), kDdpThreads, s, d->oc, d->c,
-                       d->k, w, (float *)wt);
-        DDP_CU_LAUNCHED();
-    }
+    bool wt_made = false; // wt written (once; again after cuDNN staged over it)
     if (db) {
         double *part;
         if (ddp_cuda_partials_((size_t)d->n * d->oc, &part) != 0) return -1;
@@ -426,87 +607,115 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const bool b16 = ddp_cuda_state_.bf16_gemm != 0;
     const void *wq = w;
     bool w16 = false;
-    if (b16 && dx && !dx_conv) { // dx_conv multiplies by the transposed weight
-        const uint16_t *h, *none;
-        ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, nullptr, 0, &h, &none);
-        if (h) wq = h, w16 = true;
+    const uint16_t *memo16 = nullptr; // the forward's rounding of w (bf16), for cuDNN and the GEMMs
+    if (b16 && dx) {
+        const uint16_t *none;
+        ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, nullptr, 0, &memo16, &none);
+        if (memo16 && !dx_conv) wq = memo16, w16 = true; // dx_conv: the transposed weight
     }
+    const size_t wsb = ddp_cuda_conv_ws_bytes(d);
+    const int G = dnn_group(d, g);
     float wbeta = beta;
-    for (int i0 = 0; i0 < d->n; i0 += g) {
-        int gn = d->n - i0 < g ? d->n - i0 : g;
-        size_t ld = (size_t)gn * ohw, count = (size_t)d->oc * ld;
-        const int direct = conv_direct(d, gn);
-        const float *dyg = dy + (size_t)i0 * d->oc * ohw; // [oc, ohw] for one sample
-        const void *dyq = dyg; // dy as the GEMMs of dw and (not dx_conv) of dx read it
-        if (!dw && dx_conv) {
-            // dx from dy as it lies: nothing gathered or rounded here
-        } else if (b16) {
-            uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, count * 2);
-            if (!h) return -1;
-            if (gn > 1) {
-                DDP_COST(4.0 * count, 2.0 * count, 0);
-                DDP_LAUNCH_IDX(gather_bf16_kernel, count, grid_for(count), kDdpThreads, s, gn,
-                               d->oc, ohw, dyg, h);
-                DDP_CU_LAUNCHED();
-            } else if (ddp_bf16_convert_(count, dyg, h) != 0) {
-                return -1;
-            }
-            dyq = h;
-        } else if (gn > 1) {
-            DDP_COST(4.0 * count, 4.0 * count, 0);
-            DDP_LAUNCH_IDX(gather_kernel, count, grid_for(count), kDdpThreads, s, gn, d->oc, ohw,
-                           dyg, stage);
+    for (int j0 = 0; j0 < d->n; j0 += G) {
+        const int jn = d->n - j0 < G ? d->n - j0 : G;
+        // cuDNN first; what it did not do runs below, as im2col + GEMM
+        bool dnn_dw = false, dnn_dx = false;
+        if (dnn_bwd(d, jn, x + (size_t)j0 * chw, w, memo16, dy + (size_t)j0 * d->oc * ohw, dw,
+                    wbeta, dx ? dx + (size_t)j0 * chw : nullptr, ws, wsb, &dnn_dw, &dnn_dx) != 0)
+            return -1;
+        if (dnn_dw) wbeta = 1.0f;
+        if (dnn_dw || dnn_dx) wt_made = false; // the workspace was cuDNN's
+        float *const gdw = dnn_dw ? nullptr : dw, *const gdx = dnn_dx ? nullptr : dx;
+        if (!gdw && !gdx) continue;
+        if (gdx && dx_conv && !wt_made) {
+            const size_t wn = (size_t)d->oc * ckk;
+            DDP_COST(4.0 * wn, (double)elem * wn, 0);
+            if (elem == 2)
+                DDP_LAUNCH(conv_wt_kernel<uint16_t>, ddp_blocks_for(wn), kDdpThreads, s, d->oc,
+                           d->c, d->k, w, (uint16_t *)wt);
+            else
+                DDP_LAUNCH(conv_wt_kernel<float>, ddp_blocks_for(wn), kDdpThreads, s, d->oc, d->c,
+                           d->k, w, (float *)wt);
             DDP_CU_LAUNCHED();
-            dyq = stage;
+            wt_made = true;
         }
-        if (dw) {
-            const float *xg = x + (size_t)i0 * chw;
-            const void *xcol = xg;
-            if (!direct) {
-                if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
-                xcol = ws;
-            }
-            // dw[oc, ckk] (+)= dyg[oc, ld] col[ckk, ld]^T
-            if (gemm_cols(0, 1, d->oc, ckk, (int)ld, dyq, b16, (int)ld, xcol, !direct, (int)ld,
-                          wbeta, dw, ckk) != 0)
-                return -1;
-            wbeta = 1.0f;
-        }
-        if (dx && conv_pointwise_batch(d, gn)) {
-            // dx_i[c, ohw] = w[oc, c]^T dy_i: sample i's columns of the gathered dy
-            if (ddp_cuda_gemm_rm_batched_(1, 0, ckk, (int)ohw, d->oc, wq, w16, ckk, 0, dyq, b16,
-                                          (int)ld, (long long)ohw, 0.0f, dx + (size_t)i0 * chw,
-                                          (int)ohw, (long long)chw, gn) != 0)
-                return -1;
-        } else if (dx_conv) {
-            // the columns of dy for the transposed, flipped weight; a group's
-            // result [c, gn*hw] in the stage (free once dw's GEMM read it)
-            const float *dyn = dy + (size_t)i0 * d->oc * ohw; // [gn, oc, oh, ow]
-            const size_t tld = (size_t)gn * hw;
-            float *dxg = dx + (size_t)i0 * chw, *out = gn > 1 ? stage : dxg;
-            if (im2col(&t, gn, dyn, ws, tkk, tld, s) != 0 ||
-                ddp_cuda_gemm_rm16_(0, 0, d->c, (int)tld, (int)tkk, 1.0f, wt, elem == 2, (int)tkk,
-                                    ws, elem == 2, (int)tld, 0.0f, out, (int)tld) != 0)
-                return -1;
-            if (gn > 1) {
-                DDP_COST(4.0 * d->c * tld, 4.0 * d->c * tld, 0);
-                DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->c * tld,
-                               grid_for((size_t)d->c * tld), kDdpThreads, s, gn, d->c, hw, stage,
-                               (const float *)nullptr, dxg);
+        for (int i0 = j0; i0 < j0 + jn; i0 += g) {
+            int gn = j0 + jn - i0 < g ? j0 + jn - i0 : g;
+            size_t ld = (size_t)gn * ohw, count = (size_t)d->oc * ld;
+            const int direct = conv_direct(d, gn);
+            const float *dyg = dy + (size_t)i0 * d->oc * ohw; // [oc, ohw] for one sample
+            const void *dyq = dyg; // dy as the GEMMs of dw and (not dx_conv) of dx read it
+            if (!gdw && dx_conv) {
+                // dx from dy as it lies: nothing gathered or rounded here
+            } else if (b16) {
+                uint16_t *h = (uint16_t *)ddp_bf16_scratch_(DDP_BF16_DY, count * 2);
+                if (!h) return -1;
+                if (gn > 1) {
+                    DDP_COST(4.0 * count, 2.0 * count, 0);
+                    DDP_LAUNCH_IDX(gather_bf16_kernel, count, grid_for(count), kDdpThreads, s, gn,
+                                   d->oc, ohw, dyg, h);
+                    DDP_CU_LAUNCHED();
+                } else if (ddp_bf16_convert_(count, dyg, h) != 0) {
+                    return -1;
+                }
+                dyq = h;
+            } else if (gn > 1) {
+                DDP_COST(4.0 * count, 4.0 * count, 0);
+                DDP_LAUNCH_IDX(gather_kernel, count, grid_for(count), kDdpThreads, s, gn, d->oc,
+                               ohw, dyg, stage);
                 DDP_CU_LAUNCHED();
+                dyq = stage;
             }
-        } else if (dx) {
-            // dcol[ckk, ld] = w[oc, ckk]^T dyg[oc, ld], then col2im (direct: dx itself)
-            float *dxg = dx + (size_t)i0 * chw;
-            float *dcol = direct ? dxg : col;
-            if (ddp_cuda_gemm_rm16_(1, 0, ckk, (int)ld, d->oc, 1.0f, wq, w16, ckk, dyq, b16,
-                                    (int)ld, 0.0f, dcol, (int)ld) != 0)
-                return -1;
-            if (!direct) {
-                DDP_COST(4.0 * ckk * ld, 4.0 * gn * chw, (double)ckk * ld);
-                DDP_LAUNCH_IDX(col2im_kernel, (size_t)gn * chw, grid_for((size_t)gn * chw),
-                               kDdpThreads, s, *d, gn, col, dxg);
-                DDP_CU_LAUNCHED();
+            if (gdw) {
+                const float *xg = x + (size_t)i0 * chw;
+                const void *xcol = xg;
+                if (!direct) {
+                    if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
+                    xcol = ws;
+                }
+                // dw[oc, ckk] (+)= dyg[oc, ld] col[ckk, ld]^T
+                if (gemm_cols(0, 1, d->oc, ckk, (int)ld, dyq, b16, (int)ld, xcol, !direct, (int)ld,
+                              wbeta, gdw, ckk) != 0)
+                    return -1;
+                wbeta = 1.0f;
+            }
+            if (gdx && conv_pointwise_batch(d, gn)) {
+                // dx_i[c, ohw] = w[oc, c]^T dy_i: sample i's columns of the gathered dy
+                if (ddp_cuda_gemm_rm_batched_(1, 0, ckk, (int)ohw, d->oc, wq, w16, ckk, 0, dyq, b16,
+                                              (int)ld, (long long)ohw, 0.0f, gdx + (size_t)i0 * chw,
+                                              (int)ohw, (long long)chw, gn) != 0)
+                    return -1;
+            } else if (gdx && dx_conv) {
+                // the columns of dy for the transposed, flipped weight; a group's
+                // result [c, gn*hw] in the stage (free once dw's GEMM read it)
+                const float *dyn = dy + (size_t)i0 * d->oc * ohw; // [gn, oc, oh, ow]
+                const size_t tld = (size_t)gn * hw;
+                float *dxg = gdx + (size_t)i0 * chw, *out = gn > 1 ? stage : dxg;
+                if (im2col(&t, gn, dyn, ws, tkk, tld, s) != 0 ||
+                    ddp_cuda_gemm_rm16_(0, 0, d->c, (int)tld, (int)tkk, 1.0f, wt, elem == 2,
+                                        (int)tkk, ws, elem == 2, (int)tld, 0.0f, out,
+                                        (int)tld) != 0)
+                    return -1;
+                if (gn > 1) {
+                    DDP_COST(4.0 * d->c * tld, 4.0 * d->c * tld, 0);
+                    DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->c * tld,
+                                   grid_for((size_t)d->c * tld), kDdpThreads, s, gn, d->c, hw,
+                                   stage, (const float *)nullptr, dxg);
+                    DDP_CU_LAUNCHED();
+                }
+            } else if (gdx) {
+                // dcol[ckk, ld] = w[oc, ckk]^T dyg[oc, ld], then col2im (direct: dx itself)
+                float *dxg = gdx + (size_t)i0 * chw;
+                float *dcol = direct ? dxg : col;
+                if (ddp_cuda_gemm_rm16_(1, 0, ckk, (int)ld, d->oc, 1.0f, wq, w16, ckk, dyq, b16,
+                                        (int)ld, 0.0f, dcol, (int)ld) != 0)
+                    return -1;
+                if (!direct) {
+                    DDP_COST(4.0 * ckk * ld, 4.0 * gn * chw, (double)ckk * ld);
+                    DDP_LAUNCH_IDX(col2im_kernel, (size_t)gn * chw, grid_for((size_t)gn * chw),
+                                   kDdpThreads, s, *d, gn, col, dxg);
+                    DDP_CU_LAUNCHED();
+                }
             }
         }
     }

@@ -70,6 +70,15 @@ int ddp_cuda_lt_loaded(void);
  * each shape asks cuBLASLt for its algorithm again at its next forward.
  * For tests (with DDP_EMU_FAIL making that heuristic fail). */
 void ddp_cuda_lt_forget(void);
+/* 1 when cuDNN was loaded and its handle made at ddp_cuda_init (cuda/dnn.h):
+ * convolutions then run through it where it has a deterministic algorithm
+ * for them, else as im2col + GEMM.  DDP_CUDA_CONV=im2col in the environment
+ * at ddp_cuda_init leaves cuDNN unloaded. */
+int ddp_cuda_dnn_loaded(void);
+/* For tests: convolutions through cuDNN (1, as loaded) or never (0); and
+ * forget the kept plans (each shape asks cuDNN's heuristics again). */
+void ddp_cuda_dnn_enable(int on);
+void ddp_cuda_dnn_forget(void);
 /* GEMM inputs rounded to TF32 on the tensor cores when on: the cuBLAS
  * handle's math mode (CUBLAS_TF32_TENSOR_OP_MATH; off: CUBLAS_DEFAULT_MATH,
  * fp32 throughout); after init. */

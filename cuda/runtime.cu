@@ -10,6 +10,7 @@
 
 #include "bf16.h"
 #include "ddp_cuda_rt.h"
+#include "dnn.h"
 #include "gemm.h"
 
 #include <nvtx3/nvToolsExt.h>
@@ -134,6 +135,7 @@ int ddp_cuda_init(int device)
     cublasLtHandle_t lt = nullptr;
     if (ddp_blas_.lt_create && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) lt = nullptr;
     ddp_cuda_state_.lt = lt;
+    ddp_dnn_init_(); // cuDNN, for the convolutions (conv.cu): optional
     return 0;
 }
 
@@ -182,6 +184,7 @@ void ddp_cuda_shutdown(void)
     cudaStreamSynchronize(ddp_cuda_state_.copy_stream);
     ddp_bf16_release_();
     ddp_lt_release_();
+    ddp_dnn_shutdown_();
     if (ddp_cuda_state_.lt) cublasLtDestroy(ddp_cuda_state_.lt);
     if (ddp_cuda_state_.blas) cublasDestroy(ddp_cuda_state_.blas);
     ddp_cuda_state_.lt = nullptr;

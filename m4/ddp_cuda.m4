@@ -1,10 +1,15 @@
-# ddp_cuda.m4 -- CUDA toolkit (optional): nvcc, the runtime and cuBLAS.
+# ddp_cuda.m4 -- CUDA toolkit (optional): nvcc, the runtime and cuBLAS; cuDNN
+# (optional inside it) for the convolutions.
 #
 # --with-cuda[=DIR]  default "guess": nvcc on PATH, then /usr/local/cuda; not
 #                    finding it is an error only when asked for explicitly.
 # --without-cuda     CPU-only build.
 # --with-cuda-arch=LIST  comma-separated sm_XX list (default sm_90); SASS for
 #                    each, plus PTX of the newest so later GPUs can JIT it.
+# --with-cudnn=DIR   cuDNN's prefix when it is not inside the toolkit (default:
+#                    the toolkit's include/cudnn.h when there); --without-cudnn:
+#                    the convolutions run as im2col + GEMM.  cuDNN is loaded
+#                    with dlopen at run time (cuda/dnn.cu), never linked.
 # _DDP_CUDA_PREFIX -- the toolkit prefix for a guessed $NVCC.  nvcc on PATH is
 # often a link or wrapper in /usr/bin or /usr/local/bin, so its parent is not
 # the toolkit: ask nvcc where it lives (--dryrun prints _HERE_), then follow
@@ -31,6 +36,9 @@ AC_DEFUN([DDP_CUDA], [
   AC_ARG_WITH([cuda-arch],
     [AS_HELP_STRING([--with-cuda-arch=LIST], [GPU architectures, e.g. sm_80,sm_90 (default: sm_90 plus PTX)])],
     [], [with_cuda_arch=sm_90])
+  AC_ARG_WITH([cudnn],
+    [AS_HELP_STRING([--with-cudnn@<:@=DIR@:>@], [cuDNN for the CUDA backend's convolutions (default: used when the toolkit has cudnn.h)])],
+    [], [with_cudnn=guess])
   AC_ARG_VAR([NVCC], [CUDA compiler])
   AC_ARG_VAR([NVCCFLAGS], [extra flags for nvcc (the C flags are never passed to nvcc)])
 
@@ -96,6 +104,28 @@ AC_DEFUN([DDP_CUDA], [
         [the cuBLAS library the cuda backend loads (cuda/blas.cu)])
       AC_DEFINE_UNQUOTED([DDP_CUBLASLT_SONAME], ["libcublasLt.so.$ddp_cuda_major"],
         [the cuBLASLt library the cuda backend loads when it can (cuda/blas.cu)])
+      dnl cuDNN: its header at build time; the library by its soname at run time
+      CUDNN_CPPFLAGS= ddp_cudnn_major=
+      ddp_cudnn_summary="im2col (no cuDNN)"
+      AS_IF([test "x$with_cudnn" != xno], [
+        AS_CASE([$with_cudnn], [guess|yes], [], [CUDNN_CPPFLAGS="-isystem $with_cudnn/include"])
+        ddp_save_CPPFLAGS=$CPPFLAGS
+        CPPFLAGS="$CPPFLAGS $CUDA_CPPFLAGS $CUDNN_CPPFLAGS"
+        AC_CHECK_HEADER([cudnn.h], [
+          AC_COMPUTE_INT([ddp_cudnn_major], [CUDNN_MAJOR], [[#include <cudnn_version.h>]], [ddp_cudnn_major=])])
+        CPPFLAGS=$ddp_save_CPPFLAGS
+        AS_IF([test -n "$ddp_cudnn_major" && test "$ddp_cudnn_major" -ge 8], [
+          AC_DEFINE([HAVE_CUDNN], [1], [Define to 1 when the CUDA backend's convolutions may use cuDNN])
+          AC_DEFINE_UNQUOTED([DDP_CUDNN_SONAME], ["libcudnn.so.$ddp_cudnn_major"],
+            [the cuDNN library the cuda backend loads when it can (cuda/dnn.cu)])
+          ddp_cudnn_summary="cuDNN $ddp_cudnn_major"
+        ], [
+          AS_IF([test "x$with_cudnn" != xguess],
+            [AC_MSG_ERROR([cuDNN was asked for (--with-cudnn=$with_cudnn) but cudnn.h (version 8 or later) was not found; pass its prefix or --without-cudnn])])
+          CUDNN_CPPFLAGS=
+        ])
+      ])
+      ddp_cuda_summary="$ddp_cuda_summary, convolutions: $ddp_cudnn_summary"
     ], [
       AS_IF([test "x$with_cuda" != xguess],
         [AC_MSG_ERROR([CUDA was asked for (--with-cuda=$with_cuda) but nvcc, cuda_runtime.h, cublas_v2.h,
@@ -106,6 +136,7 @@ AC_DEFUN([DDP_CUDA], [
   ])
   AC_SUBST([CUDA_DIR])
   AC_SUBST([CUDA_CPPFLAGS])
+  AC_SUBST([CUDNN_CPPFLAGS])
   AC_SUBST([CUDA_LDFLAGS])
   AC_SUBST([CUDA_LIBS])
   AC_SUBST([CUBLAS_LIBS])

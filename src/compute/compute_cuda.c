@@ -87,11 +87,13 @@ static ddp_status_t cuda_init(int local_rank, int local_size, char *describe, si
         ddp_cuda_cost_steps(1);
         atexit(cuda_model_at_exit_);
     }
-    /* whether cuBLASLt runs the dense layers' epilogues, or a pass after each GEMM */
+    /* whether cuBLASLt runs the dense layers' epilogues, or a pass after each
+     * GEMM; whether cuDNN runs the convolutions, or im2col and GEMMs */
     if (describe && n)
-        snprintf(describe, n, "cuda: GPU %d %s (%s, %.1f GiB), %s", dev, info.name, info.pci,
+        snprintf(describe, n, "cuda: GPU %d %s (%s, %.1f GiB), %s, %s", dev, info.name, info.pci,
                  (double)info.mem_total / (1024.0 * 1024.0 * 1024.0),
-                 ddp_cuda_lt_loaded() ? "cuBLASLt epilogues" : "no cuBLASLt (epilogue passes)");
+                 ddp_cuda_lt_loaded() ? "cuBLASLt epilogues" : "no cuBLASLt (epilogue passes)",
+                 ddp_cuda_dnn_loaded() ? "cuDNN convolutions" : "no cuDNN (im2col convolutions)");
     return DDP_OK;
 }
 

@@ -36,6 +36,11 @@ for f in bin/ddptrain bin/ddptrain-prep bin/mpirun bin/orted env.sh MANIFEST lib
   [ -e "$B/$f" ] || fail "the bundle has no $f"
 done
 grep -q '^glibc 2\.[0-9]*$' "$B/MANIFEST" || fail "MANIFEST names no glibc version: $(grep '^glibc' "$B/MANIFEST")"
+# cuDNN, loaded with dlopen where the build has its header: an optional library
+if grep -q '^#define HAVE_CUDNN 1' "$top_builddir/ddp_build.h"; then
+  grep -q '^optional .*libcudnn\.so\.[0-9]' "$B/MANIFEST" ||
+    fail "MANIFEST does not name cuDNN as optional: $(grep '^optional' "$B/MANIFEST")"
+fi
 
 # the namespace: hide, then run the checks (inner.sh); its output says what failed
 cat >"$T/inner.sh" <<'EOF'

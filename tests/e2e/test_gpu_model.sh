@@ -15,8 +15,9 @@
 #     residual blocks, max and global average pooling, AdamW and SGD, bf16,
 #     --accum, --clip-grad-norm, the evaluation and the non-finite guard run
 #     to the end;
-#   - DDP_EMU_DRY=1: ResNet-18's model, its convolutions (im2col, bf16
-#     GEMMs) in the table, with no kernel run, each block's last BatchNorm
+#   - DDP_EMU_DRY=1: ResNet-18's model, its convolutions (cuDNN's three
+#     calls; with DDP_CUDA_CONV=im2col, im2col and bf16 GEMMs) in the
+#     table, with no kernel run, each block's last BatchNorm
 #     applied by the block's add (no add pass in the forward);
 #   - --precision bf16: a value used by two GEMMs is rounded once (the
 #     forward's weight and input kept for the backward, the output gradient
@@ -75,9 +76,17 @@ unset DDP_EMU_COST_CHECK DDP_EMU_STREAMS
 DDP_EMU_DRY=1 DDP_CUDA_MODEL=1 "$EMU" "$T/img.h5" --model resnet18 --batch 128 --steps 3 \
   --precision bf16 --eval-every 0 --device cuda >"$T/d.out" 2>"$T/d.err" ||
   { cat "$T/d.out" "$T/d.err"; fail "DDP_EMU_DRY=1: ResNet-18 failed"; }
-for k in im2col_bf16_kernel cublasGemmEx to_bf16_kernel bn_fwd_kernel maxpool_fwd_kernel add_k; do
+for k in cudnnConvolutionForward cudnnConvolutionBackwardData cudnnConvolutionBackwardFilter \
+         widen_kernel cublasGemmEx to_bf16_kernel bn_fwd_kernel maxpool_fwd_kernel add_k; do
   grep -q "^$k" "$T/d.err" || { cat "$T/d.err"; fail "ResNet-18's model has no $k row"; }
 done
+! grep -q "^im2col" "$T/d.err" || { cat "$T/d.err"; fail "ResNet-18's model has im2col rows beside cuDNN"; }
+DDP_CUDA_CONV=im2col DDP_EMU_DRY=1 DDP_CUDA_MODEL=1 "$EMU" "$T/img.h5" --model resnet18 --batch 128 \
+  --steps 3 --precision bf16 --eval-every 0 --device cuda >"$T/d2.out" 2>"$T/d2.err" ||
+  { cat "$T/d2.out" "$T/d2.err"; fail "DDP_CUDA_CONV=im2col DDP_EMU_DRY=1: ResNet-18 failed"; }
+grep -q "^im2col_bf16_kernel" "$T/d2.err" && ! grep -q "^cudnn" "$T/d2.err" &&
+  grep -q "no cuDNN (im2col convolutions)" "$T/d2.out" ||
+  { cat "$T/d2.out" "$T/d2.err"; fail "DDP_CUDA_CONV=im2col: ResNet-18's model not im2col's"; }
 # ... its 20 BatchNorms applied once each, the 8 blocks' last ones by the
 # block's add (fuse_bn_adds_): no add in the forward; the ReLU after each
 # add runs in it forward, alone backward (8), where 7 of them (the blocks'

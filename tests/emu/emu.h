@@ -30,6 +30,9 @@ int ddp_emu_stream_live(void *stream);
 void ddp_emu_stream_deliver(void *stream, void *dst, void *src, size_t bytes);
 /* Counts a call of `name` against DDP_EMU_FAIL; 1 when this call must fail. */
 int ddp_emu_inject(const char *name);
+/* The algorithm (cudnn.h's enum value) of the last cuDNN convolution queued
+ * for pass 0 forward, 1 backward data, 2 backward filter; -1 before any. */
+int ddp_emu_cudnn_last_algo(int pass);
 /* One line "ddptrain CUDA emulation: <what>" on stderr. */
 void ddp_emu_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -447,31 +447,24 @@ struct cublasLtMatmulPreferenceOpaque_t {
 namespace
 {
 
-std::set<const void *> g_lt_objects; // live handles and descriptors (g_mu)
+Registry g_lt_objects;                              // live handles and descriptors
 constexpr uint64_t kLtAlgo = 0x6464706c74616c67ull; // the one algorithm's tag
 
 template <class T> cublasStatus_t lt_make(T **out, const T &init)
 {
     if (!out) return CUBLAS_STATUS_INVALID_VALUE;
-    T *p = new T(init);
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_lt_objects.insert(p);
-    *out = p;
+    *out = g_lt_objects.make(init);
     return CUBLAS_STATUS_SUCCESS;
 }
 
 template <class T> cublasStatus_t lt_free(T *p)
 {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!p || !g_lt_objects.erase(p)) return CUBLAS_STATUS_INVALID_VALUE;
-    delete p;
-    return CUBLAS_STATUS_SUCCESS;
+    return g_lt_objects.destroy(p) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 bool lt_live(const void *p)
 {
-    std::lock_guard<std::mutex> lock(g_mu);
-    return p && g_lt_objects.count(p);
+    return g_lt_objects.live(p);
 }
 
 size_t lt_elem(cudaDataType t)

@@ -107,6 +107,37 @@ void submit(cudaStream_t s, std::function<void()> run);
 void host_wait(cudaStream_t s, const char *call);
 void host_wait_all(const char *call);
 
+// The live objects one emulated library handed out (its handles and
+// descriptors, emu_cublas.cc, emu_cudnn.cc): a NULL, destroyed or foreign
+// pointer is not live.  Takes g_mu.
+class Registry
+{
+  public:
+    template <class T> T *make(const T &init)
+    {
+        T *p = new T(init);
+        std::lock_guard<std::mutex> lock(g_mu);
+        live_.insert(p);
+        return p;
+    }
+    // false when p is not live
+    template <class T> bool destroy(T *p)
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (!p || !live_.erase(p)) return false;
+        delete p;
+        return true;
+    }
+    bool live(const void *p)
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        return p && live_.count(p);
+    }
+
+  private:
+    std::set<const void *> live_;
+};
+
 } // namespace emu
 
 #endif

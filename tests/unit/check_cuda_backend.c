@@ -51,7 +51,7 @@ START_TEST(no_gpu_then_rank_device_then_sticky_device_error)
     ck_assert_str_eq(C->device_id(), "0000:11:00.0");
     ck_assert_msg(strncmp(describe, "cuda: GPU 1 ddptrain CUDA emulation (0000:11:00.0, ", 51) ==
                           0 &&
-                      strstr(describe, " GiB), cuBLASLt epilogues"),
+                      strstr(describe, " GiB), cuBLASLt epilogues, cuDNN convolutions"),
                   "%s", describe);
     ck_assert_int_eq(C->mem_kind, DDP_MEM_DEVICE);
     ck_assert_int_eq(C->check(), DDP_OK);

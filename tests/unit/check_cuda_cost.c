@@ -178,6 +178,11 @@ END_TEST
 
 /* forward and backward of one convolution shape, with its bias: in fp32
  * with the launches `want` among them, in bf16 with `want16` */
+/* One convolution's forward and backward in fp32 and bf16: as im2col and
+ * GEMMs (cuDNN off; `want` and `want16` in the log), then through cuDNN
+ * (its three calls, and under bf16 the rounding and widening passes),
+ * every declaration held against the pages touched (DDP_EMU_COST_CHECK);
+ * dw with beta 0 and 1 (cuDNN's weight gradient then reads dw). */
 static void conv_case(ddp_cuda_conv_t d, const char *const *want, const char *const *want16)
 {
     const size_t xs = (size_t)d.n * d.c * d.h * d.w, ys = (size_t)d.n * d.oc * d.oh * d.ow,
@@ -186,17 +191,31 @@ static void conv_case(ddp_cuda_conv_t d, const char *const *want, const char *co
           *y = dev_zero(ys * 4), *dy = dev_rand(ys, 1), *dx = dev_zero(xs * 4),
           *dw = dev_zero(ws_ * 4), *db = dev_zero(d.oc * 4);
     void *ws = dev_zero(ddp_cuda_conv_ws_bytes(&d));
-    begin_();
-    ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
-    ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
-    end_(want);
-    /* bf16 GEMMs: the columns made in bf16 */
-    ck_assert_int_eq(ddp_cuda_set_bf16_gemm(1), 0);
-    begin_();
-    ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
-    ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
-    end_(want16);
-    ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
+    static const char *const dnn[] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData",
+                                      "cudnnConvolutionBackwardFilter", "bias_add_kernel", NULL};
+    static const char *const dnn16[] = {"cudnnConvolutionForward",
+                                        "cudnnConvolutionBackwardData",
+                                        "cudnnConvolutionBackwardFilter",
+                                        "to_bf16_kernel",
+                                        "widen_kernel",
+                                        "widen_add_kernel",
+                                        NULL};
+    for (int cudnn = 0; cudnn < 2; cudnn++) {
+        ddp_cuda_dnn_enable(cudnn);
+        begin_();
+        ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
+        ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
+        ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 1.0f, ws), 0);
+        end_(cudnn ? dnn : want);
+        /* bf16 GEMMs: the columns made in bf16 */
+        ck_assert_int_eq(ddp_cuda_set_bf16_gemm(1), 0);
+        begin_();
+        ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
+        ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
+        ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 1.0f, ws), 0);
+        end_(cudnn ? dnn16 : want16);
+        ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
+    }
     ddp_cuda_free(x), ddp_cuda_free(w), ddp_cuda_free(b), ddp_cuda_free(y), ddp_cuda_free(dy);
     ddp_cuda_free(dx), ddp_cuda_free(dw), ddp_cuda_free(db), ddp_cuda_free(ws);
 }

@@ -77,7 +77,8 @@
 
 #ifdef CHECK_CUDA_EMU
 #define EMU 1
-void ddp_emu_reload_env(void); /* the emulation: re-read its environment (DDP_EMU_FAIL) */
+void ddp_emu_reload_env(void);         /* the emulation: re-read its environment (DDP_EMU_FAIL) */
+int ddp_emu_cudnn_last_algo(int pass); /* cuDNN's last algorithm: fwd, bwd data, bwd filter */
 #else
 #define EMU 0
 #endif
@@ -861,7 +862,20 @@ START_TEST(linear_matches)
 }
 END_TEST
 
-static void conv_case_(int n, int c, int h, int w, int oc, int k, int stride, int pad, float beta)
+/* The cost log's entries named `name` since recording began. */
+static int logged_(const char *name)
+{
+    const ddp_cuda_cost_t *e;
+    size_t count = ddp_cuda_cost_log(&e);
+    int r = 0;
+    for (size_t i = 0; i < count; i++) r += strcmp(e[i].name, name) == 0;
+    return r;
+}
+
+/* dnn: through cuDNN (1; on the emulation each pass must have run there,
+ * with a deterministic plain-sum algorithm) or as im2col + GEMM (0). */
+static void conv_case_(int dnn, int n, int c, int h, int w, int oc, int k, int stride, int pad,
+                       float beta)
 {
     conv_dims_t d = {n,
                      c,
@@ -890,8 +904,28 @@ static void conv_case_(int n, int c, int h, int w, int oc, int k, int stride, in
     float *dyd = dput_(dy, ny * 4), *yd = dput_(NULL, ny * 4), *dxo = dput_(NULL, nx * 4);
     float *dwo = dput_(dw0, nw * 4), *dbo = dput_(db0, oc * 4);
     void *dws = dput_(NULL, ddp_cuda_conv_ws_bytes(&g));
+    ddp_cuda_dnn_enable(dnn);
+    ddp_cuda_cost_record(1);
     CU(ddp_cuda_conv_fwd(&g, dxd, dwd, dbd, yd, dws));
     CU(ddp_cuda_conv_bwd(&g, dxd, dwd, dyd, dxo, dwo, dbo, beta, dws));
+    CU(ddp_cuda_sync());
+    ddp_cuda_cost_record(0);
+    ddp_cuda_dnn_enable(1);
+    const int passes = (logged_("cudnnConvolutionForward") > 0) +
+                       (logged_("cudnnConvolutionBackwardData") > 0) +
+                       (logged_("cudnnConvolutionBackwardFilter") > 0);
+    if (!dnn || n == 0) {
+        ck_assert_int_eq(passes, 0);
+    } else if (EMU) {
+        ck_assert_msg(passes == 3, "conv n=%d k=%d s=%d: %d of its 3 passes through cuDNN", n, k,
+                      stride, passes);
+#if EMU
+        /* what the backend asked for: implicit GEMM, the deterministic ALGO_1s */
+        ck_assert_int_le(ddp_emu_cudnn_last_algo(0), 2);
+        ck_assert_int_eq(ddp_emu_cudnn_last_algo(1), 1);
+        ck_assert_int_eq(ddp_emu_cudnn_last_algo(2), 1);
+#endif
+    }
     float *gy = hnew_(ny * 4), *gdx = hnew_(nx * 4), *gdw = hnew_(nw * 4), *gdb = hnew_(oc * 4);
     dget_(gy, yd, ny * 4);
     dget_(gdx, dxo, nx * 4);
@@ -899,8 +933,8 @@ static void conv_case_(int n, int c, int h, int w, int oc, int k, int stride, in
     dget_(gdb, dbo, oc * 4);
     char what[128];
     const size_t ohw = (size_t)d.oh * d.ow;
-    snprintf(what, sizeof what, "conv n=%d c=%d %dx%d oc=%d k=%d s=%d p=%d beta=%g", n, c, h, w, oc,
-             k, stride, pad, beta);
+    snprintf(what, sizeof what, "conv%s n=%d c=%d %dx%d oc=%d k=%d s=%d p=%d beta=%g",
+             dnn ? " (cuDNN)" : "", n, c, h, w, oc, k, stride, pad, beta);
     char part[160];
     snprintf(part, sizeof part, "%s y", what);
     gemm_close_(part, gy, y, ay, ny, (size_t)c * k * k);
@@ -921,14 +955,180 @@ static void conv_case_(int n, int c, int h, int w, int oc, int k, int stride, in
 START_TEST(conv_matches)
 {
     test_seed(130);
-    conv_case_(0, 3, 8, 8, 4, 3, 1, 1, 0.0f);
-    conv_case_(0, 3, 8, 8, 4, 3, 1, 1, 1.0f);
-    conv_case_(2, 3, 9, 7, 5, 3, 1, 1, 0.0f);
-    conv_case_(3, 4, 11, 13, 6, 3, 2, 0, 1.0f);
-    conv_case_(2, 5, 6, 6, 3, 1, 1, 0, 1.0f); /* 1x1, a group of 36-pixel samples: one GEMM */
-    conv_case_(2, 5, 8, 8, 3, 1, 1, 0, 1.0f); /* 1x1, 64 pixels: a strided batch */
-    conv_case_(4, 16, 8, 8, 16, 3, 1, 1, 0.0f); /* the CPU's Winograd path */
-    conv_case_(2, 2, 10, 10, 3, 5, 2, 2, 1.0f);
+    for (int dnn = 0; dnn < 2; dnn++) {
+        conv_case_(dnn, 0, 3, 8, 8, 4, 3, 1, 1, 0.0f);
+        conv_case_(dnn, 0, 3, 8, 8, 4, 3, 1, 1, 1.0f);
+        conv_case_(dnn, 2, 3, 9, 7, 5, 3, 1, 1, 0.0f);
+        conv_case_(dnn, 3, 4, 11, 13, 6, 3, 2, 0, 1.0f);
+        conv_case_(dnn, 2, 5, 6, 6, 3, 1, 1, 0,
+                   1.0f); /* 1x1, a group of 36-pixel samples: one GEMM */
+        conv_case_(dnn, 2, 5, 8, 8, 3, 1, 1, 0, 1.0f);   /* 1x1, 64 pixels: a strided batch */
+        conv_case_(dnn, 4, 16, 8, 8, 16, 3, 1, 1, 0.0f); /* the CPU's Winograd path */
+        conv_case_(dnn, 2, 2, 10, 10, 3, 5, 2, 2, 1.0f);
+        conv_case_(dnn, 3, 3, 15, 15, 8, 7, 2, 3, 0.0f); /* a ResNet stem */
+        conv_case_(dnn, 2, 6, 9, 9, 4, 1, 2, 0, 1.0f);   /* a projection: 1x1, stride 2 */
+    }
+    /* more samples than one group of im2col's (1024 of 64 pixels) and of
+     * cuDNN's (4096): each path over several groups (conv_groups_accumulate
+     * holds their weight gradient to a tighter bound) */
+    conv_case_(1, 4200, 2, 8, 8, 3, 3, 1, 1, 0.0f);
+    conv_case_(0, 1100, 2, 8, 8, 3, 3, 1, 1, 1.0f);
+}
+END_TEST
+
+/* The weight gradient summed over several groups of samples (cuDNN's of
+ * 4096 samples of 64 pixels, im2col's of 1024), with beta 0: each group's
+ * added to the ones before it, none overwriting them.  Inputs and output
+ * gradient nonnegative, so that the sum has no cancellation and fp32's
+ * rounding over its 268,800 terms stays under 1e-3 of it (a random-sign
+ * sum's ulp bound, conv_case_'s, is too loose here to see a lost group). */
+START_TEST(conv_groups_accumulate)
+{
+    test_seed(138);
+    conv_dims_t d = {4200, 2, 8, 8, 3, 3, 1, 1, 8, 8};
+    ddp_cuda_conv_t g = {d.n, d.c, d.h, d.w, d.oc, d.k, d.stride, d.pad, d.oh, d.ow};
+    const size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * d.k * d.k;
+    const size_t ny = (size_t)d.n * d.oc * d.oh * d.ow;
+    float *rx = test_fvec(nx, 1.0f), *hw = test_fvec(nw, 0.5f), *rdy = test_fvec(ny, 1.0f);
+    float *hx = fabs_(rx, nx), *hdy = fabs_(rdy, ny), *ref = hnew_(nw * 4), *db = hnew_(12);
+    float *hdx = hnew_(nx * 4), *got = hnew_(nw * 4);
+    void *cws = hnew_(C->conv_ws_bytes(&d));
+    C->conv_bwd(&d, hx, hw, hdy, hdx, ref, db, 0.0f, cws);
+    float *x = dput_(hx, nx * 4), *w = dput_(hw, nw * 4), *dy = dput_(hdy, ny * 4);
+    float *dx = dput_(NULL, nx * 4), *dw = dput_(NULL, nw * 4);
+    void *ws = dput_(NULL, ddp_cuda_conv_ws_bytes(&g));
+    for (int dnn = 0; dnn < 2; dnn++) {
+        ddp_cuda_dnn_enable(dnn);
+        CU(ddp_cuda_conv_bwd(&g, x, w, dy, dx, dw, NULL, 0.0f, ws));
+        ddp_cuda_dnn_enable(1);
+        dget_(got, dw, nw * 4);
+        for (size_t i = 0; i < nw; i++)
+            ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-3f * ref[i],
+                          "conv dw over groups%s [%zu]: %.9g, CPU %.9g", dnn ? " (cuDNN)" : "", i,
+                          got[i], ref[i]);
+    }
+    dfree_(x), dfree_(w), dfree_(dy), dfree_(dx), dfree_(dw), dfree_(ws);
+    float *all[] = {rx, hw, rdy, hx, hdy, ref, db, hdx, got};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) free(all[k]);
+    free(cws);
+}
+END_TEST
+
+/* Under --precision bf16 a convolution through cuDNN multiplies the bf16
+ * roundings of its input, weight and output gradient, as the im2col path's
+ * GEMMs do, and writes its output, input gradient and each group's weight
+ * gradient in bf16 (as torch.autocast's convolutions): it agrees with the
+ * im2col path within that rounding, 2^-8 of the sum of the products'
+ * magnitudes (the bias gradient, from the same fp32 dy, bit for bit).
+ * Where cuDNN's forward heuristic finds nothing (on the emulation,
+ * DDP_EMU_FAIL), the forward runs as im2col + GEMM (its bits) and the
+ * backward still through cuDNN; a failed cuDNN call is the backend's
+ * failure, named. */
+START_TEST(conv_cudnn_bf16)
+{
+    test_seed(137);
+    static const int shapes[][8] = {/* n c h w oc k stride pad */
+                                    {3, 4, 9, 9, 6, 3, 1, 1},
+                                    {2, 5, 8, 8, 4, 1, 2, 0},
+                                    {2, 3, 12, 12, 5, 7, 2, 3}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        const int *q = shapes[t];
+        conv_dims_t d = {q[0],
+                         q[1],
+                         q[2],
+                         q[3],
+                         q[4],
+                         q[5],
+                         q[6],
+                         q[7],
+                         (q[2] + 2 * q[7] - q[5]) / q[6] + 1,
+                         (q[3] + 2 * q[7] - q[5]) / q[6] + 1};
+        ddp_cuda_conv_t g = {d.n, d.c, d.h, d.w, d.oc, d.k, d.stride, d.pad, d.oh, d.ow};
+        const size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.oc * d.c * d.k * d.k;
+        const size_t ny = (size_t)d.n * d.oc * d.oh * d.ow, nb = (size_t)d.oc;
+        float *hx = test_fvec(nx, 1.0f), *hw = test_fvec(nw, 0.5f), *hb = test_fvec(nb, 1.0f);
+        float *hdy = test_fvec(ny, 1.0f), *hdw0 = test_fvec(nw, 1.0f);
+        /* the magnitudes: the CPU's passes on |x|, |w|, |b|, |dy| */
+        float *ax = fabs_(hx, nx), *aw = fabs_(hw, nw), *ab = fabs_(hb, nb), *ady = fabs_(hdy, ny);
+        float *ay = hnew_(ny * 4), *adx = hnew_(nx * 4), *adw = fabs_(hdw0, nw),
+              *adb = hnew_(nb * 4);
+        void *cws = hnew_(C->conv_ws_bytes(&d));
+        C->conv_fwd(&d, ax, aw, ab, ay, cws);
+        C->conv_bwd(&d, ax, aw, ady, adx, adw, adb, 1.0f, cws);
+        float *x = dput_(hx, nx * 4), *w = dput_(hw, nw * 4), *b = dput_(hb, nb * 4);
+        float *dy = dput_(hdy, ny * 4), *y = dput_(NULL, ny * 4), *dx = dput_(NULL, nx * 4);
+        float *dw = dput_(NULL, nw * 4), *db = dput_(NULL, nb * 4);
+        void *ws = dput_(NULL, ddp_cuda_conv_ws_bytes(&g));
+        float *r[3][4]; /* [im2col, cuDNN, cuDNN without a forward algorithm][y, dx, dw, db] */
+        const size_t cnt[4] = {ny, nx, nw, nb};
+        CU(ddp_cuda_set_bf16_gemm(1));
+        for (int m = 0; m < 3; m++) {
+            ddp_cuda_dnn_enable(m > 0);
+            ddp_cuda_dnn_forget();
+#if EMU
+            if (m == 2) {
+                setenv("DDP_EMU_FAIL", "cudnnGetConvolutionForwardAlgorithm_v7:1", 1);
+                ddp_emu_reload_env();
+            }
+#endif
+            CU(ddp_cuda_upload(dw, hdw0, nw * 4));
+            CU(ddp_cuda_upload(db, adb, nb * 4)); /* any start: beta 1 adds to it */
+            ddp_cuda_cost_record(1);
+            CU(ddp_cuda_conv_fwd(&g, x, w, b, y, ws));
+            /* cuDNN: the backward without the forward's rounding of w (the
+             * memo forgotten), which it rounds itself; apart: with it */
+            if (m == 1) CU(ddp_cuda_set_bf16_gemm(1));
+            CU(ddp_cuda_conv_bwd(&g, x, w, dy, dx, dw, db, 1.0f, ws));
+            CU(ddp_cuda_sync());
+            ddp_cuda_cost_record(0);
+#if EMU
+            unsetenv("DDP_EMU_FAIL");
+            ddp_emu_reload_env();
+            ck_assert_int_eq(logged_("cudnnConvolutionForward"), m == 1);
+            ck_assert_int_eq(logged_("cudnnConvolutionBackwardData"), m > 0);
+            ck_assert_int_eq(logged_("cudnnConvolutionBackwardFilter"), m > 0);
+#endif
+            float *out[4] = {y, dx, dw, db};
+            for (int k = 0; k < 4; k++) {
+                r[m][k] = hnew_(cnt[k] * 4);
+                dget_(r[m][k], out[k], cnt[k] * 4);
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "bf16 conv k=%d s=%d: cuDNN's forward apart", d.k, d.stride);
+        same_bits_by_(what, r[2][0], r[0][0], ny, 4, "im2col");
+        same_bits_by_(what, r[2][3], r[0][3], nb, 4, "im2col");
+        const float *mag[4] = {ay, adx, adw, adb};
+        static const char *const names[4] = {"y", "dx", "dw", "db"};
+        for (int k = 0; k < 4; k++)
+            for (size_t i = 0; i < cnt[k]; i++)
+                ck_assert_msg(fabsf(r[1][k][i] - r[0][k][i]) <= 0x1p-8f * mag[k][i] + 1e-6f,
+                              "bf16 conv k=%d s=%d %s[%zu]: cuDNN %.9g, im2col %.9g (magnitude %g)",
+                              d.k, d.stride, names[k], i, r[1][k][i], r[0][k][i], mag[k][i]);
+        same_bits_by_("bf16 conv db", r[1][3], r[0][3], nb, 4, "im2col");
+#if EMU
+        /* a failed call: the backend's failure, naming it */
+        ddp_cuda_dnn_forget();
+        setenv("DDP_EMU_FAIL", "cudnnConvolutionBackwardData:1", 1);
+        ddp_emu_reload_env();
+        ck_assert_int_ne(ddp_cuda_conv_bwd(&g, x, w, dy, dx, dw, db, 0.0f, ws), 0);
+        ck_assert_msg(strstr(ddp_cuda_last_error(), "cudnnConvolutionBackwardData"), "%s",
+                      ddp_cuda_last_error());
+        unsetenv("DDP_EMU_FAIL");
+        ddp_emu_reload_env();
+        ddp_cuda_sync();
+        ddp_cuda_clear_error();
+#endif
+        CU(ddp_cuda_set_bf16_gemm(0));
+        float *dev[] = {x, w, b, dy, y, dx, dw, db};
+        for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
+        dfree_(ws);
+        float *all[] = {hx, hw, hb, hdy, hdw0, ax, aw, ab, ady, ay, adx, adw, adb};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+        for (int m = 0; m < 3; m++)
+            for (int k = 0; k < 4; k++) free(r[m][k]);
+        free(cws);
+    }
 }
 END_TEST
 
@@ -1697,6 +1897,8 @@ Suite *test_suite(void)
     t = tcase_create("layers");
     tcase_add_test(t, linear_matches);
     tcase_add_test(t, conv_matches);
+    tcase_add_test(t, conv_groups_accumulate);
+    tcase_add_test(t, conv_cudnn_bf16);
     tcase_add_test(t, pool_matches);
     tcase_add_test(t, bn_matches);
     tcase_add_test(t, linear_lt_epilogue);

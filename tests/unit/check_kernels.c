@@ -211,9 +211,12 @@ END_TEST
  * grouped into one GEMM (3x3, padding), a stride of 2, a direct 1x1 (no
  * im2col: the fp32 input converted by the GEMM entry), a 1x1 over a group
  * of samples (one strided batched GEMM on the rounded inputs, dx from the
- * gathered dy; and one of samples under 64 pixels, one GEMM), and stride-1 3x3 and 5x5 ones whose dx is a convolution of
- * dy (padded by k - 1 - pad: 2 and 3 here) by the flipped weight.  That the
- * inputs were rounded at all: the fp32 result is off by more than 1e-3. */
+ * gathered dy; and one of samples under 64 pixels, one GEMM), and stride-1 3x3 and 5x5 ones whose
+ * dx is a convolution of dy (padded by k - 1 - pad: 2 and 3 here) by the flipped weight.  That the
+ * inputs were rounded at all: the fp32 result is off by more than 1e-3.
+ * Through cuDNN (where loaded) the same operands, and y - b, dx and dw
+ * written in bf16 (cuda/conv.cu): within that rounding, 2^-8 of the
+ * reference (a sum an ulp off may round the other way), plus 1e-5. */
 START_TEST(conv_bf16)
 {
     test_seed(9);
@@ -243,18 +246,40 @@ START_TEST(conv_bf16)
         C->conv_fwd(d, xr, wr, b, ry, cws);
         C->conv_fwd(d, x, w, b, r32, cws);
         C->conv_bwd(d, xr, wr, dyr, rdx, rdw, rdb, 0.0f, cws);
-        ck_assert_int_eq(ddp_cuda_set_bf16_gemm(1), 0);
-        B->conv_fwd(d, x, w, b, y, ws);
-        B->conv_bwd(d, x, w, dy, dx, dw, db, 0.0f, ws);
-        ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
-        char what[64];
-        snprintf(what, sizeof what, "bf16 conv %d y", sh);
-        assert_close_v_(y, ry, yn, 1e-5, what);
-        snprintf(what, sizeof what, "bf16 conv %d dx", sh);
-        assert_close_v_(dx, rdx, xn, 1e-5, what);
-        snprintf(what, sizeof what, "bf16 conv %d dw", sh);
-        assert_close_v_(dw, rdw, wn, 1e-5, what);
-        for (size_t i = 0; i < yn; i++) off32 = fmax(off32, fabs((double)y[i] - r32[i]));
+        for (int dnn = 0; dnn < 1 + ddp_cuda_dnn_loaded(); dnn++) {
+            ddp_cuda_dnn_enable(dnn);
+            ck_assert_int_eq(ddp_cuda_set_bf16_gemm(1), 0);
+            B->conv_fwd(d, x, w, b, y, ws);
+            B->conv_bwd(d, x, w, dy, dx, dw, db, 0.0f, ws);
+            ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
+            ddp_cuda_dnn_enable(1);
+            char what[64];
+            if (!dnn) {
+                snprintf(what, sizeof what, "bf16 conv %d y", sh);
+                assert_close_v_(y, ry, yn, 1e-5, what);
+                snprintf(what, sizeof what, "bf16 conv %d dx", sh);
+                assert_close_v_(dx, rdx, xn, 1e-5, what);
+                snprintf(what, sizeof what, "bf16 conv %d dw", sh);
+                assert_close_v_(dw, rdw, wn, 1e-5, what);
+            } else {
+                const size_t ohw = (size_t)d->oh * d->ow;
+                for (size_t i = 0; i < yn; i++) {
+                    const double bias = b[(i / ohw) % (size_t)d->oc];
+                    ck_assert_msg(fabs(y[i] - ry[i]) <= 0x1p-8 * fabs(ry[i] - bias) + 1e-5,
+                                  "bf16 conv %d (cuDNN) y[%zu] = %.9g, expected %.9g", sh, i, y[i],
+                                  ry[i]);
+                }
+                for (size_t i = 0; i < xn; i++)
+                    ck_assert_msg(fabs(dx[i] - rdx[i]) <= 0x1p-8 * fabs(rdx[i]) + 1e-5,
+                                  "bf16 conv %d (cuDNN) dx[%zu] = %.9g, expected %.9g", sh, i,
+                                  dx[i], rdx[i]);
+                for (size_t i = 0; i < wn; i++)
+                    ck_assert_msg(fabs(dw[i] - rdw[i]) <= 0x1p-8 * fabs(rdw[i]) + 1e-5,
+                                  "bf16 conv %d (cuDNN) dw[%zu] = %.9g, expected %.9g", sh, i,
+                                  dw[i], rdw[i]);
+            }
+            for (size_t i = 0; i < yn; i++) off32 = fmax(off32, fabs((double)y[i] - r32[i]));
+        }
         C->free(cws), B->free(ws);
         free(x), free(w), free(b), free(dy), free(xr), free(wr), free(dyr), free(y), free(dx);
         free(dw), free(db), free(ry), free(r32), free(rdx), free(rdw), free(rdb);
