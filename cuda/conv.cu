@@ -2,8 +2,9 @@
 // cuDNN where it is loaded and has a deterministic plain-sum algorithm for
 // the shape (dnn.h), one call per group of samples and pass; under
 // --precision bf16 its operands and results are bf16 (as torch.autocast's
-// convolutions): the group's input and output gradient rounded into the
-// workspace, the weight the forward rounded (bf16.h's memo), and its output,
+// convolutions): the input rounded once by the forward and kept for the
+// weight gradient, and the weight (bf16.h's memo), the group's output
+// gradient rounded into the workspace, and its output,
 // input gradient and weight gradient widened to fp32 (the weight gradient
 // added to the fp32 one, beta as asked).  Else, and for each pass cuDNN
 // refuses, as
@@ -369,9 +370,10 @@ int dnn_group(const ddp_cuda_conv_t *d, int g)
 
 // One group's forward through cuDNN: 1 done, 0 not (the caller runs it as
 // im2col + GEMM), -1 failed.  wq: the weight as the GEMMs take it (bf16
-// from the memo under bf16).
-int dnn_fwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const void *wq, const float *b,
-            float *yg, void *ws, size_t wsb)
+// from the memo under bf16); x16g: the group's input in bf16 (the memo's),
+// NULL: rounded here.
+int dnn_fwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x16g,
+            const void *wq, const float *b, float *yg, void *ws, size_t wsb)
 {
     ddp_cuda_conv_t g = *d;
     g.n = gn;
@@ -387,7 +389,10 @@ int dnn_fwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const void *wq, c
     if (!p) return 0;
     uint16_t *x16 = (uint16_t *)ws;
     uint16_t *y16 = (uint16_t *)((char *)ws + up256(2 * (size_t)gn * d->c * d->h * d->w));
-    if (ddp_bf16_convert_((size_t)gn * d->c * d->h * d->w, xg, x16) != 0) return -1;
+    if (x16g)
+        x16 = (uint16_t *)x16g; // the memo's (ddp_cuda_conv_fwd)
+    else if (ddp_bf16_convert_((size_t)gn * d->c * d->h * d->w, xg, x16) != 0)
+        return -1;
     int r = ddp_dnn_run_(p, x16, wq, y16, 0.0f, (char *)ws + stage);
     if (r <= 0) return r;
     return widen(d->oc, ohw, ycount, y16, b, yg) != 0 ? -1 : 1;
@@ -396,10 +401,11 @@ int dnn_fwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const void *wq, c
 // One group's weight gradient (dw_out) and input gradient (dx_out, NULL:
 // none) through cuDNN, each as far as it can: *did_dw / *did_dx say which
 // ran; 0, or -1 failed.  wbeta: dw's beta (1 after the first group).
-// w16: the weight as the forward rounded it (bf16; NULL: rounded here).
-int dnn_bwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const float *w, const uint16_t *w16,
-            const float *dyg, float *dw_out, float wbeta, float *dx_out, void *ws, size_t wsb,
-            bool *did_dw, bool *did_dx)
+// w16, x16g: the weight and the group's input as the forward rounded them
+// (bf16, the memo's; NULL: rounded here).
+int dnn_bwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x16g,
+            const float *w, const uint16_t *w16, const float *dyg, float *dw_out, float wbeta,
+            float *dx_out, void *ws, size_t wsb, bool *did_dw, bool *did_dx)
 {
     *did_dw = *did_dx = false;
     ddp_cuda_conv_t g = *d;
@@ -437,8 +443,9 @@ int dnn_bwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const float *w, c
     if (pf) {
         // fetched again: pd's plan may have taken the slot of a full cache
         pf = ddp_dnn_plan_(DDP_DNN_BWD_FILTER, &g, 1, budget);
-        if (!pf || ddp_bf16_convert_((size_t)gn * chw, xg, x16) != 0) return pf ? -1 : 0;
-        int r = ddp_dnn_run_(pf, x16, dy16, dw16, 0.0f, algo_ws);
+        if (!pf) return 0;
+        if (!x16g && ddp_bf16_convert_((size_t)gn * chw, xg, x16) != 0) return -1;
+        int r = ddp_dnn_run_(pf, x16g ? x16g : x16, dy16, dw16, 0.0f, algo_ws);
         if (r < 0) return -1;
         if (r > 0) {
             DDP_COST(2.0 * wn + (wbeta != 0.0f ? 4.0 * wn : 0), 4.0 * wn, (double)wn);
@@ -494,9 +501,13 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     float *stage = (float *)ws + (size_t)ckk * g * ohw;
     const void *wq = w; // bf16: rounded once for every group, kept for the backward
     const bool w16 = ddp_cuda_state_.bf16_gemm != 0;
+    const uint16_t *x16 = nullptr; // through cuDNN: the input rounded once, kept for dw
     if (w16) {
-        const uint16_t *h, *none;
-        if (ddp_bf16_memo_put_(w, (size_t)d->oc * ckk, nullptr, 0, &h, &none) != 0) return -1;
+        const uint16_t *h;
+        const bool keep_x = ddp_dnn_active_();
+        if (ddp_bf16_memo_put_(w, (size_t)d->oc * ckk, keep_x ? x : nullptr,
+                               keep_x ? (size_t)d->n * chw : 0, &h, &x16) != 0)
+            return -1;
         wq = h;
     }
     // cuDNN's groups (dnn_group), each as one call or, where cuDNN does
@@ -505,7 +516,8 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const int G = dnn_group(d, g);
     for (int j0 = 0; j0 < d->n; j0 += G) {
         const int jn = d->n - j0 < G ? d->n - j0 : G;
-        int r = dnn_fwd(d, jn, x + (size_t)j0 * chw, wq, b, y + (size_t)j0 * d->oc * ohw, ws, wsb);
+        int r = dnn_fwd(d, jn, x + (size_t)j0 * chw, x16 ? x16 + (size_t)j0 * chw : nullptr, wq,
+                        b, y + (size_t)j0 * d->oc * ohw, ws, wsb);
         if (r < 0) return -1;
         if (r > 0) continue;
         for (int i0 = j0; i0 < j0 + jn; i0 += g) {
@@ -607,11 +619,12 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const bool b16 = ddp_cuda_state_.bf16_gemm != 0;
     const void *wq = w;
     bool w16 = false;
-    const uint16_t *memo16 = nullptr; // the forward's rounding of w (bf16), for cuDNN and the GEMMs
-    if (b16 && dx) {
-        const uint16_t *none;
-        ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, nullptr, 0, &memo16, &none);
-        if (memo16 && !dx_conv) wq = memo16, w16 = true; // dx_conv: the transposed weight
+    // the forward's roundings of w and (through cuDNN) of x, for cuDNN and the GEMMs
+    const uint16_t *memo16 = nullptr, *x16 = nullptr;
+    if (b16) {
+        ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, x, (size_t)d->n * chw, &memo16, &x16);
+        if (!memo16) ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, nullptr, 0, &memo16, &x16);
+        if (memo16 && dx && !dx_conv) wq = memo16, w16 = true; // dx_conv: the transposed weight
     }
     const size_t wsb = ddp_cuda_conv_ws_bytes(d);
     const int G = dnn_group(d, g);
@@ -620,8 +633,9 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         const int jn = d->n - j0 < G ? d->n - j0 : G;
         // cuDNN first; what it did not do runs below, as im2col + GEMM
         bool dnn_dw = false, dnn_dx = false;
-        if (dnn_bwd(d, jn, x + (size_t)j0 * chw, w, memo16, dy + (size_t)j0 * d->oc * ohw, dw,
-                    wbeta, dx ? dx + (size_t)j0 * chw : nullptr, ws, wsb, &dnn_dw, &dnn_dx) != 0)
+        if (dnn_bwd(d, jn, x + (size_t)j0 * chw, x16 ? x16 + (size_t)j0 * chw : nullptr, w,
+                    memo16, dy + (size_t)j0 * d->oc * ohw, dw, wbeta,
+                    dx ? dx + (size_t)j0 * chw : nullptr, ws, wsb, &dnn_dw, &dnn_dx) != 0)
             return -1;
         if (dnn_dw) wbeta = 1.0f;
         if (dnn_dw || dnn_dx) wt_made = false; // the workspace was cuDNN's

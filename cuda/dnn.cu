@@ -321,6 +321,11 @@ extern "C" int ddp_cuda_dnn_loaded(void)
     return g_handle != nullptr;
 }
 
+int ddp_dnn_active_(void)
+{
+    return g_handle && g_enabled;
+}
+
 extern "C" void ddp_cuda_dnn_enable(int on)
 {
     g_enabled = on != 0;
@@ -339,6 +344,10 @@ const ddp_dnn_plan *ddp_dnn_plan_(enum ddp_dnn_pass, const ddp_cuda_conv_t *, in
     return nullptr;
 }
 int ddp_dnn_run_(const ddp_dnn_plan *, const void *, const void *, void *, float, void *)
+{
+    return 0;
+}
+int ddp_dnn_active_(void)
 {
     return 0;
 }

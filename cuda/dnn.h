@@ -43,6 +43,9 @@ const ddp_dnn_plan *ddp_dnn_plan_(enum ddp_dnn_pass pass, const ddp_cuda_conv_t 
 int ddp_dnn_run_(const ddp_dnn_plan *p, const void *a, const void *b, void *out, float beta,
                  void *ws);
 
+// 1 when convolutions go to cuDNN (loaded, not turned off by a test).
+int ddp_dnn_active_(void);
+
 // Loads cuDNN and makes its handle on the compute stream (ddp_cuda_init;
 // nothing when it cannot), and frees both (ddp_cuda_shutdown).
 void ddp_dnn_init_(void);

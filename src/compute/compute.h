@@ -154,6 +154,11 @@ typedef struct compute_ops {
      * may read y (the ReLU's mask is then that of the bf16 value).  After
      * set_bf16; 0 when done.  NULL: no such outputs (optional). */
     int (*act_bf16)(float *y, size_t count);
+    /* --precision bf16: 1 when the backend's convolutions keep a bf16 copy
+     * of their whole input from forward to backward (the cuda backend's
+     * through cuDNN, for the weight gradient), which the device plan
+     * counts.  NULL: never (optional). */
+    int (*conv_input_bf16)(void);
     /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
      * on the host thread and projects them onto the GPU work launched
      * inside): range_start opens a range named `name` and returns its id,
@@ -347,7 +352,7 @@ extern const compute_ops_t compute_cuda_ops;
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
  * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, act_bf16,
- * xent_dense, mem_info, host_alloc, host_free, range_start, range_end) is refused
+ * conv_input_bf16, xent_dense, mem_info, host_alloc, host_free, range_start, range_end) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

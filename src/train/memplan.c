@@ -248,8 +248,9 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
          * convolution workspace; the first aligned to 256 bytes), a
          * layer's output gradient, the mirror of all parameters (the
          * weights' copies, which the optimizer writes; memplan_bf16_mirror)
-         * and the memo of every dense layer's input as its forward rounded
-         * it for its backward, or without the mirror the memo of every
+         * and the memo of every dense layer's input (and convolution's,
+         * where the backend keeps it) as its forward rounded it for its
+         * backward, or without the mirror the memo of every
          * dense layer's weight and input and every convolution's weight;
          * with outputs kept in bf16, the scratch of the largest in fp32, and
          * the column sums of the loss's gradient */
@@ -262,16 +263,20 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
         int mirror = memplan_bf16_mirror(m);
         size_t pair = 2 * big * sizeof(uint16_t) + 256 + 2;
         size_t memo = mirror ? m->nparams * sizeof(uint16_t) : 0;
+        const int conv_x = m->compute->conv_input_bf16 && m->compute->conv_input_bf16();
         for (int i = 0; i < m->nlayers; i++) {
             const layer_t *L = &m->layers[i];
             if ((L->kind != LAYER_LINEAR && L->kind != LAYER_CONV) || L->weight < 0) continue;
             /* without the mirror a weight's copy is the memo's (256-byte
              * aligned, the input after it) */
             size_t w = mirror ? 0 : (m->tensors[L->weight].numel + 127) / 128 * 128;
-            /* an input kept in bf16 is its own copy (model_out_bf16) */
+            /* an input kept in bf16 is its own copy (model_out_bf16); a
+             * convolution's where the backend keeps it (conv_input_bf16) */
             size_t x = L->kind == LAYER_LINEAR && !model_out_bf16(m, L->src)
                            ? (size_t)sh->batch * L->in.c
                            : 0;
+            if (L->kind == LAYER_CONV && conv_x)
+                x = ((size_t)sh->batch * L->in.c * L->in.h * L->in.w + 127) / 128 * 128;
             memo += (w + x) * sizeof(uint16_t);
         }
         /* a dense layer's fp32 product before it is written to an output

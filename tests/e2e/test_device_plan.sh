@@ -14,8 +14,9 @@
 #      --zero 1 and 2, and for the runs of (d) with their large device
 #      batches; with
 #      --precision bf16 the plan's bound on the bf16 GEMM inputs holds (the
-#      peak is not above it), for the CNN and for a deep MLP whose
-#      parameters' bf16 copy outweighs the bound's slack, whose activations
+#      peak is not above it), for the CNN, for 32 convolutions whose inputs
+#      kept in bf16 for cuDNN outweigh the bound's slack, and for a deep MLP
+#      whose parameters' bf16 copy outweighs it, whose activations
 #      in bf16 are 3 MiB less than in fp32 at batch 256 (hidden outputs kept
 #      in bf16);
 #  (b) np=2 (DDP_EMU_GPUS=2), a model whose --zero 0 plan does not fit a
@@ -89,6 +90,13 @@ grep -q "device/rank .*BatchNorm .*workspace .*16-bit gradients" "$T/cnn.log" ||
 fits "cnn" "$T/cnn.log"
 run cnn-bf16 1 "$EMU" "$T/img.h5" $cnn --precision bf16
 fits "cnn bf16" "$T/cnn-bf16.log" bound
+# ... and 32 convolutions in bf16: each one's input kept in bf16 from its
+# forward to its backward for cuDNN's weight gradient (cuda/conv.cu), 8 MiB
+# in all, more than the bound's slack
+deep="--model $(printf 'conv:16:3:1:1,%.0s' $(seq 32))gap,linear:auto
+  --steps 2 --device cuda --eval-every 0 --batch 128 --precision bf16"
+run deep-cnn-bf16 1 "$EMU" "$T/img.h5" $deep
+fits "deep cnn bf16" "$T/deep-cnn-bf16.log" bound
 # ... and the deep MLP of (b) in bf16 with 8 classes (every weight's copy
 # aligned, so the backend keeps the parameters' bf16 copy the optimizer
 # writes, cuda/bf16.h: 6 MiB, more than the bound's slack)

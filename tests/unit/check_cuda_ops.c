@@ -1022,7 +1022,8 @@ END_TEST
  * magnitudes (the bias gradient, from the same fp32 dy, bit for bit).
  * Where cuDNN's forward heuristic finds nothing (on the emulation,
  * DDP_EMU_FAIL), the forward runs as im2col + GEMM (its bits) and the
- * backward still through cuDNN; a failed cuDNN call is the backend's
+ * backward still through cuDNN, with the input the forward rounded into
+ * the memo (bf16.h) rounded no more; a failed cuDNN call is the backend's
  * failure, named. */
 START_TEST(conv_cudnn_bf16)
 {
@@ -1075,18 +1076,29 @@ START_TEST(conv_cudnn_bf16)
             CU(ddp_cuda_upload(db, adb, nb * 4)); /* any start: beta 1 adds to it */
             ddp_cuda_cost_record(1);
             CU(ddp_cuda_conv_fwd(&g, x, w, b, y, ws));
-            /* cuDNN: the backward without the forward's rounding of w (the
-             * memo forgotten), which it rounds itself; apart: with it */
+            CU(ddp_cuda_sync());
+            const int fwd_calls = logged_("cudnnConvolutionForward");
+            /* cuDNN: the backward without the forward's roundings of w and
+             * x (the memo forgotten), which it rounds itself (and dy: 3
+             * roundings); with them (m 2: the forward's heuristic failed,
+             * its memo kept): dy's only */
             if (m == 1) CU(ddp_cuda_set_bf16_gemm(1));
+            ddp_cuda_cost_record(1); /* from empty */
             CU(ddp_cuda_conv_bwd(&g, x, w, dy, dx, dw, db, 1.0f, ws));
             CU(ddp_cuda_sync());
             ddp_cuda_cost_record(0);
 #if EMU
             unsetenv("DDP_EMU_FAIL");
             ddp_emu_reload_env();
-            ck_assert_int_eq(logged_("cudnnConvolutionForward"), m == 1);
+            ck_assert_int_eq(fwd_calls, m == 1);
             ck_assert_int_eq(logged_("cudnnConvolutionBackwardData"), m > 0);
             ck_assert_int_eq(logged_("cudnnConvolutionBackwardFilter"), m > 0);
+            if (m > 0)
+                ck_assert_msg(logged_("to_bf16_kernel") == (m == 1 ? 3 : 1),
+                              "bf16 conv k=%d, m %d: %d roundings in the backward", d.k, m,
+                              logged_("to_bf16_kernel"));
+#else
+            (void)fwd_calls;
 #endif
             float *out[4] = {y, dx, dw, db};
             for (int k = 0; k < 4; k++) {
