@@ -118,6 +118,12 @@ struct Key {
     size_t budget;
 };
 
+// The output's size along an input size of `in`.
+int out_(const Key &k, int in)
+{
+    return (in + 2 * k.pad - k.k) / k.stride + 1;
+}
+
 } // namespace
 
 struct ddp_dnn_plan {
@@ -185,8 +191,7 @@ void plan_(ddp_dnn_plan &p)
     const cudnnMathType_t math = k.kind == kFp32   ? CUDNN_FMA_MATH
                                  : k.kind == kTf32 ? CUDNN_DEFAULT_MATH
                                                    : CUDNN_TENSOR_OP_MATH;
-    const int oh = (k.h + 2 * k.pad - k.k) / k.stride + 1,
-              ow = (k.w + 2 * k.pad - k.k) / k.stride + 1;
+    const int oh = out_(k, k.h), ow = out_(k, k.w);
     bool ok = g_api.tensor_create(&p.x) == 0 && g_api.tensor_create(&p.y) == 0 &&
               g_api.filter_create(&p.f) == 0 && g_api.conv_create(&p.cv) == 0 &&
               g_api.tensor_set(p.x, CUDNN_TENSOR_NCHW, t, k.n, k.c, k.h, k.w) == 0 &&
@@ -254,8 +259,7 @@ int ddp_dnn_run_(const ddp_dnn_plan *cp, const void *a, const void *b, void *out
     ddp_dnn_plan &p = g_plans[cp - g_plans];
     const Key &k = p.key;
     const double es = k.kind == kBf16 ? 2.0 : 4.0;
-    const int oh = (k.h + 2 * k.pad - k.k) / k.stride + 1,
-              ow = (k.w + 2 * k.pad - k.k) / k.stride + 1;
+    const int oh = out_(k, k.h), ow = out_(k, k.w);
     const double x = (double)k.n * k.c * k.h * k.w, y = (double)k.n * k.oc * oh * ow;
     const double w = (double)k.oc * k.c * k.k * k.k, ckk = (double)k.c * k.k * k.k;
     const double flops = 2.0 * y * ckk;

@@ -20,6 +20,7 @@
 
 #include "ddp_cuda_rt.h"
 #include <cuda_bf16.h>
+#include <cudnn.h>
 
 extern "C" Suite *test_suite(void);
 extern "C" void test_child_aborts(void (*body)(void *), void *arg, char *msg, size_t cap); // tests.h
@@ -1348,6 +1349,85 @@ START_TEST(test_strided_batched_and_gemv)
 }
 END_TEST
 
+// cuDNN's convolutions (include/cudnn.h): what a call checks before it
+// queues anything -- descriptors that disagree, types it has no kernel for,
+// too little workspace, an operand outside device memory -- and the
+// forward's result on a tiny case (a 2x2 input, a 1x1 filter of 3: y = 3x).
+START_TEST(test_cudnn_checks)
+{
+    cudaSetDevice(0);
+    cudnnHandle_t h;
+    ck_assert_int_eq(cudnnCreate(&h), CUDNN_STATUS_SUCCESS);
+    cudnnTensorDescriptor_t xd, yd, bad;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&xd), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&yd), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateTensorDescriptor(&bad), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateFilterDescriptor(&wd), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnCreateConvolutionDescriptor(&cd), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 2, 2),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 2, 2),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 1, 1, 1, 1),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetConvolution2dDescriptor(cd, 0, 0, 1, 1, 1, 1,
+                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnSetConvolutionMathType(cd, CUDNN_FMA_MATH), CUDNN_STATUS_SUCCESS);
+    float *x, *y, *w;
+    cudaMalloc((void **)&x, 4 * sizeof *x);
+    cudaMalloc((void **)&y, 4 * sizeof *y);
+    cudaMalloc((void **)&w, sizeof *w);
+    const float hx[4] = {1, 2, -3, 0.5f}, three = 3, one = 1, zero = 0;
+    cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
+    cudaMemcpy(w, &three, sizeof three, cudaMemcpyHostToDevice);
+    const auto fwd = [&](cudnnTensorDescriptor_t yy, const void *xp, void *yp, size_t ws_bytes,
+                         cudnnConvolutionFwdAlgo_t algo) {
+        return cudnnConvolutionForward(h, &one, xd, xp, wd, w, cd, algo, nullptr, ws_bytes, &zero,
+                                       yy, yp);
+    };
+    ck_assert_int_eq(fwd(yd, x, y, 0, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM),
+                     CUDNN_STATUS_SUCCESS);
+    float hy[4];
+    cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 4; i++) ck_assert_float_eq(hy[i], 3 * hx[i]);
+    // an output descriptor of the wrong size, or of another type
+    ck_assert_int_eq(cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 3, 2),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fwd(bad, x, y, 0, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(
+        cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, 1, 1, 2, 2),
+        CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fwd(bad, x, y, 0, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM),
+                     CUDNN_STATUS_NOT_SUPPORTED);
+    // IMPLICIT_PRECOMP_GEMM needs a workspace; FFT the emulation has not
+    ck_assert_int_eq(fwd(yd, x, y, 0, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(fwd(yd, x, y, 0, CUDNN_CONVOLUTION_FWD_ALGO_FFT),
+                     CUDNN_STATUS_NOT_SUPPORTED);
+    // operands: one float past the end, host memory
+    ck_assert_int_eq(fwd(yd, x + 1, y, 0, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM),
+                     CUDNN_STATUS_EXECUTION_FAILED);
+    ck_assert_int_eq(fwd(yd, x, hy, 0, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM),
+                     CUDNN_STATUS_EXECUTION_FAILED);
+    // a destroyed descriptor
+    ck_assert_int_eq(cudnnDestroyTensorDescriptor(bad), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(fwd(bad, x, y, 0, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(cudnnDestroyTensorDescriptor(bad), CUDNN_STATUS_BAD_PARAM);
+    cudaFree(x), cudaFree(y), cudaFree(w);
+    cudnnDestroyConvolutionDescriptor(cd);
+    cudnnDestroyFilterDescriptor(wd);
+    cudnnDestroyTensorDescriptor(xd);
+    cudnnDestroyTensorDescriptor(yd);
+    ck_assert_int_eq(cudnnDestroy(h), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(cudnnDestroy(h), CUDNN_STATUS_NOT_INITIALIZED);
+}
+END_TEST
+
 Suite *test_suite(void)
 {
     Suite *s = suite_create("emu");
@@ -1381,6 +1461,7 @@ Suite *test_suite(void)
     tcase_add_test(blas, test_gemm_strided_batched_ex);
     tcase_add_test(blas, test_strided_batched_and_gemv);
     tcase_add_test(blas, test_tf32);
+    tcase_add_test(blas, test_cudnn_checks);
     suite_add_tcase(s, blas);
     return s;
 }

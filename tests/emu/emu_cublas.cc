@@ -110,16 +110,7 @@ bool operand_ok(const char *call, const char *name, const void *p, long rows, lo
     long long lo = last < 0 ? last : 0;
     long long hi = (last > 0 ? last : 0) + extent;
     const char *base = (const char *)p + lo * (long long)elem;
-    size_t bytes = (size_t)(hi - lo) * elem;
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (p && dev_range_locked(base, bytes)) return true;
-    if (!p || !is_dev_locked(p))
-        ddp_emu_warn("%s: %s = %p is not device memory (a GPU would fault)", call, name, p);
-    else
-        ddp_emu_warn("%s: %s = %p: %lld bytes from %p run past its device allocation "
-                     "(a GPU would fault)",
-                     call, name, p, (long long)bytes, (const void *)base);
-    return false;
+    return dev_operand_ok(call, name, p, base, (size_t)(hi - lo) * elem);
 }
 
 CBLAS_TRANSPOSE cblas_op(cublasOperation_t op)
@@ -144,21 +135,12 @@ void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, f
 }
 
 // TF32 math (the handle's CUBLAS_TF32_TENSOR_OP_MATH, or GemmEx's
-// CUBLAS_COMPUTE_32F_FAST_TF32): the fp32 inputs rounded to TF32's 10
-// mantissa bits, to nearest with ties away from zero (PTX cvt.rna.tf32.f32),
-// Inf and NaN kept; the products, exact in fp32, accumulate in fp32.
+// CUBLAS_COMPUTE_32F_FAST_TF32): the fp32 inputs rounded to TF32
+// (tf32_round); the products, exact in fp32, accumulate in fp32.
 bool tf32_mode(cublasHandle_t h)
 {
     return (h->mode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) ==
            CUBLAS_TF32_TENSOR_OP_MATH;
-}
-float tf32_round(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    memcpy(&v, &u, sizeof v);
-    return v;
 }
 // An fp32 operand rounded to TF32, with the same leading dimension.
 std::vector<float> tf32_copy(const float *p, long rows, long cols, long ld)

@@ -101,24 +101,7 @@ cudnnStatus_t shape(cudnnHandle_t h, const cudnnTensorStruct *x, const cudnnFilt
 // [p, p + count elements of e bytes) inside one device allocation?
 bool operand_ok(const char *call, const char *name, const void *p, size_t count, size_t e)
 {
-    if (count == 0) return true;
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (p && dev_range_locked(p, count * e)) return true;
-    if (!p || !is_dev_locked(p))
-        ddp_emu_warn("%s: %s = %p is not device memory (a GPU would fault)", call, name, p);
-    else
-        ddp_emu_warn("%s: %s = %p: %zu bytes run past its device allocation (a GPU would fault)",
-                     call, name, p, count * e);
-    return false;
-}
-
-float tf32_round(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    memcpy(&v, &u, sizeof v);
-    return v;
+    return count == 0 || dev_operand_ok(call, name, p, p, count * e);
 }
 
 // count values at p of type t as floats (TF32-rounded when tf32).
@@ -376,7 +359,6 @@ cudnnStatus_t rank(const char *call, cudnnStatus_t st, const Shape &s,
         p.mathType = s.type == CUDNN_DATA_FLOAT ? cv->math : CUDNN_TENSOR_OP_MATH;
         out[(*returned)++] = p;
     }
-    (void)s;
     return CUDNN_STATUS_SUCCESS;
 }
 

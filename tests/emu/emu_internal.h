@@ -72,6 +72,14 @@ extern std::vector<size_t> g_peak; // the most g_used has been (DDP_EMU_MEM_REPO
 
 // [p, p + bytes) inside one device allocation (bytes 0: p inside one)?
 bool dev_range_locked(const void *p, size_t bytes);
+// A library call's operand `name` at p, whose accesses span [base, base +
+// bytes), inside one device allocation?  Else one line on stderr (not
+// device memory, or running past its allocation) and false.  Takes g_mu.
+bool dev_operand_ok(const char *call, const char *name, const void *p, const void *base,
+                    size_t bytes);
+// fp32 rounded to TF32's 10 mantissa bits, to nearest with ties away from
+// zero (PTX cvt.rna.tf32.f32), Inf and NaN kept.
+float tf32_round(float v);
 // p inside a device allocation?
 bool is_dev_locked(const void *p);
 // fn(base, bytes) for every device allocation made by dev_map.

@@ -67,6 +67,29 @@ bool is_dev_locked(const void *p)
     return find_dev_locked(p) != g_dev.end();
 }
 
+bool dev_operand_ok(const char *call, const char *name, const void *p, const void *base,
+                    size_t bytes)
+{
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (p && dev_range_locked(base, bytes)) return true;
+    if (!p || !is_dev_locked(p))
+        ddp_emu_warn("%s: %s = %p is not device memory (a GPU would fault)", call, name, p);
+    else
+        ddp_emu_warn("%s: %s = %p: %zu bytes from %p run past its device allocation "
+                     "(a GPU would fault)",
+                     call, name, p, bytes, base);
+    return false;
+}
+
+float tf32_round(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 void dev_pages_locked(const std::function<void(void *, size_t)> &fn)
 {
     for (auto &kv : g_dev)
