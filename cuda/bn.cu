@@ -11,7 +11,12 @@
 // params and the coefficients in double, as the CPU backend.  A ReLU fused
 // after the BatchNorm (compute.h): the forward writes relu(y), the backward
 // kernels mask dy where y, recomputed from x (ddp_bn_ab), is <= 0.
+// x and y may be kept in bf16 (act16.h: a convolution's output that only
+// the BatchNorm reads; the output where only a convolution reads it): the
+// kernels read and write them as such and compute in fp32 as ever.
 #include "ddp_cuda_rt.h"
+
+#include "act16.h"
 
 #include "backend_math.h"
 
@@ -54,7 +59,7 @@ __device__ inline float relu_dy(bool relu, float x, float a, float b, float dy)
 // masked by a fused ReLU where rb (its BatchNorm's beta_, with invstd and
 // gamma rg) is given (relu_dy: the mask recomputed from x).
 template <bool kBwd>
-__global__ void bn_partials_kernel(int n, int c, int hw, int chunks, const float *x,
+__global__ void bn_partials_kernel(int n, int c, int hw, int chunks, ddp_act_in x,
                                    const float *dy, const float *mean, const float *invstd,
                                    const float *rg, const float *rb, double *part)
 {
@@ -70,12 +75,13 @@ __global__ void bn_partials_kernel(int n, int c, int hw, int chunks, const float
         for (unsigned e = threadIdx.x; e < per; e += blockDim.x) {
             const unsigned i = e / (unsigned)hw, k = e - i * (unsigned)hw;
             const size_t off = ((size_t)(i0 + i) * c + ch) * hw + k;
+            const float xv = x[off];
             if (kBwd) {
-                float g = relu_dy(rb != nullptr, x[off], ra, rbc, dy[off]);
+                float g = relu_dy(rb != nullptr, xv, ra, rbc, dy[off]);
                 a1 += (double)g;
-                a2 += (double)(g * (x[off] - m));
+                a2 += (double)(g * (xv - m));
             } else {
-                double v = x[off];
+                double v = xv;
                 a1 += v;
                 a2 += v * v;
             }
@@ -127,7 +133,7 @@ __device__ inline void lane_sum2(lane_sums_t &a, lane_sums_t &b, double a1, doub
 }
 
 // the sums for hw = 1
-__global__ void bn1d_stats_kernel(int n, int c, const float *x, double *stats)
+__global__ void bn1d_stats_kernel(int n, int c, ddp_act_in x, double *stats)
 {
     __shared__ lane_sums_t s1, s2;
     // the loop bound is the same for every thread of the block (barriers)
@@ -173,9 +179,9 @@ __global__ void bn_eval_params_kernel(int c, const float *running_mean, const fl
 // y + res, as add_k (a block's add the BatchNorm is fused into); relu:
 // relu(y), as relu_fwd_k.  I: the index type (DDP_LAUNCH_IDX).
 template <class I>
-__global__ void bn_fwd_kernel(int n, int c, int hw, const float *x, const float *mean,
-                              const float *invstd, const float *gamma, const float *beta_, float *y,
-                              int relu, const float *res)
+__global__ void bn_fwd_kernel(int n, int c, int hw, ddp_act_in x, const float *mean,
+                              const float *invstd, const float *gamma, const float *beta_,
+                              ddp_act_out y, int relu, const float *res)
 {
     const I count = (I)n * c * hw;
     DDP_GRID_STRIDE(I, idx, count)
@@ -185,7 +191,7 @@ __global__ void bn_fwd_kernel(int n, int c, int hw, const float *x, const float 
         ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], beta_[ch], &a, &b);
         float v = x[idx] * a + b;
         if (res) v = v + res[idx];
-        y[idx] = relu && v < 0.0f ? 0.0f : v;
+        y.put(idx, relu && v < 0.0f ? 0.0f : v);
     }
 }
 
@@ -211,7 +217,7 @@ __global__ void bn_bwd_stats_combine_kernel(int c, int chunks, const double *par
 }
 
 // the backward sums for hw = 1
-__global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float *dy,
+__global__ void bn1d_bwd_stats_kernel(int n, int c, ddp_act_in x, const float *dy,
                                       const float *mean, const float *invstd, double *gstats,
                                       float *dgamma, float *dbeta, float beta, const float *rg,
                                       const float *rb)
@@ -227,9 +233,10 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float 
             if (rb) ddp_bn_ab(m, invstd[ch], rg[ch], rb[ch], &ra, &rbc);
             for (int i = threadIdx.y; i < n; i += kColLanes) {
                 size_t off = (size_t)i * c + ch;
-                float g = relu_dy(rb != nullptr, x[off], ra, rbc, dy[off]);
+                const float xv = x[off];
+                float g = relu_dy(rb != nullptr, xv, ra, rbc, dy[off]);
                 a1 += (double)g;
-                a2 += (double)(g * (x[off] - m));
+                a2 += (double)(g * (xv - m));
             }
         }
         lane_sum2(s1, s2, a1, a2);
@@ -248,7 +255,7 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, const float *x, const float 
 // B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU
 // backend); dy masked by a fused ReLU where rb is given (relu_dy).
 template <class I>
-__global__ void bn_bwd_data_kernel(int n, int c, int hw, const float *x, const float *dy,
+__global__ void bn_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, const float *dy,
                                    const float *mean, const float *invstd, const float *gamma,
                                    const double *gstats, double count, float *dx, const float *rb)
 {
@@ -262,8 +269,9 @@ __global__ void bn_bwd_data_kernel(int n, int c, int hw, const float *x, const f
         float A = (float)a, B = (float)(-a * invstd[ch] * mdyx), C = (float)(-a * mdy);
         float ra = 0.0f, rbc = 0.0f;
         if (rb) ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], rb[ch], &ra, &rbc);
-        float g = relu_dy(rb != nullptr, x[idx], ra, rbc, dy[idx]);
-        dx[idx] = A * g + B * (x[idx] - mean[ch]) + C;
+        const float xv = x[idx];
+        float g = relu_dy(rb != nullptr, xv, ra, rbc, dy[idx]);
+        dx[idx] = A * g + B * (xv - mean[ch]) + C;
     }
 }
 
@@ -295,7 +303,7 @@ int bn_chunks(int n, int c, int hw)
 // Launches bn_partials_kernel<kBwd> over n x hw samples of c channels into
 // the partials buffer: *part and *chunks are what the combine kernel reads.
 template <bool kBwd>
-int launch_partials(int n, int c, int hw, const float *x, const float *dy, const float *mean,
+int launch_partials(int n, int c, int hw, const float *x_, const float *dy, const float *mean,
                     const float *invstd, const float *rg, const float *rb, cudaStream_t s,
                     const double **part, int *chunks)
 {
@@ -303,7 +311,9 @@ int launch_partials(int n, int c, int hw, const float *x, const float *dy, const
     double *p;
     if (ddp_cuda_partials_(2 * (size_t)c * *chunks, &p)) return -1; // two per (channel, chunk)
     const double count = (double)n * c * hw;
-    DDP_COST((kBwd ? 8.0 : 4.0) * count + (kBwd ? 4.0 * c : 0) + (rb ? 12.0 * c : 0),
+    const ddp_act_in x = ddp_act_in_(x_);
+    DDP_COST((ddp_act_bytes_(x_) + (kBwd ? 4.0 : 0)) * count + (kBwd ? 4.0 * c : 0) +
+                 (rb ? 12.0 * c : 0),
              16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
     DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n, c, hw,
                *chunks, x, dy, mean, invstd, rg, rb, p);
@@ -326,8 +336,8 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
         return 0;
     }
     if (hw == 1) {
-        DDP_COST(4.0 * n * c, 16.0 * c, 3.0 * n * c);
-        DDP_LAUNCH(bn1d_stats_kernel, column_blocks(c), kColBlock, s, n, c, x, stats);
+        DDP_COST(ddp_act_bytes_(x) * n * c, 16.0 * c, 3.0 * n * c);
+        DDP_LAUNCH(bn1d_stats_kernel, column_blocks(c), kColBlock, s, n, c, ddp_act_in_(x), stats);
         DDP_CU_LAUNCHED();
         return 0;
     }
@@ -372,11 +382,15 @@ int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, con
                     const float *gamma, const float *beta_, float *y, int relu, const float *res)
 {
     if (n <= 0 || c <= 0 || hw <= 0) return 0;
+    if (ddp_bf16_act_at_(res))
+        return ddp_cuda_fail_("ddp_cuda_bn_fwd", __FILE__, __LINE__,
+                              "the residual of a BatchNorm's add is kept in bf16");
     size_t count = (size_t)n * c * hw;
-    DDP_COST((res ? 8.0 : 4.0) * count + 16.0 * c, 4.0 * count,
+    DDP_COST((ddp_act_bytes_(x) + (res ? 4.0 : 0)) * count + 16.0 * c, ddp_act_bytes_(y) * count,
              (2.0 + (relu ? 1 : 0) + (res ? 1 : 0)) * count);
     DDP_LAUNCH_IDX(bn_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream,
-                   n, c, hw, x, mean, invstd, gamma, beta_, y, relu, res);
+                   n, c, hw, ddp_act_in_(x), mean, invstd, gamma, beta_, ddp_act_out_(y), relu,
+                   res);
     DDP_CU_LAUNCHED();
     return 0;
 }
@@ -393,9 +407,11 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
     // dgamma and dbeta: read with beta, written when given
     const double gb = (dgamma ? 4.0 * c : 0) + (dbeta ? 4.0 * c : 0);
     if (hh == 1) {
-        DDP_COST(8.0 * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0) + (relu_beta ? 8.0 * c : 0),
+        DDP_COST((ddp_act_bytes_(x) + 4.0) * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0) +
+                     (relu_beta ? 8.0 * c : 0),
                  16.0 * c + gb, (relu_beta ? 6.0 : 4.0) * nn * c);
-        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, x, dy, mean,
+        const ddp_act_in xin = ddp_act_in_(x);
+        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, xin, dy, mean,
                    invstd, gstats, dgamma, dbeta, beta, relu_gamma, relu_beta);
         DDP_CU_LAUNCHED();
         return 0;
@@ -419,11 +435,11 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
 {
     if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
     size_t total = (size_t)n * c * hw;
-    DDP_COST(8.0 * total + 32.0 * c + (relu_beta ? 4.0 * c : 0), 4.0 * total,
+    DDP_COST((ddp_act_bytes_(x) + 4.0) * total + 32.0 * c + (relu_beta ? 4.0 * c : 0), 4.0 * total,
              (relu_beta ? 7.0 : 5.0) * total);
     DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads,
-                   ddp_cuda_state_.stream, n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx,
-                   relu_beta);
+                   ddp_cuda_state_.stream, n, c, hw, ddp_act_in_(x), dy, mean, invstd, gamma,
+                   gstats, count, dx, relu_beta);
     DDP_CU_LAUNCHED();
     return 0;
 }

@@ -27,6 +27,13 @@
 // bf16 a stride-1 convolution's input gradient is, where that moves fewer
 // bytes, a convolution of dy by the transposed, flipped weight
 // (conv_dx_as_conv): no fp32 columns, no col2im.
+// An input or output kept in bf16 (act16.h: under bf16 the output of a
+// convolution without bias that only a BatchNorm reads, the input a
+// BatchNorm's or its ReLU's that only this convolution reads) is cuDNN's
+// operand or result as it lies: no rounding, no widening, and no copy of
+// the input in the memo.  A group cuDNN does not run widens such an input
+// into fp32 scratch, runs as im2col + GEMM, and rounds its output into
+// place: the values of the fp32 path, rounded.
 #include "bf16.h"
 #include "dnn.h"
 #include "gemm.h"
@@ -368,12 +375,23 @@ int dnn_group(const ddp_cuda_conv_t *d, int g)
     return ddp_cuda_dnn_loaded() ? dnn_group_max(d, g) : g;
 }
 
+// gn samples [c, hw] of an input kept in bf16 widened into fp32 scratch
+// for the im2col path (a group cuDNN did not run); NULL on failure.
+const float *widen_group(const uint16_t *x16, int c, size_t hw, int gn)
+{
+    const size_t count = (size_t)gn * c * hw;
+    float *xw = (float *)ddp_bf16_scratch_(DDP_BF16_CONV_X, count * sizeof(float));
+    return xw && widen(c, hw, count, x16, nullptr, xw) == 0 ? xw : nullptr;
+}
+
 // One group's forward through cuDNN: 1 done, 0 not (the caller runs it as
 // im2col + GEMM), -1 failed.  wq: the weight as the GEMMs take it (bf16
-// from the memo under bf16); x16g: the group's input in bf16 (the memo's),
-// NULL: rounded here.
+// from the memo under bf16); x16g: the group's input in bf16 (the memo's,
+// or the input itself where it is kept in bf16), NULL: rounded here;
+// y16g: the group's output where it is kept in bf16 (no bias), written
+// there as cuDNN writes it, else yg in fp32.
 int dnn_fwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x16g,
-            const void *wq, const float *b, float *yg, void *ws, size_t wsb)
+            const void *wq, const float *b, float *yg, uint16_t *y16g, void *ws, size_t wsb)
 {
     ddp_cuda_conv_t g = *d;
     g.n = gn;
@@ -390,11 +408,11 @@ int dnn_fwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x
     uint16_t *x16 = (uint16_t *)ws;
     uint16_t *y16 = (uint16_t *)((char *)ws + up256(2 * (size_t)gn * d->c * d->h * d->w));
     if (x16g)
-        x16 = (uint16_t *)x16g; // the memo's (ddp_cuda_conv_fwd)
+        x16 = (uint16_t *)x16g; // the memo's, or kept in bf16 (ddp_cuda_conv_fwd)
     else if (ddp_bf16_convert_((size_t)gn * d->c * d->h * d->w, xg, x16) != 0)
         return -1;
-    int r = ddp_dnn_run_(p, x16, wq, y16, 0.0f, (char *)ws + stage);
-    if (r <= 0) return r;
+    int r = ddp_dnn_run_(p, x16, wq, y16g ? y16g : y16, 0.0f, (char *)ws + stage);
+    if (r <= 0 || y16g) return r;
     return widen(d->oc, ohw, ycount, y16, b, yg) != 0 ? -1 : 1;
 }
 
@@ -501,14 +519,21 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     float *stage = (float *)ws + (size_t)ckk * g * ohw;
     const void *wq = w; // bf16: rounded once for every group, kept for the backward
     const bool w16 = ddp_cuda_state_.bf16_gemm != 0;
-    const uint16_t *x16 = nullptr; // through cuDNN: the input rounded once, kept for dw
+    // input and output kept in bf16 (act16.h), NULL: fp32
+    const uint16_t *xa = ddp_bf16_act_at_(x);
+    uint16_t *ya = (uint16_t *)ddp_bf16_act_at_(y);
+    if (ya && b)
+        return ddp_cuda_fail_("ddp_cuda_conv_fwd", __FILE__, __LINE__,
+                              "a convolution with a bias whose output is kept in bf16");
+    const uint16_t *x16 = xa; // through cuDNN: the input rounded once, kept for dw
     if (w16) {
-        const uint16_t *h;
-        const bool keep_x = ddp_dnn_active_();
+        const uint16_t *h, *xm;
+        const bool keep_x = ddp_dnn_active_() && !xa;
         if (ddp_bf16_memo_put_(w, (size_t)d->oc * ckk, keep_x ? x : nullptr,
-                               keep_x ? (size_t)d->n * chw : 0, &h, &x16) != 0)
+                               keep_x ? (size_t)d->n * chw : 0, &h, &xm) != 0)
             return -1;
         wq = h;
+        if (!xa) x16 = xm;
     }
     // cuDNN's groups (dnn_group), each as one call or, where cuDNN does
     // not run it, as the im2col groups inside it
@@ -516,21 +541,31 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const int G = dnn_group(d, g);
     for (int j0 = 0; j0 < d->n; j0 += G) {
         const int jn = d->n - j0 < G ? d->n - j0 : G;
+        const size_t y0 = (size_t)j0 * d->oc * ohw; // the group's first output
         int r = dnn_fwd(d, jn, x + (size_t)j0 * chw, x16 ? x16 + (size_t)j0 * chw : nullptr, wq,
-                        b, y + (size_t)j0 * d->oc * ohw, ws, wsb);
+                        b, y + y0, ya ? ya + y0 : nullptr, ws, wsb);
         if (r < 0) return -1;
         if (r > 0) continue;
-        for (int i0 = j0; i0 < j0 + jn; i0 += g) {
-            int gn = j0 + jn - i0 < g ? j0 + jn - i0 : g;
+        // im2col + GEMM over [xb, yb): the group's input and output, or
+        // their fp32 stand-ins where they are kept in bf16
+        const float *xb = x + (size_t)j0 * chw;
+        float *yb = y + y0;
+        if (xa && !(xb = widen_group(xa + (size_t)j0 * chw, d->c, (size_t)d->h * d->w, jn)))
+            return -1;
+        if (ya && !(yb = (float *)ddp_bf16_scratch_(DDP_BF16_EPILOGUE,
+                                                    (size_t)jn * d->oc * ohw * sizeof(float))))
+            return -1;
+        for (int i0 = 0; i0 < jn; i0 += g) {
+            int gn = jn - i0 < g ? jn - i0 : g;
             size_t ld = (size_t)gn * ohw;
-            const float *xg = x + (size_t)i0 * chw;
+            const float *xg = xb + (size_t)i0 * chw;
             const void *cg = xg; // direct: x is [c, ohw] already
             const bool cols = !conv_direct(d, gn) && !conv_pointwise_batch(d, gn);
             if (cols) {
                 if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;
                 cg = ws;
             }
-            float *yg = y + (size_t)i0 * d->oc * ohw;
+            float *yg = yb + (size_t)i0 * d->oc * ohw;
             if (conv_pointwise_batch(d, gn)) {
                 // y_i = w x_i for the group's samples i; bf16: x rounded into ws
                 const void *xq = xg;
@@ -558,9 +593,10 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
             DDP_COST(4.0 * d->oc * (ld + (b ? 1 : 0)), 4.0 * d->oc * ld,
                      b ? (double)d->oc * ld : 0);
             DDP_LAUNCH_IDX(scatter_bias_kernel, (size_t)d->oc * ld, grid_for((size_t)d->oc * ld),
-                           kDdpThreads, s, gn, d->oc, ohw, stage, b, y + (size_t)i0 * d->oc * ohw);
+                           kDdpThreads, s, gn, d->oc, ohw, stage, b, yg);
             DDP_CU_LAUNCHED();
         }
+        if (ya && ddp_bf16_convert_((size_t)jn * d->oc * ohw, yb, ya + y0) != 0) return -1;
     }
     return 0;
 }
@@ -620,10 +656,12 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const void *wq = w;
     bool w16 = false;
     // the forward's roundings of w and (through cuDNN) of x, for cuDNN and the GEMMs
-    const uint16_t *memo16 = nullptr, *x16 = nullptr;
+    // (an input kept in bf16 is its own: act16.h)
+    const uint16_t *memo16 = nullptr, *x16 = nullptr, *xa = ddp_bf16_act_at_(x);
     if (b16) {
-        ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, x, (size_t)d->n * chw, &memo16, &x16);
+        if (!xa) ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, x, (size_t)d->n * chw, &memo16, &x16);
         if (!memo16) ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, nullptr, 0, &memo16, &x16);
+        if (xa) x16 = xa;
         if (memo16 && dx && !dx_conv) wq = memo16, w16 = true; // dx_conv: the transposed weight
     }
     const size_t wsb = ddp_cuda_conv_ws_bytes(d);
@@ -641,6 +679,9 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         if (dnn_dw || dnn_dx) wt_made = false; // the workspace was cuDNN's
         float *const gdw = dnn_dw ? nullptr : dw, *const gdx = dnn_dx ? nullptr : dx;
         if (!gdw && !gdx) continue;
+        // the group's input for dw's columns: fp32, widened where kept in bf16
+        const float *xb = x + (size_t)j0 * chw;
+        if (gdw && xa && !(xb = widen_group(xa + (size_t)j0 * chw, d->c, hw, jn))) return -1;
         if (gdx && dx_conv && !wt_made) {
             const size_t wn = (size_t)d->oc * ckk;
             DDP_COST(4.0 * wn, (double)elem * wn, 0);
@@ -681,7 +722,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                 dyq = stage;
             }
             if (gdw) {
-                const float *xg = x + (size_t)i0 * chw;
+                const float *xg = xb + (size_t)(i0 - j0) * chw;
                 const void *xcol = xg;
                 if (!direct) {
                     if (im2col(d, gn, xg, ws, (size_t)ckk, ld, s) != 0) return -1;

@@ -75,6 +75,12 @@ void ddp_cuda_lt_forget(void);
  * for them, else as im2col + GEMM.  DDP_CUDA_CONV=im2col in the environment
  * at ddp_cuda_init leaves cuDNN unloaded. */
 int ddp_cuda_dnn_loaded(void);
+/* 1 when convolution nets' activations may be kept in bf16 under bf16
+ * GEMMs (ddp_cuda_act_bf16): cuDNN was loaded, its operands and results
+ * are bf16 as they lie, and DDP_CUDA_CONV_ACTS=fp32 is not in the
+ * environment (which keeps them in fp32, rounded and widened around each
+ * cuDNN call as before). */
+int ddp_cuda_conv_acts_bf16(void);
 /* For tests: convolutions through cuDNN (1, as loaded) or never (0); and
  * forget the kept plans (each shape asks cuDNN's heuristics again). */
 void ddp_cuda_dnn_enable(int on);
@@ -132,7 +138,10 @@ int ddp_cuda_params_written(const float *p, size_t count);
 // fused ReLU's mask): ddp_cuda_linear_fwd writes it as count bf16 values
 // (the fp32 result rounded once, as the reader's GEMM would round it) and
 // ddp_cuda_linear_fwd / _bwd read it as such where it is x or relu_y (the
-// ReLU's mask then that of the bf16 value).  Forgotten when y is freed.
+// ReLU's mask then that of the bf16 value).  Or a convolution's output
+// (no bias) that only a BatchNorm reads, or a BatchNorm's that only a
+// convolution reads (ddp_cuda_conv_acts_bf16): the conv and BatchNorm
+// launchers write and read it as bf16 (act16.h).  Forgotten when y is freed.
 int ddp_cuda_act_bf16(float *y, size_t count);
 int ddp_cuda_event_create(ddp_cuda_event_t **e);
 int ddp_cuda_event_destroy(ddp_cuda_event_t *e);

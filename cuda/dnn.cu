@@ -325,6 +325,12 @@ extern "C" int ddp_cuda_dnn_loaded(void)
     return g_handle != nullptr;
 }
 
+extern "C" int ddp_cuda_conv_acts_bf16(void)
+{
+    const char *e = getenv("DDP_CUDA_CONV_ACTS");
+    return g_handle != nullptr && !(e && strcmp(e, "fp32") == 0);
+}
+
 int ddp_dnn_active_(void)
 {
     return g_handle && g_enabled;

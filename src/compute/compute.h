@@ -159,6 +159,14 @@ typedef struct compute_ops {
      * through cuDNN, for the weight gradient), which the device plan
      * counts.  NULL: never (optional). */
     int (*conv_input_bf16)(void);
+    /* --precision bf16: 1 when the backend's convolutions and BatchNorms
+     * also take layer outputs kept in bf16 (act_bf16) as they lie: conv_fwd
+     * and conv_bwd an input x that a BatchNorm (or its fused ReLU) wrote,
+     * conv_fwd an output y (no bias) that only a BatchNorm reads, bn_stats,
+     * bn_fwd, bn_bwd_stats and bn_bwd_data such an x, bn_fwd such a y (the
+     * cuda backend through cuDNN: its convolutions' operands are bf16
+     * already).  NULL: never (optional). */
+    int (*conv_acts_bf16)(void);
     /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
      * on the host thread and projects them onto the GPU work launched
      * inside): range_start opens a range named `name` and returns its id,
@@ -352,7 +360,8 @@ extern const compute_ops_t compute_cuda_ops;
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
  * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, act_bf16,
- * conv_input_bf16, xent_dense, mem_info, host_alloc, host_free, range_start, range_end) is refused
+ * conv_input_bf16, conv_acts_bf16, xent_dense, mem_info, host_alloc, host_free, range_start,
+ * range_end) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

@@ -176,6 +176,11 @@ static int cuda_conv_input_bf16(void)
     return ddp_cuda_dnn_loaded();
 }
 
+static int cuda_conv_acts_bf16(void)
+{
+    return ddp_cuda_conv_acts_bf16();
+}
+
 static int cuda_act_bf16(float *y, size_t count)
 {
     int rc = ddp_cuda_act_bf16(y, count);
@@ -490,6 +495,7 @@ const compute_ops_t compute_cuda_ops = {
     .params_written = cuda_params_written,
     .act_bf16 = cuda_act_bf16,
     .conv_input_bf16 = cuda_conv_input_bf16,
+    .conv_acts_bf16 = cuda_conv_acts_bf16,
     .set_tf32 = ddp_cuda_set_tf32,
     .range_start = ddp_cuda_range_start,
     .range_end = ddp_cuda_range_end,

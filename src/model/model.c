@@ -650,12 +650,23 @@ int model_out_bf16(const model_t *m, int i)
 {
     if (!m->bf16_acts || m->unfused || i < 0 || i >= m->nlayers) return 0;
     const layer_t *L = &m->layers[i];
-    int dense = (L->kind == LAYER_LINEAR && !L->fused_relu) ||
-                (L->kind == LAYER_RELU && L->fused_relu && L->src >= 0 &&
-                 m->layers[L->src].kind == LAYER_LINEAR);
-    if (!dense || readers_(m, i) != 1) return 0;
+    /* the layer that computes the values: a fused ReLU's is its source's */
+    const layer_t *C = L->kind == LAYER_RELU && L->fused_relu && L->src >= 0 ? &m->layers[L->src]
+                                                                              : L;
+    if (C != L && C->kind != LAYER_LINEAR && C->kind != LAYER_BN) return 0;
+    layer_kind_t reader;
+    if (C->kind == LAYER_LINEAR && (C != L || !L->fused_relu))
+        reader = LAYER_LINEAR;
+    else if (m->bf16_conv_acts && C->kind == LAYER_CONV && C->bias < 0)
+        reader = LAYER_BN;
+    else if (m->bf16_conv_acts && C->kind == LAYER_BN && (C != L || !L->fused_relu) &&
+             !C->bn_in_add)
+        reader = LAYER_CONV;
+    else
+        return 0;
+    if (readers_(m, i) != 1) return 0;
     for (int k = 0; k < m->nlayers; k++)
-        if (m->layers[k].src == i) return m->layers[k].kind == LAYER_LINEAR;
+        if (m->layers[k].src == i) return m->layers[k].kind == reader;
     return 0;
 }
 

@@ -149,6 +149,10 @@ typedef struct model {
      * a dense layer's output (or its fused ReLU's) that only a dense layer
      * reads is kept in bf16 (compute.h act_bf16: model_out_bf16). */
     int bf16_acts;
+    /* ... and with it (compute.h conv_acts_bf16): a convolution's output
+     * (no bias) that only a BatchNorm reads, and a BatchNorm's (or its
+     * fused ReLU's) that only a convolution reads. */
+    int bf16_conv_acts;
     float *dact[3];   /* activation-gradient buffers [batch, max act] */
     char *expanded;   /* the spec the layers were built from (a named architecture expanded) */
     void *ws;         /* shared workspace: the convolutions', a fused dense layer's */
@@ -196,7 +200,10 @@ size_t model_ws_bytes(const model_t *m, int batch);
 void model_ops_wait(model_t *m);
 /* Whether layer i's output buffer holds bf16 values (m->bf16_acts): a
  * dense layer's output, or the ReLU's fused into it, whose only reader is
- * a dense layer; its buffer then takes half the bytes. */
+ * a dense layer; with m->bf16_conv_acts also a convolution's without bias
+ * whose only reader is a BatchNorm, and a BatchNorm's (not one an add
+ * applies), or the ReLU's fused into it, whose only reader is a
+ * convolution.  Its buffer then takes half the bytes. */
 int model_out_bf16(const model_t *m, int i);
 /* The largest such output, in fp32 bytes at `batch` samples (0: none): the
  * backend's scratch where it cannot write one in its GEMM (compute.h). */

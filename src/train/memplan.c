@@ -275,13 +275,16 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
             size_t x = L->kind == LAYER_LINEAR && !model_out_bf16(m, L->src)
                            ? (size_t)sh->batch * L->in.c
                            : 0;
-            if (L->kind == LAYER_CONV && conv_x)
+            if (L->kind == LAYER_CONV && conv_x && !model_out_bf16(m, L->src))
                 x = ((size_t)sh->batch * L->in.c * L->in.h * L->in.w + 127) / 128 * 128;
             memo += (w + x) * sizeof(uint16_t);
         }
         /* a dense layer's fp32 product before it is written to an output
          * kept in bf16, where cuBLASLt cannot write it (cuda/linear.cu) */
         size_t epi = model_bf16_out_max(m, sh->batch);
+        /* with convolution nets' outputs among them, a convolution's input
+         * too, widened for a group cuDNN does not run (cuda/conv.cu) */
+        if (m->bf16_conv_acts) epi *= 2;
         /* the column sums of the loss's gradient for a dense last layer
          * (cuda/loss.cu: at most 128 rows' groups) */
         size_t cols = model_dout_dense(m) ? (size_t)128 * m->outputs * sizeof(float) : 0;

@@ -98,8 +98,11 @@ static ddp_status_t build_model_(trainer_t *t)
     const model_t *m = &t->model;
     DDP_TRY(zero_plan_init(&t->zero, m, (int)cfg->zero, t->comm.rank, t->comm.size, cfg->accum));
     t->model.grad_slots = t->zero.slots; /* --zero 2: model_alloc makes slots */
-    /* --precision bf16: outputs only dense layers read kept in bf16 (compute.h act_bf16) */
+    /* --precision bf16: outputs only dense layers read kept in bf16 (compute.h act_bf16),
+     * and those between convolutions and BatchNorms where the backend takes them */
     t->model.bf16_acts = cfg->precision == PRECISION_BF16 && t->compute->act_bf16;
+    t->model.bf16_conv_acts =
+        t->model.bf16_acts && t->compute->conv_acts_bf16 && t->compute->conv_acts_bf16();
     DDP_TRY(memplan_check(t));
     if (t->loss.kind == LOSS_XENT) {
         DDP_TRY(deck_check_classes(d, m->outputs));

@@ -13,7 +13,9 @@
 #  (c) two ranks of a host on one GPU are refused (exit 9);
 #  (d) --precision bf16 and tf32 train on cuda close to fp32 (bf16 also a
 #      chain of dense layers whose hidden outputs are kept in bf16), and are
-#      refused on cpu; bf16 at np=2 with --zero 1 trains --zero 0's losses;
+#      refused on cpu; convolution nets' activations kept in bf16 give the
+#      weights of fp32 ones bit for bit; bf16 at np=2 with --zero 1 trains
+#      --zero 0's losses;
 #  (e) an NCCL asynchronous error ends the job with one line, no hang, and
 #      so does a failed ncclAllReduce or ncclCommInitRank (DDP_EMU_FAIL);
 #  (f) an injected CUDA failure ends it with one line naming the call;
@@ -169,6 +171,32 @@ for deck in d wide; do
   done
   close_steps=30 close "dense chain bf16 vs fp32 ($deck), steps 1-10" 5e-3 "$T/chain-$deck-bf16.log" \
     "$T/chain-$deck-fp32.log" 10
+done
+# ... bf16 on convolution nets: a convolution's output (no bias) that only a
+# BatchNorm reads, and a BatchNorm's (or its fused ReLU's) that only a
+# convolution reads, are kept in bf16 (cuda/act16.h), written and read as
+# such by cuDNN and the BatchNorm kernels: the same weights after 10 steps,
+# bit for bit, as with them in fp32 (DDP_CUDA_CONV_ACTS=fp32: rounded for
+# and widened after each cuDNN call), for the residual network of (a) and
+# for a CNN whose first convolution has a bias (its output stays fp32); in
+# effect: fewer widening passes in the model of the last step
+# (DDP_CUDA_MODEL; the deck without /val, so that the last step is a
+# training one)
+h5copy -i "$T/img.h5" -o "$T/imgtr.h5" -s /train -d /train || fail "h5copy /train"
+cnnb="--model conv:8:3:1:1,bn,relu,conv:8:3:1:1:nobias,bn,relu,maxpool:2,linear:auto"
+cnnb="$cnnb --lr 0.05 --seed 5 --batch 8"
+for net in rn cnnb; do
+  eval "spec=\$$net"
+  for a in bf16 fp32; do
+    DDP_CUDA_CONV_ACTS=$a DDP_CUDA_MODEL=1 run "acts-$net-$a" 1 "$EMU" "$T/imgtr.h5" $spec --steps 10 \
+      --log-every 0 --eval-every 0 --device cuda --precision bf16 --save "$T/acts-$net-$a.h5"
+  done
+  h5diff -r "$T/acts-$net-bf16.h5" "$T/acts-$net-fp32.h5" /model /model >"$T/acts-$net.diff" 2>&1 ||
+    { head -n 20 "$T/acts-$net.diff"; fail "$net: bf16 activations change the weights"; }
+  widens() { awk '$1 ~ /^widen_kernel/ { c += $2 } END { print c + 0 }' "$1"; }
+  wb=$(widens "$T/acts-$net-bf16.log") wf=$(widens "$T/acts-$net-fp32.log")
+  [ "$wb" -lt "$wf" ] || { cat "$T/acts-$net-bf16.log"
+    fail "$net: $wb widening passes with bf16 activations, $wf without"; }
 done
 # ... bf16 at np=2 under --zero 1: the parameter all-gather rewrites what the
 # optimizer's bf16 copy of the parameters holds (cuda/bf16.h, the mirror,

@@ -1687,6 +1687,182 @@ START_TEST(bf16_act_outputs)
 }
 END_TEST
 
+/* Names logged since the record started that begin with `prefix`. */
+static int logged_prefix_(const char *prefix)
+{
+    const ddp_cuda_cost_t *e;
+    size_t count = ddp_cuda_cost_log(&e);
+    int r = 0;
+    for (size_t i = 0; i < count; i++) r += strncmp(e[i].name, prefix, strlen(prefix)) == 0;
+    return r;
+}
+
+/* n values of v rounded to bf16, as bf16 and widened back to fp32 */
+static uint16_t *bf16_of_(const float *v, size_t n, float **wide)
+{
+    uint16_t *h = hnew_(n * 2);
+    *wide = hnew_(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = ddp_f32_to_bf16(v[i]);
+        (*wide)[i] = ddp_bf16_to_f32(h[i]);
+    }
+    return h;
+}
+
+/* Under bf16 GEMMs through cuDNN, a convolution's output that only a
+ * BatchNorm reads and the BatchNorm's (fused ReLU) output that only a
+ * convolution reads are kept in bf16 (ddp_cuda_act_bf16, act16.h): conv ->
+ * BN + ReLU -> conv, forward and backward, gives the bits of the same
+ * layers on fp32 outputs (the kept outputs the rounding of the fp32 ones;
+ * the last output, every gradient and the BatchNorm's statistics the
+ * same), with one rounding and one widening pass fewer in the forward.  A
+ * 1x1 output runs the BatchNorm's hw = 1 kernels. */
+START_TEST(bf16_act_conv_bn)
+{
+    test_seed(139);
+    static const int shapes[][8] = {/* n c h w oc1 k pad oc2(k2) */
+                                    {4, 3, 6, 6, 8, 3, 1, 5},
+                                    {6, 3, 3, 3, 8, 3, 0, 4}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        const int *q = shapes[t];
+        const int n = q[0], oh = q[2] + 2 * q[6] - q[5] + 1, ow = q[3] + 2 * q[6] - q[5] + 1;
+        const int k2 = oh > 1 ? 3 : 1, p2 = oh > 1 ? 1 : 0, hw = oh * ow;
+        ddp_cuda_conv_t c1 = {n, q[1], q[2], q[3], q[4], q[5], 1, q[6], oh, ow};
+        ddp_cuda_conv_t c2 = {n, q[4], oh, ow, q[7], k2, 1, p2, oh, ow};
+        const size_t nx = (size_t)n * q[1] * q[2] * q[3], nh = (size_t)n * q[4] * hw;
+        const size_t nz = (size_t)n * q[7] * hw, nc = (size_t)q[4];
+        const size_t nw1 = (size_t)q[4] * q[1] * q[5] * q[5], nw2 = (size_t)q[7] * q[4] * k2 * k2;
+        float *hx = test_fvec(nx, 1.0f), *hw1 = test_fvec(nw1, 0.5f), *hw2 = test_fvec(nw2, 0.5f);
+        float *hg = test_fvec(nc, 1.0f), *hb = test_fvec(nc, 0.5f), *hdz = test_fvec(nz, 1.0f);
+        float *x = dput_(hx, nx * 4), *w1 = dput_(hw1, nw1 * 4), *w2 = dput_(hw2, nw2 * 4);
+        float *gam = dput_(hg, nc * 4), *bet = dput_(hb, nc * 4), *dz = dput_(hdz, nz * 4);
+        float *z = dput_(NULL, nz * 4), *dh2 = dput_(NULL, nh * 4), *dh1 = dput_(NULL, nh * 4);
+        float *dx = dput_(NULL, nx * 4), *dw1 = dput_(NULL, nw1 * 4), *dw2 = dput_(NULL, nw2 * 4);
+        float *dg = dput_(NULL, nc * 4), *db = dput_(NULL, nc * 4), *mean = dput_(NULL, nc * 4);
+        float *inv = dput_(NULL, nc * 4), *rm = dput_(NULL, nc * 4), *rv = dput_(NULL, nc * 4);
+        double *st = dput_(NULL, 16 * nc), *gst = dput_(NULL, 16 * nc);
+        const size_t wsb = ddp_cuda_conv_ws_bytes(&c1) > ddp_cuda_conv_ws_bytes(&c2)
+                               ? ddp_cuda_conv_ws_bytes(&c1)
+                               : ddp_cuda_conv_ws_bytes(&c2);
+        void *ws = dput_(NULL, wsb);
+        /* [fp32 outputs, bf16][z, dx, dw1, dw2, dgamma, dbeta, h1, h2] */
+        float *r[2][8];
+        float *outs[6] = {z, dx, dw1, dw2, dg, db};
+        const size_t cnt[6] = {nz, nx, nw1, nw2, nc, nc};
+        int rounds[2], widens[2];
+        CU(ddp_cuda_set_bf16_gemm(1));
+        ddp_cuda_dnn_enable(1);
+        for (int a = 0; a < 2; a++) {
+            float *h1 = dput_(NULL, nh * (a ? 2 : 4)), *h2 = dput_(NULL, nh * (a ? 2 : 4));
+            if (a) CU(ddp_cuda_act_bf16(h1, nh)), CU(ddp_cuda_act_bf16(h2, nh));
+            ddp_cuda_dnn_forget();
+            ddp_cuda_cost_record(1);
+            CU(ddp_cuda_conv_fwd(&c1, x, w1, NULL, h1, ws));
+            CU(ddp_cuda_bn_stats(n, q[4], hw, h1, st));
+            CU(ddp_cuda_bn_finalize(q[4], st, (double)n * hw, 1e-5f, 0.1f, 1, mean, inv, rm, rv));
+            CU(ddp_cuda_bn_fwd(n, q[4], hw, h1, mean, inv, gam, bet, h2, 1, NULL));
+            CU(ddp_cuda_conv_fwd(&c2, h2, w2, NULL, z, ws));
+            CU(ddp_cuda_sync());
+            rounds[a] = logged_("to_bf16_kernel");
+            widens[a] = logged_prefix_("widen_kernel");
+            ddp_cuda_cost_record(0);
+            CU(ddp_cuda_conv_bwd(&c2, h2, w2, dz, dh2, dw2, NULL, 0.0f, ws));
+            CU(ddp_cuda_bn_bwd_stats(n, q[4], hw, h1, dh2, mean, inv, gst, dg, db, 0.0f, gam, bet));
+            CU(ddp_cuda_bn_bwd_data(n, q[4], hw, h1, dh2, mean, inv, gam, gst, (double)n * hw, dh1,
+                                    bet));
+            CU(ddp_cuda_conv_bwd(&c1, x, w1, dh1, dx, dw1, NULL, 0.0f, ws));
+            for (int k = 0; k < 6; k++) {
+                r[a][k] = hnew_(cnt[k] * 4);
+                dget_(r[a][k], outs[k], cnt[k] * 4);
+            }
+            r[a][6] = hnew_(nh * 4), r[a][7] = hnew_(nh * 4);
+            dget_(r[a][6], h1, nh * (a ? 2 : 4));
+            dget_(r[a][7], h2, nh * (a ? 2 : 4));
+            dfree_(h1), dfree_(h2);
+        }
+        CU(ddp_cuda_set_bf16_gemm(0));
+        char what[96];
+        static const char *const names[8] = {"z", "dx", "dw1", "dw2", "dgamma", "dbeta", "h1", "h2"};
+        for (int k = 0; k < 6; k++) {
+            snprintf(what, sizeof what, "conv-BN-conv (%d) outputs in bf16: %s", (int)t, names[k]);
+            same_bits_by_(what, r[1][k], r[0][k], cnt[k], 4, "with fp32 outputs");
+        }
+        uint16_t *want = hnew_(nh * 2);
+        for (int k = 6; k < 8; k++) {
+            for (size_t i = 0; i < nh; i++) want[i] = ddp_f32_to_bf16(r[0][k][i]);
+            snprintf(what, sizeof what, "conv-BN-conv (%d) outputs in bf16: %s", (int)t, names[k]);
+            same_bits_by_(what, r[1][k], want, nh, 2, "the fp32 output rounded");
+        }
+        ck_assert_msg(rounds[1] == rounds[0] - 1 && widens[1] == widens[0] - 1,
+                      "conv-BN-conv (%d) forward: %d roundings and %d widenings with bf16 "
+                      "outputs, %d and %d without",
+                      (int)t, rounds[1], widens[1], rounds[0], widens[0]);
+        free(want);
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < 8; k++) free(r[a][k]);
+        void *dev[] = {x,  w1,   w2,  gam, bet, dz, z,  dh2, dh1, dx,
+                       dw1, dw2, dg,  db,  mean, inv, rm, rv,  st,  gst, ws};
+        for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
+        free(hx), free(hw1), free(hw2), free(hg), free(hb), free(hdz);
+    }
+}
+END_TEST
+
+/* The same where cuDNN runs no pass (disabled): a convolution's input and
+ * output kept in bf16 take the im2col path through fp32 scratch (the input
+ * widened, the output rounded into place), one group of cuDNN's at a time:
+ * the output the rounding of the fp32 path's on the same input values, the
+ * gradients its bits.  The second shape spans three groups (2^18 output
+ * pixels each, two samples). */
+static void bf16_act_im2col_case_(int n, int c, int h, int w, int oc)
+{
+    ddp_cuda_conv_t d = {n, c, h, w, oc, 3, 1, 1, h, w};
+    const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * oc * h * w, nw = (size_t)oc * c * 9;
+    float *hx = test_fvec(nx, 1.0f), *hwt = test_fvec(nw, 0.5f), *hdy = test_fvec(ny, 1.0f), *hxw;
+    uint16_t *hx16 = bf16_of_(hx, nx, &hxw);
+    float *wt = dput_(hwt, nw * 4), *dy = dput_(hdy, ny * 4), *dx = dput_(NULL, nx * 4);
+    float *dw = dput_(NULL, nw * 4), *ws = dput_(NULL, ddp_cuda_conv_ws_bytes(&d));
+    float *r[2][3];
+    CU(ddp_cuda_set_bf16_gemm(1));
+    ddp_cuda_dnn_enable(0);
+    for (int a = 0; a < 2; a++) {
+        float *x = dput_(a ? (const void *)hx16 : hxw, nx * (a ? 2 : 4));
+        float *y = dput_(NULL, ny * (a ? 2 : 4));
+        if (a) CU(ddp_cuda_act_bf16(x, nx)), CU(ddp_cuda_act_bf16(y, ny));
+        CU(ddp_cuda_conv_fwd(&d, x, wt, NULL, y, ws));
+        CU(ddp_cuda_conv_bwd(&d, x, wt, dy, dx, dw, NULL, 0.0f, ws));
+        r[a][0] = hnew_(ny * 4), r[a][1] = hnew_(nx * 4), r[a][2] = hnew_(nw * 4);
+        dget_(r[a][0], y, ny * (a ? 2 : 4));
+        dget_(r[a][1], dx, nx * 4);
+        dget_(r[a][2], dw, nw * 4);
+        dfree_(x), dfree_(y);
+    }
+    ddp_cuda_dnn_enable(1);
+    CU(ddp_cuda_set_bf16_gemm(0));
+    uint16_t *want = hnew_(ny * 2);
+    for (size_t i = 0; i < ny; i++) want[i] = ddp_f32_to_bf16(r[0][0][i]);
+    char what[96];
+    snprintf(what, sizeof what, "im2col conv %dx%d, bf16 input and output: y", h, w);
+    same_bits_by_(what, r[1][0], want, ny, 2, "the fp32 output rounded");
+    snprintf(what, sizeof what, "im2col conv %dx%d, bf16 input and output: dx", h, w);
+    same_bits_by_(what, r[1][1], r[0][1], nx, 4, "fp32's");
+    snprintf(what, sizeof what, "im2col conv %dx%d, bf16 input and output: dw", h, w);
+    same_bits_by_(what, r[1][2], r[0][2], nw, 4, "fp32's");
+    free(want);
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < 3; k++) free(r[a][k]);
+    dfree_(wt), dfree_(dy), dfree_(dx), dfree_(dw), dfree_(ws);
+    free(hx), free(hwt), free(hdy), free(hx16), free(hxw);
+}
+
+START_TEST(bf16_act_conv_im2col)
+{
+    test_seed(140);
+    bf16_act_im2col_case_(5, 3, 7, 7, 6);
+    bf16_act_im2col_case_(5, 1, 300, 300, 2);
+}
+END_TEST
+
 /* Under bf16 GEMMs the loss's gradient for a dense last layer is kept in
  * bf16 with its column sums (ddp_cuda_xent_dense) for the layer's next
  * backward instead of written to dlogits: the loss sums those of
@@ -1920,6 +2096,8 @@ Suite *test_suite(void)
     tcase_add_test(t, bf16_linear_relu_fused);
     tcase_add_test(t, bf16_params_mirror);
     tcase_add_test(t, bf16_act_outputs);
+    tcase_add_test(t, bf16_act_conv_bn);
+    tcase_add_test(t, bf16_act_conv_im2col);
     tcase_add_test(t, xent_dense_bf16);
 #if EMU
     tcase_add_test(t, bf16_memo_stale_aborts);

@@ -1,0 +1,50 @@
+// act16.h -- a layer's output as the kernels that read or write it see it:
+// fp32, or bf16 where the layer's output is kept in bf16 only (bf16.h,
+// ddp_bf16_act_*: under --precision bf16 a convolution's output that only a
+// BatchNorm reads, and a BatchNorm's, or its fused ReLU's, that only a
+// convolution reads).  The choice is the buffer's, the same for every
+// thread of a launch (no divergence); a kernel computes in fp32 either way,
+// so the values it computes from a bf16 input are those it computes from
+// the same values held in fp32, and a bf16 output is the rounding (to
+// nearest even) of the fp32 one.
+#ifndef DDP_CUDA_ACT16_H
+#define DDP_CUDA_ACT16_H
+
+#include <stdint.h>
+
+#include "bf16.h"
+#include "half.h"
+
+struct ddp_act_in {
+    const float *f;    // fp32, or
+    const uint16_t *h; // bf16 (f unused)
+    __device__ float operator[](size_t i) const { return h ? ddp_bf16_to_f32(h[i]) : f[i]; }
+};
+
+struct ddp_act_out {
+    float *f;
+    uint16_t *h;
+    __device__ void put(size_t i, float v) const
+    {
+        if (h)
+            h[i] = ddp_f32_to_bf16(v);
+        else
+            f[i] = v;
+    }
+};
+
+// The buffer at p as the kernels read it, and its bytes per value.
+inline ddp_act_in ddp_act_in_(const float *p)
+{
+    return ddp_act_in{p, ddp_bf16_act_at_(p)};
+}
+inline ddp_act_out ddp_act_out_(float *p)
+{
+    return ddp_act_out{p, (uint16_t *)ddp_bf16_act_at_(p)};
+}
+inline double ddp_act_bytes_(const void *p)
+{
+    return ddp_bf16_act_at_(p) ? 2.0 : 4.0;
+}
+
+#endif
