@@ -249,9 +249,21 @@ int ddp_bf16_dy_take_(const float *dy, int n, int out, ddp_bf16_dy *got)
     return 1;
 }
 
+namespace
+{
+void unlist_(const void *p)
+{
+    for (size_t i = 0; i < g_acts.size(); i++)
+        if (g_acts[i].first == p) {
+            g_acts.erase(g_acts.begin() + (long)i);
+            return;
+        }
+}
+} // namespace
+
 void ddp_bf16_act_set_(const void *y, size_t count)
 {
-    ddp_bf16_act_drop_(y);
+    unlist_(y);
     if (y && count) g_acts.emplace_back(y, count);
 }
 
@@ -266,11 +278,7 @@ const uint16_t *ddp_bf16_act_at_(const void *p)
 void ddp_bf16_act_drop_(const void *p)
 {
     if (g_dy.dy == p) g_dy = ddp_bf16_dy{};
-    for (size_t i = 0; i < g_acts.size(); i++)
-        if (g_acts[i].first == p) {
-            g_acts.erase(g_acts.begin() + (long)i);
-            return;
-        }
+    unlist_(p);
 }
 
 void ddp_bf16_memo_forget_(void)

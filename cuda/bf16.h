@@ -36,13 +36,15 @@ int ddp_bf16_convert_(size_t count, const float *x, uint16_t *h);
 // DDP_BF16_COLS: the column sums of the loss's gradient (loss.cu).
 // DDP_BF16_CONV_X: a convolution's input kept in bf16, widened to fp32 for
 // a group cuDNN did not run (conv.cu; DDP_BF16_EPILOGUE then holds its
-// fp32 output where that is kept in bf16).
+// fp32 output where that is kept in bf16, or in the backward its output
+// gradient widened, and DDP_BF16_CONV_DX its fp32 input gradient).
 enum ddp_bf16_scratch {
     DDP_BF16_GEMM_IN,
     DDP_BF16_DY,
     DDP_BF16_EPILOGUE,
     DDP_BF16_COLS,
     DDP_BF16_CONV_X,
+    DDP_BF16_CONV_DX,
     DDP_BF16_NSCRATCH
 };
 void *ddp_bf16_scratch_(enum ddp_bf16_scratch which, size_t bytes);
@@ -93,7 +95,9 @@ void ddp_bf16_mirror_forget_(void);
 // Layer outputs kept in bf16 only (ddp_cuda_act_bf16): [y, y + count * 2
 // bytes) holds count bf16 values, written by the layer whose output it is
 // (dense, convolution, BatchNorm) and read as such by the layers that read
-// it (act16.h).  A free of y forgets it.
+// it (act16.h).  A free of y forgets it.  The gradients of the convolution
+// nets' ones, while they are (ddp_cuda_grad_bf16), likewise.  count 0: y
+// holds fp32 again.
 void ddp_bf16_act_set_(const void *y, size_t count);
 // p when p is such an output (under bf16 GEMMs), else NULL.
 const uint16_t *ddp_bf16_act_at_(const void *p);

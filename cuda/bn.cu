@@ -12,8 +12,9 @@
 // after the BatchNorm (compute.h): the forward writes relu(y), the backward
 // kernels mask dy where y, recomputed from x (ddp_bn_ab), is <= 0.
 // x and y may be kept in bf16 (act16.h: a convolution's output that only
-// the BatchNorm reads; the output where only a convolution reads it): the
-// kernels read and write them as such and compute in fp32 as ever.
+// the BatchNorm reads; the output where only a convolution reads it), and
+// so their gradients dx and dy: the kernels read and write them as such
+// and compute in fp32 as ever.
 #include "ddp_cuda_rt.h"
 
 #include "act16.h"
@@ -60,7 +61,7 @@ __device__ inline float relu_dy(bool relu, float x, float a, float b, float dy)
 // gamma rg) is given (relu_dy: the mask recomputed from x).
 template <bool kBwd>
 __global__ void bn_partials_kernel(int n, int c, int hw, int chunks, ddp_act_in x,
-                                   const float *dy, const float *mean, const float *invstd,
+                                   ddp_act_in dy, const float *mean, const float *invstd,
                                    const float *rg, const float *rb, double *part)
 {
     __shared__ double s1[kDdpThreads], s2[kDdpThreads];
@@ -217,7 +218,7 @@ __global__ void bn_bwd_stats_combine_kernel(int c, int chunks, const double *par
 }
 
 // the backward sums for hw = 1
-__global__ void bn1d_bwd_stats_kernel(int n, int c, ddp_act_in x, const float *dy,
+__global__ void bn1d_bwd_stats_kernel(int n, int c, ddp_act_in x, ddp_act_in dy,
                                       const float *mean, const float *invstd, double *gstats,
                                       float *dgamma, float *dbeta, float beta, const float *rg,
                                       const float *rb)
@@ -255,9 +256,10 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, ddp_act_in x, const float *d
 // B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU
 // backend); dy masked by a fused ReLU where rb is given (relu_dy).
 template <class I>
-__global__ void bn_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, const float *dy,
+__global__ void bn_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, ddp_act_in dy,
                                    const float *mean, const float *invstd, const float *gamma,
-                                   const double *gstats, double count, float *dx, const float *rb)
+                                   const double *gstats, double count, ddp_act_out dx,
+                                   const float *rb)
 {
     const I total = (I)n * c * hw;
     DDP_GRID_STRIDE(I, idx, total)
@@ -271,7 +273,7 @@ __global__ void bn_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, const flo
         if (rb) ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], rb[ch], &ra, &rbc);
         const float xv = x[idx];
         float g = relu_dy(rb != nullptr, xv, ra, rbc, dy[idx]);
-        dx[idx] = A * g + B * (xv - mean[ch]) + C;
+        dx.put(idx, A * g + B * (xv - mean[ch]) + C);
     }
 }
 
@@ -303,7 +305,7 @@ int bn_chunks(int n, int c, int hw)
 // Launches bn_partials_kernel<kBwd> over n x hw samples of c channels into
 // the partials buffer: *part and *chunks are what the combine kernel reads.
 template <bool kBwd>
-int launch_partials(int n, int c, int hw, const float *x_, const float *dy, const float *mean,
+int launch_partials(int n, int c, int hw, const float *x_, const float *dy_, const float *mean,
                     const float *invstd, const float *rg, const float *rb, cudaStream_t s,
                     const double **part, int *chunks)
 {
@@ -311,9 +313,9 @@ int launch_partials(int n, int c, int hw, const float *x_, const float *dy, cons
     double *p;
     if (ddp_cuda_partials_(2 * (size_t)c * *chunks, &p)) return -1; // two per (channel, chunk)
     const double count = (double)n * c * hw;
-    const ddp_act_in x = ddp_act_in_(x_);
-    DDP_COST((ddp_act_bytes_(x_) + (kBwd ? 4.0 : 0)) * count + (kBwd ? 4.0 * c : 0) +
-                 (rb ? 12.0 * c : 0),
+    const ddp_act_in x = ddp_act_in_(x_), dy = ddp_act_in_(dy_);
+    DDP_COST((ddp_act_bytes_(x_) + (kBwd ? ddp_act_bytes_(dy_) : 0)) * count +
+                 (kBwd ? 4.0 * c : 0) + (rb ? 12.0 * c : 0),
              16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
     DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n, c, hw,
                *chunks, x, dy, mean, invstd, rg, rb, p);
@@ -407,11 +409,11 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
     // dgamma and dbeta: read with beta, written when given
     const double gb = (dgamma ? 4.0 * c : 0) + (dbeta ? 4.0 * c : 0);
     if (hh == 1) {
-        DDP_COST((ddp_act_bytes_(x) + 4.0) * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0) +
-                     (relu_beta ? 8.0 * c : 0),
+        DDP_COST((ddp_act_bytes_(x) + ddp_act_bytes_(dy)) * nn * c + 8.0 * c +
+                     (beta != 0.0f ? gb : 0) + (relu_beta ? 8.0 * c : 0),
                  16.0 * c + gb, (relu_beta ? 6.0 : 4.0) * nn * c);
-        const ddp_act_in xin = ddp_act_in_(x);
-        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, xin, dy, mean,
+        const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
+        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, xin, dyin, mean,
                    invstd, gstats, dgamma, dbeta, beta, relu_gamma, relu_beta);
         DDP_CU_LAUNCHED();
         return 0;
@@ -435,11 +437,12 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
 {
     if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
     size_t total = (size_t)n * c * hw;
-    DDP_COST((ddp_act_bytes_(x) + 4.0) * total + 32.0 * c + (relu_beta ? 4.0 * c : 0), 4.0 * total,
-             (relu_beta ? 7.0 : 5.0) * total);
+    DDP_COST((ddp_act_bytes_(x) + ddp_act_bytes_(dy)) * total + 32.0 * c +
+                 (relu_beta ? 4.0 * c : 0),
+             ddp_act_bytes_(dx) * total, (relu_beta ? 7.0 : 5.0) * total);
     DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads,
-                   ddp_cuda_state_.stream, n, c, hw, ddp_act_in_(x), dy, mean, invstd, gamma,
-                   gstats, count, dx, relu_beta);
+                   ddp_cuda_state_.stream, n, c, hw, ddp_act_in_(x), ddp_act_in_(dy), mean, invstd,
+                   gamma, gstats, count, ddp_act_out_(dx), relu_beta);
     DDP_CU_LAUNCHED();
     return 0;
 }

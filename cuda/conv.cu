@@ -33,7 +33,9 @@
 // operand or result as it lies: no rounding, no widening, and no copy of
 // the input in the memo.  A group cuDNN does not run widens such an input
 // into fp32 scratch, runs as im2col + GEMM, and rounds its output into
-// place: the values of the fp32 path, rounded.
+// place: the values of the fp32 path, rounded.  Their gradients likewise
+// (ddp_cuda_grad_bf16): the output gradient cuDNN's operand, the input
+// gradient its result, as they lie.
 #include "bf16.h"
 #include "dnn.h"
 #include "gemm.h"
@@ -375,12 +377,14 @@ int dnn_group(const ddp_cuda_conv_t *d, int g)
     return ddp_cuda_dnn_loaded() ? dnn_group_max(d, g) : g;
 }
 
-// gn samples [c, hw] of an input kept in bf16 widened into fp32 scratch
-// for the im2col path (a group cuDNN did not run); NULL on failure.
-const float *widen_group(const uint16_t *x16, int c, size_t hw, int gn)
+// gn samples [c, hw] of an input (or output gradient) kept in bf16
+// widened into fp32 scratch for the im2col path (a group cuDNN did not
+// run); NULL on failure.
+const float *widen_group(const uint16_t *x16, int c, size_t hw, int gn,
+                         ddp_bf16_scratch which = DDP_BF16_CONV_X)
 {
     const size_t count = (size_t)gn * c * hw;
-    float *xw = (float *)ddp_bf16_scratch_(DDP_BF16_CONV_X, count * sizeof(float));
+    float *xw = (float *)ddp_bf16_scratch_(which, count * sizeof(float));
     return xw && widen(c, hw, count, x16, nullptr, xw) == 0 ? xw : nullptr;
 }
 
@@ -416,14 +420,17 @@ int dnn_fwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x
     return widen(d->oc, ohw, ycount, y16, b, yg) != 0 ? -1 : 1;
 }
 
-// One group's weight gradient (dw_out) and input gradient (dx_out, NULL:
-// none) through cuDNN, each as far as it can: *did_dw / *did_dx say which
-// ran; 0, or -1 failed.  wbeta: dw's beta (1 after the first group).
-// w16, x16g: the weight and the group's input as the forward rounded them
-// (bf16, the memo's; NULL: rounded here).
+// One group's weight gradient (dw_out) and input gradient (dx_out, or
+// dx16_out where it is kept in bf16; neither: none) through cuDNN, each as
+// far as it can: *did_dw / *did_dx say which ran; 0, or -1 failed.  wbeta:
+// dw's beta (1 after the first group).  w16, x16g: the weight and the
+// group's input as the forward rounded them (bf16, the memo's, or the
+// input kept in bf16; NULL: rounded here); dy16g: the group's output
+// gradient where it is kept in bf16 (NULL: dyg rounded here).
 int dnn_bwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x16g,
-            const float *w, const uint16_t *w16, const float *dyg, float *dw_out, float wbeta,
-            float *dx_out, void *ws, size_t wsb, bool *did_dw, bool *did_dx)
+            const float *w, const uint16_t *w16, const float *dyg, const uint16_t *dy16g,
+            float *dw_out, float wbeta, float *dx_out, uint16_t *dx16_out, void *ws, size_t wsb,
+            bool *did_dw, bool *did_dx)
 {
     *did_dw = *did_dx = false;
     ddp_cuda_conv_t g = *d;
@@ -455,9 +462,13 @@ int dnn_bwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x
     uint16_t *wr16 = (uint16_t *)(at += up256(2 * wn));
     void *algo_ws = at + up256(2 * wn);
     const ddp_dnn_plan *pf = dw_out ? ddp_dnn_plan_(DDP_DNN_BWD_FILTER, &g, 1, budget) : nullptr;
-    const ddp_dnn_plan *pd = dx_out ? ddp_dnn_plan_(DDP_DNN_BWD_DATA, &g, 1, budget) : nullptr;
+    const ddp_dnn_plan *pd =
+        dx_out || dx16_out ? ddp_dnn_plan_(DDP_DNN_BWD_DATA, &g, 1, budget) : nullptr;
     if (!pf && !pd) return 0;
-    if (ddp_bf16_convert_(ycount, dyg, dy16) != 0) return -1;
+    if (dy16g)
+        dy16 = (uint16_t *)dy16g; // kept in bf16: as it lies
+    else if (ddp_bf16_convert_(ycount, dyg, dy16) != 0)
+        return -1;
     if (pf) {
         // fetched again: pd's plan may have taken the slot of a full cache
         pf = ddp_dnn_plan_(DDP_DNN_BWD_FILTER, &g, 1, budget);
@@ -480,10 +491,11 @@ int dnn_bwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x
             if (ddp_bf16_convert_(wn, w, wr16) != 0) return -1;
             w16 = wr16;
         }
-        int r = ddp_dnn_run_(pd, w16, dy16, x16, 0.0f, algo_ws);
+        int r = ddp_dnn_run_(pd, w16, dy16, dx16_out ? dx16_out : x16, 0.0f, algo_ws);
         if (r < 0) return -1;
         if (r > 0) {
-            if (widen(d->c, (size_t)d->h * d->w, (size_t)gn * chw, x16, nullptr, dx_out) != 0)
+            if (!dx16_out &&
+                widen(d->c, (size_t)d->h * d->w, (size_t)gn * chw, x16, nullptr, dx_out) != 0)
                 return -1;
             *did_dx = true;
         }
@@ -637,6 +649,12 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                          via_conv < via_cols;
     void *wt = (float *)ws + (size_t)ckk * g * ohw + (g > 1 ? (size_t)d->oc * g * ohw : 0);
     bool wt_made = false; // wt written (once; again after cuDNN staged over it)
+    // the output gradient and the input gradient kept in bf16 (act16.h), NULL: fp32
+    const uint16_t *dya = ddp_bf16_act_at_(dy);
+    uint16_t *dxa = (uint16_t *)ddp_bf16_act_at_(dx);
+    if (db && dya)
+        return ddp_cuda_fail_("ddp_cuda_conv_bwd", __FILE__, __LINE__,
+                              "a convolution with a bias whose output gradient is kept in bf16");
     if (db) {
         double *part;
         if (ddp_cuda_partials_((size_t)d->n * d->oc, &part) != 0) return -1;
@@ -671,17 +689,25 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
         const int jn = d->n - j0 < G ? d->n - j0 : G;
         // cuDNN first; what it did not do runs below, as im2col + GEMM
         bool dnn_dw = false, dnn_dx = false;
-        if (dnn_bwd(d, jn, x + (size_t)j0 * chw, x16 ? x16 + (size_t)j0 * chw : nullptr, w,
-                    memo16, dy + (size_t)j0 * d->oc * ohw, dw, wbeta,
-                    dx ? dx + (size_t)j0 * chw : nullptr, ws, wsb, &dnn_dw, &dnn_dx) != 0)
+        const size_t y0 = (size_t)j0 * d->oc * ohw, x0 = (size_t)j0 * chw;
+        if (dnn_bwd(d, jn, x + x0, x16 ? x16 + x0 : nullptr, w, memo16, dy + y0,
+                    dya ? dya + y0 : nullptr, dw, wbeta, dx && !dxa ? dx + x0 : nullptr,
+                    dxa ? dxa + x0 : nullptr, ws, wsb, &dnn_dw, &dnn_dx) != 0)
             return -1;
         if (dnn_dw) wbeta = 1.0f;
         if (dnn_dw || dnn_dx) wt_made = false; // the workspace was cuDNN's
-        float *const gdw = dnn_dw ? nullptr : dw, *const gdx = dnn_dx ? nullptr : dx;
-        if (!gdw && !gdx) continue;
-        // the group's input for dw's columns: fp32, widened where kept in bf16
-        const float *xb = x + (size_t)j0 * chw;
-        if (gdw && xa && !(xb = widen_group(xa + (size_t)j0 * chw, d->c, hw, jn))) return -1;
+        float *const gdw = dnn_dw ? nullptr : dw;
+        if (!gdw && (!dx || dnn_dx)) continue;
+        // the group as im2col + GEMM reads it: its input for dw's columns and
+        // its output gradient in fp32, widened where kept in bf16, and writes
+        // its input gradient to gdx, fp32 scratch where that is kept in bf16
+        const float *xb = x + x0, *dyb = dy + y0;
+        float *gdx = dx && !dnn_dx ? dx + x0 : nullptr;
+        if (gdw && xa && !(xb = widen_group(xa + x0, d->c, hw, jn))) return -1;
+        if (dya && !(dyb = widen_group(dya + y0, d->oc, ohw, jn, DDP_BF16_EPILOGUE))) return -1;
+        if (gdx && dxa &&
+            !(gdx = (float *)ddp_bf16_scratch_(DDP_BF16_CONV_DX, (size_t)jn * chw * sizeof(float))))
+            return -1;
         if (gdx && dx_conv && !wt_made) {
             const size_t wn = (size_t)d->oc * ckk;
             DDP_COST(4.0 * wn, (double)elem * wn, 0);
@@ -698,7 +724,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
             int gn = j0 + jn - i0 < g ? j0 + jn - i0 : g;
             size_t ld = (size_t)gn * ohw, count = (size_t)d->oc * ld;
             const int direct = conv_direct(d, gn);
-            const float *dyg = dy + (size_t)i0 * d->oc * ohw; // [oc, ohw] for one sample
+            const float *dyg = dyb + (size_t)(i0 - j0) * d->oc * ohw; // [oc, ohw] for one sample
             const void *dyq = dyg; // dy as the GEMMs of dw and (not dx_conv) of dx read it
             if (!gdw && dx_conv) {
                 // dx from dy as it lies: nothing gathered or rounded here
@@ -736,16 +762,17 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
             }
             if (gdx && conv_pointwise_batch(d, gn)) {
                 // dx_i[c, ohw] = w[oc, c]^T dy_i: sample i's columns of the gathered dy
+                float *dxg = gdx + (size_t)(i0 - j0) * chw;
                 if (ddp_cuda_gemm_rm_batched_(1, 0, ckk, (int)ohw, d->oc, wq, w16, ckk, 0, dyq, b16,
-                                              (int)ld, (long long)ohw, 0.0f, gdx + (size_t)i0 * chw,
-                                              (int)ohw, (long long)chw, gn) != 0)
+                                              (int)ld, (long long)ohw, 0.0f, dxg, (int)ohw,
+                                              (long long)chw, gn) != 0)
                     return -1;
             } else if (gdx && dx_conv) {
                 // the columns of dy for the transposed, flipped weight; a group's
                 // result [c, gn*hw] in the stage (free once dw's GEMM read it)
-                const float *dyn = dy + (size_t)i0 * d->oc * ohw; // [gn, oc, oh, ow]
+                const float *dyn = dyb + (size_t)(i0 - j0) * d->oc * ohw; // [gn, oc, oh, ow]
                 const size_t tld = (size_t)gn * hw;
-                float *dxg = gdx + (size_t)i0 * chw, *out = gn > 1 ? stage : dxg;
+                float *dxg = gdx + (size_t)(i0 - j0) * chw, *out = gn > 1 ? stage : dxg;
                 if (im2col(&t, gn, dyn, ws, tkk, tld, s) != 0 ||
                     ddp_cuda_gemm_rm16_(0, 0, d->c, (int)tld, (int)tkk, 1.0f, wt, elem == 2,
                                         (int)tkk, ws, elem == 2, (int)tld, 0.0f, out,
@@ -760,7 +787,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                 }
             } else if (gdx) {
                 // dcol[ckk, ld] = w[oc, ckk]^T dyg[oc, ld], then col2im (direct: dx itself)
-                float *dxg = gdx + (size_t)i0 * chw;
+                float *dxg = gdx + (size_t)(i0 - j0) * chw;
                 float *dcol = direct ? dxg : col;
                 if (ddp_cuda_gemm_rm16_(1, 0, ckk, (int)ld, d->oc, 1.0f, wq, w16, ckk, dyq, b16,
                                         (int)ld, 0.0f, dcol, (int)ld) != 0)
@@ -773,6 +800,7 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                 }
             }
         }
+        if (gdx && dxa && ddp_bf16_convert_((size_t)jn * chw, gdx, dxa + x0) != 0) return -1;
     }
     return 0;
 }

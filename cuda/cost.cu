@@ -44,8 +44,9 @@ std::mutex g_mu;
 std::atomic<bool> g_any{false};
 bool g_on = false; // ddp_cuda_cost_record
 Log g_log;
-// ddp_cuda_cost_steps: the step running and the last complete one
-bool g_steps = false, g_in_step = false;
+// ddp_cuda_cost_steps: the step running and the last complete one; g_open:
+// a step's first phase was entered and its "end-of-step work" not yet
+bool g_steps = false, g_in_step = false, g_open = false;
 Log g_cur, g_last;
 long g_nsteps = 0;
 
@@ -139,7 +140,7 @@ void ddp_cuda_cost_steps(int on)
     g_steps = on != 0;
     g_cur.count = g_last.count = 0;
     g_nsteps = 0;
-    g_in_step = false;
+    g_in_step = g_open = false;
     g_any.store(g_on || g_steps, std::memory_order_relaxed);
 }
 
@@ -166,13 +167,23 @@ void ddp_cost_phase_(const char *range)
     std::lock_guard<std::mutex> lock(g_mu);
     if (!g_steps || !range || strncmp(range, "ddptrain ", 9) != 0) return;
     const char *phase = range + 9;
-    if (strcmp(phase, "forward") == 0 && g_cur.count) {
-        std::swap(g_cur, g_last);
-        g_cur.count = 0;
-        g_nsteps++;
+    // A step opens with its first data wait or forward and closes with its
+    // end-of-step work (or anything not a step's): the next batch's read and
+    // upload inside the optimizer's phase (trainer_prefetch) and a step's
+    // further micro-batches stay in the step
+    // (a bucket's collective range is neither)
+    bool step = false, other = false;
+    for (const char *s : kStep) step = step || strcmp(phase, s) == 0;
+    for (const char *s : kOther) other = other || strcmp(phase, s) == 0;
+    if (!g_open && (strcmp(phase, "data wait") == 0 || strcmp(phase, "forward") == 0)) {
+        if (g_cur.count) {
+            std::swap(g_cur, g_last);
+            g_cur.count = 0;
+            g_nsteps++;
+        }
+        g_open = true;
     }
-    for (const char *s : kStep)
-        if (strcmp(phase, s) == 0) g_in_step = true;
-    for (const char *s : kOther)
-        if (strcmp(phase, s) == 0) g_in_step = false;
+    if (other || strcmp(phase, "end-of-step work") == 0) g_open = false;
+    if (step) g_in_step = true;
+    if (other) g_in_step = false;
 }

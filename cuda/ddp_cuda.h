@@ -143,6 +143,12 @@ int ddp_cuda_params_written(const float *p, size_t count);
 // convolution reads (ddp_cuda_conv_acts_bf16): the conv and BatchNorm
 // launchers write and read it as bf16 (act16.h).  Forgotten when y is freed.
 int ddp_cuda_act_bf16(float *y, size_t count);
+// The gradient of such a convolution net's output: from now [g, g + 2 count
+// bytes) holds count bf16 values, which the convolution or BatchNorm
+// backward that computes it writes and the one that reads it as dy reads;
+// count 0: g holds fp32 again (the reader ran).  g is a gradient buffer of
+// the trainer's, reused for other layers' fp32 gradients after.
+int ddp_cuda_grad_bf16(float *g, size_t count);
 int ddp_cuda_event_create(ddp_cuda_event_t **e);
 int ddp_cuda_event_destroy(ddp_cuda_event_t *e);
 int ddp_cuda_event_record(ddp_cuda_event_t *e); /* on the compute stream */
@@ -261,10 +267,12 @@ void ddp_cuda_cost_record(int on);
 /* The log's entries (valid until the next ddp_cuda_cost_record(1)). */
 size_t ddp_cuda_cost_log(const ddp_cuda_cost_t **entries);
 /* Steps (DDP_CUDA_MODEL): with on, the operations of each training step
- * are kept apart, a step being what runs from one "ddptrain forward"
- * profiler range (ddp_cuda_range_start: the trainer's phases) to the next,
- * in the phases data wait, forward, backward, optimizer and end-of-step
- * work (not evaluation, checkpoints or start-up). */
+ * are kept apart, a step being what runs in the phases data wait, forward,
+ * backward, optimizer and end-of-step work (the profiler ranges of
+ * ddp_cuda_range_start: the trainer's phases; not evaluation, checkpoints
+ * or start-up) from its first data wait or forward to its end-of-step
+ * work: its micro-batches, and the next step's batch read and uploaded
+ * inside its optimizer phase, are one step. */
 void ddp_cuda_cost_steps(int on);
 /* The last complete step's entries, and how many steps have completed. */
 size_t ddp_cuda_cost_last_step(const ddp_cuda_cost_t **entries, long *steps);

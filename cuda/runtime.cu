@@ -301,6 +301,15 @@ int ddp_cuda_act_bf16(float *y, size_t count)
     return 0;
 }
 
+int ddp_cuda_grad_bf16(float *g, size_t count)
+{
+    if (not_bound("ddp_cuda_grad_bf16")) return -1;
+    if (count && !ddp_cuda_state_.bf16_gemm)
+        return DDP_FAIL("ddp_cuda_grad_bf16", "a bf16 gradient without --precision bf16");
+    ddp_bf16_act_set_(g, count);
+    return 0;
+}
+
 int ddp_cuda_params_written(const float *p, size_t count)
 {
     ddp_bf16_mirror_stale_(p, count * sizeof(float));

@@ -167,6 +167,12 @@ typedef struct compute_ops {
      * cuda backend through cuDNN: its convolutions' operands are bf16
      * already).  NULL: never (optional). */
     int (*conv_acts_bf16)(void);
+    /* With conv_acts_bf16: g, a gradient buffer of count values, holds the
+     * gradient of such an output kept in bf16 (count bf16 values), which
+     * conv_bwd writes as its dx and bn_bwd_data as its dx, and bn_bwd_stats,
+     * bn_bwd_data and conv_bwd read as their dy; count 0: g holds fp32
+     * again.  0 when done.  NULL: never (optional). */
+    int (*grad_bf16)(float *g, size_t count);
     /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
      * on the host thread and projects them onto the GPU work launched
      * inside): range_start opens a range named `name` and returns its id,
@@ -360,8 +366,8 @@ extern const compute_ops_t compute_cuda_ops;
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
  * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, act_bf16,
- * conv_input_bf16, conv_acts_bf16, xent_dense, mem_info, host_alloc, host_free, range_start,
- * range_end) is refused
+ * conv_input_bf16, conv_acts_bf16, grad_bf16, xent_dense, mem_info, host_alloc, host_free,
+ * range_start, range_end) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

@@ -181,6 +181,13 @@ static int cuda_conv_acts_bf16(void)
     return ddp_cuda_conv_acts_bf16();
 }
 
+static int cuda_grad_bf16(float *g, size_t count)
+{
+    int rc = ddp_cuda_grad_bf16(g, count);
+    cuda_rc_(rc);
+    return rc;
+}
+
 static int cuda_act_bf16(float *y, size_t count)
 {
     int rc = ddp_cuda_act_bf16(y, count);
@@ -496,6 +503,7 @@ const compute_ops_t compute_cuda_ops = {
     .act_bf16 = cuda_act_bf16,
     .conv_input_bf16 = cuda_conv_input_bf16,
     .conv_acts_bf16 = cuda_conv_acts_bf16,
+    .grad_bf16 = cuda_grad_bf16,
     .set_tf32 = ddp_cuda_set_tf32,
     .range_start = ddp_cuda_range_start,
     .range_end = ddp_cuda_range_end,

@@ -1213,6 +1213,7 @@ static void mark_backward_(model_t *m)
  * counts the layers waiting on buffer k. */
 typedef struct grad_slots {
     int live[3];
+    int bf16[3]; /* buffer k holds a gradient kept in bf16 (grad16_) */
 } grad_slots_t;
 
 /* A buffer no waiting layer holds. */
@@ -1256,12 +1257,34 @@ static int sums_in_relu_(const model_t *m, int i, int j)
     return J->kind == LAYER_RELU && !relu_in_below_(m, J) && J->gslot >= 0;
 }
 
+/* Whether layer i's gradient for its input is kept in bf16 (compute.h
+ * grad_bf16): where a convolution or BatchNorm computes it for an output
+ * kept in bf16 (model_out_bf16: a convolution net's), whose only reader it
+ * is, so no other gradient is summed into it. */
+static int grad16_(const model_t *m, const layer_t *L)
+{
+    return m->bf16_conv_acts && m->compute->grad_bf16 &&
+           (L->kind == LAYER_CONV || L->kind == LAYER_BN) && model_out_bf16(m, L->src);
+}
+
+/* Every gradient buffer holds fp32 again (also after a backward that
+ * failed half-way). */
+static void grads_fp32_(model_t *m, grad_slots_t *g)
+{
+    if (!m->bf16_conv_acts || !m->compute->grad_bf16) return;
+    for (int k = 0; k < m->ndact; k++) {
+        m->compute->grad_bf16(m->dact[k], 0);
+        g->bf16[k] = 0;
+    }
+}
+
 ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
 {
     const compute_ops_t *compute = m->compute;
     int n = ctx->n;
     float beta = ctx->grad_beta;
-    grad_slots_t g = {{0}};
+    grad_slots_t g = {{0}, {0}};
+    grads_fp32_(m, &g);
     for (int i = 0; i < m->nlayers; i++) m->layers[i].gslot = m->layers[i].gslot2 = -1;
     DDP_TRY(contribute_(m, &g, m->nlayers - 1, 0, 1, n)); /* the loss wrote dact[0] */
     for (int i = m->nlayers - 1; i >= 0; i--) {
@@ -1285,6 +1308,10 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
                             i);
         float *dx = w >= 0 ? m->dact[w] : NULL;
         size_t count = (size_t)n * act_numel(L->in);
+        if (dx && grad16_(m, L)) { /* written, and read by its reader, in bf16 */
+            compute->grad_bf16(dx, count);
+            g.bf16[w] = 1;
+        }
         switch (L->kind) {
         case LAYER_LINEAR:
             compute->linear_bwd(n, L->in.c, L->out.c, in, param_(m, L->weight), dy, dx,
@@ -1366,8 +1393,13 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             DDP_TRY(contribute_(m, &g, L->src, w, 1, n));
         }
         if (L->gslot2 >= 0) g.live[L->gslot2]--;
+        if (!pass && g.bf16[r]) { /* read: the buffer holds fp32 for the next writer */
+            compute->grad_bf16(m->dact[r], 0);
+            g.bf16[r] = 0;
+        }
         g.live[r]--;
         L->gslot = L->gslot2 = -1;
     }
+    grads_fp32_(m, &g);
     return DDP_OK;
 }

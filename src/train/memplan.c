@@ -282,9 +282,11 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
         /* a dense layer's fp32 product before it is written to an output
          * kept in bf16, where cuBLASLt cannot write it (cuda/linear.cu) */
         size_t epi = model_bf16_out_max(m, sh->batch);
-        /* with convolution nets' outputs among them, a convolution's input
-         * too, widened for a group cuDNN does not run (cuda/conv.cu) */
-        if (m->bf16_conv_acts) epi *= 2;
+        /* with convolution nets' outputs among them, for a group cuDNN does
+         * not run (cuda/conv.cu) a convolution's input widened and, in the
+         * backward, its output gradient widened and its input gradient in
+         * fp32 too */
+        if (m->bf16_conv_acts) epi *= 3;
         /* the column sums of the loss's gradient for a dense last layer
          * (cuda/loss.cu: at most 128 rows' groups) */
         size_t cols = model_dout_dense(m) ? (size_t)128 * m->outputs * sizeof(float) : 0;

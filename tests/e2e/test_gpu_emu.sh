@@ -174,10 +174,11 @@ for deck in d wide; do
 done
 # ... bf16 on convolution nets: a convolution's output (no bias) that only a
 # BatchNorm reads, and a BatchNorm's (or its fused ReLU's) that only a
-# convolution reads, are kept in bf16 (cuda/act16.h), written and read as
-# such by cuDNN and the BatchNorm kernels: the same weights after 10 steps,
-# bit for bit, as with them in fp32 (DDP_CUDA_CONV_ACTS=fp32: rounded for
-# and widened after each cuDNN call), for the residual network of (a) and
+# convolution reads, are kept in bf16 (cuda/act16.h), and so are their
+# gradients, written and read as such by cuDNN and the BatchNorm kernels:
+# the same weights after 10 steps, bit for bit, as with them in fp32
+# (DDP_CUDA_CONV_ACTS=fp32: rounded for and widened after each cuDNN call),
+# for the residual network of (a) and
 # for a CNN whose first convolution has a bias (its output stays fp32); in
 # effect: fewer widening passes in the model of the last step
 # (DDP_CUDA_MODEL; the deck without /val, so that the last step is a

@@ -7,8 +7,10 @@
 #     forward, each a cuBLASLt matmul with the bias in its epilogue, 2
 #     weight gradients, 1 input gradient: the first layer's is not
 #     computed; none of the evaluation's),
-#     dropout and BatchNorm rows, every launch declared; 1 step: the line
-#     saying no step completed, and no model;
+#     dropout and BatchNorm rows, every launch declared; with --accum 2
+#     and --log-every 1 the step's two micro-batches and one SGD (the next
+#     batch's upload inside its optimizer phase does not end it); 1 step:
+#     the line saying no step completed, and no model;
 #   - DDP_EMU_COST_CHECK=1 (emu_cost.cc: every kernel's and cuBLAS call's
 #     declared bytes against the device pages it touches, abort on a wrong
 #     or missing one): the trainer's steps with dropout, GELU, BatchNorm,
@@ -55,6 +57,14 @@ calls() { awk -v k="$1" '$1 == k { print $2 }' "$T/a.err"; }
 [ -z "$(calls 'bias_act_kernel<uint32_t>')" ] || { cat "$T/a.err"; fail "a pass adding the bias beside the forward's matmul"; }
 [ "$(calls dropout_k)" = 2 ] && [ "$(calls bn1d_stats_kernel)" = 1 ] && [ "$(calls sgd_mom_k)" = 1 ] ||
   { cat "$T/a.err"; fail "the step's dropout, BatchNorm or SGD launches are not 2, 1 and 1"; }
+# a step is all of its micro-batches (--accum 2: twice the GEMMs, one
+# SGD), and the next step's batch, read and uploaded inside its optimizer
+# phase (--log-every 1), does not cut it in two
+DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $mlp --steps 4 --accum 2 --log-every 1 --eval-every 0 \
+  --device cuda >"$T/a2.out" 2>"$T/a2.err" || { cat "$T/a2.out" "$T/a2.err"; fail "DDP_CUDA_MODEL=1 --accum 2 failed"; }
+calls2() { awk -v k="$1" '$1 == k { print $2 }' "$T/a2.err"; }
+[ "$(calls2 cublasSgemm)" = 6 ] && [ "$(calls2 cublasLtMatmul)" = 4 ] && [ "$(calls2 sgd_mom_k)" = 1 ] ||
+  { cat "$T/a2.err"; fail "--accum 2 --log-every 1: the modeled step is not two micro-batches and one SGD"; }
 DDP_CUDA_MODEL=1 "$EMU" "$T/d.h5" $mlp --steps 1 --eval-every 0 --device cuda >"$T/b.out" 2>"$T/b.err" ||
   { cat "$T/b.out" "$T/b.err"; fail "DDP_CUDA_MODEL=1 --steps 1 failed"; }
 grep -q "^# DDP_CUDA_MODEL: no training step completed" "$T/b.err" && ! grep -q "^# modeled step" "$T/b.err" ||

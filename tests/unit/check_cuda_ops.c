@@ -1711,12 +1711,14 @@ static uint16_t *bf16_of_(const float *v, size_t n, float **wide)
 
 /* Under bf16 GEMMs through cuDNN, a convolution's output that only a
  * BatchNorm reads and the BatchNorm's (fused ReLU) output that only a
- * convolution reads are kept in bf16 (ddp_cuda_act_bf16, act16.h): conv ->
- * BN + ReLU -> conv, forward and backward, gives the bits of the same
- * layers on fp32 outputs (the kept outputs the rounding of the fp32 ones;
- * the last output, every gradient and the BatchNorm's statistics the
- * same), with one rounding and one widening pass fewer in the forward.  A
- * 1x1 output runs the BatchNorm's hw = 1 kernels. */
+ * convolution reads are kept in bf16 (ddp_cuda_act_bf16, act16.h), and so
+ * their gradients (ddp_cuda_grad_bf16): conv -> BN + ReLU -> conv, forward
+ * and backward, gives the bits of the same layers on fp32 outputs and
+ * gradients (the kept ones the rounding of the fp32 ones; the last output,
+ * the weight gradients, the input's gradient and the BatchNorm's
+ * statistics the same), with one rounding and one widening pass fewer in
+ * the forward and in the backward.  A 1x1 output runs the BatchNorm's
+ * hw = 1 kernels. */
 START_TEST(bf16_act_conv_bn)
 {
     test_seed(139);
@@ -1745,11 +1747,11 @@ START_TEST(bf16_act_conv_bn)
                                ? ddp_cuda_conv_ws_bytes(&c1)
                                : ddp_cuda_conv_ws_bytes(&c2);
         void *ws = dput_(NULL, wsb);
-        /* [fp32 outputs, bf16][z, dx, dw1, dw2, dgamma, dbeta, h1, h2] */
-        float *r[2][8];
+        /* [fp32 outputs, bf16][z, dx, dw1, dw2, dgamma, dbeta, h1, h2, dh1, dh2] */
+        float *r[2][10];
         float *outs[6] = {z, dx, dw1, dw2, dg, db};
         const size_t cnt[6] = {nz, nx, nw1, nw2, nc, nc};
-        int rounds[2], widens[2];
+        int rounds[2][2], widens[2][2]; /* [case][forward, backward] */
         CU(ddp_cuda_set_bf16_gemm(1));
         ddp_cuda_dnn_enable(1);
         for (int a = 0; a < 2; a++) {
@@ -1763,14 +1765,23 @@ START_TEST(bf16_act_conv_bn)
             CU(ddp_cuda_bn_fwd(n, q[4], hw, h1, mean, inv, gam, bet, h2, 1, NULL));
             CU(ddp_cuda_conv_fwd(&c2, h2, w2, NULL, z, ws));
             CU(ddp_cuda_sync());
-            rounds[a] = logged_("to_bf16_kernel");
-            widens[a] = logged_prefix_("widen_kernel");
-            ddp_cuda_cost_record(0);
+            rounds[a][0] = logged_("to_bf16_kernel");
+            widens[a][0] = logged_prefix_("widen_kernel");
+            ddp_cuda_cost_record(1);
+            if (a) CU(ddp_cuda_grad_bf16(dh2, nh)), CU(ddp_cuda_grad_bf16(dh1, nh));
             CU(ddp_cuda_conv_bwd(&c2, h2, w2, dz, dh2, dw2, NULL, 0.0f, ws));
             CU(ddp_cuda_bn_bwd_stats(n, q[4], hw, h1, dh2, mean, inv, gst, dg, db, 0.0f, gam, bet));
             CU(ddp_cuda_bn_bwd_data(n, q[4], hw, h1, dh2, mean, inv, gam, gst, (double)n * hw, dh1,
                                     bet));
             CU(ddp_cuda_conv_bwd(&c1, x, w1, dh1, dx, dw1, NULL, 0.0f, ws));
+            CU(ddp_cuda_sync());
+            rounds[a][1] = logged_("to_bf16_kernel");
+            widens[a][1] = logged_prefix_("widen_kernel");
+            ddp_cuda_cost_record(0);
+            r[a][8] = hnew_(nh * 4), r[a][9] = hnew_(nh * 4);
+            dget_(r[a][8], dh1, nh * (a ? 2 : 4));
+            dget_(r[a][9], dh2, nh * (a ? 2 : 4));
+            if (a) CU(ddp_cuda_grad_bf16(dh2, 0)), CU(ddp_cuda_grad_bf16(dh1, 0));
             for (int k = 0; k < 6; k++) {
                 r[a][k] = hnew_(cnt[k] * 4);
                 dget_(r[a][k], outs[k], cnt[k] * 4);
@@ -1782,24 +1793,27 @@ START_TEST(bf16_act_conv_bn)
         }
         CU(ddp_cuda_set_bf16_gemm(0));
         char what[96];
-        static const char *const names[8] = {"z", "dx", "dw1", "dw2", "dgamma", "dbeta", "h1", "h2"};
+        static const char *const names[10] = {"z",      "dx",    "dw1", "dw2", "dgamma",
+                                              "dbeta", "h1",    "h2",  "dh1", "dh2"};
         for (int k = 0; k < 6; k++) {
             snprintf(what, sizeof what, "conv-BN-conv (%d) outputs in bf16: %s", (int)t, names[k]);
             same_bits_by_(what, r[1][k], r[0][k], cnt[k], 4, "with fp32 outputs");
         }
         uint16_t *want = hnew_(nh * 2);
-        for (int k = 6; k < 8; k++) {
+        for (int k = 6; k < 10; k++) {
             for (size_t i = 0; i < nh; i++) want[i] = ddp_f32_to_bf16(r[0][k][i]);
             snprintf(what, sizeof what, "conv-BN-conv (%d) outputs in bf16: %s", (int)t, names[k]);
             same_bits_by_(what, r[1][k], want, nh, 2, "the fp32 output rounded");
         }
-        ck_assert_msg(rounds[1] == rounds[0] - 1 && widens[1] == widens[0] - 1,
-                      "conv-BN-conv (%d) forward: %d roundings and %d widenings with bf16 "
-                      "outputs, %d and %d without",
-                      (int)t, rounds[1], widens[1], rounds[0], widens[0]);
+        for (int p = 0; p < 2; p++)
+            ck_assert_msg(rounds[1][p] == rounds[0][p] - 1 && widens[1][p] == widens[0][p] - 1,
+                          "conv-BN-conv (%d) %s: %d roundings and %d widenings with bf16 "
+                          "outputs, %d and %d without",
+                          (int)t, p ? "backward" : "forward", rounds[1][p], widens[1][p],
+                          rounds[0][p], widens[0][p]);
         free(want);
         for (int a = 0; a < 2; a++)
-            for (int k = 0; k < 8; k++) free(r[a][k]);
+            for (int k = 0; k < 10; k++) free(r[a][k]);
         void *dev[] = {x,  w1,   w2,  gam, bet, dz, z,  dh2, dh1, dx,
                        dw1, dw2, dg,  db,  mean, inv, rm, rv,  st,  gst, ws};
         for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
@@ -1809,18 +1823,20 @@ START_TEST(bf16_act_conv_bn)
 END_TEST
 
 /* The same where cuDNN runs no pass (disabled): a convolution's input and
- * output kept in bf16 take the im2col path through fp32 scratch (the input
- * widened, the output rounded into place), one group of cuDNN's at a time:
- * the output the rounding of the fp32 path's on the same input values, the
- * gradients its bits.  The second shape spans three groups (2^18 output
- * pixels each, two samples). */
+ * output kept in bf16, and their gradients, take the im2col path through
+ * fp32 scratch (the input and output gradient widened, the output and
+ * input gradient rounded into place), one group of cuDNN's at a time: the
+ * output and input gradient the rounding of the fp32 path's on the same
+ * input values, the weight gradient its bits.  The second shape spans
+ * three groups (2^18 output pixels each, two samples). */
 static void bf16_act_im2col_case_(int n, int c, int h, int w, int oc)
 {
     ddp_cuda_conv_t d = {n, c, h, w, oc, 3, 1, 1, h, w};
     const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * oc * h * w, nw = (size_t)oc * c * 9;
     float *hx = test_fvec(nx, 1.0f), *hwt = test_fvec(nw, 0.5f), *hdy = test_fvec(ny, 1.0f), *hxw;
-    uint16_t *hx16 = bf16_of_(hx, nx, &hxw);
-    float *wt = dput_(hwt, nw * 4), *dy = dput_(hdy, ny * 4), *dx = dput_(NULL, nx * 4);
+    float *hdyw;
+    uint16_t *hx16 = bf16_of_(hx, nx, &hxw), *hdy16 = bf16_of_(hdy, ny, &hdyw);
+    float *wt = dput_(hwt, nw * 4), *dx = dput_(NULL, nx * 4);
     float *dw = dput_(NULL, nw * 4), *ws = dput_(NULL, ddp_cuda_conv_ws_bytes(&d));
     float *r[2][3];
     CU(ddp_cuda_set_bf16_gemm(1));
@@ -1828,31 +1844,35 @@ static void bf16_act_im2col_case_(int n, int c, int h, int w, int oc)
     for (int a = 0; a < 2; a++) {
         float *x = dput_(a ? (const void *)hx16 : hxw, nx * (a ? 2 : 4));
         float *y = dput_(NULL, ny * (a ? 2 : 4));
+        float *dy = dput_(a ? (const void *)hdy16 : hdyw, ny * (a ? 2 : 4));
         if (a) CU(ddp_cuda_act_bf16(x, nx)), CU(ddp_cuda_act_bf16(y, ny));
+        if (a) CU(ddp_cuda_grad_bf16(dy, ny)), CU(ddp_cuda_grad_bf16(dx, nx));
         CU(ddp_cuda_conv_fwd(&d, x, wt, NULL, y, ws));
         CU(ddp_cuda_conv_bwd(&d, x, wt, dy, dx, dw, NULL, 0.0f, ws));
         r[a][0] = hnew_(ny * 4), r[a][1] = hnew_(nx * 4), r[a][2] = hnew_(nw * 4);
         dget_(r[a][0], y, ny * (a ? 2 : 4));
-        dget_(r[a][1], dx, nx * 4);
+        dget_(r[a][1], dx, nx * (a ? 2 : 4));
         dget_(r[a][2], dw, nw * 4);
-        dfree_(x), dfree_(y);
+        if (a) CU(ddp_cuda_grad_bf16(dx, 0));
+        dfree_(x), dfree_(y), dfree_(dy);
     }
     ddp_cuda_dnn_enable(1);
     CU(ddp_cuda_set_bf16_gemm(0));
-    uint16_t *want = hnew_(ny * 2);
+    uint16_t *want = hnew_((ny > nx ? ny : nx) * 2);
     for (size_t i = 0; i < ny; i++) want[i] = ddp_f32_to_bf16(r[0][0][i]);
     char what[96];
     snprintf(what, sizeof what, "im2col conv %dx%d, bf16 input and output: y", h, w);
     same_bits_by_(what, r[1][0], want, ny, 2, "the fp32 output rounded");
+    for (size_t i = 0; i < nx; i++) want[i] = ddp_f32_to_bf16(r[0][1][i]);
     snprintf(what, sizeof what, "im2col conv %dx%d, bf16 input and output: dx", h, w);
-    same_bits_by_(what, r[1][1], r[0][1], nx, 4, "fp32's");
+    same_bits_by_(what, r[1][1], want, nx, 2, "the fp32 gradient rounded");
     snprintf(what, sizeof what, "im2col conv %dx%d, bf16 input and output: dw", h, w);
     same_bits_by_(what, r[1][2], r[0][2], nw, 4, "fp32's");
     free(want);
     for (int a = 0; a < 2; a++)
         for (int k = 0; k < 3; k++) free(r[a][k]);
-    dfree_(wt), dfree_(dy), dfree_(dx), dfree_(dw), dfree_(ws);
-    free(hx), free(hwt), free(hdy), free(hx16), free(hxw);
+    dfree_(wt), dfree_(dx), dfree_(dw), dfree_(ws);
+    free(hx), free(hwt), free(hdy), free(hx16), free(hxw), free(hdy16), free(hdyw);
 }
 
 START_TEST(bf16_act_conv_im2col)
