@@ -3,6 +3,7 @@
 // its backward.
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_map>
 #include <vector>
 
 #include "bf16.h"
@@ -51,8 +52,10 @@ Mirror g_mirror;
 // The loss's gradient kept for the next dense backward (dy NULL: none).
 ddp_bf16_dy g_dy = {};
 
-// Layer outputs kept in bf16 only: their addresses and counts.
-std::vector<std::pair<const void *, size_t>> g_acts;
+// Layer outputs kept in bf16 only, and the gradient buffers holding bf16
+// gradients now: their addresses and counts (looked up by the layers'
+// launchers, several times a layer).
+std::unordered_map<const void *, size_t> g_acts;
 
 // [a, b) into fresh, merged with what it meets.
 void fresh_add_(size_t a, size_t b)
@@ -249,36 +252,22 @@ int ddp_bf16_dy_take_(const float *dy, int n, int out, ddp_bf16_dy *got)
     return 1;
 }
 
-namespace
-{
-void unlist_(const void *p)
-{
-    for (size_t i = 0; i < g_acts.size(); i++)
-        if (g_acts[i].first == p) {
-            g_acts.erase(g_acts.begin() + (long)i);
-            return;
-        }
-}
-} // namespace
-
 void ddp_bf16_act_set_(const void *y, size_t count)
 {
-    unlist_(y);
-    if (y && count) g_acts.emplace_back(y, count);
+    g_acts.erase(y);
+    if (y && count) g_acts[y] = count;
 }
 
 const uint16_t *ddp_bf16_act_at_(const void *p)
 {
     if (!p || !ddp_cuda_state_.bf16_gemm) return nullptr;
-    for (const auto &a : g_acts)
-        if (a.first == p) return (const uint16_t *)p;
-    return nullptr;
+    return g_acts.count(p) ? (const uint16_t *)p : nullptr;
 }
 
 void ddp_bf16_act_drop_(const void *p)
 {
     if (g_dy.dy == p) g_dy = ddp_bf16_dy{};
-    unlist_(p);
+    g_acts.erase(p);
 }
 
 void ddp_bf16_memo_forget_(void)
@@ -343,4 +332,5 @@ void ddp_bf16_release_(void)
     if (g_mirror.h) cudaFree(g_mirror.h);
     g_mirror = Mirror{};
     g_dy = ddp_bf16_dy{};
+    g_acts.clear();
 }

@@ -253,6 +253,22 @@ const ddp_dnn_plan *ddp_dnn_plan_(enum ddp_dnn_pass pass, const ddp_cuda_conv_t 
     return p.ok ? &p : nullptr;
 }
 
+// A call cuDNN refused for this shape or these pointers, which the caller
+// runs as im2col + GEMM instead: NOT_SUPPORTED and BAD_PARAM as cuDNN 8 says
+// them; cuDNN 9 also says why (CUDNN_STATUS_CATEGORY: 3002 a shape it does
+// not support, 2003 a pointer not aligned for its kernel, 2006 too little
+// workspace).  Any other status is a failure.
+static bool refused_(cudnnStatus_t st)
+{
+#ifdef CUDNN_STATUS_CATEGORY
+    if (CUDNN_STATUS_CATEGORY((int)st) == CUDNN_STATUS_NOT_SUPPORTED ||
+        st == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER ||
+        st == CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT)
+        return true;
+#endif
+    return st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM;
+}
+
 int ddp_dnn_run_(const ddp_dnn_plan *cp, const void *a, const void *b, void *out, float beta,
                  void *ws)
 {
@@ -290,7 +306,7 @@ int ddp_dnn_run_(const ddp_dnn_plan *cp, const void *a, const void *b, void *out
         st = g_api.filter(g_handle, &one, p.x, a, p.y, b, p.cv,
                           (cudnnConvolutionBwdFilterAlgo_t)p.algo, ws, p.ws, &beta, p.f, out);
     }
-    if (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM) {
+    if (refused_(st)) {
         free_(p); // refused at the call: this shape runs apart from now on
         return 0;
     }

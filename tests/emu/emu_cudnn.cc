@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cudnn.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
@@ -215,13 +216,26 @@ size_t filter1_ws(const Shape &s)
 
 } // namespace
 
+// What an injected failure of a pass returns: DDP_EMU_CUDNN_STATUS's code,
+// else EXECUTION_FAILED.
+static cudnnStatus_t injected_status()
+{
+    const char *e = getenv("DDP_EMU_CUDNN_STATUS");
+    return e && *e ? (cudnnStatus_t)atoi(e) : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
 extern "C" const char *cudnnGetErrorString(cudnnStatus_t status)
 {
     switch (status) {
     case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
     case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
     case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_BAD_PARAM_NULL_POINTER: return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
+    case CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER:
+        return "CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER";
+    case CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT: return "CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT";
     case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_NOT_SUPPORTED_SHAPE: return "CUDNN_STATUS_NOT_SUPPORTED_SHAPE";
     case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
     case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
     }
@@ -441,7 +455,7 @@ extern "C" cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const voi
     st = pass_check(call, s, need, workSpace, workSpaceSizeInBytes, alpha, beta, x, "x", x_count(s),
                     w, "w", w_count(s), y, "y", y_count(s));
     if (st) return st;
-    if (inject) return CUDNN_STATUS_EXECUTION_FAILED;
+    if (inject) return injected_status();
     g_last_algo[0] = algo;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     submit(handle->stream, device_op(call, "", 0, [=]() {
@@ -479,7 +493,7 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardData(
     st = pass_check(call, s, 0, workSpace, workSpaceSizeInBytes, alpha, beta, w, "w", w_count(s),
                     dy, "dy", y_count(s), dx, "dx", x_count(s));
     if (st) return st;
-    if (inject) return CUDNN_STATUS_EXECUTION_FAILED;
+    if (inject) return injected_status();
     g_last_algo[1] = algo;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     submit(handle->stream, device_op(call, "", 0, [=]() {
@@ -523,7 +537,7 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardFilter(
     st = pass_check(call, s, need, workSpace, workSpaceSizeInBytes, alpha, beta, x, "x", x_count(s),
                     dy, "dy", y_count(s), dw, "dw", w_count(s));
     if (st) return st;
-    if (inject) return CUDNN_STATUS_EXECUTION_FAILED;
+    if (inject) return injected_status();
     g_last_algo[2] = algo;
     const float al = *(const float *)alpha, be = *(const float *)beta;
     submit(

@@ -1119,17 +1119,40 @@ START_TEST(conv_cudnn_bf16)
                               d.k, d.stride, names[k], i, r[1][k][i], r[0][k][i], mag[k][i]);
         same_bits_by_("bf16 conv db", r[1][3], r[0][3], nb, 4, "im2col");
 #if EMU
-        /* a failed call: the backend's failure, naming it */
-        ddp_cuda_dnn_forget();
-        setenv("DDP_EMU_FAIL", "cudnnConvolutionBackwardData:1", 1);
-        ddp_emu_reload_env();
-        ck_assert_int_ne(ddp_cuda_conv_bwd(&g, x, w, dy, dx, dw, db, 0.0f, ws), 0);
-        ck_assert_msg(strstr(ddp_cuda_last_error(), "cudnnConvolutionBackwardData"), "%s",
-                      ddp_cuda_last_error());
+        /* a call cuDNN refuses as cuDNN 9 says it (3002 NOT_SUPPORTED_SHAPE,
+         * 2003 BAD_PARAM_MISALIGNED_POINTER): that pass runs as im2col +
+         * GEMM, with im2col's bits */
+        static const char *const refusals[] = {"3002", "2003"};
+        float *got = hnew_(nx * 4);
+        for (int e = 0; e < 2; e++) {
+            ddp_cuda_dnn_forget();
+            setenv("DDP_EMU_CUDNN_STATUS", refusals[e], 1);
+            setenv("DDP_EMU_FAIL", "cudnnConvolutionBackwardData:1", 1);
+            ddp_emu_reload_env();
+            CU(ddp_cuda_conv_bwd(&g, x, w, dy, dx, dw, db, 0.0f, ws));
+            dget_(got, dx, nx * 4);
+            snprintf(what, sizeof what, "bf16 conv k=%d, cuDNN's dx refused (%s)", d.k,
+                     refusals[e]);
+            same_bits_by_(what, got, r[0][1], nx, 4, "im2col");
+        }
+        free(got);
+        /* a failed call (EXECUTION_FAILED, or another BAD_PARAM such as a
+         * NULL pointer): the backend's failure, naming it */
+        static const char *const failures[] = {"", "2002"};
+        for (int e = 0; e < 2; e++) {
+            ddp_cuda_dnn_forget();
+            setenv("DDP_EMU_CUDNN_STATUS", failures[e], 1);
+            setenv("DDP_EMU_FAIL", "cudnnConvolutionBackwardData:1", 1);
+            ddp_emu_reload_env();
+            ck_assert_int_ne(ddp_cuda_conv_bwd(&g, x, w, dy, dx, dw, db, 0.0f, ws), 0);
+            ck_assert_msg(strstr(ddp_cuda_last_error(), "cudnnConvolutionBackwardData"), "%s",
+                          ddp_cuda_last_error());
+            ddp_cuda_sync();
+            ddp_cuda_clear_error();
+        }
+        unsetenv("DDP_EMU_CUDNN_STATUS");
         unsetenv("DDP_EMU_FAIL");
         ddp_emu_reload_env();
-        ddp_cuda_sync();
-        ddp_cuda_clear_error();
 #endif
         CU(ddp_cuda_set_bf16_gemm(0));
         float *dev[] = {x, w, b, dy, y, dx, dw, db};

@@ -35,7 +35,10 @@
  * allocation (EXECUTION_FAILED with a line on stderr).  The work is an
  * operation of the handle's stream.  DDP_EMU_FAIL=<function>:N makes the
  * N-th call of cudnnCreate (INTERNAL_ERROR), a heuristic (no algorithm
- * returned) or a pass (EXECUTION_FAILED) fail. */
+ * returned) or a pass (EXECUTION_FAILED, or the status DDP_EMU_CUDNN_STATUS
+ * names in the environment: cuDNN 9's detailed codes, such as 3002
+ * NOT_SUPPORTED_SHAPE or 2003 BAD_PARAM_MISALIGNED_POINTER, whose category
+ * CUDNN_STATUS_CATEGORY gives) fail. */
 #ifndef DDP_EMU_CUDNN_H
 #define DDP_EMU_CUDNN_H
 
@@ -56,10 +59,15 @@ typedef enum {
     CUDNN_STATUS_SUCCESS = 0,
     CUDNN_STATUS_NOT_INITIALIZED = 1001,
     CUDNN_STATUS_BAD_PARAM = 2000,
+    CUDNN_STATUS_BAD_PARAM_NULL_POINTER = 2002,
+    CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER = 2003,
+    CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT = 2006,
     CUDNN_STATUS_NOT_SUPPORTED = 3000,
+    CUDNN_STATUS_NOT_SUPPORTED_SHAPE = 3002,
     CUDNN_STATUS_INTERNAL_ERROR = 4000,
     CUDNN_STATUS_EXECUTION_FAILED = 5000
 } cudnnStatus_t;
+#define CUDNN_STATUS_CATEGORY(full_error_code) ((full_error_code) / 1000 * 1000)
 
 typedef enum { CUDNN_DATA_FLOAT = 0, CUDNN_DATA_BFLOAT16 = 9 } cudnnDataType_t;
 typedef enum {
