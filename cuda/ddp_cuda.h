@@ -239,6 +239,10 @@ int ddp_cuda_adamw_step(size_t count, float *p, const float *g, float *m, float 
                         float beta1, float beta2, float eps, float wd, int64_t t);
 /* Results to the host (they wait for the work before them). */
 int ddp_cuda_sumsq(size_t count, const float *x, double *host_result);
+/* host_result[i] = the sumsq of x[i][0, count[i]) for i < n, the same bits
+ * as ddp_cuda_sumsq of each, with one wait for the device for all of them
+ * (the gradient norm's pieces, --clip-grad-norm). */
+int ddp_cuda_sumsq_many(int n, const float *const *x, const size_t *count, double *host_result);
 int ddp_cuda_all_finite(size_t count, const float *x, int *host_result);
 
 /* ---- what the device operations cost (cost.cu) ------------------------- */

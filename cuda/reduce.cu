@@ -1,6 +1,7 @@
 // reduce.cu -- the reduction launchers of ddp_cuda.h: sumsq (the squared
-// norm for --clip-grad-norm, in double) and all_finite (the non-finite
-// guard), both returning to the host.
+// norm for --clip-grad-norm, in double; sumsq_many: many of them, one wait
+// for the device) and all_finite (the non-finite guard), both returning to
+// the host.
 //
 // sumsq is deterministic without atomics: a first pass of
 // ddp_blocks_for(count) blocks, each thread summing (double)x^2 over its
@@ -29,6 +30,10 @@ namespace
 double *partials_ = nullptr;
 int *flag_ = nullptr;
 int scratch_device_ = -1;
+// sumsq_many's results on the device: results_cap_ doubles (grown; the old
+// array freed after the work that used it, the stream synchronized)
+double *results_ = nullptr;
+int results_cap_ = 0;
 constexpr size_t kMaxBlocks = 4096; // ddp_blocks_for's cap
 
 int scratch()
@@ -36,6 +41,8 @@ int scratch()
     if (scratch_device_ != ddp_cuda_state_.device) {
         partials_ = nullptr;
         flag_ = nullptr;
+        results_ = nullptr;
+        results_cap_ = 0;
         scratch_device_ = ddp_cuda_state_.device;
     }
     if (!partials_) DDP_CU(cudaMalloc((void **)&partials_, (kMaxBlocks + 1) * sizeof(double)));
@@ -71,6 +78,20 @@ __global__ void all_finite_k(size_t count, const float *x, int *bad)
         if (!isfinite(x[i])) *bad = 1;
 }
 
+// The sum of x[0, count) squared into *out on the device (count > 0).
+int sumsq_into(size_t count, const float *x, double *out)
+{
+    cudaStream_t st = ddp_cuda_state_.stream;
+    const unsigned blocks = ddp_blocks_for(count);
+    DDP_COST(4.0 * count, 8.0 * blocks, 2.0 * count);
+    DDP_LAUNCH(sumsq_k, blocks, kDdpThreads, st, count, x, partials_);
+    DDP_CU_LAUNCHED();
+    DDP_COST(8.0 * blocks, 8, (double)blocks);
+    DDP_LAUNCH(sum_partials_k, 1, kDdpThreads, st, blocks, (const double *)partials_, out);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
 } // namespace
 
 extern "C" int ddp_cuda_sumsq(size_t count, const float *x, double *host_result)
@@ -81,19 +102,47 @@ extern "C" int ddp_cuda_sumsq(size_t count, const float *x, double *host_result)
         DDP_CU(cudaStreamSynchronize(st));
         return 0;
     }
-    if (scratch()) return -1;
-    const unsigned blocks = ddp_blocks_for(count);
-    DDP_COST(4.0 * count, 8.0 * blocks, 2.0 * count);
-    DDP_LAUNCH(sumsq_k, blocks, kDdpThreads, st, count, x, partials_);
-    DDP_CU_LAUNCHED();
-    DDP_COST(8.0 * blocks, 8, (double)blocks);
-    DDP_LAUNCH(sum_partials_k, 1, kDdpThreads, st, blocks, (const double *)partials_,
-               partials_ + kMaxBlocks);
-    DDP_CU_LAUNCHED();
+    if (scratch() || sumsq_into(count, x, partials_ + kMaxBlocks) != 0) return -1;
     double r;
     DDP_CU(cudaMemcpyAsync(&r, partials_ + kMaxBlocks, sizeof r, cudaMemcpyDeviceToHost, st));
     DDP_CU(cudaStreamSynchronize(st));
     *host_result = r;
+    return 0;
+}
+
+extern "C" int ddp_cuda_sumsq_many(int n, const float *const *x, const size_t *count,
+                                   double *host_result)
+{
+    cudaStream_t st = ddp_cuda_state_.stream;
+    for (int i = 0; i < n; i++) host_result[i] = 0;
+    if (scratch()) return -1;
+    if (n > results_cap_) {
+        if (results_) {
+            DDP_CU(cudaStreamSynchronize(st)); // the old array's last reader
+            DDP_CU(cudaFree(results_));
+            results_ = nullptr;
+            results_cap_ = 0;
+        }
+        DDP_CU(cudaMalloc((void **)&results_, (size_t)n * sizeof(double)));
+        results_cap_ = n;
+    }
+    int k = 0; // results written on the device, in order: pieces of count 0 are 0
+    for (int i = 0; i < n; i++)
+        if (count[i] > 0 && sumsq_into(count[i], x[i], results_ + k++) != 0) return -1;
+    double *got = k ? (double *)malloc((size_t)k * sizeof(double)) : nullptr;
+    if (k && !got)
+        return ddp_cuda_fail_("ddp_cuda_sumsq_many", __FILE__, __LINE__, "out of host memory");
+    // one wait for all of them (got freed on every path)
+    const char *call = "cudaMemcpyAsync";
+    cudaError_t e = k ? cudaMemcpyAsync(got, results_, (size_t)k * sizeof(double),
+                                        cudaMemcpyDeviceToHost, st)
+                      : cudaSuccess;
+    if (e == cudaSuccess) call = "cudaStreamSynchronize", e = cudaStreamSynchronize(st);
+    for (int i = 0, j = 0; i < n && e == cudaSuccess; i++)
+        if (count[i] > 0) host_result[i] = got[j++];
+    free(got);
+    if (e != cudaSuccess)
+        return ddp_cuda_fail_(call, __FILE__, __LINE__, cudaGetErrorString(e));
     return 0;
 }
 

@@ -347,6 +347,10 @@ typedef struct compute_ops {
     /* ---- reductions and helpers ----------------------------------------- */
     void (*scale)(size_t count, float *x, float alpha);
     double (*sumsq)(size_t count, const float *x); /* returns to the host */
+    /* out[i] = sumsq(count[i], x[i]) for i < n, the same values, with one
+     * wait for the device for all of them (the gradient norm's pieces).
+     * NULL: sumsq one at a time (optional). */
+    void (*sumsq_many)(int n, const float *const *x, const size_t *count, double *out);
     int (*all_finite)(size_t count, const float *x);
     /* 16-bit casts for gradient compression: bf16 (round to nearest even)
      * when bf16 != 0, IEEE fp16 otherwise. */
@@ -366,8 +370,8 @@ extern const compute_ops_t compute_cuda_ops;
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
  * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, act_bf16,
- * conv_input_bf16, conv_acts_bf16, grad_bf16, xent_dense, mem_info, host_alloc, host_free,
- * range_start, range_end) is refused
+ * conv_input_bf16, conv_acts_bf16, grad_bf16, sumsq_many, xent_dense, mem_info, host_alloc,
+ * host_free, range_start, range_end) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

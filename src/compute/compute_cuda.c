@@ -472,6 +472,13 @@ static double cuda_sumsq(size_t count, const float *x)
     return rc == 0 ? r : NAN;
 }
 
+static void cuda_sumsq_many(int n, const float *const *x, const size_t *count, double *out)
+{
+    int rc;
+    DEVICE_WAIT(rc = ddp_cuda_sumsq_many(n, x, count, out));
+    for (int i = 0; rc != 0 && i < n; i++) out[i] = NAN;
+}
+
 static int cuda_all_finite(size_t count, const float *x)
 {
     int r = 0;
@@ -555,6 +562,7 @@ const compute_ops_t compute_cuda_ops = {
     .adamw_step = cuda_adamw_step,
     .scale = cuda_scale,
     .sumsq = cuda_sumsq,
+    .sumsq_many = cuda_sumsq_many,
     .all_finite = cuda_all_finite,
     .to_half = cuda_to_half,
     .from_half = cuda_from_half,

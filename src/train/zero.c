@@ -81,27 +81,42 @@ ddp_status_t zero_grad_norm(const zero_plan_t *z, const model_t *m, control_t *c
     size_t npieces = (size_t)m->nbuckets * (size_t)W;
     double *piece = calloc(npieces + 1, sizeof *piece);
     double *mine = calloc((size_t)m->nbuckets + 1, sizeof *mine);
-    ddp_status_t s = piece && mine ? DDP_OK
-                                   : ddp_fail(DDP_ERR_NOMEM, "out of memory for the gradient norm");
+    /* this rank's pieces: their gradients, counts and places in piece or
+     * mine, summed on the device with one wait where the backend can */
+    const float **gs = calloc(npieces + 1, sizeof *gs);
+    size_t *ns = calloc(npieces + 1, sizeof *ns);
+    double *vals = calloc(npieces + 1, sizeof *vals);
+    double **dst = calloc(npieces + 1, sizeof *dst);
+    ddp_status_t s = piece && mine && gs && ns && vals && dst
+                         ? DDP_OK
+                         : ddp_fail(DDP_ERR_NOMEM, "out of memory for the gradient norm");
     if (sharded) s = control_agree(ctl, s);
-    if (s != DDP_OK) {
-        free(piece);
-        free(mine);
-        return s;
-    }
-    for (int b = 0; b < m->nbuckets; b++) {
+    int k = 0;
+    for (int b = 0; b < m->nbuckets && s == DDP_OK; b++) {
         const bucket_t *B = &m->buckets[b];
         for (int r = 0; r < W; r++) {
             if (sharded && r != z->rank) continue;
             size_t first, n;
             comm_block(B->count, W, r, &first, &n);
-            const float *g = sharded ? zero_block_grads(z, m, b) : model_bucket_grads(m, b) + first;
-            double v = n ? compute->sumsq(n, g) : 0;
-            if (sharded)
-                mine[b] = v;
-            else
-                piece[(size_t)r * (size_t)m->nbuckets + (size_t)b] = v;
+            gs[k] = sharded ? zero_block_grads(z, m, b) : model_bucket_grads(m, b) + first;
+            ns[k] = n;
+            dst[k++] = sharded ? &mine[b] : &piece[(size_t)r * (size_t)m->nbuckets + (size_t)b];
         }
+    }
+    if (s == DDP_OK && compute->sumsq_many)
+        compute->sumsq_many(k, gs, ns, vals);
+    else
+        for (int i = 0; i < k && s == DDP_OK; i++)
+            vals[i] = ns[i] ? compute->sumsq(ns[i], gs[i]) : 0;
+    for (int i = 0; i < k && s == DDP_OK; i++) *dst[i] = vals[i];
+    free(gs);
+    free(ns);
+    free(vals);
+    free(dst);
+    if (s != DDP_OK) {
+        free(piece);
+        free(mine);
+        return s;
     }
     if (sharded) {
         comm_desc_t d = {"gradient-norm", -1, -1};

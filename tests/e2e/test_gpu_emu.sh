@@ -42,6 +42,7 @@
 #      every range closed;
 #  (l) the host keeps ahead of the GPU: 8 more steps add no host wait that
 #      leaves the emulated GPU idle (DDP_EMU_DRAIN_REPORT), np=1 and np=2;
+#      with --clip-grad-norm over 2 buckets, one each a step (the norm);
 #      the non-finite guard, reading each step's losses one step late,
 #      names the step and sample on cuda; --diagnose's step times include
 #      each step's own device work;
@@ -320,6 +321,17 @@ for np in 1 2; do
     { cat "$T/ahead-$np-12.log"; fail "np=$np: 8 more steps left the GPU idle $a -> $b times"; }
   echo "np=$np: host waits that left the GPU idle, 4 steps and 12: $a and $b"
 done
+# --clip-grad-norm needs the gradient norm on the host before the optimizer:
+# one wait a step, however many buckets (2 here) its pieces come from
+# (sumsq_many), not one a piece
+for n in 4 12; do
+  run "clip-$n" 1 "$EMU" "$T/d.h5" $mlp --batch 8 --steps $n --device cuda --log-every 0 \
+    --clip-grad-norm 1 --bucket-cap-mb 0.001 --first-bucket-mb 0.001
+done
+grep -q "buckets      2:" "$T/clip-4.log" || { cat "$T/clip-4.log"; fail "clip: not 2 buckets"; }
+a=$(drains "$T/clip-4.log") b=$(drains "$T/clip-12.log")
+[ -n "$a" ] && [ -n "$b" ] && [ $((b - a)) -eq 8 ] ||
+  { cat "$T/clip-12.log"; fail "--clip-grad-norm: 8 more steps left the GPU idle $a -> $b times, not 8 more"; }
 unset DDP_EMU_DRAIN_REPORT
 "$EMU" "$T/d.h5" $mlp --batch 8 --steps 10 --device cuda --log-every 0 --inject nan:0:5 \
   >"$T/nan.out" 2>"$T/nan.err"

@@ -509,6 +509,38 @@ START_TEST(sumsq_deterministic)
 }
 END_TEST
 
+/* Many sums of squares with one wait (the gradient norm's pieces,
+ * ddp_cuda_sumsq_many): each the bits of ddp_cuda_sumsq of its piece, a
+ * piece of 0 values 0, in any order of sizes; then more pieces than
+ * before (its device array grows). */
+START_TEST(sumsq_many_bits)
+{
+    test_seed(66);
+    const size_t sizes[] = {PASS + 1, 0, 1, 3 * PASS + 5, 256, 0, 255};
+    enum { N = sizeof sizes / sizeof *sizes };
+    float *h[N], *d[N];
+    double want[N], got[2 * N];
+    for (int i = 0; i < N; i++) {
+        h[i] = test_fvec(sizes[i], 3.0f);
+        d[i] = dput_(h[i], sizes[i] * 4);
+        CU(ddp_cuda_sumsq(sizes[i], d[i], &want[i]));
+    }
+    for (int round = 0; round < 2; round++) { /* N pieces, then 2N (the first N twice) */
+        const int n = round ? 2 * N : N;
+        const float *x[2 * N];
+        size_t count[2 * N];
+        for (int i = 0; i < n; i++) x[i] = d[i % N], count[i] = sizes[i % N];
+        for (int i = 0; i < n; i++) got[i] = -1;
+        CU(ddp_cuda_sumsq_many(n, x, count, got));
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(memcmp(&got[i], &want[i % N], sizeof got[i]) == 0,
+                          "sumsq_many piece %d of %d (%zu values): %.17g, sumsq %.17g", i, n,
+                          count[i], got[i], want[i % N]);
+    }
+    for (int i = 0; i < N; i++) dfree_(d[i]), free(h[i]);
+}
+END_TEST
+
 START_TEST(all_finite_matches)
 {
     const size_t n = 2 * PASS + 77;
@@ -2115,6 +2147,7 @@ Suite *test_suite(void)
     suite_add_tcase(s, t);
     t = tcase_create("reductions");
     tcase_add_test(t, sumsq_deterministic);
+    tcase_add_test(t, sumsq_many_bits);
     tcase_add_test(t, all_finite_matches);
     suite_add_tcase(s, t);
     t = tcase_create("losses");
