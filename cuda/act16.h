@@ -19,6 +19,7 @@ struct ddp_act_in {
     const float *f;    // fp32, or
     const uint16_t *h; // bf16 (f unused)
     __device__ float operator[](size_t i) const { return h ? ddp_bf16_to_f32(h[i]) : f[i]; }
+    double bytes() const { return h ? 2.0 : 4.0; } // a value's (DDP_COST)
 };
 
 struct ddp_act_out {
@@ -31,9 +32,10 @@ struct ddp_act_out {
         else
             f[i] = v;
     }
+    double bytes() const { return h ? 2.0 : 4.0; }
 };
 
-// The buffer at p as the kernels read it, and its bytes per value.
+// The buffer at p as the kernels read or write it.
 inline ddp_act_in ddp_act_in_(const float *p)
 {
     return ddp_act_in{p, ddp_bf16_act_at_(p)};
@@ -41,10 +43,6 @@ inline ddp_act_in ddp_act_in_(const float *p)
 inline ddp_act_out ddp_act_out_(float *p)
 {
     return ddp_act_out{p, (uint16_t *)ddp_bf16_act_at_(p)};
-}
-inline double ddp_act_bytes_(const void *p)
-{
-    return ddp_bf16_act_at_(p) ? 2.0 : 4.0;
 }
 
 #endif

@@ -314,7 +314,7 @@ int launch_partials(int n, int c, int hw, const float *x_, const float *dy_, con
     if (ddp_cuda_partials_(2 * (size_t)c * *chunks, &p)) return -1; // two per (channel, chunk)
     const double count = (double)n * c * hw;
     const ddp_act_in x = ddp_act_in_(x_), dy = ddp_act_in_(dy_);
-    DDP_COST((ddp_act_bytes_(x_) + (kBwd ? ddp_act_bytes_(dy_) : 0)) * count +
+    DDP_COST((x.bytes() + (kBwd ? dy.bytes() : 0)) * count +
                  (kBwd ? 4.0 * c : 0) + (rb ? 12.0 * c : 0),
              16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
     DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n, c, hw,
@@ -338,8 +338,9 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
         return 0;
     }
     if (hw == 1) {
-        DDP_COST(ddp_act_bytes_(x) * n * c, 16.0 * c, 3.0 * n * c);
-        DDP_LAUNCH(bn1d_stats_kernel, column_blocks(c), kColBlock, s, n, c, ddp_act_in_(x), stats);
+        const ddp_act_in xin = ddp_act_in_(x);
+        DDP_COST(xin.bytes() * n * c, 16.0 * c, 3.0 * n * c);
+        DDP_LAUNCH(bn1d_stats_kernel, column_blocks(c), kColBlock, s, n, c, xin, stats);
         DDP_CU_LAUNCHED();
         return 0;
     }
@@ -388,10 +389,12 @@ int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, con
         return ddp_cuda_fail_("ddp_cuda_bn_fwd", __FILE__, __LINE__,
                               "the residual of a BatchNorm's add is kept in bf16");
     size_t count = (size_t)n * c * hw;
-    DDP_COST((ddp_act_bytes_(x) + (res ? 4.0 : 0)) * count + 16.0 * c, ddp_act_bytes_(y) * count,
+    const ddp_act_in xin = ddp_act_in_(x);
+    const ddp_act_out yout = ddp_act_out_(y);
+    DDP_COST((xin.bytes() + (res ? 4.0 : 0)) * count + 16.0 * c, yout.bytes() * count,
              (2.0 + (relu ? 1 : 0) + (res ? 1 : 0)) * count);
     DDP_LAUNCH_IDX(bn_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream,
-                   n, c, hw, ddp_act_in_(x), mean, invstd, gamma, beta_, ddp_act_out_(y), relu,
+                   n, c, hw, xin, mean, invstd, gamma, beta_, yout, relu,
                    res);
     DDP_CU_LAUNCHED();
     return 0;
@@ -409,10 +412,10 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
     // dgamma and dbeta: read with beta, written when given
     const double gb = (dgamma ? 4.0 * c : 0) + (dbeta ? 4.0 * c : 0);
     if (hh == 1) {
-        DDP_COST((ddp_act_bytes_(x) + ddp_act_bytes_(dy)) * nn * c + 8.0 * c +
-                     (beta != 0.0f ? gb : 0) + (relu_beta ? 8.0 * c : 0),
-                 16.0 * c + gb, (relu_beta ? 6.0 : 4.0) * nn * c);
         const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
+        DDP_COST((xin.bytes() + dyin.bytes()) * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0) +
+                     (relu_beta ? 8.0 * c : 0),
+                 16.0 * c + gb, (relu_beta ? 6.0 : 4.0) * nn * c);
         DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, xin, dyin, mean,
                    invstd, gstats, dgamma, dbeta, beta, relu_gamma, relu_beta);
         DDP_CU_LAUNCHED();
@@ -437,12 +440,13 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
 {
     if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
     size_t total = (size_t)n * c * hw;
-    DDP_COST((ddp_act_bytes_(x) + ddp_act_bytes_(dy)) * total + 32.0 * c +
-                 (relu_beta ? 4.0 * c : 0),
-             ddp_act_bytes_(dx) * total, (relu_beta ? 7.0 : 5.0) * total);
+    const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
+    const ddp_act_out dxout = ddp_act_out_(dx);
+    DDP_COST((xin.bytes() + dyin.bytes()) * total + 32.0 * c + (relu_beta ? 4.0 * c : 0),
+             dxout.bytes() * total, (relu_beta ? 7.0 : 5.0) * total);
     DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads,
-                   ddp_cuda_state_.stream, n, c, hw, ddp_act_in_(x), ddp_act_in_(dy), mean, invstd,
-                   gamma, gstats, count, ddp_act_out_(dx), relu_beta);
+                   ddp_cuda_state_.stream, n, c, hw, xin, dyin, mean, invstd, gamma, gstats, count,
+                   dxout, relu_beta);
     DDP_CU_LAUNCHED();
     return 0;
 }

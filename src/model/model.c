@@ -1267,8 +1267,9 @@ static int grad16_(const model_t *m, const layer_t *L)
            (L->kind == LAYER_CONV || L->kind == LAYER_BN) && model_out_bf16(m, L->src);
 }
 
-/* Every gradient buffer holds fp32 again (also after a backward that
- * failed half-way). */
+/* Every gradient buffer holds fp32 (at the start of a backward: also after
+ * one that failed half-way; a backward that completes leaves none in bf16,
+ * each released by its reader). */
 static void grads_fp32_(model_t *m, grad_slots_t *g)
 {
     if (!m->bf16_conv_acts || !m->compute->grad_bf16) return;
@@ -1400,6 +1401,5 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         g.live[r]--;
         L->gslot = L->gslot2 = -1;
     }
-    grads_fp32_(m, &g);
     return DDP_OK;
 }

@@ -202,18 +202,14 @@ static void conv_case(ddp_cuda_conv_t d, const char *const *want, const char *co
                                         NULL};
     for (int cudnn = 0; cudnn < 2; cudnn++) {
         ddp_cuda_dnn_enable(cudnn);
-        begin_();
-        ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
-        ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
-        ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 1.0f, ws), 0);
-        end_(cudnn ? dnn : want);
-        /* bf16 GEMMs: the columns made in bf16 */
-        ck_assert_int_eq(ddp_cuda_set_bf16_gemm(1), 0);
-        begin_();
-        ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
-        ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
-        ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 1.0f, ws), 0);
-        end_(cudnn ? dnn16 : want16);
+        for (int b16 = 0; b16 < 2; b16++) { /* bf16 GEMMs: the columns made in bf16 */
+            ck_assert_int_eq(ddp_cuda_set_bf16_gemm(b16), 0);
+            begin_();
+            ck_assert_int_eq(ddp_cuda_conv_fwd(&d, x, w, b, y, ws), 0);
+            ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 0.0f, ws), 0);
+            ck_assert_int_eq(ddp_cuda_conv_bwd(&d, x, w, dy, dx, dw, db, 1.0f, ws), 0);
+            end_(cudnn ? (b16 ? dnn16 : dnn) : (b16 ? want16 : want));
+        }
         ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
     }
     ddp_cuda_free(x), ddp_cuda_free(w), ddp_cuda_free(b), ddp_cuda_free(y), ddp_cuda_free(dy);

@@ -895,13 +895,21 @@ START_TEST(linear_matches)
 END_TEST
 
 /* The cost log's entries named `name` since recording began. */
-static int logged_(const char *name)
+/* Entries logged since the record started named `name` (prefix: whose
+ * names begin with it). */
+static int logged_by_(const char *name, int prefix)
 {
     const ddp_cuda_cost_t *e;
     size_t count = ddp_cuda_cost_log(&e);
     int r = 0;
-    for (size_t i = 0; i < count; i++) r += strcmp(e[i].name, name) == 0;
+    for (size_t i = 0; i < count; i++)
+        r += (prefix ? strncmp(e[i].name, name, strlen(name)) : strcmp(e[i].name, name)) == 0;
     return r;
+}
+
+static int logged_(const char *name)
+{
+    return logged_by_(name, 0);
 }
 
 /* dnn: through cuDNN (1; on the emulation each pass must have run there,
@@ -1742,16 +1750,6 @@ START_TEST(bf16_act_outputs)
 }
 END_TEST
 
-/* Names logged since the record started that begin with `prefix`. */
-static int logged_prefix_(const char *prefix)
-{
-    const ddp_cuda_cost_t *e;
-    size_t count = ddp_cuda_cost_log(&e);
-    int r = 0;
-    for (size_t i = 0; i < count; i++) r += strncmp(e[i].name, prefix, strlen(prefix)) == 0;
-    return r;
-}
-
 /* n values of v rounded to bf16, as bf16 and widened back to fp32 */
 static uint16_t *bf16_of_(const float *v, size_t n, float **wide)
 {
@@ -1821,7 +1819,7 @@ START_TEST(bf16_act_conv_bn)
             CU(ddp_cuda_conv_fwd(&c2, h2, w2, NULL, z, ws));
             CU(ddp_cuda_sync());
             rounds[a][0] = logged_("to_bf16_kernel");
-            widens[a][0] = logged_prefix_("widen_kernel");
+            widens[a][0] = logged_by_("widen_kernel", 1);
             ddp_cuda_cost_record(1);
             if (a) CU(ddp_cuda_grad_bf16(dh2, nh)), CU(ddp_cuda_grad_bf16(dh1, nh));
             CU(ddp_cuda_conv_bwd(&c2, h2, w2, dz, dh2, dw2, NULL, 0.0f, ws));
@@ -1831,7 +1829,7 @@ START_TEST(bf16_act_conv_bn)
             CU(ddp_cuda_conv_bwd(&c1, x, w1, dh1, dx, dw1, NULL, 0.0f, ws));
             CU(ddp_cuda_sync());
             rounds[a][1] = logged_("to_bf16_kernel");
-            widens[a][1] = logged_prefix_("widen_kernel");
+            widens[a][1] = logged_by_("widen_kernel", 1);
             ddp_cuda_cost_record(0);
             r[a][8] = hnew_(nh * 4), r[a][9] = hnew_(nh * 4);
             dget_(r[a][8], dh1, nh * (a ? 2 : 4));
