@@ -15,9 +15,18 @@
 // the BatchNorm reads; the output where only a convolution reads it), and
 // so their gradients dx and dy: the kernels read and write them as such
 // and compute in fp32 as ever.
+// A BatchNorm whose only reader is a max pooling (ddp_cuda_bn_maxpool_*):
+// the forward pools the output it computes (pool_window.h's scan) and
+// writes the pooled values and argmax, never the BatchNorm's output; the
+// backward kernels read the pooled gradient and gather each cell's dy as
+// maxpool_bwd does, never writing it: the bits of the two layers run alone.
 #include "ddp_cuda_rt.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "act16.h"
+#include "pool_window.h"
 
 #include "backend_math.h"
 
@@ -50,6 +59,25 @@ __device__ inline float relu_dy(bool relu, float x, float a, float b, float dy)
     return !relu || ddp_relu_keep(x * a + b) ? dy : 0.0f;
 }
 
+// dy as the backward kernels read it, at element off of x (plane pl,
+// cell k): the gradient buffer's (plain_dy), or the gradient of the max
+// pooling of the BatchNorm's output gathered as maxpool_bwd does
+// (pooled_dy: d, the pooling; dy its output's gradient; argmax its forward's).
+struct plain_dy {
+    ddp_act_in v;
+    __device__ float operator()(size_t off, size_t, int) const { return v[off]; }
+};
+struct pooled_dy {
+    ddp_cuda_pool_t d;
+    ddp_act_in dy;
+    const int32_t *argmax;
+    __device__ float operator()(size_t, size_t pl, int k) const
+    {
+        const size_t ohw = (size_t)d.oh * d.ow;
+        return ddp_pool_grad(d, dy, pl * ohw, argmax + pl * ohw, k);
+    }
+};
+
 // BatchNorm2d's sums in two passes over many blocks: the samples of a
 // channel are cut into S chunks (bn_chunks: enough blocks to fill the GPU
 // when there are few channels), block (ch, s) sums its chunk's values --
@@ -59,10 +87,10 @@ __device__ inline float relu_dy(bool relu, float x, float a, float b, float dy)
 // kBwd false: the partials of x and x^2; true: of dy and dy (x - mean), dy
 // masked by a fused ReLU where rb (its BatchNorm's beta_, with invstd and
 // gamma rg) is given (relu_dy: the mask recomputed from x).
-template <bool kBwd>
-__global__ void bn_partials_kernel(int n, int c, int hw, int chunks, ddp_act_in x,
-                                   ddp_act_in dy, const float *mean, const float *invstd,
-                                   const float *rg, const float *rb, double *part)
+template <bool kBwd, class Dy>
+__device__ void bn_partials(int n, int c, int hw, int chunks, ddp_act_in x, const Dy &dy,
+                            const float *mean, const float *invstd, const float *rg,
+                            const float *rb, double *part)
 {
     __shared__ double s1[kDdpThreads], s2[kDdpThreads];
     const int s = blockIdx.y;
@@ -75,10 +103,10 @@ __global__ void bn_partials_kernel(int n, int c, int hw, int chunks, ddp_act_in 
         double a1 = 0.0, a2 = 0.0;
         for (unsigned e = threadIdx.x; e < per; e += blockDim.x) {
             const unsigned i = e / (unsigned)hw, k = e - i * (unsigned)hw;
-            const size_t off = ((size_t)(i0 + i) * c + ch) * hw + k;
+            const size_t pl = (size_t)(i0 + i) * c + ch, off = pl * hw + k;
             const float xv = x[off];
             if (kBwd) {
-                float g = relu_dy(rb != nullptr, xv, ra, rbc, dy[off]);
+                float g = relu_dy(rb != nullptr, xv, ra, rbc, dy(off, pl, (int)k));
                 a1 += (double)g;
                 a2 += (double)(g * (xv - m));
             } else {
@@ -94,6 +122,22 @@ __global__ void bn_partials_kernel(int n, int c, int hw, int chunks, ddp_act_in 
         }
         __syncthreads(); // s1[0], s2[0] read before the next channel
     }
+}
+
+template <bool kBwd>
+__global__ void bn_partials_kernel(int n, int c, int hw, int chunks, ddp_act_in x, plain_dy dy,
+                                   const float *mean, const float *invstd, const float *rg,
+                                   const float *rb, double *part)
+{
+    bn_partials<kBwd>(n, c, hw, chunks, x, dy, mean, invstd, rg, rb, part);
+}
+
+// the backward's partials under a max pooling (pooled_dy)
+__global__ void bn_maxpool_partials_kernel(int n, int c, int hw, int chunks, ddp_act_in x,
+                                           pooled_dy dy, const float *mean, const float *invstd,
+                                           const float *rg, const float *rb, double *part)
+{
+    bn_partials<true>(n, c, hw, chunks, x, dy, mean, invstd, rg, rb, part);
 }
 
 // stats[ch] = sum x, stats[c + ch] = sum x^2: channel ch's partials in order.
@@ -196,6 +240,35 @@ __global__ void bn_fwd_kernel(int n, int c, int hw, ddp_act_in x, const float *m
     }
 }
 
+// bn_fwd_kernel's output (no res) max-pooled over d (d's n, c, h, w are
+// the BatchNorm's): y and argmax as maxpool_fwd_kernel's of that output,
+// a thread per pooled output computing the BatchNorm of its window's
+// cells.  I: the index type (DDP_LAUNCH_IDX).
+template <class I>
+__global__ void bn_maxpool_fwd_kernel(ddp_cuda_pool_t d, ddp_act_in x, const float *mean,
+                                      const float *invstd, const float *gamma,
+                                      const float *beta_, int relu, ddp_act_out y,
+                                      int32_t *argmax)
+{
+    const I ohw = (I)d.oh * d.ow, hw = (I)d.h * d.w;
+    const I count = (I)d.n * d.c * ohw;
+    DDP_GRID_STRIDE(I, idx, count)
+    {
+        const I pl = idx / ohw;
+        const int ch = (int)(pl % (I)d.c);
+        float a, b;
+        ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], beta_[ch], &a, &b);
+        const I base = pl * hw;
+        int32_t best;
+        float v = ddp_pool_max(d, (int)(idx - pl * ohw), [&](int i) {
+            float u = x[base + (I)i] * a + b;
+            return relu && u < 0.0f ? 0.0f : u;
+        }, &best);
+        y.put(idx, v);
+        argmax[idx] = best;
+    }
+}
+
 // gstats[ch] = sum dy, gstats[c + ch] = invstd sum dy (x - mean); dgamma,
 // dbeta with beta: channel ch's partials (bn_partials_kernel<true>) in order.
 __global__ void bn_bwd_stats_combine_kernel(int c, int chunks, const double *part,
@@ -255,16 +328,16 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, ddp_act_in x, ddp_act_in dy,
 // dx = A dy + B (x - mean) + C per channel: A = gamma invstd,
 // B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU
 // backend); dy masked by a fused ReLU where rb is given (relu_dy).
-template <class I>
-__global__ void bn_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, ddp_act_in dy,
-                                   const float *mean, const float *invstd, const float *gamma,
-                                   const double *gstats, double count, ddp_act_out dx,
-                                   const float *rb)
+template <class I, class Dy>
+__device__ void bn_bwd_data(int n, int c, int hw, ddp_act_in x, const Dy &dy, const float *mean,
+                            const float *invstd, const float *gamma, const double *gstats,
+                            double count, ddp_act_out dx, const float *rb)
 {
     const I total = (I)n * c * hw;
     DDP_GRID_STRIDE(I, idx, total)
     {
-        int ch = (int)((idx / (I)hw) % (I)c);
+        const I pl = idx / (I)hw;
+        const int ch = (int)(pl % (I)c);
         double a = (double)gamma[ch] * invstd[ch];
         double mdy = count > 0 ? gstats[ch] / count : 0;
         double mdyx = count > 0 ? gstats[c + ch] / count : 0;
@@ -272,9 +345,28 @@ __global__ void bn_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, ddp_act_i
         float ra = 0.0f, rbc = 0.0f;
         if (rb) ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], rb[ch], &ra, &rbc);
         const float xv = x[idx];
-        float g = relu_dy(rb != nullptr, xv, ra, rbc, dy[idx]);
+        float g = relu_dy(rb != nullptr, xv, ra, rbc, dy(idx, pl, (int)(idx - pl * (I)hw)));
         dx.put(idx, A * g + B * (xv - mean[ch]) + C);
     }
+}
+
+template <class I>
+__global__ void bn_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, plain_dy dy,
+                                   const float *mean, const float *invstd, const float *gamma,
+                                   const double *gstats, double count, ddp_act_out dx,
+                                   const float *rb)
+{
+    bn_bwd_data<I>(n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx, rb);
+}
+
+// dx under a max pooling (pooled_dy)
+template <class I>
+__global__ void bn_maxpool_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, pooled_dy dy,
+                                           const float *mean, const float *invstd,
+                                           const float *gamma, const double *gstats,
+                                           double count, ddp_act_out dx, const float *rb)
+{
+    bn_bwd_data<I>(n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx, rb);
 }
 
 unsigned channel_blocks(int c)
@@ -304,8 +396,12 @@ int bn_chunks(int n, int c, int hw)
 
 // Launches bn_partials_kernel<kBwd> over n x hw samples of c channels into
 // the partials buffer: *part and *chunks are what the combine kernel reads.
+// pool (kBwd only; NULL: none): dy is the gradient of the max pooling of
+// the BatchNorm's output over *pool, with its forward's argmax
+// (bn_maxpool_partials_kernel).
 template <bool kBwd>
-int launch_partials(int n, int c, int hw, const float *x_, const float *dy_, const float *mean,
+int launch_partials(int n, int c, int hw, const float *x_, const float *dy_,
+                    const ddp_cuda_pool_t *pool, const int32_t *argmax, const float *mean,
                     const float *invstd, const float *rg, const float *rb, cudaStream_t s,
                     const double **part, int *chunks)
 {
@@ -314,14 +410,95 @@ int launch_partials(int n, int c, int hw, const float *x_, const float *dy_, con
     if (ddp_cuda_partials_(2 * (size_t)c * *chunks, &p)) return -1; // two per (channel, chunk)
     const double count = (double)n * c * hw;
     const ddp_act_in x = ddp_act_in_(x_), dy = ddp_act_in_(dy_);
-    DDP_COST((x.bytes() + (kBwd ? dy.bytes() : 0)) * count +
-                 (kBwd ? 4.0 * c : 0) + (rb ? 12.0 * c : 0),
+    // dy's bytes: its own, or the pooled gradient's and argmax's (every
+    // window's once)
+    const double dy_b = !kBwd ? 0
+                        : pool ? (dy.bytes() + 4.0) * n * c * pool->oh * pool->ow
+                               : dy.bytes() * count;
+    DDP_COST(x.bytes() * count + dy_b + (kBwd ? 4.0 * c : 0) + (rb ? 12.0 * c : 0),
              16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
-    DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n, c, hw,
-               *chunks, x, dy, mean, invstd, rg, rb, p);
+    if (pool)
+        DDP_LAUNCH(bn_maxpool_partials_kernel, dim3(channel_blocks(c), *chunks), kDdpThreads, s,
+                   n, c, hw, *chunks, x, (pooled_dy{*pool, dy, argmax}), mean, invstd, rg, rb, p);
+    else
+        DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n,
+                   c, hw, *chunks, x, plain_dy{dy}, mean, invstd, rg, rb, p);
     DDP_CU_LAUNCHED();
     *part = p;
     return 0;
+}
+
+// bn_bwd_stats of compute.h; pool (NULL: none): as launch_partials
+int bwd_stats(int n, int c, int hw, const float *x, const float *dy, const ddp_cuda_pool_t *pool,
+              const int32_t *argmax, const float *mean, const float *invstd, double *gstats,
+              float *dgamma, float *dbeta, float beta, const float *relu_gamma,
+              const float *relu_beta)
+{
+    if (c <= 0) return 0;
+    // n == 0 or hw == 0: the block sums are 0 (no element), dgamma and dbeta
+    // still take beta.
+    int nn = n > 0 && hw > 0 ? n : 0, hh = hw > 0 ? hw : 1;
+    cudaStream_t s = ddp_cuda_state_.stream;
+    // dgamma and dbeta: read with beta, written when given
+    const double gb = (dgamma ? 4.0 * c : 0) + (dbeta ? 4.0 * c : 0);
+    if (hh == 1 && !pool) {
+        const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
+        DDP_COST((xin.bytes() + dyin.bytes()) * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0) +
+                     (relu_beta ? 8.0 * c : 0),
+                 16.0 * c + gb, (relu_beta ? 6.0 : 4.0) * nn * c);
+        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, xin, dyin, mean,
+                   invstd, gstats, dgamma, dbeta, beta, relu_gamma, relu_beta);
+        DDP_CU_LAUNCHED();
+        return 0;
+    }
+    const double *part = nullptr;
+    int chunks = 0;
+    if (launch_partials<true>(nn, c, hh, x, dy, pool, argmax, mean, invstd, relu_gamma, relu_beta,
+                              s, &part, &chunks))
+        return -1;
+    DDP_COST(16.0 * c * chunks + 4.0 * c + (beta != 0.0f ? gb : 0), 16.0 * c + gb,
+             2.0 * c * chunks);
+    DDP_LAUNCH(bn_bwd_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
+               part, invstd, gstats, dgamma, dbeta, beta);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+// bn_bwd_data of compute.h; pool (NULL: none): as launch_partials
+int bwd_data(int n, int c, int hw, const float *x, const float *dy, const ddp_cuda_pool_t *pool,
+             const int32_t *argmax, const float *mean, const float *invstd, const float *gamma,
+             const double *gstats, double count, float *dx, const float *relu_beta)
+{
+    if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
+    size_t total = (size_t)n * c * hw;
+    const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
+    const ddp_act_out dxout = ddp_act_out_(dx);
+    const double dy_b = pool ? (dyin.bytes() + 4.0) * n * c * pool->oh * pool->ow
+                             : dyin.bytes() * total;
+    DDP_COST(xin.bytes() * total + dy_b + 32.0 * c + (relu_beta ? 4.0 * c : 0),
+             dxout.bytes() * total, (relu_beta ? 7.0 : 5.0) * total);
+    cudaStream_t s = ddp_cuda_state_.stream;
+    if (pool)
+        DDP_LAUNCH_IDX(bn_maxpool_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads, s,
+                       n, c, hw, xin, (pooled_dy{*pool, dyin, argmax}), mean, invstd, gamma,
+                       gstats, count, dxout, relu_beta);
+    else
+        DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads, s, n, c, hw,
+                       xin, plain_dy{dyin}, mean, invstd, gamma, gstats, count, dxout, relu_beta);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+// A pooling over the BatchNorm's output (ddp_cuda_bn_maxpool_*): its
+// planes are the BatchNorm's, of more than one cell (a plane of one cell
+// takes the BatchNorm1d kernels, whose sums are in another order); 0 when
+// it is such a one.
+int pool_refused(const char *fn, const ddp_cuda_pool_t *d)
+{
+    if (d->h * d->w > 1 && d->oh > 0 && d->ow > 0) return 0;
+    return ddp_cuda_fail_(fn, __FILE__, __LINE__,
+                          "max pooling fused into a BatchNorm needs planes of more than one "
+                          "cell and a pooled output");
 }
 
 } // namespace
@@ -346,8 +523,8 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
     }
     const double *part = nullptr;
     int chunks = 0;
-    if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, nullptr, nullptr, nullptr, s, &part,
-                               &chunks))
+    if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                               nullptr, s, &part, &chunks))
         return -1;
     DDP_COST(16.0 * c * chunks, 16.0 * c, 2.0 * c * chunks);
     DDP_LAUNCH(bn_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
@@ -404,51 +581,62 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
                           const float *invstd, double *gstats, float *dgamma, float *dbeta,
                           float beta, const float *relu_gamma, const float *relu_beta)
 {
-    if (c <= 0) return 0;
-    // n == 0 or hw == 0: the block sums are 0 (no element), dgamma and dbeta
-    // still take beta.
-    int nn = n > 0 && hw > 0 ? n : 0, hh = hw > 0 ? hw : 1;
-    cudaStream_t s = ddp_cuda_state_.stream;
-    // dgamma and dbeta: read with beta, written when given
-    const double gb = (dgamma ? 4.0 * c : 0) + (dbeta ? 4.0 * c : 0);
-    if (hh == 1) {
-        const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
-        DDP_COST((xin.bytes() + dyin.bytes()) * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0) +
-                     (relu_beta ? 8.0 * c : 0),
-                 16.0 * c + gb, (relu_beta ? 6.0 : 4.0) * nn * c);
-        DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, xin, dyin, mean,
-                   invstd, gstats, dgamma, dbeta, beta, relu_gamma, relu_beta);
-        DDP_CU_LAUNCHED();
-        return 0;
-    }
-    const double *part = nullptr;
-    int chunks = 0;
-    if (launch_partials<true>(nn, c, hh, x, dy, mean, invstd, relu_gamma, relu_beta, s, &part,
-                              &chunks))
-        return -1;
-    DDP_COST(16.0 * c * chunks + 4.0 * c + (beta != 0.0f ? gb : 0), 16.0 * c + gb,
-             2.0 * c * chunks);
-    DDP_LAUNCH(bn_bwd_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
-               part, invstd, gstats, dgamma, dbeta, beta);
-    DDP_CU_LAUNCHED();
-    return 0;
+    return bwd_stats(n, c, hw, x, dy, nullptr, nullptr, mean, invstd, gstats, dgamma, dbeta, beta,
+                     relu_gamma, relu_beta);
 }
 
 int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                          const float *invstd, const float *gamma, const double *gstats,
                          double count, float *dx, const float *relu_beta)
 {
-    if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
-    size_t total = (size_t)n * c * hw;
-    const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
-    const ddp_act_out dxout = ddp_act_out_(dx);
-    DDP_COST((xin.bytes() + dyin.bytes()) * total + 32.0 * c + (relu_beta ? 4.0 * c : 0),
-             dxout.bytes() * total, (relu_beta ? 7.0 : 5.0) * total);
-    DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads,
-                   ddp_cuda_state_.stream, n, c, hw, xin, dyin, mean, invstd, gamma, gstats, count,
-                   dxout, relu_beta);
+    return bwd_data(n, c, hw, x, dy, nullptr, nullptr, mean, invstd, gamma, gstats, count, dx,
+                    relu_beta);
+}
+
+int ddp_cuda_bn_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, const float *mean,
+                            const float *invstd, const float *gamma, const float *beta_, int relu,
+                            float *y, int32_t *argmax)
+{
+    if (d->n <= 0 || d->c <= 0) return 0;
+    if (pool_refused("ddp_cuda_bn_maxpool_fwd", d)) return -1;
+    const size_t count = (size_t)d->n * d->c * d->oh * d->ow;
+    const ddp_act_in xin = ddp_act_in_(x);
+    const ddp_act_out yout = ddp_act_out_(y);
+    // every cell under a window, once
+    DDP_COST(xin.bytes() * d->n * d->c * d->h * d->w + 16.0 * d->c, (yout.bytes() + 4.0) * count,
+             (3.0 + (relu ? 1 : 0)) * count * d->k * d->k);
+    DDP_LAUNCH_IDX(bn_maxpool_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads,
+                   ddp_cuda_state_.stream, *d, xin, mean, invstd, gamma, beta_, relu, yout,
+                   argmax);
     DDP_CU_LAUNCHED();
     return 0;
+}
+
+int ddp_cuda_bn_maxpool_bwd_stats(const ddp_cuda_pool_t *d, const int32_t *argmax,
+                                  const float *x, const float *dy, const float *mean,
+                                  const float *invstd, double *gstats, float *dgamma,
+                                  float *dbeta, float beta, const float *relu_gamma,
+                                  const float *relu_beta)
+{
+    if (pool_refused("ddp_cuda_bn_maxpool_bwd_stats", d)) return -1;
+    return bwd_stats(d->n, d->c, d->h * d->w, x, dy, d, argmax, mean, invstd, gstats, dgamma,
+                     dbeta, beta, relu_gamma, relu_beta);
+}
+
+int ddp_cuda_bn_maxpool_bwd_data(const ddp_cuda_pool_t *d, const int32_t *argmax,
+                                 const float *x, const float *dy, const float *mean,
+                                 const float *invstd, const float *gamma, const double *gstats,
+                                 double count, float *dx, const float *relu_beta)
+{
+    if (pool_refused("ddp_cuda_bn_maxpool_bwd_data", d)) return -1;
+    return bwd_data(d->n, d->c, d->h * d->w, x, dy, d, argmax, mean, invstd, gamma, gstats, count,
+                    dx, relu_beta);
+}
+
+int ddp_cuda_bn_maxpool(void)
+{
+    const char *e = getenv("DDP_CUDA_BN_MAXPOOL");
+    return !(e && strcmp(e, "0") == 0);
 }
 
 } // extern "C"

@@ -203,6 +203,28 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
 int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                          const float *invstd, const float *gamma, const double *gstats,
                          double count, float *dx, const float *relu_beta);
+/* A BatchNorm (with its fused ReLU: relu) whose only reader is a max
+ * pooling over d (d's n, c, h, w are the BatchNorm's, h * w > 1): the
+ * pooled output y and argmax of its output, which is never written (as
+ * bn_fwd then maxpool_fwd, the same bits); and its backward with dy the
+ * gradient of the pooled output (as maxpool_bwd then bn_bwd_stats and
+ * bn_bwd_data, the same bits, without maxpool_bwd's dx). */
+int ddp_cuda_bn_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, const float *mean,
+                            const float *invstd, const float *gamma, const float *beta_, int relu,
+                            float *y, int32_t *argmax);
+int ddp_cuda_bn_maxpool_bwd_stats(const ddp_cuda_pool_t *d, const int32_t *argmax,
+                                  const float *x, const float *dy, const float *mean,
+                                  const float *invstd, double *gstats, float *dgamma,
+                                  float *dbeta, float beta, const float *relu_gamma,
+                                  const float *relu_beta);
+int ddp_cuda_bn_maxpool_bwd_data(const ddp_cuda_pool_t *d, const int32_t *argmax,
+                                 const float *x, const float *dy, const float *mean,
+                                 const float *invstd, const float *gamma, const double *gstats,
+                                 double count, float *dx, const float *relu_beta);
+/* 1 unless DDP_CUDA_BN_MAXPOOL=0 is in the environment: whether the model
+ * runs a BatchNorm and the max pooling after it as the three above (0:
+ * each layer alone, as before; for comparisons). */
+int ddp_cuda_bn_maxpool(void);
 
 /* ---- elementwise, dropout, casts (elementwise.cu) ----------------------- */
 int ddp_cuda_add(size_t count, const float *a, const float *b, float *y, int relu);

@@ -2,14 +2,16 @@
 // average pooling (no padding) and the global average pool.  Forward: a
 // thread per output.  Backward: a thread per input pixel gathering the
 // windows that cover it in row-major window order (the CPU backend's order
-// of additions, no atomics).  argmax is the index in the unpadded input
-// plane (iy*w + ix) of the first maximum in row-major window order; a NaN
-// wins (of several NaNs the last); a padded cell never wins (the scan
-// covers the window's cells inside the plane, from -inf); a window with no
-// cell inside (pad >= k) gives -inf and argmax -1: as the CPU backend.
+// of additions, no atomics).  Max pooling's window scan and gather, and
+// its argmax, are pool_window.h's.  Its output may be kept in bf16 (act16.h:
+// where only a convolution reads it), the rounding of the maximum, and so
+// its gradient, which its backward reads as such.
 #include "ddp_cuda_rt.h"
 
 #include <math.h>
+
+#include "act16.h"
+#include "pool_window.h"
 
 namespace
 {
@@ -18,48 +20,23 @@ namespace
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (count);                    \
          i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void maxpool_fwd_kernel(ddp_cuda_pool_t d, const float *x, float *y, int32_t *argmax)
+__global__ void maxpool_fwd_kernel(ddp_cuda_pool_t d, const float *x, ddp_act_out y,
+                                   int32_t *argmax)
 {
     const size_t ohw = (size_t)d.oh * d.ow, hw = (size_t)d.h * d.w;
     const size_t count = (size_t)d.n * d.c * ohw;
     GRID_STRIDE(idx, count)
     {
         size_t pl = idx / ohw;
-        int o = (int)(idx % ohw), oy = o / d.ow, ox = o % d.ow;
         const float *xp = x + pl * hw;
-        // the window's top-left corner, maybe in the padding, and its cells
-        // inside the plane: ky in [ky0, ky1), kx in [kx0, kx1)
-        const int y0 = oy * d.stride - d.pad, x0 = ox * d.stride - d.pad;
-        const int ky0 = y0 < 0 ? -y0 : 0, ky1 = d.h - y0 < d.k ? d.h - y0 : d.k;
-        const int kx0 = x0 < 0 ? -x0 : 0, kx1 = d.w - x0 < d.k ? d.w - x0 : d.k;
-        int best = ky0 < ky1 && kx0 < kx1 ? (y0 + ky0) * d.w + x0 + kx0 : -1;
-        float bv = -INFINITY;
-        for (int ky = ky0; ky < ky1; ky++)
-            for (int kx = kx0; kx < kx1; kx++) {
-                int i = (y0 + ky) * d.w + x0 + kx;
-                float v = xp[i];
-                if (v > bv || v != v) {
-                    bv = v;
-                    best = i;
-                }
-            }
-        y[idx] = bv;
+        int32_t best;
+        float v = ddp_pool_max(d, (int)(idx % ohw), [xp](int i) { return xp[i]; }, &best);
+        y.put(idx, v);
         argmax[idx] = best;
     }
 }
 
-// The output windows covering coordinate i of the padded input (the input's
-// coordinate + pad): o in [lo, hi].
-__device__ inline void covering(int i, int k, int stride, int on, int *lo, int *hi)
-{
-    // o*stride <= i < o*stride + k  <=>  (i - k)/stride < o <= i/stride
-    int h = i / stride;
-    int l = i - k + 1 <= 0 ? 0 : (i - k + stride) / stride;
-    *lo = l;
-    *hi = h < on - 1 ? h : on - 1;
-}
-
-__global__ void maxpool_bwd_kernel(ddp_cuda_pool_t d, const float *dy, const int32_t *argmax,
+__global__ void maxpool_bwd_kernel(ddp_cuda_pool_t d, ddp_act_in dy, const int32_t *argmax,
                                    float *dx)
 {
     const size_t ohw = (size_t)d.oh * d.ow, hw = (size_t)d.h * d.w;
@@ -67,19 +44,7 @@ __global__ void maxpool_bwd_kernel(ddp_cuda_pool_t d, const float *dy, const int
     GRID_STRIDE(idx, count)
     {
         size_t pl = idx / hw;
-        int i = (int)(idx % hw), iy = i / d.w, ix = i % d.w;
-        int ylo, yhi, xlo, xhi;
-        covering(iy + d.pad, d.k, d.stride, d.oh, &ylo, &yhi);
-        covering(ix + d.pad, d.k, d.stride, d.ow, &xlo, &xhi);
-        const float *dyp = dy + pl * ohw;
-        const int32_t *ap = argmax + pl * ohw;
-        float acc = 0.0f;
-        for (int oy = ylo; oy <= yhi; oy++)
-            for (int ox = xlo; ox <= xhi; ox++) {
-                int o = oy * d.ow + ox;
-                if (ap[o] == i) acc += dyp[o];
-            }
-        dx[idx] = acc;
+        dx[idx] = ddp_pool_grad(d, dy, pl * ohw, argmax + pl * ohw, (int)(idx % hw));
     }
 }
 
@@ -111,8 +76,8 @@ __global__ void avgpool_bwd_kernel(ddp_cuda_pool_t d, const float *dy, float *dx
         size_t pl = idx / hw;
         int i = (int)(idx % hw), iy = i / d.w, ix = i % d.w;
         int ylo, yhi, xlo, xhi;
-        covering(iy, d.k, d.stride, d.oh, &ylo, &yhi);
-        covering(ix, d.k, d.stride, d.ow, &xlo, &xhi);
+        ddp_pool_covering(iy, d.k, d.stride, d.oh, &ylo, &yhi);
+        ddp_pool_covering(ix, d.k, d.stride, d.ow, &xlo, &xhi);
         const float *dyp = dy + pl * ohw;
         float acc = 0.0f;
         for (int oy = ylo; oy <= yhi; oy++)
@@ -162,9 +127,10 @@ int ddp_cuda_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, float *y, int
     size_t count = planes_of(d->n, d->c) * d->oh * d->ow;
     if (count == 0) return 0;
     const double in_b = 4.0 * planes_of(d->n, d->c) * d->h * d->w; // every cell under a window
-    DDP_COST(in_b, 8.0 * count, (double)count * d->k * d->k);
+    const ddp_act_out yout = ddp_act_out_(y);
+    DDP_COST(in_b, (yout.bytes() + 4.0) * count, (double)count * d->k * d->k);
     DDP_LAUNCH(maxpool_fwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, *d,
-               x, y, argmax);
+               x, yout, argmax);
     DDP_CU_LAUNCHED();
     return 0;
 }
@@ -175,9 +141,10 @@ int ddp_cuda_maxpool_bwd(const ddp_cuda_pool_t *d, const float *dy, const int32_
     size_t count = planes_of(d->n, d->c) * d->h * d->w;
     if (count == 0) return 0;
     const double out_n = (double)planes_of(d->n, d->c) * d->oh * d->ow;
-    DDP_COST(8.0 * out_n, 4.0 * count, (double)count);
+    const ddp_act_in dyin = ddp_act_in_(dy);
+    DDP_COST((dyin.bytes() + 4.0) * out_n, 4.0 * count, (double)count);
     DDP_LAUNCH(maxpool_bwd_kernel, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, *d,
-               dy, argmax, dx);
+               dyin, argmax, dx);
     DDP_CU_LAUNCHED();
     return 0;
 }

@@ -161,17 +161,19 @@ typedef struct compute_ops {
     int (*conv_input_bf16)(void);
     /* --precision bf16: 1 when the backend's convolutions and BatchNorms
      * also take layer outputs kept in bf16 (act_bf16) as they lie: conv_fwd
-     * and conv_bwd an input x that a BatchNorm (or its fused ReLU) wrote,
-     * conv_fwd an output y (no bias) that only a BatchNorm reads, bn_stats,
-     * bn_fwd, bn_bwd_stats and bn_bwd_data such an x, bn_fwd such a y (the
-     * cuda backend through cuDNN: its convolutions' operands are bf16
-     * already).  NULL: never (optional). */
+     * and conv_bwd an input x that a BatchNorm (or its fused ReLU) or a max
+     * pooling wrote, conv_fwd an output y (no bias) that only a BatchNorm
+     * reads, bn_stats, bn_fwd, bn_bwd_stats, bn_bwd_data and the
+     * bn_maxpool ops such an x, bn_fwd, maxpool_fwd and bn_maxpool_fwd such
+     * a y (the cuda backend through cuDNN: its convolutions' operands are
+     * bf16 already).  NULL: never (optional). */
     int (*conv_acts_bf16)(void);
     /* With conv_acts_bf16: g, a gradient buffer of count values, holds the
      * gradient of such an output kept in bf16 (count bf16 values), which
-     * conv_bwd writes as its dx and bn_bwd_data as its dx, and bn_bwd_stats,
-     * bn_bwd_data and conv_bwd read as their dy; count 0: g holds fp32
-     * again.  0 when done.  NULL: never (optional). */
+     * conv_bwd writes as its dx and bn_bwd_data (and bn_maxpool_bwd_data) as
+     * its dx, and bn_bwd_stats, bn_bwd_data, maxpool_bwd, the bn_maxpool
+     * ops and conv_bwd read as their dy; count 0: g holds fp32 again.  0
+     * when done.  NULL: never (optional). */
     int (*grad_bf16)(float *g, size_t count);
     /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
      * on the host thread and projects them onto the GPU work launched
@@ -291,6 +293,28 @@ typedef struct compute_ops {
     void (*bn_bwd_data)(int n, int c, int hw, const float *x, const float *dy, const float *mean,
                         const float *invstd, const float *gamma, const double *gstats, double count,
                         float *dx, const float *relu_beta);
+    /* A BatchNorm (with its fused ReLU: relu) whose output only a max
+     * pooling over d reads (d's n, c, h, w are the BatchNorm's; h * w > 1),
+     * in one pass each way (optional, all four or none): bn_maxpool is 1
+     * when the backend runs the other three (NULL or 0: the model runs the
+     * layers alone).  bn_maxpool_fwd: maxpool_fwd's y and argmax of
+     * bn_fwd's output (no res), without that output written;
+     * bn_maxpool_bwd_stats and bn_maxpool_bwd_data: bn_bwd_stats and
+     * bn_bwd_data with dy the gradient of the pooled output (argmax: the
+     * forward's), as maxpool_bwd gives the BatchNorm's, without writing it.
+     * The bits of the layers run alone. */
+    int (*bn_maxpool)(void);
+    void (*bn_maxpool_fwd)(const pool_dims_t *d, const float *x, const float *mean,
+                           const float *invstd, const float *gamma, const float *beta_, int relu,
+                           float *y, int32_t *argmax);
+    void (*bn_maxpool_bwd_stats)(const pool_dims_t *d, const int32_t *argmax, const float *x,
+                                 const float *dy, const float *mean, const float *invstd,
+                                 double *gstats, float *dgamma, float *dbeta, float beta,
+                                 const float *relu_gamma, const float *relu_beta);
+    void (*bn_maxpool_bwd_data)(const pool_dims_t *d, const int32_t *argmax, const float *x,
+                                const float *dy, const float *mean, const float *invstd,
+                                const float *gamma, const double *gstats, double count, float *dx,
+                                const float *relu_beta);
 
     /* ---- elementwise ----------------------------------------------------- */
     /* y = a + b (a residual connection); y may be a or b; relu: y = relu(a +
@@ -370,8 +394,9 @@ extern const compute_ops_t compute_cuda_ops;
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
  * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, act_bf16,
- * conv_input_bf16, conv_acts_bf16, grad_bf16, sumsq_many, xent_dense, mem_info, host_alloc,
- * host_free, range_start, range_end) is refused
+ * conv_input_bf16, conv_acts_bf16, grad_bf16, bn_maxpool, bn_maxpool_fwd, bn_maxpool_bwd_stats,
+ * bn_maxpool_bwd_data, sumsq_many, xent_dense, mem_info, host_alloc, host_free, range_start,
+ * range_end) is refused
  * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
  * the backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);

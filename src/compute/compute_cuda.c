@@ -386,6 +386,41 @@ static void cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *
         ddp_cuda_bn_bwd_data(n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx, relu_beta));
 }
 
+static int cuda_bn_maxpool(void)
+{
+    return ddp_cuda_bn_maxpool();
+}
+
+static void cuda_bn_maxpool_fwd(const pool_dims_t *d, const float *x, const float *mean,
+                                const float *invstd, const float *gamma, const float *beta_,
+                                int relu, float *y, int32_t *argmax)
+{
+    ddp_cuda_pool_t p = cuda_pool_(d);
+    cuda_rc_(ddp_cuda_bn_maxpool_fwd(&p, x, mean, invstd, gamma, beta_, relu, y, argmax));
+}
+
+static void cuda_bn_maxpool_bwd_stats(const pool_dims_t *d, const int32_t *argmax,
+                                      const float *x, const float *dy, const float *mean,
+                                      const float *invstd, double *gstats, float *dgamma,
+                                      float *dbeta, float beta, const float *relu_gamma,
+                                      const float *relu_beta)
+{
+    ddp_cuda_pool_t p = cuda_pool_(d);
+    cuda_rc_(ddp_cuda_bn_maxpool_bwd_stats(&p, argmax, x, dy, mean, invstd, gstats, dgamma, dbeta,
+                                           beta, relu_gamma, relu_beta));
+}
+
+static void cuda_bn_maxpool_bwd_data(const pool_dims_t *d, const int32_t *argmax,
+                                     const float *x, const float *dy, const float *mean,
+                                     const float *invstd, const float *gamma,
+                                     const double *gstats, double count, float *dx,
+                                     const float *relu_beta)
+{
+    ddp_cuda_pool_t p = cuda_pool_(d);
+    cuda_rc_(ddp_cuda_bn_maxpool_bwd_data(&p, argmax, x, dy, mean, invstd, gamma, gstats, count,
+                                          dx, relu_beta));
+}
+
 /* ---- elementwise, losses, optimizers, reductions ------------------------------ */
 
 static void cuda_add(size_t count, const float *a, const float *b, float *y, int relu)
@@ -548,6 +583,10 @@ const compute_ops_t compute_cuda_ops = {
     .bn_fwd = cuda_bn_fwd,
     .bn_bwd_stats = cuda_bn_bwd_stats,
     .bn_bwd_data = cuda_bn_bwd_data,
+    .bn_maxpool = cuda_bn_maxpool,
+    .bn_maxpool_fwd = cuda_bn_maxpool_fwd,
+    .bn_maxpool_bwd_stats = cuda_bn_maxpool_bwd_stats,
+    .bn_maxpool_bwd_data = cuda_bn_maxpool_bwd_data,
     .add = cuda_add,
     .relu_fwd = cuda_relu_fwd,
     .relu_bwd = cuda_relu_bwd,

@@ -629,11 +629,13 @@ static ddp_status_t grad_bases_(model_t *m)
 }
 
 /* Whether layer L has an output buffer of its own: not a flatten (its
- * input's), a layer with a ReLU fused after it (the ReLU's, fuse_relus_)
- * or a BatchNorm a block's add applies (none: fuse_bn_adds_). */
+ * input's), a layer with a ReLU fused after it (the ReLU's, fuse_relus_),
+ * a BatchNorm a block's add applies (none: fuse_bn_adds_) or a BatchNorm
+ * (or its fused ReLU) a max pooling computes (none: fuse_bn_pools_). */
 static int owns_output_(const layer_t *L)
 {
-    return L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu) && !L->bn_in_add;
+    return L->kind != LAYER_FLATTEN && !(L->kind != LAYER_RELU && L->fused_relu) &&
+           !L->bn_in_add && !L->pooled;
 }
 
 /* A ReLU fused into the dense layer or BatchNorm below it: that layer's
@@ -661,6 +663,8 @@ int model_out_bf16(const model_t *m, int i)
         reader = LAYER_BN;
     else if (m->bf16_conv_acts && C->kind == LAYER_BN && (C != L || !L->fused_relu) &&
              !C->bn_in_add)
+        reader = LAYER_CONV;
+    else if (m->bf16_conv_acts && C->kind == LAYER_MAXPOOL)
         reader = LAYER_CONV;
     else
         return 0;
@@ -845,6 +849,32 @@ static void fuse_bn_adds_(model_t *m)
     }
 }
 
+/* A max pooling whose input is a BatchNorm's output (or its fused ReLU's)
+ * that nothing else reads runs the BatchNorm's forward inside its own
+ * pass, and the BatchNorm's backward reads the pooled gradient (compute.h
+ * bn_maxpool_*): the BatchNorm's output and its gradient are neither
+ * written nor read, two passes over them and two activation buffers less
+ * (the BatchNorm's output and the pooling's dx).  The BatchNorm's
+ * statistics are still taken at its own place; the same bits.  Planes of
+ * more than one cell (a plane of one is BatchNorm1d's). */
+static void fuse_bn_pools_(model_t *m)
+{
+    const compute_ops_t *c = m->compute;
+    if (!c->bn_maxpool || !c->bn_maxpool_fwd || !c->bn_maxpool_bwd_stats ||
+        !c->bn_maxpool_bwd_data || !c->bn_maxpool())
+        return;
+    for (int i = 0; i < m->nlayers; i++) {
+        layer_t *P = &m->layers[i];
+        if (P->kind != LAYER_MAXPOOL || P->src < 0 || P->in.h * P->in.w <= 1) continue;
+        layer_t *R = &m->layers[P->src]; /* the BatchNorm, or its fused ReLU */
+        int b = relu_in_below_(m, R) ? R->src : P->src;
+        layer_t *B = &m->layers[b];
+        if (B->kind != LAYER_BN || B->bn_in_add || readers_(m, P->src) != 1) continue;
+        P->pool_bn = b + 1;
+        B->pooled = R->pooled = i + 1;
+    }
+}
+
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute)
 {
     ddp_status_t s = model_layout(m, o, compute);
@@ -899,6 +929,7 @@ ddp_status_t model_layout(model_t *m, const model_opts_t *o, const compute_ops_t
     if (s == DDP_OK && !o->unfused) {
         fuse_relus_(m);
         fuse_bn_adds_(m);
+        fuse_bn_pools_(m);
     }
     if (s != DDP_OK) model_free(m);
     return s;
@@ -1103,7 +1134,7 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
         compute->bn_eval_params(c, buffer_(m, L->running_mean), buffer_(m, L->running_var), BN_EPS,
                                 L->mean, L->invstd);
     }
-    if (!L->bn_in_add) /* else its add applies it (add_forward_) */
+    if (!L->bn_in_add && !L->pooled) /* else its add or pooling applies it */
         compute->bn_fwd(n, c, hw, x, L->mean, L->invstd, param_(m, L->weight), param_(m, L->bias),
                         L->y, L->fused_relu, NULL);
     return DDP_OK;
@@ -1153,7 +1184,13 @@ ddp_status_t model_forward(model_t *m, const float *x, const step_ctx_t *ctx, co
         case LAYER_MAXPOOL: {
             pool_dims_t d;
             pool_dims_(L, n, &d);
-            compute->maxpool_fwd(&d, cur, L->y, L->argmax);
+            const layer_t *B = L->pool_bn ? &m->layers[L->pool_bn - 1] : NULL;
+            if (B)
+                compute->bn_maxpool_fwd(&d, act_(m, B->src, x), B->mean, B->invstd,
+                                        param_(m, B->weight), param_(m, B->bias), B->fused_relu,
+                                        L->y, L->argmax);
+            else
+                compute->maxpool_fwd(&d, cur, L->y, L->argmax);
             break;
         }
         case LAYER_AVGPOOL: {
@@ -1298,8 +1335,9 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             DDP_TRY(ctx->grads_needed(ctx->grads_ready_arg, i));
         const float *dy = m->dact[r];
         /* dx: where the input's gradient goes, when a layer below needs it */
-        int pass = /* dx is dy */
-            L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD || relu_in_below_(m, L);
+        int pass = /* dx is dy (a pooling its BatchNorm's backward gathers: the pooled one) */
+            L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD || relu_in_below_(m, L) ||
+            L->pool_bn;
         /* a ReLU holding a second gradient writes dx over it (sums_in_relu_) */
         int w = !pass && L->src >= 0 && m->layers[L->src].bwd
                     ? (L->gslot2 >= 0 ? L->gslot2 : free_slot_(m, &g))
@@ -1329,7 +1367,10 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         case LAYER_MAXPOOL: {
             pool_dims_t d;
             pool_dims_(L, n, &d);
-            if (dx) compute->maxpool_bwd(&d, dy, L->argmax, dx);
+            if (L->pool_bn)
+                DDP_TRY(contribute_(m, &g, L->src, r, 0, n));
+            else if (dx)
+                compute->maxpool_bwd(&d, dy, L->argmax, dx);
             break;
         }
         case LAYER_AVGPOOL: {
@@ -1346,8 +1387,18 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             /* a fused ReLU's mask: the BatchNorm's gamma and beta (dy is the ReLU's) */
             const float *rg = L->fused_relu ? param_(m, L->weight) : NULL;
             const float *rb = L->fused_relu ? param_(m, L->bias) : NULL;
-            compute->bn_bwd_stats(n, c, hw, in, dy, L->mean, L->invstd, L->stats,
-                                  grad_(m, L->weight), grad_(m, L->bias), beta, rg, rb);
+            /* pooled: dy is the gradient of its max pooling's output */
+            const layer_t *P = L->pooled ? &m->layers[L->pooled - 1] : NULL;
+            pool_dims_t pd;
+            if (P) {
+                pool_dims_(P, n, &pd);
+                compute->bn_maxpool_bwd_stats(&pd, P->argmax, in, dy, L->mean, L->invstd,
+                                              L->stats, grad_(m, L->weight), grad_(m, L->bias),
+                                              beta, rg, rb);
+            } else {
+                compute->bn_bwd_stats(n, c, hw, in, dy, L->mean, L->invstd, L->stats,
+                                      grad_(m, L->weight), grad_(m, L->bias), beta, rg, rb);
+            }
             double count_bn = (double)n * hw;
             if (ctx->sync_bn) {
                 comm_desc_t d = {"syncbn-backward", L->index, ctx->step + 1};
@@ -1356,7 +1407,10 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
                 DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
                 count_bn = (double)ctx->global_n * hw;
             }
-            if (dx && n > 0)
+            if (dx && n > 0 && P)
+                compute->bn_maxpool_bwd_data(&pd, P->argmax, in, dy, L->mean, L->invstd,
+                                             param_(m, L->weight), L->stats, count_bn, dx, rb);
+            else if (dx && n > 0)
                 compute->bn_bwd_data(n, c, hw, in, dy, L->mean, L->invstd, param_(m, L->weight),
                                      L->stats, count_bn, dx, rb);
             break;

@@ -91,6 +91,11 @@ typedef struct layer {
     int add_bn;                /* ADD: 1 + the BatchNorm whose output it reads and makes
                                 * (bn_fwd's res: fuse_bn_adds_); 0: none */
     int bn_in_add;             /* BN: its only reader is a block's add, which applies it */
+    int pool_bn;               /* MAXPOOL: 1 + the BatchNorm whose output (or its fused
+                                * ReLU's) it pools in one pass with it, forward and backward
+                                * (compute.h bn_maxpool: fuse_bn_pools_); 0: none */
+    int pooled;                /* BN, RELU: 1 + that max pooling (this output is never
+                                * written); 0: none */
     act_shape_t in, out;
     int k, stride, pad;                         /* conv / pools */
     float p;                                    /* dropout */
@@ -151,7 +156,7 @@ typedef struct model {
     int bf16_acts;
     /* ... and with it (compute.h conv_acts_bf16): a convolution's output
      * (no bias) that only a BatchNorm reads, and a BatchNorm's (or its
-     * fused ReLU's) that only a convolution reads. */
+     * fused ReLU's) or a max pooling's that only a convolution reads. */
     int bf16_conv_acts;
     float *dact[3];   /* activation-gradient buffers [batch, max act] */
     char *expanded;   /* the spec the layers were built from (a named architecture expanded) */
@@ -202,8 +207,8 @@ void model_ops_wait(model_t *m);
  * dense layer's output, or the ReLU's fused into it, whose only reader is
  * a dense layer; with m->bf16_conv_acts also a convolution's without bias
  * whose only reader is a BatchNorm, and a BatchNorm's (not one an add
- * applies), or the ReLU's fused into it, whose only reader is a
- * convolution.  Its buffer then takes half the bytes. */
+ * applies), or the ReLU's fused into it, or a max pooling's, whose only
+ * reader is a convolution.  Its buffer then takes half the bytes. */
 int model_out_bf16(const model_t *m, int i);
 /* The largest such output, in fp32 bytes at `batch` samples (0: none): the
  * backend's scratch where it cannot write one in its GEMM (compute.h). */

@@ -200,6 +200,32 @@ for net in rn cnnb; do
   [ "$wb" -lt "$wf" ] || { cat "$T/acts-$net-bf16.log"
     fail "$net: $wb widening passes with bf16 activations, $wf without"; }
 done
+# ... a BatchNorm whose output (or its fused ReLU's) only a max pooling
+# reads runs inside the pooling's pass, forward and backward (cuda/bn.cu,
+# compute.h bn_maxpool): the same losses, evaluation and weights after 12
+# steps, bit for bit, as with the layers alone (DDP_CUDA_BN_MAXPOOL=0), in
+# fp32 and in bf16 (where the pooled outputs the convolutions read are kept
+# in bf16), over 2x2 windows after a ReLU and ResNet's 3x3 stride 2 pad 1
+# without one; in effect no max pooling kernel of its own in the model of
+# the last training step
+cnnp="--model conv:8:3:1:1,bn,relu,maxpool:2,conv:8:3:1:1:nobias,bn,maxpool:3:2:1,conv:8:3:1:1,bn"
+cnnp="$cnnp,relu,gap,linear:auto --lr 0.05 --seed 5 --batch 8 --steps 12 --eval-every 5 --log-every 1"
+for p in fp32 bf16; do
+  for f in 1 0; do
+    DDP_CUDA_BN_MAXPOOL=$f DDP_CUDA_MODEL=1 run "pool-$p-$f" 1 "$EMU" "$T/img.h5" $cnnp --device cuda \
+      --precision $p --save "$T/pool-$p-$f.h5"
+  done
+  h5diff -r "$T/pool-$p-1.h5" "$T/pool-$p-0.h5" /model /model >"$T/pool-$p.diff" 2>&1 ||
+    { head -n 20 "$T/pool-$p.diff"; fail "$p: BatchNorm + max pooling in one pass change the weights"; }
+  for f in 1 0; do grep -E '^(step|eval) ' "$T/pool-$p-$f.log" | sed 's/ lr .*//' >"$T/pool-$p-$f.curve"; done
+  grep -q '^eval ' "$T/pool-$p-1.curve" && cmp "$T/pool-$p-1.curve" "$T/pool-$p-0.curve" ||
+    fail "$p: BatchNorm + max pooling in one pass change the losses or the evaluation"
+  pools() { awk '$1 ~ /^maxpool_/ { c += $2 } END { print c + 0 }' "$1"; }
+  fused() { awk '$1 ~ /^bn_maxpool_/ { c += $2 } END { print c + 0 }' "$1"; }
+  [ "$(pools "$T/pool-$p-1.log")" -eq 0 ] && [ "$(fused "$T/pool-$p-1.log")" -eq 6 ] &&
+    [ "$(pools "$T/pool-$p-0.log")" -eq 4 ] && [ "$(fused "$T/pool-$p-0.log")" -eq 0 ] ||
+    { cat "$T/pool-$p-1.log"; fail "$p: the max poolings do not run inside their BatchNorms"; }
+done
 # ... bf16 at np=2 under --zero 1: the parameter all-gather rewrites what the
 # optimizer's bf16 copy of the parameters holds (cuda/bf16.h, the mirror,
 # kept where every weight's copy is aligned: 8 classes here, so the last

@@ -279,6 +279,55 @@ START_TEST(pool_costs)
 }
 END_TEST
 
+/* A BatchNorm and the max pooling after it in one pass each way, over
+ * ResNet's stem windows and the CNN's 2x2, fp32 and with x, the pooled
+ * output and both gradients kept in bf16 (b16); max pooling alone on bf16
+ * buffers (its output and its gradient). */
+START_TEST(bn_maxpool_costs)
+{
+    ddp_cuda_pool_t pools[2] = {{8, 32, 64, 64, 3, 2, 1, 32, 32}, {8, 32, 64, 64, 2, 2, 0, 32, 32}};
+    const size_t xs = (size_t)8 * 32 * 64 * 64, ys = (size_t)8 * 32 * 32 * 32;
+    begin_();
+    for (int b16 = 0; b16 < 2; b16++)
+        for (int k = 0; k < 2; k++) {
+            const ddp_cuda_pool_t *d = &pools[k];
+            float *x = dev_rand(xs, 1), *dy = dev_rand(ys, 1), *y = dev_zero(ys * 4),
+                  *dx = dev_zero(xs * 4), *g = dev_rand(32, 1), *bt = dev_rand(32, 1),
+                  *mean = dev_rand(32, 1), *inv = dev_rand(32, 1), *dg = dev_rand(32, 1),
+                  *dbt = dev_rand(32, 1);
+            double *gst = dev_zero(64 * sizeof(double));
+            int32_t *arg = dev_zero(ys * 4);
+            ck_assert_int_eq(ddp_cuda_set_bf16_gemm(b16), 0);
+            if (b16) {
+                ck_assert_int_eq(ddp_cuda_act_bf16(x, xs), 0);
+                ck_assert_int_eq(ddp_cuda_act_bf16(y, ys), 0);
+                ck_assert_int_eq(ddp_cuda_grad_bf16(dy, ys), 0);
+                ck_assert_int_eq(ddp_cuda_grad_bf16(dx, xs), 0);
+            }
+            ck_assert_int_eq(ddp_cuda_bn_maxpool_fwd(d, x, mean, inv, g, bt, 1, y, arg), 0);
+            ck_assert_int_eq(ddp_cuda_bn_maxpool_bwd_stats(d, arg, x, dy, mean, inv, gst, dg, dbt,
+                                                           1.0f, g, bt),
+                             0);
+            ck_assert_int_eq(ddp_cuda_bn_maxpool_bwd_data(d, arg, x, dy, mean, inv, g, gst,
+                                                          8.0 * 64 * 64, dx, bt),
+                             0);
+            if (b16) { /* the pooling alone: its output, then its gradient, in bf16 */
+                ck_assert_int_eq(ddp_cuda_grad_bf16(dx, 0), 0);
+                ck_assert_int_eq(ddp_cuda_maxpool_fwd(d, dx, y, arg), 0);
+                ck_assert_int_eq(ddp_cuda_maxpool_bwd(d, dy, arg, dx), 0);
+                ck_assert_int_eq(ddp_cuda_grad_bf16(dy, 0), 0);
+            }
+            ck_assert_int_eq(ddp_cuda_set_bf16_gemm(0), 0);
+            void *all[] = {x, dy, y, dx, g, bt, mean, inv, dg, dbt, gst, arg};
+            for (size_t i = 0; i < sizeof all / sizeof *all; i++) ddp_cuda_free(all[i]);
+        }
+    const char *want[] = {"bn_maxpool_fwd_kernel", "bn_maxpool_partials_kernel",
+                          "bn_bwd_stats_combine_kernel", "bn_maxpool_bwd_data_kernel",
+                          "maxpool_fwd_kernel", "maxpool_bwd_kernel", NULL};
+    end_(want);
+}
+END_TEST
+
 /* BatchNorm over [n, c, hw]: statistics, the parameters, forward, backward;
  * relu: with a ReLU fused (its mask reads gamma and beta) */
 static void bn_case(int n, int c, int hw, float beta, int relu)
@@ -396,6 +445,7 @@ Suite *test_suite(void)
     tcase_add_test(t, linear_costs);
     tcase_add_test(t, conv_costs);
     tcase_add_test(t, pool_costs);
+    tcase_add_test(t, bn_maxpool_costs);
     tcase_add_test(t, bn_costs);
     tcase_add_test(t, loss_costs);
     tcase_add_test(t, optim_costs);

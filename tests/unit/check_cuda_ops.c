@@ -147,6 +147,18 @@ static void same_bits_(const char *what, const void *got, const void *ref, size_
     same_bits_by_(what, got, ref, n, elem, "the CPU backend");
 }
 
+/* n values of v rounded to bf16, as bf16 and widened back to fp32 */
+static uint16_t *bf16_of_(const float *v, size_t n, float **wide)
+{
+    uint16_t *h = hnew_(n * 2);
+    *wide = hnew_(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = ddp_f32_to_bf16(v[i]);
+        (*wide)[i] = ddp_bf16_to_f32(h[i]);
+    }
+    return h;
+}
+
 static double ulp_(float r)
 {
     float a = fabsf(r);
@@ -1416,6 +1428,136 @@ START_TEST(bn_matches)
 }
 END_TEST
 
+/* A BatchNorm (and its fused ReLU) whose only reader is a max pooling, in
+ * one pass each way (ddp_cuda_bn_maxpool_*): on the same inputs, the bits
+ * of the layers alone on the device (bn_fwd, maxpool_fwd; maxpool_bwd,
+ * bn_bwd_stats, bn_bwd_data) -- the pooled output and argmax, the
+ * gradient sums, dgamma and dbeta (beta 1: added to the old ones) and dx.
+ * Windows: 2x2 (the CNN's), 3x3 stride 2 pad 1 (ResNet's stem: a cell
+ * under up to four windows), 2x2 stride 1 pad 1, odd sizes (cells under no
+ * window: dx of dy 0); values with ties (coarse x: equal outputs in a
+ * window; with a ReLU, mostly negative outputs: windows of zeros), a NaN,
+ * and sizes past one grid-stride pass.  bf16: x, the pooled output, its
+ * gradient and dx kept in bf16 (act16.h) give the fp32 run's bits on the
+ * same values (the outputs rounded). */
+typedef struct bnp_case {
+    int n, c, h, w, k, stride, pad, relu;
+    float shift; /* added to x (negative: most BatchNorm outputs below 0) */
+    int ties, nan, bf16;
+} bnp_case_t;
+
+enum { BNP_Y, BNP_DG, BNP_DB, BNP_DX, BNP_N };
+
+static void bn_maxpool_case_(const bnp_case_t *q)
+{
+    ddp_cuda_pool_t g = {q->n, q->c, q->h, q->w, q->k, q->stride, q->pad,
+                         (q->h + 2 * q->pad - q->k) / q->stride + 1,
+                         (q->w + 2 * q->pad - q->k) / q->stride + 1};
+    const int c = q->c, hw = q->h * q->w;
+    const size_t nx = (size_t)q->n * c * hw, ny = (size_t)q->n * c * g.oh * g.ow;
+    const double count = (double)q->n * hw;
+    float *hx = test_fvec(nx, 2.0f), *hdy = test_fvec(ny, 1.0f), *hxw, *hdyw;
+    for (size_t i = 0; i < nx; i++) hx[i] = (q->ties ? (float)(int)(hx[i] * 1.5f) : hx[i]) + q->shift;
+    if (q->nan) hx[nx / 3] = NAN;
+    uint16_t *hx16 = bf16_of_(hx, nx, &hxw), *hdy16 = bf16_of_(hdy, ny, &hdyw);
+    float *hg = test_fvec((size_t)c, 1.0f), *hb = test_fvec((size_t)c, 1.0f);
+    float *hdg0 = grad_old_((size_t)c, 1.0f), *hdb0 = grad_old_((size_t)c, 1.0f);
+    float *gam = dput_(hg, c * 4), *bet = dput_(hb, c * 4), *mean = dput_(NULL, c * 4);
+    float *inv = dput_(NULL, c * 4), *rm = dput_(NULL, c * 4), *rv = dput_(NULL, c * 4);
+    float *full = dput_(NULL, nx * 4), *dfull = dput_(NULL, nx * 4);
+    double *st = dput_(NULL, 16 * (size_t)c), *gst = dput_(NULL, 16 * (size_t)c);
+    /* [layers alone, fused, fused on bf16 buffers][y, dgamma, dbeta, dx] */
+    float *r[3][BNP_N];
+    int32_t *am[3];
+    double *gs[3];
+    for (int a = 0; a < 3; a++) {
+        const int b16 = a == 2, eb = b16 ? 2 : 4; /* bytes per value of x, y, dy, dx */
+        float *x = dput_(b16 ? (const void *)hx16 : hxw, nx * eb);
+        float *dy = dput_(b16 ? (const void *)hdy16 : hdyw, ny * eb);
+        float *y = dput_(NULL, ny * eb), *dx = dput_(NULL, nx * eb);
+        float *dg = dput_(hdg0, c * 4), *db = dput_(hdb0, c * 4);
+        int32_t *amd = dput_(NULL, ny * 4);
+        if (b16) {
+            CU(ddp_cuda_set_bf16_gemm(1));
+            CU(ddp_cuda_act_bf16(x, nx)), CU(ddp_cuda_act_bf16(y, ny));
+            CU(ddp_cuda_grad_bf16(dy, ny)), CU(ddp_cuda_grad_bf16(dx, nx));
+        }
+        CU(ddp_cuda_bn_stats(q->n, c, hw, x, st));
+        CU(ddp_cuda_bn_finalize(c, st, count, 1e-5f, 0.1f, 1, mean, inv, rm, rv));
+        const float *rg = q->relu ? gam : NULL, *rb = q->relu ? bet : NULL;
+        if (a == 0) {
+            CU(ddp_cuda_bn_fwd(q->n, c, hw, x, mean, inv, gam, bet, full, q->relu, NULL));
+            CU(ddp_cuda_maxpool_fwd(&g, full, y, amd));
+            CU(ddp_cuda_maxpool_bwd(&g, dy, amd, dfull));
+            CU(ddp_cuda_bn_bwd_stats(q->n, c, hw, x, dfull, mean, inv, gst, dg, db, 1.0f, rg, rb));
+            CU(ddp_cuda_bn_bwd_data(q->n, c, hw, x, dfull, mean, inv, gam, gst, count, dx, rb));
+        } else {
+            CU(ddp_cuda_bn_maxpool_fwd(&g, x, mean, inv, gam, bet, q->relu, y, amd));
+            CU(ddp_cuda_bn_maxpool_bwd_stats(&g, amd, x, dy, mean, inv, gst, dg, db, 1.0f, rg,
+                                             rb));
+            CU(ddp_cuda_bn_maxpool_bwd_data(&g, amd, x, dy, mean, inv, gam, gst, count, dx, rb));
+        }
+        r[a][BNP_Y] = hnew_(ny * 4), r[a][BNP_DX] = hnew_(nx * 4);
+        r[a][BNP_DG] = hnew_(c * 4), r[a][BNP_DB] = hnew_(c * 4);
+        am[a] = hnew_(ny * 4), gs[a] = hnew_(16 * (size_t)c);
+        dget_(r[a][BNP_Y], y, ny * eb), dget_(r[a][BNP_DX], dx, nx * eb);
+        dget_(r[a][BNP_DG], dg, c * 4), dget_(r[a][BNP_DB], db, c * 4);
+        dget_(am[a], amd, ny * 4), dget_(gs[a], gst, 16 * (size_t)c);
+        if (b16) CU(ddp_cuda_grad_bf16(dy, 0)), CU(ddp_cuda_grad_bf16(dx, 0));
+        dfree_(x), dfree_(dy), dfree_(y), dfree_(dx), dfree_(dg), dfree_(db), dfree_(amd);
+        if (b16) CU(ddp_cuda_set_bf16_gemm(0));
+    }
+    char what[160];
+    static const char *const names[BNP_N] = {"y", "dgamma", "dbeta", "dx"};
+    const size_t cnt[BNP_N] = {ny, (size_t)c, (size_t)c, nx};
+    uint16_t *want = hnew_(nx * 2);
+    for (int a = 1; a < 3; a++) {
+        if (a == 2 && !q->bf16) break;
+        const char *by = a == 1 ? "the layers alone" : "the fp32 buffers'";
+#define BNP_WHAT(label)                                                                                snprintf(what, sizeof what, "BN%s + maxpool n=%d c=%d %dx%d k=%d s=%d p=%d%s%s%s: %s",                      q->relu ? " + ReLU" : "", q->n, c, q->h, q->w, q->k, q->stride, q->pad,                            q->ties ? " ties" : "", q->nan ? " NaN" : "", a == 2 ? " bf16" : "", label)
+        for (int k = 0; k < BNP_N; k++) {
+            BNP_WHAT(names[k]);
+            if (a == 2 && (k == BNP_Y || k == BNP_DX)) {
+                for (size_t i = 0; i < cnt[k]; i++) want[i] = ddp_f32_to_bf16(r[1][k][i]);
+                same_bits_by_(what, r[2][k], want, cnt[k], 2, "the fp32 output rounded");
+            } else {
+                same_bits_by_(what, r[a][k], r[a - 1][k], cnt[k], 4, by);
+            }
+        }
+        BNP_WHAT("argmax");
+        same_bits_by_(what, am[a], am[a - 1], ny, 4, by);
+        BNP_WHAT("gradient sums");
+        same_bits_by_(what, gs[a], gs[a - 1], 2 * (size_t)c, 8, by);
+#undef BNP_WHAT
+    }
+    for (int a = 0; a < 3; a++) {
+        for (int k = 0; k < BNP_N; k++) free(r[a][k]);
+        free(am[a]), free(gs[a]);
+    }
+    void *dev[] = {gam, bet, mean, inv, rm, rv, full, dfull, st, gst};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
+    free(want), free(hx), free(hdy), free(hxw), free(hdyw), free(hx16), free(hdy16);
+    free(hg), free(hb), free(hdg0), free(hdb0);
+}
+
+START_TEST(bn_maxpool_bits)
+{
+    test_seed(151);
+    static const bnp_case_t cases[] = {
+        /* n  c  h   w   k s p relu shift ties nan bf16 */
+        {4, 3, 8, 8, 2, 2, 0, 1, 0.0f, 0, 0, 1},
+        {4, 3, 8, 8, 2, 2, 0, 0, 0.0f, 1, 0, 1},
+        {3, 5, 9, 7, 2, 2, 0, 1, -1.0f, 1, 0, 1}, /* odd: the last row, column in no window */
+        {2, 4, 9, 9, 3, 2, 1, 1, 0.0f, 0, 0, 1},  /* ResNet's stem */
+        {2, 4, 8, 10, 3, 2, 1, 1, -2.5f, 1, 0, 0},
+        {2, 3, 7, 8, 2, 1, 1, 0, 0.0f, 1, 0, 0},
+        {2, 3, 6, 6, 2, 2, 0, 1, 0.0f, 0, 1, 0},  /* a NaN wins its window */
+        {64, 8, 46, 46, 2, 2, 0, 1, 0.0f, 0, 0, 1}, /* past one grid-stride pass */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) bn_maxpool_case_(&cases[i]);
+}
+END_TEST
+
 /* ---- the suite -------------------------------------------------------- */
 
 /* ---- bf16: the forward's copies kept for the backward (cuda/bf16.h) ---- */
@@ -1749,18 +1891,6 @@ START_TEST(bf16_act_outputs)
     free(hx), free(hw1), free(hb1), free(hw2), free(hb2), free(hdy);
 }
 END_TEST
-
-/* n values of v rounded to bf16, as bf16 and widened back to fp32 */
-static uint16_t *bf16_of_(const float *v, size_t n, float **wide)
-{
-    uint16_t *h = hnew_(n * 2);
-    *wide = hnew_(n * 4);
-    for (size_t i = 0; i < n; i++) {
-        h[i] = ddp_f32_to_bf16(v[i]);
-        (*wide)[i] = ddp_bf16_to_f32(h[i]);
-    }
-    return h;
-}
 
 /* Under bf16 GEMMs through cuDNN, a convolution's output that only a
  * BatchNorm reads and the BatchNorm's (fused ReLU) output that only a
@@ -2163,6 +2293,7 @@ Suite *test_suite(void)
     tcase_add_test(t, conv_cudnn_bf16);
     tcase_add_test(t, pool_matches);
     tcase_add_test(t, bn_matches);
+    tcase_add_test(t, bn_maxpool_bits);
     tcase_add_test(t, linear_lt_epilogue);
     suite_add_tcase(s, t);
     t = tcase_create("bf16");
