@@ -6,7 +6,9 @@
 // thread of a launch (no divergence); a kernel computes in fp32 either way,
 // so the values it computes from a bf16 input are those it computes from
 // the same values held in fp32, and a bf16 output is the rounding (to
-// nearest even) of the fp32 one.
+// nearest even) of the fp32 one.  A convolution's output with a bias that
+// only a BatchNorm reads is kept in bf16 without the bias, which the
+// BatchNorm kernels add as they read it (ddp_act_in::at).
 #ifndef DDP_CUDA_ACT16_H
 #define DDP_CUDA_ACT16_H
 
@@ -16,10 +18,19 @@
 #include "half.h"
 
 struct ddp_act_in {
-    const float *f;    // fp32, or
-    const uint16_t *h; // bf16 (f unused)
+    const float *f;       // fp32, or
+    const uint16_t *h;    // bf16 (f unused)
+    const float *bias;    // a convolution's bias it was written without (bf16 only; NULL: none)
     __device__ float operator[](size_t i) const { return h ? ddp_bf16_to_f32(h[i]) : f[i]; }
+    // value i of channel ch with its bias: what the convolution's fp32
+    // output would hold (the BatchNorm kernels read their x so)
+    __device__ float at(size_t i, int ch) const
+    {
+        const float v = (*this)[i];
+        return bias ? v + bias[ch] : v;
+    }
     double bytes() const { return h ? 2.0 : 4.0; } // a value's (DDP_COST)
+    double bias_bytes(int c) const { return bias ? 4.0 * c : 0.0; } // the bias's, c channels
 };
 
 struct ddp_act_out {
@@ -38,7 +49,7 @@ struct ddp_act_out {
 // The buffer at p as the kernels read or write it.
 inline ddp_act_in ddp_act_in_(const float *p)
 {
-    return ddp_act_in{p, ddp_bf16_act_at_(p)};
+    return ddp_act_in{p, ddp_bf16_act_at_(p), ddp_bf16_act_bias_(p)};
 }
 inline ddp_act_out ddp_act_out_(float *p)
 {

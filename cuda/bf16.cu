@@ -53,9 +53,13 @@ Mirror g_mirror;
 ddp_bf16_dy g_dy = {};
 
 // Layer outputs kept in bf16 only, and the gradient buffers holding bf16
-// gradients now: their addresses and counts (looked up by the layers'
-// launchers, several times a layer).
-std::unordered_map<const void *, size_t> g_acts;
+// gradients now: their addresses, counts and carried biases (looked up by
+// the layers' launchers, several times a layer).
+struct Act {
+    size_t count;
+    const float *bias; // ddp_cuda_act_bias: its readers add it; NULL: none
+};
+std::unordered_map<const void *, Act> g_acts;
 
 // [a, b) into fresh, merged with what it meets.
 void fresh_add_(size_t a, size_t b)
@@ -255,13 +259,28 @@ int ddp_bf16_dy_take_(const float *dy, int n, int out, ddp_bf16_dy *got)
 void ddp_bf16_act_set_(const void *y, size_t count)
 {
     g_acts.erase(y);
-    if (y && count) g_acts[y] = count;
+    if (y && count) g_acts[y] = Act{count, nullptr};
+}
+
+int ddp_bf16_act_carry_(const void *y, const float *bias)
+{
+    auto it = y ? g_acts.find(y) : g_acts.end();
+    if (it == g_acts.end()) return -1;
+    it->second.bias = bias;
+    return 0;
 }
 
 const uint16_t *ddp_bf16_act_at_(const void *p)
 {
     if (!p || !ddp_cuda_state_.bf16_gemm) return nullptr;
     return g_acts.count(p) ? (const uint16_t *)p : nullptr;
+}
+
+const float *ddp_bf16_act_bias_(const void *p)
+{
+    if (!p || !ddp_cuda_state_.bf16_gemm) return nullptr;
+    auto it = g_acts.find(p);
+    return it == g_acts.end() ? nullptr : it->second.bias;
 }
 
 void ddp_bf16_act_drop_(const void *p)

@@ -99,8 +99,13 @@ void ddp_bf16_mirror_forget_(void);
 // nets' ones, while they are (ddp_cuda_grad_bf16), likewise.  count 0: y
 // holds fp32 again.
 void ddp_bf16_act_set_(const void *y, size_t count);
+// y, such an output, is written without a convolution's bias, which its
+// readers add (ddp_cuda_act_bias; NULL: none); -1 when y is not one.
+int ddp_bf16_act_carry_(const void *y, const float *bias);
 // p when p is such an output (under bf16 GEMMs), else NULL.
 const uint16_t *ddp_bf16_act_at_(const void *p);
+// The bias the output at p carries (ddp_bf16_act_carry_), else NULL.
+const float *ddp_bf16_act_bias_(const void *p);
 // p was freed.
 void ddp_bf16_act_drop_(const void *p);
 

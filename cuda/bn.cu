@@ -14,7 +14,10 @@
 // x and y may be kept in bf16 (act16.h: a convolution's output that only
 // the BatchNorm reads; the output where only a convolution reads it), and
 // so their gradients dx and dy: the kernels read and write them as such
-// and compute in fp32 as ever.
+// and compute in fp32 as ever.  An x kept in bf16 may carry its
+// convolution's bias (ddp_cuda_act_bias), which the kernels add to each
+// value as they read it (ddp_act_in::at): the value the convolution's fp32
+// output would hold.
 // A BatchNorm whose only reader is a max pooling (ddp_cuda_bn_maxpool_*):
 // the forward pools the output it computes (pool_window.h's scan) and
 // writes the pooled values and argmax, never the BatchNorm's output; the
@@ -104,7 +107,7 @@ __device__ void bn_partials(int n, int c, int hw, int chunks, ddp_act_in x, cons
         for (unsigned e = threadIdx.x; e < per; e += blockDim.x) {
             const unsigned i = e / (unsigned)hw, k = e - i * (unsigned)hw;
             const size_t pl = (size_t)(i0 + i) * c + ch, off = pl * hw + k;
-            const float xv = x[off];
+            const float xv = x.at(off, ch);
             if (kBwd) {
                 float g = relu_dy(rb != nullptr, xv, ra, rbc, dy(off, pl, (int)k));
                 a1 += (double)g;
@@ -188,7 +191,7 @@ __global__ void bn1d_stats_kernel(int n, int c, ddp_act_in x, double *stats)
         double a1 = 0.0, a2 = 0.0;
         if (ch < (size_t)c)
             for (int i = threadIdx.y; i < n; i += kColLanes) {
-                double v = x[(size_t)i * c + ch];
+                double v = x.at((size_t)i * c + ch, (int)ch);
                 a1 += v;
                 a2 += v * v;
             }
@@ -234,7 +237,7 @@ __global__ void bn_fwd_kernel(int n, int c, int hw, ddp_act_in x, const float *m
         int ch = (int)((idx / (I)hw) % (I)c);
         float a, b;
         ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], beta_[ch], &a, &b);
-        float v = x[idx] * a + b;
+        float v = x.at(idx, ch) * a + b;
         if (res) v = v + res[idx];
         y.put(idx, relu && v < 0.0f ? 0.0f : v);
     }
@@ -261,7 +264,7 @@ __global__ void bn_maxpool_fwd_kernel(ddp_cuda_pool_t d, ddp_act_in x, const flo
         const I base = pl * hw;
         int32_t best;
         float v = ddp_pool_max(d, (int)(idx - pl * ohw), [&](int i) {
-            float u = x[base + (I)i] * a + b;
+            float u = x.at(base + (I)i, ch) * a + b;
             return relu && u < 0.0f ? 0.0f : u;
         }, &best);
         y.put(idx, v);
@@ -307,7 +310,7 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, ddp_act_in x, ddp_act_in dy,
             if (rb) ddp_bn_ab(m, invstd[ch], rg[ch], rb[ch], &ra, &rbc);
             for (int i = threadIdx.y; i < n; i += kColLanes) {
                 size_t off = (size_t)i * c + ch;
-                const float xv = x[off];
+                const float xv = x.at(off, (int)ch);
                 float g = relu_dy(rb != nullptr, xv, ra, rbc, dy[off]);
                 a1 += (double)g;
                 a2 += (double)(g * (xv - m));
@@ -344,7 +347,7 @@ __device__ void bn_bwd_data(int n, int c, int hw, ddp_act_in x, const Dy &dy, co
         float A = (float)a, B = (float)(-a * invstd[ch] * mdyx), C = (float)(-a * mdy);
         float ra = 0.0f, rbc = 0.0f;
         if (rb) ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], rb[ch], &ra, &rbc);
-        const float xv = x[idx];
+        const float xv = x.at(idx, ch);
         float g = relu_dy(rb != nullptr, xv, ra, rbc, dy(idx, pl, (int)(idx - pl * (I)hw)));
         dx.put(idx, A * g + B * (xv - mean[ch]) + C);
     }
@@ -415,7 +418,8 @@ int launch_partials(int n, int c, int hw, const float *x_, const float *dy_,
     const double dy_b = !kBwd ? 0
                         : pool ? (dy.bytes() + 4.0) * n * c * pool->oh * pool->ow
                                : dy.bytes() * count;
-    DDP_COST(x.bytes() * count + dy_b + (kBwd ? 4.0 * c : 0) + (rb ? 12.0 * c : 0),
+    DDP_COST(x.bytes() * count + x.bias_bytes(c) + dy_b + (kBwd ? 4.0 * c : 0) +
+                 (rb ? 12.0 * c : 0),
              16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
     if (pool)
         DDP_LAUNCH(bn_maxpool_partials_kernel, dim3(channel_blocks(c), *chunks), kDdpThreads, s,
@@ -443,8 +447,8 @@ int bwd_stats(int n, int c, int hw, const float *x, const float *dy, const ddp_c
     const double gb = (dgamma ? 4.0 * c : 0) + (dbeta ? 4.0 * c : 0);
     if (hh == 1 && !pool) {
         const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
-        DDP_COST((xin.bytes() + dyin.bytes()) * nn * c + 8.0 * c + (beta != 0.0f ? gb : 0) +
-                     (relu_beta ? 8.0 * c : 0),
+        DDP_COST((xin.bytes() + dyin.bytes()) * nn * c + xin.bias_bytes(c) + 8.0 * c +
+                     (beta != 0.0f ? gb : 0) + (relu_beta ? 8.0 * c : 0),
                  16.0 * c + gb, (relu_beta ? 6.0 : 4.0) * nn * c);
         DDP_LAUNCH(bn1d_bwd_stats_kernel, column_blocks(c), kColBlock, s, nn, c, xin, dyin, mean,
                    invstd, gstats, dgamma, dbeta, beta, relu_gamma, relu_beta);
@@ -475,7 +479,8 @@ int bwd_data(int n, int c, int hw, const float *x, const float *dy, const ddp_cu
     const ddp_act_out dxout = ddp_act_out_(dx);
     const double dy_b = pool ? (dyin.bytes() + 4.0) * n * c * pool->oh * pool->ow
                              : dyin.bytes() * total;
-    DDP_COST(xin.bytes() * total + dy_b + 32.0 * c + (relu_beta ? 4.0 * c : 0),
+    DDP_COST(xin.bytes() * total + xin.bias_bytes(c) + dy_b + 32.0 * c +
+                 (relu_beta ? 4.0 * c : 0),
              dxout.bytes() * total, (relu_beta ? 7.0 : 5.0) * total);
     cudaStream_t s = ddp_cuda_state_.stream;
     if (pool)
@@ -516,7 +521,7 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
     }
     if (hw == 1) {
         const ddp_act_in xin = ddp_act_in_(x);
-        DDP_COST(xin.bytes() * n * c, 16.0 * c, 3.0 * n * c);
+        DDP_COST(xin.bytes() * n * c + xin.bias_bytes(c), 16.0 * c, 3.0 * n * c);
         DDP_LAUNCH(bn1d_stats_kernel, column_blocks(c), kColBlock, s, n, c, xin, stats);
         DDP_CU_LAUNCHED();
         return 0;
@@ -568,7 +573,8 @@ int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, con
     size_t count = (size_t)n * c * hw;
     const ddp_act_in xin = ddp_act_in_(x);
     const ddp_act_out yout = ddp_act_out_(y);
-    DDP_COST((xin.bytes() + (res ? 4.0 : 0)) * count + 16.0 * c, yout.bytes() * count,
+    DDP_COST((xin.bytes() + (res ? 4.0 : 0)) * count + xin.bias_bytes(c) + 16.0 * c,
+             yout.bytes() * count,
              (2.0 + (relu ? 1 : 0) + (res ? 1 : 0)) * count);
     DDP_LAUNCH_IDX(bn_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream,
                    n, c, hw, xin, mean, invstd, gamma, beta_, yout, relu,
@@ -603,7 +609,8 @@ int ddp_cuda_bn_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, const floa
     const ddp_act_in xin = ddp_act_in_(x);
     const ddp_act_out yout = ddp_act_out_(y);
     // every cell under a window, once
-    DDP_COST(xin.bytes() * d->n * d->c * d->h * d->w + 16.0 * d->c, (yout.bytes() + 4.0) * count,
+    DDP_COST(xin.bytes() * d->n * d->c * d->h * d->w + xin.bias_bytes(d->c) + 16.0 * d->c,
+             (yout.bytes() + 4.0) * count,
              (3.0 + (relu ? 1 : 0)) * count * d->k * d->k);
     DDP_LAUNCH_IDX(bn_maxpool_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads,
                    ddp_cuda_state_.stream, *d, xin, mean, invstd, gamma, beta_, relu, yout,

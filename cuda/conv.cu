@@ -28,8 +28,10 @@
 // bytes, a convolution of dy by the transposed, flipped weight
 // (conv_dx_as_conv): no fp32 columns, no col2im.
 // An input or output kept in bf16 (act16.h: under bf16 the output of a
-// convolution without bias that only a BatchNorm reads, the input a
-// BatchNorm's or its ReLU's that only this convolution reads) is cuDNN's
+// convolution that only a BatchNorm reads, written without the bias, which
+// the BatchNorm adds as it reads it (ddp_cuda_act_bias); the input a
+// BatchNorm's, its ReLU's or a max pooling's that only this convolution
+// reads) is cuDNN's
 // operand or result as it lies: no rounding, no widening, and no copy of
 // the input in the memo.  A group cuDNN does not run widens such an input
 // into fp32 scratch, runs as im2col + GEMM, and rounds its output into
@@ -507,6 +509,11 @@ int dnn_bwd(const ddp_cuda_conv_t *d, int gn, const float *xg, const uint16_t *x
 
 extern "C" {
 
+int ddp_cuda_conv_group_samples(const ddp_cuda_conv_t *d)
+{
+    return dnn_group(d, conv_group(d));
+}
+
 size_t ddp_cuda_conv_ws_bytes(const ddp_cuda_conv_t *d)
 {
     const size_t ohw = (size_t)d->oh * d->ow, ckk = (size_t)d->c * d->k * d->k;
@@ -534,9 +541,11 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     // input and output kept in bf16 (act16.h), NULL: fp32
     const uint16_t *xa = ddp_bf16_act_at_(x);
     uint16_t *ya = (uint16_t *)ddp_bf16_act_at_(y);
-    if (ya && b)
+    if (ya && b && ddp_bf16_act_bias_(y) != b)
         return ddp_cuda_fail_("ddp_cuda_conv_fwd", __FILE__, __LINE__,
-                              "a convolution with a bias whose output is kept in bf16");
+                              "a convolution with a bias whose output is kept in bf16 without "
+                              "carrying it");
+    if (ya) b = nullptr; // carried: its readers add it (ddp_cuda_act_bias)
     const uint16_t *x16 = xa; // through cuDNN: the input rounded once, kept for dw
     if (w16) {
         const uint16_t *h, *xm;

@@ -143,6 +143,12 @@ int ddp_cuda_params_written(const float *p, size_t count);
 // convolution reads (ddp_cuda_conv_acts_bf16): the conv and BatchNorm
 // launchers write and read it as bf16 (act16.h).  Forgotten when y is freed.
 int ddp_cuda_act_bf16(float *y, size_t count);
+// y, such a convolution's output that only a BatchNorm reads, is written by
+// ddp_cuda_conv_fwd without the convolution's bias b, which the BatchNorm
+// launchers add to each value as they read it, in fp32 (act16.h): the
+// values the convolution's fp32 output would hold (its bf16 result
+// widened, plus the bias).  b NULL: none.  After ddp_cuda_act_bf16(y).
+int ddp_cuda_act_bias(float *y, const float *b);
 // The gradient of such a convolution net's output: from now [g, g + 2 count
 // bytes) holds count bf16 values, which the convolution or BatchNorm
 // backward that computes it writes and the one that reads it as dy reads;
@@ -170,6 +176,11 @@ typedef struct ddp_cuda_conv {
     int n, c, h, w, oc, k, stride, pad, oh, ow;
 } ddp_cuda_conv_t;
 size_t ddp_cuda_conv_ws_bytes(const ddp_cuda_conv_t *d);
+/* The most samples a convolution's forward or backward takes at once (a
+ * group of cuDNN's, or of im2col's where cuDNN is not loaded): a group
+ * cuDNN refuses widens that many samples of an input, output or gradient
+ * kept in bf16 into fp32 scratch. */
+int ddp_cuda_conv_group_samples(const ddp_cuda_conv_t *d);
 int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, const float *b,
                       float *y, void *ws);
 int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, const float *dy,

@@ -301,6 +301,14 @@ int ddp_cuda_act_bf16(float *y, size_t count)
     return 0;
 }
 
+int ddp_cuda_act_bias(float *y, const float *b)
+{
+    if (not_bound("ddp_cuda_act_bias")) return -1;
+    if (ddp_bf16_act_carry_(y, b) != 0)
+        return DDP_FAIL("ddp_cuda_act_bias", "a carried bias for an output not kept in bf16");
+    return 0;
+}
+
 int ddp_cuda_grad_bf16(float *g, size_t count)
 {
     if (not_bound("ddp_cuda_grad_bf16")) return -1;

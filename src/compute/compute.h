@@ -162,12 +162,21 @@ typedef struct compute_ops {
     /* --precision bf16: 1 when the backend's convolutions and BatchNorms
      * also take layer outputs kept in bf16 (act_bf16) as they lie: conv_fwd
      * and conv_bwd an input x that a BatchNorm (or its fused ReLU) or a max
-     * pooling wrote, conv_fwd an output y (no bias) that only a BatchNorm
-     * reads, bn_stats, bn_fwd, bn_bwd_stats, bn_bwd_data and the
+     * pooling wrote, conv_fwd an output y (no bias, or one it carries:
+     * act_bias) that only a BatchNorm reads, bn_stats, bn_fwd, bn_bwd_stats, bn_bwd_data and the
      * bn_maxpool ops such an x, bn_fwd, maxpool_fwd and bn_maxpool_fwd such
      * a y (the cuda backend through cuDNN: its convolutions' operands are
      * bf16 already).  NULL: never (optional). */
     int (*conv_acts_bf16)(void);
+    /* With conv_acts_bf16: y, a convolution's output kept in bf16 (act_bf16)
+     * that only a BatchNorm reads, is written by conv_fwd without the
+     * convolution's bias b, which bn_stats, bn_fwd, bn_bwd_stats,
+     * bn_bwd_data and the bn_maxpool ops add to each value of their x as
+     * they read it, in fp32: the values an fp32 output would hold (its bf16
+     * result widened, plus the bias).  The gradient for such an output stays
+     * fp32 (the bias gradient sums it).  0 when done.  NULL: an output with
+     * a bias stays fp32 (optional). */
+    int (*act_bias)(float *y, const float *b);
     /* With conv_acts_bf16: g, a gradient buffer of count values, holds the
      * gradient of such an output kept in bf16 (count bf16 values), which
      * conv_bwd writes as its dx and bn_bwd_data (and bn_maxpool_bwd_data) as
@@ -244,6 +253,11 @@ typedef struct compute_ops {
     /* Convolution (cross-correlation, as PyTorch).  `ws` is a workspace of
      * conv_ws_bytes(d) bytes owned by the caller. */
     size_t (*conv_ws_bytes)(const conv_dims_t *d);
+    /* The most samples of d one conv_fwd or conv_bwd works on at a time:
+     * where the backend keeps layer outputs in bf16 (act_bf16), the fp32
+     * scratch of a group it cannot run on them as they lie is that many
+     * samples'.  NULL: d->n (optional). */
+    int (*conv_group_samples)(const conv_dims_t *d);
     void (*conv_fwd)(const conv_dims_t *d, const float *x, const float *w, const float *b, float *y,
                      void *ws);
     void (*conv_bwd)(const conv_dims_t *d, const float *x, const float *w, const float *dy,
@@ -393,12 +407,13 @@ extern const compute_ops_t compute_cuda_ops;
  * the name of the backend it stands in for, or a name of its own --
  * replacing an entry of that name or adding one.  A table with a required
  * op missing (every op but those documented as optional: check,
- * device_id, device_count, set_bf16, set_tf32, bf16_params, params_written, act_bf16,
- * conv_input_bf16, conv_acts_bf16, grad_bf16, bn_maxpool, bn_maxpool_fwd, bn_maxpool_bwd_stats,
- * bn_maxpool_bwd_data, sumsq_many, xent_dense, mem_info, host_alloc, host_free, range_start,
- * range_end) is refused
- * with DDP_ERR_INTERNAL naming the op, so a missing op is an error where
- * the backend is registered, never a NULL call in a step. */
+ * device_id, device_count, set_bf16, set_tf32, bf16_params,
+ * params_written, act_bf16, conv_input_bf16, conv_acts_bf16, act_bias,
+ * conv_group_samples, grad_bf16, bn_maxpool, bn_maxpool_fwd,
+ * bn_maxpool_bwd_stats, bn_maxpool_bwd_data, sumsq_many, xent_dense,
+ * mem_info, host_alloc, host_free, range_start, range_end) is refused with
+ * DDP_ERR_INTERNAL naming the op, so a missing op is an error where the
+ * backend is registered, never a NULL call in a step. */
 ddp_status_t compute_register(const char *name, const compute_ops_t *ops);
 int compute_backend_count(void);
 /* 0 <= i < compute_backend_count(): the entry's name and table */

@@ -181,6 +181,13 @@ static int cuda_conv_acts_bf16(void)
     return ddp_cuda_conv_acts_bf16();
 }
 
+static int cuda_act_bias(float *y, const float *b)
+{
+    int rc = ddp_cuda_act_bias(y, b);
+    cuda_rc_(rc);
+    return rc;
+}
+
 static int cuda_grad_bf16(float *g, size_t count)
 {
     int rc = ddp_cuda_grad_bf16(g, count);
@@ -282,6 +289,12 @@ static size_t cuda_conv_ws_bytes(const conv_dims_t *d)
 {
     ddp_cuda_conv_t c = cuda_conv_(d);
     return ddp_cuda_conv_ws_bytes(&c);
+}
+
+static int cuda_conv_group_samples(const conv_dims_t *d)
+{
+    ddp_cuda_conv_t c = cuda_conv_(d);
+    return ddp_cuda_conv_group_samples(&c);
 }
 
 static void cuda_conv_fwd(const conv_dims_t *d, const float *x, const float *w, const float *b,
@@ -545,6 +558,7 @@ const compute_ops_t compute_cuda_ops = {
     .act_bf16 = cuda_act_bf16,
     .conv_input_bf16 = cuda_conv_input_bf16,
     .conv_acts_bf16 = cuda_conv_acts_bf16,
+    .act_bias = cuda_act_bias,
     .grad_bf16 = cuda_grad_bf16,
     .set_tf32 = ddp_cuda_set_tf32,
     .range_start = ddp_cuda_range_start,
@@ -569,6 +583,7 @@ const compute_ops_t compute_cuda_ops = {
     .linear_bwd = cuda_linear_bwd,
     .linear_ws_bytes = ddp_cuda_linear_ws_bytes,
     .conv_ws_bytes = cuda_conv_ws_bytes,
+    .conv_group_samples = cuda_conv_group_samples,
     .conv_fwd = cuda_conv_fwd,
     .conv_bwd = cuda_conv_bwd,
     .maxpool_fwd = cuda_maxpool_fwd,

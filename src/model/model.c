@@ -647,6 +647,7 @@ static int relu_in_below_(const model_t *m, const layer_t *L)
 }
 
 static int readers_(const model_t *m, int j);
+static float *param_(const model_t *m, int t);
 
 int model_out_bf16(const model_t *m, int i)
 {
@@ -659,8 +660,8 @@ int model_out_bf16(const model_t *m, int i)
     layer_kind_t reader;
     if (C->kind == LAYER_LINEAR && (C != L || !L->fused_relu))
         reader = LAYER_LINEAR;
-    else if (m->bf16_conv_acts && C->kind == LAYER_CONV && C->bias < 0)
-        reader = LAYER_BN;
+    else if (m->bf16_conv_acts && C->kind == LAYER_CONV && (C->bias < 0 || m->compute->act_bias))
+        reader = LAYER_BN; /* a bias carried to the BatchNorm (act_bias) */
     else if (m->bf16_conv_acts && C->kind == LAYER_BN && (C != L || !L->fused_relu) &&
              !C->bn_in_add)
         reader = LAYER_CONV;
@@ -672,15 +673,6 @@ int model_out_bf16(const model_t *m, int i)
     for (int k = 0; k < m->nlayers; k++)
         if (m->layers[k].src == i) return m->layers[k].kind == reader;
     return 0;
-}
-
-size_t model_bf16_out_max(const model_t *m, int batch)
-{
-    size_t most = 0;
-    for (int i = 0; i < m->nlayers; i++)
-        if (model_out_bf16(m, i) && act_numel(m->layers[i].out) > most)
-            most = act_numel(m->layers[i].out);
-    return (size_t)batch * most * sizeof(float);
 }
 
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
@@ -729,6 +721,11 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
             m->compute->act_bf16(m->layers[i].y, (size_t)m->batch * act_numel(m->layers[i].out)) !=
                 0)
             s = ddp_fail(DDP_ERR_DEVICE, "the %s backend refused a bf16 layer output (layer %d)",
+                         m->compute->name, i);
+        else if (model_out_bf16(m, i) && m->layers[i].kind == LAYER_CONV &&
+                 m->layers[i].bias >= 0 &&
+                 m->compute->act_bias(m->layers[i].y, param_(m, m->layers[i].bias)) != 0)
+            s = ddp_fail(DDP_ERR_DEVICE, "the %s backend refused a carried bias (layer %d)",
                          m->compute->name, i);
     for (int k = 0; k < m->ndact; k++)
         m->dact[k] =
@@ -1297,11 +1294,13 @@ static int sums_in_relu_(const model_t *m, int i, int j)
 /* Whether layer i's gradient for its input is kept in bf16 (compute.h
  * grad_bf16): where a convolution or BatchNorm computes it for an output
  * kept in bf16 (model_out_bf16: a convolution net's), whose only reader it
- * is, so no other gradient is summed into it. */
+ * is, so no other gradient is summed into it; not a convolution's with a
+ * bias (carried by its output: its bias gradient sums the fp32 one). */
 static int grad16_(const model_t *m, const layer_t *L)
 {
     return m->bf16_conv_acts && m->compute->grad_bf16 &&
-           (L->kind == LAYER_CONV || L->kind == LAYER_BN) && model_out_bf16(m, L->src);
+           (L->kind == LAYER_CONV || L->kind == LAYER_BN) && model_out_bf16(m, L->src) &&
+           !(m->layers[L->src].kind == LAYER_CONV && m->layers[L->src].bias >= 0);
 }
 
 /* Every gradient buffer holds fp32 (at the start of a backward: also after

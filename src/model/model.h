@@ -205,14 +205,12 @@ size_t model_ws_bytes(const model_t *m, int batch);
 void model_ops_wait(model_t *m);
 /* Whether layer i's output buffer holds bf16 values (m->bf16_acts): a
  * dense layer's output, or the ReLU's fused into it, whose only reader is
- * a dense layer; with m->bf16_conv_acts also a convolution's without bias
- * whose only reader is a BatchNorm, and a BatchNorm's (not one an add
+ * a dense layer; with m->bf16_conv_acts also a convolution's (without bias,
+ * or with one the backend carries to the reader: compute.h act_bias) whose
+ * only reader is a BatchNorm, and a BatchNorm's (not one an add
  * applies), or the ReLU's fused into it, or a max pooling's, whose only
  * reader is a convolution.  Its buffer then takes half the bytes. */
 int model_out_bf16(const model_t *m, int i);
-/* The largest such output, in fp32 bytes at `batch` samples (0: none): the
- * backend's scratch where it cannot write one in its GEMM (compute.h). */
-size_t model_bf16_out_max(const model_t *m, int batch);
 
 /* model_layout + model_alloc(NULL). */
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute);

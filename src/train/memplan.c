@@ -252,7 +252,8 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
          * where the backend keeps it) as its forward rounded it for its
          * backward, or without the mirror the memo of every
          * dense layer's weight and input and every convolution's weight;
-         * with outputs kept in bf16, the scratch of the largest in fp32, and
+         * with outputs kept in bf16, the fp32 scratch of the largest dense
+         * one and of a convolution's group (below), and
          * the column sums of the loss's gradient */
         size_t big = (size_t)sh->batch * model_max_act(m);
         size_t dy = big * sizeof(uint16_t);
@@ -279,14 +280,35 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
                 x = ((size_t)sh->batch * L->in.c * L->in.h * L->in.w + 127) / 128 * 128;
             memo += (w + x) * sizeof(uint16_t);
         }
-        /* a dense layer's fp32 product before it is written to an output
-         * kept in bf16, where cuBLASLt cannot write it (cuda/linear.cu) */
-        size_t epi = model_bf16_out_max(m, sh->batch);
-        /* with convolution nets' outputs among them, for a group cuDNN does
-         * not run (cuda/conv.cu) a convolution's input widened and, in the
-         * backward, its output gradient widened and its input gradient in
-         * fp32 too */
-        if (m->bf16_conv_acts) epi *= 3;
+        size_t epi = 0, cx = 0;
+        for (int i = 0; i < m->nlayers; i++) {
+            const layer_t *L = &m->layers[i];
+            const layer_t *C = L->kind == LAYER_RELU && L->fused_relu && L->src >= 0
+                                   ? &m->layers[L->src]
+                                   : L;
+            size_t outn = act_numel(L->out), B = (size_t)sh->batch;
+            /* a dense layer's fp32 product before it is written to an
+             * output kept in bf16, where cuBLASLt cannot write it
+             * (cuda/linear.cu) */
+            if (C->kind == LAYER_LINEAR && model_out_bf16(m, i) && B * outn * 4 > epi)
+                epi = B * outn * 4;
+            if (L->kind != LAYER_CONV) continue;
+            /* for a group cuDNN does not run (cuda/conv.cu), of the
+             * backend's group of samples: a convolution's input kept in
+             * bf16 widened and, in the backward, its input gradient in
+             * fp32 (two scratches of that size), its output, and its output
+             * gradient, in fp32 where kept in bf16 (the dense layers'
+             * scratch) */
+            conv_dims_t d = {sh->batch, L->in.c,   L->in.h, L->in.w,  L->out.c,
+                             L->k,      L->stride, L->pad,  L->out.h, L->out.w};
+            size_t G = m->compute->conv_group_samples ? (size_t)m->compute->conv_group_samples(&d)
+                                                      : B;
+            if (G > B) G = B;
+            if (model_out_bf16(m, L->src) && G * act_numel(L->in) * 4 > cx)
+                cx = G * act_numel(L->in) * 4;
+            if (model_out_bf16(m, i) && G * outn * 4 > epi) epi = G * outn * 4;
+        }
+        epi += 2 * cx;
         /* the column sums of the loss's gradient for a dense last layer
          * (cuda/loss.cu: at most 128 rows' groups) */
         size_t cols = model_dout_dense(m) ? (size_t)128 * m->outputs * sizeof(float) : 0;

@@ -180,7 +180,8 @@ done
 # the same weights after 10 steps, bit for bit, as with them in fp32
 # (DDP_CUDA_CONV_ACTS=fp32: rounded for and widened after each cuDNN call),
 # for the residual network of (a) and
-# for a CNN whose first convolution has a bias (its output stays fp32); in
+# for a CNN whose first convolution has a bias (its output kept in bf16
+# without it, which the BatchNorm adds as it reads: ddp_cuda_act_bias); in
 # effect: fewer widening passes in the model of the last step
 # (DDP_CUDA_MODEL; the deck without /val, so that the last step is a
 # training one)

@@ -280,9 +280,9 @@ START_TEST(pool_costs)
 END_TEST
 
 /* A BatchNorm and the max pooling after it in one pass each way, over
- * ResNet's stem windows and the CNN's 2x2, fp32 and with x, the pooled
- * output and both gradients kept in bf16 (b16); max pooling alone on bf16
- * buffers (its output and its gradient). */
+ * ResNet's stem windows and the CNN's 2x2, fp32 and with x (carrying a
+ * convolution's bias), the pooled output and both gradients kept in bf16
+ * (b16); max pooling alone on bf16 buffers (its output and its gradient). */
 START_TEST(bn_maxpool_costs)
 {
     ddp_cuda_pool_t pools[2] = {{8, 32, 64, 64, 3, 2, 1, 32, 32}, {8, 32, 64, 64, 2, 2, 0, 32, 32}};
@@ -300,6 +300,7 @@ START_TEST(bn_maxpool_costs)
             ck_assert_int_eq(ddp_cuda_set_bf16_gemm(b16), 0);
             if (b16) {
                 ck_assert_int_eq(ddp_cuda_act_bf16(x, xs), 0);
+                ck_assert_int_eq(ddp_cuda_act_bias(x, bt), 0); /* read with it */
                 ck_assert_int_eq(ddp_cuda_act_bf16(y, ys), 0);
                 ck_assert_int_eq(ddp_cuda_grad_bf16(dy, ys), 0);
                 ck_assert_int_eq(ddp_cuda_grad_bf16(dx, xs), 0);

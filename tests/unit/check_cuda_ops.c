@@ -1457,7 +1457,8 @@ static void bn_maxpool_case_(const bnp_case_t *q)
     const size_t nx = (size_t)q->n * c * hw, ny = (size_t)q->n * c * g.oh * g.ow;
     const double count = (double)q->n * hw;
     float *hx = test_fvec(nx, 2.0f), *hdy = test_fvec(ny, 1.0f), *hxw, *hdyw;
-    for (size_t i = 0; i < nx; i++) hx[i] = (q->ties ? (float)(int)(hx[i] * 1.5f) : hx[i]) + q->shift;
+    for (size_t i = 0; i < nx; i++)
+        hx[i] = (q->ties ? (float)(int)(hx[i] * 1.5f) : hx[i]) + q->shift;
     if (q->nan) hx[nx / 3] = NAN;
     uint16_t *hx16 = bf16_of_(hx, nx, &hxw), *hdy16 = bf16_of_(hdy, ny, &hdyw);
     float *hg = test_fvec((size_t)c, 1.0f), *hb = test_fvec((size_t)c, 1.0f);
@@ -1466,12 +1467,13 @@ static void bn_maxpool_case_(const bnp_case_t *q)
     float *inv = dput_(NULL, c * 4), *rm = dput_(NULL, c * 4), *rv = dput_(NULL, c * 4);
     float *full = dput_(NULL, nx * 4), *dfull = dput_(NULL, nx * 4);
     double *st = dput_(NULL, 16 * (size_t)c), *gst = dput_(NULL, 16 * (size_t)c);
-    /* [layers alone, fused, fused on bf16 buffers][y, dgamma, dbeta, dx] */
-    float *r[3][BNP_N];
-    int32_t *am[3];
-    double *gs[3];
-    for (int a = 0; a < 3; a++) {
-        const int b16 = a == 2, eb = b16 ? 2 : 4; /* bytes per value of x, y, dy, dx */
+    /* [layers alone, fused, fused on bf16 buffers, alone on them][y, dgamma, dbeta, dx] */
+    float *r[4][BNP_N];
+    int32_t *am[4];
+    double *gs[4];
+    for (int a = 0; a < 4; a++) {
+        const int b16 = a >= 2, eb = b16 ? 2 : 4; /* bytes per value of x, y, dy, dx */
+        if (b16 && !q->bf16) break;
         float *x = dput_(b16 ? (const void *)hx16 : hxw, nx * eb);
         float *dy = dput_(b16 ? (const void *)hdy16 : hdyw, ny * eb);
         float *y = dput_(NULL, ny * eb), *dx = dput_(NULL, nx * eb);
@@ -1485,7 +1487,7 @@ static void bn_maxpool_case_(const bnp_case_t *q)
         CU(ddp_cuda_bn_stats(q->n, c, hw, x, st));
         CU(ddp_cuda_bn_finalize(c, st, count, 1e-5f, 0.1f, 1, mean, inv, rm, rv));
         const float *rg = q->relu ? gam : NULL, *rb = q->relu ? bet : NULL;
-        if (a == 0) {
+        if (a == 0 || a == 3) {
             CU(ddp_cuda_bn_fwd(q->n, c, hw, x, mean, inv, gam, bet, full, q->relu, NULL));
             CU(ddp_cuda_maxpool_fwd(&g, full, y, amd));
             CU(ddp_cuda_maxpool_bwd(&g, dy, amd, dfull));
@@ -1511,10 +1513,14 @@ static void bn_maxpool_case_(const bnp_case_t *q)
     static const char *const names[BNP_N] = {"y", "dgamma", "dbeta", "dx"};
     const size_t cnt[BNP_N] = {ny, (size_t)c, (size_t)c, nx};
     uint16_t *want = hnew_(nx * 2);
-    for (int a = 1; a < 3; a++) {
-        if (a == 2 && !q->bf16) break;
-        const char *by = a == 1 ? "the layers alone" : "the fp32 buffers'";
-#define BNP_WHAT(label)                                                                                snprintf(what, sizeof what, "BN%s + maxpool n=%d c=%d %dx%d k=%d s=%d p=%d%s%s%s: %s",                      q->relu ? " + ReLU" : "", q->n, c, q->h, q->w, q->k, q->stride, q->pad,                            q->ties ? " ties" : "", q->nan ? " NaN" : "", a == 2 ? " bf16" : "", label)
+    for (int a = 1; a < 4; a++) {
+        if (a >= 2 && !q->bf16) break;
+        const char *by = a == 1 ? "the layers alone" : a == 2 ? "the fp32 buffers'" : "fused";
+#define BNP_WHAT(label)                                                                            \
+    snprintf(what, sizeof what, "BN%s + maxpool n=%d c=%d %dx%d k=%d s=%d p=%d%s%s%s%s: %s",       \
+             q->relu ? " + ReLU" : "", q->n, c, q->h, q->w, q->k, q->stride, q->pad,               \
+             q->ties ? " ties" : "", q->nan ? " NaN" : "", a >= 2 ? " bf16" : "",                  \
+             a == 3 ? " alone" : "", label)
         for (int k = 0; k < BNP_N; k++) {
             BNP_WHAT(names[k]);
             if (a == 2 && (k == BNP_Y || k == BNP_DX)) {
@@ -1530,7 +1536,7 @@ static void bn_maxpool_case_(const bnp_case_t *q)
         same_bits_by_(what, gs[a], gs[a - 1], 2 * (size_t)c, 8, by);
 #undef BNP_WHAT
     }
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < (q->bf16 ? 4 : 2); a++) {
         for (int k = 0; k < BNP_N; k++) free(r[a][k]);
         free(am[a]), free(gs[a]);
     }
@@ -1901,16 +1907,23 @@ END_TEST
  * the weight gradients, the input's gradient and the BatchNorm's
  * statistics the same), with one rounding and one widening pass fewer in
  * the forward and in the backward.  A 1x1 output runs the BatchNorm's
- * hw = 1 kernels. */
+ * hw = 1 kernels.  With a bias on the first convolution, its output is
+ * kept in bf16 without it (ddp_cuda_act_bias), the BatchNorm adding it as
+ * it reads: the bf16 values widened plus the bias are the fp32 output's,
+ * and everything after the same bits; its gradient stays fp32 (the bias
+ * gradient's sum of it the same bits). */
 START_TEST(bf16_act_conv_bn)
 {
     test_seed(139);
-    static const int shapes[][8] = {/* n c h w oc1 k pad oc2(k2) */
-                                    {4, 3, 6, 6, 8, 3, 1, 5},
-                                    {6, 3, 3, 3, 8, 3, 0, 4}};
+    static const int shapes[][9] = {/* n c h w oc1 k pad oc2(k2) bias1 */
+                                    {4, 3, 6, 6, 8, 3, 1, 5, 0},
+                                    {6, 3, 3, 3, 8, 3, 0, 4, 0},
+                                    {4, 3, 6, 6, 8, 3, 1, 5, 1},
+                                    {6, 3, 3, 3, 8, 3, 0, 4, 1}};
     for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
         const int *q = shapes[t];
         const int n = q[0], oh = q[2] + 2 * q[6] - q[5] + 1, ow = q[3] + 2 * q[6] - q[5] + 1;
+        const int bias = q[8]; /* conv1's, carried by its output kept in bf16 */
         const int k2 = oh > 1 ? 3 : 1, p2 = oh > 1 ? 1 : 0, hw = oh * ow;
         ddp_cuda_conv_t c1 = {n, q[1], q[2], q[3], q[4], q[5], 1, q[6], oh, ow};
         ddp_cuda_conv_t c2 = {n, q[4], oh, ow, q[7], k2, 1, p2, oh, ow};
@@ -1921,6 +1934,8 @@ START_TEST(bf16_act_conv_bn)
         float *hg = test_fvec(nc, 1.0f), *hb = test_fvec(nc, 0.5f), *hdz = test_fvec(nz, 1.0f);
         float *x = dput_(hx, nx * 4), *w1 = dput_(hw1, nw1 * 4), *w2 = dput_(hw2, nw2 * 4);
         float *gam = dput_(hg, nc * 4), *bet = dput_(hb, nc * 4), *dz = dput_(hdz, nz * 4);
+        float *hb1 = test_fvec(nc, 1.0f), *b1 = bias ? dput_(hb1, nc * 4) : NULL;
+        float *db1 = bias ? dput_(NULL, nc * 4) : NULL;
         float *z = dput_(NULL, nz * 4), *dh2 = dput_(NULL, nh * 4), *dh1 = dput_(NULL, nh * 4);
         float *dx = dput_(NULL, nx * 4), *dw1 = dput_(NULL, nw1 * 4), *dw2 = dput_(NULL, nw2 * 4);
         float *dg = dput_(NULL, nc * 4), *db = dput_(NULL, nc * 4), *mean = dput_(NULL, nc * 4);
@@ -1930,19 +1945,20 @@ START_TEST(bf16_act_conv_bn)
                                ? ddp_cuda_conv_ws_bytes(&c1)
                                : ddp_cuda_conv_ws_bytes(&c2);
         void *ws = dput_(NULL, wsb);
-        /* [fp32 outputs, bf16][z, dx, dw1, dw2, dgamma, dbeta, h1, h2, dh1, dh2] */
-        float *r[2][10];
-        float *outs[6] = {z, dx, dw1, dw2, dg, db};
-        const size_t cnt[6] = {nz, nx, nw1, nw2, nc, nc};
+        /* [fp32 outputs, bf16][z, dx, dw1, dw2, dgamma, dbeta, db1, h1, h2, dh1, dh2] */
+        float *r[2][11];
+        float *outs[7] = {z, dx, dw1, dw2, dg, db, db1};
+        const size_t cnt[7] = {nz, nx, nw1, nw2, nc, nc, bias ? nc : 0};
         int rounds[2][2], widens[2][2]; /* [case][forward, backward] */
         CU(ddp_cuda_set_bf16_gemm(1));
         ddp_cuda_dnn_enable(1);
         for (int a = 0; a < 2; a++) {
             float *h1 = dput_(NULL, nh * (a ? 2 : 4)), *h2 = dput_(NULL, nh * (a ? 2 : 4));
             if (a) CU(ddp_cuda_act_bf16(h1, nh)), CU(ddp_cuda_act_bf16(h2, nh));
+            if (a && bias) CU(ddp_cuda_act_bias(h1, b1));
             ddp_cuda_dnn_forget();
             ddp_cuda_cost_record(1);
-            CU(ddp_cuda_conv_fwd(&c1, x, w1, NULL, h1, ws));
+            CU(ddp_cuda_conv_fwd(&c1, x, w1, b1, h1, ws));
             CU(ddp_cuda_bn_stats(n, q[4], hw, h1, st));
             CU(ddp_cuda_bn_finalize(q[4], st, (double)n * hw, 1e-5f, 0.1f, 1, mean, inv, rm, rv));
             CU(ddp_cuda_bn_fwd(n, q[4], hw, h1, mean, inv, gam, bet, h2, 1, NULL));
@@ -1951,52 +1967,70 @@ START_TEST(bf16_act_conv_bn)
             rounds[a][0] = logged_("to_bf16_kernel");
             widens[a][0] = logged_by_("widen_kernel", 1);
             ddp_cuda_cost_record(1);
-            if (a) CU(ddp_cuda_grad_bf16(dh2, nh)), CU(ddp_cuda_grad_bf16(dh1, nh));
+            /* the gradient for an output carrying a bias stays fp32 (its sum) */
+            if (a) CU(ddp_cuda_grad_bf16(dh2, nh));
+            if (a && !bias) CU(ddp_cuda_grad_bf16(dh1, nh));
             CU(ddp_cuda_conv_bwd(&c2, h2, w2, dz, dh2, dw2, NULL, 0.0f, ws));
             CU(ddp_cuda_bn_bwd_stats(n, q[4], hw, h1, dh2, mean, inv, gst, dg, db, 0.0f, gam, bet));
             CU(ddp_cuda_bn_bwd_data(n, q[4], hw, h1, dh2, mean, inv, gam, gst, (double)n * hw, dh1,
                                     bet));
-            CU(ddp_cuda_conv_bwd(&c1, x, w1, dh1, dx, dw1, NULL, 0.0f, ws));
+            CU(ddp_cuda_conv_bwd(&c1, x, w1, dh1, dx, dw1, db1, 0.0f, ws));
             CU(ddp_cuda_sync());
             rounds[a][1] = logged_("to_bf16_kernel");
             widens[a][1] = logged_by_("widen_kernel", 1);
             ddp_cuda_cost_record(0);
-            r[a][8] = hnew_(nh * 4), r[a][9] = hnew_(nh * 4);
-            dget_(r[a][8], dh1, nh * (a ? 2 : 4));
-            dget_(r[a][9], dh2, nh * (a ? 2 : 4));
+            r[a][9] = hnew_(nh * 4), r[a][10] = hnew_(nh * 4);
+            dget_(r[a][9], dh1, nh * (a && !bias ? 2 : 4));
+            dget_(r[a][10], dh2, nh * (a ? 2 : 4));
             if (a) CU(ddp_cuda_grad_bf16(dh2, 0)), CU(ddp_cuda_grad_bf16(dh1, 0));
-            for (int k = 0; k < 6; k++) {
-                r[a][k] = hnew_(cnt[k] * 4);
-                dget_(r[a][k], outs[k], cnt[k] * 4);
+            for (int k = 0; k < 7; k++) {
+                r[a][k] = hnew_(cnt[k] * 4 + 4);
+                if (cnt[k]) dget_(r[a][k], outs[k], cnt[k] * 4);
             }
-            r[a][6] = hnew_(nh * 4), r[a][7] = hnew_(nh * 4);
-            dget_(r[a][6], h1, nh * (a ? 2 : 4));
-            dget_(r[a][7], h2, nh * (a ? 2 : 4));
+            r[a][7] = hnew_(nh * 4), r[a][8] = hnew_(nh * 4);
+            dget_(r[a][7], h1, nh * (a ? 2 : 4));
+            dget_(r[a][8], h2, nh * (a ? 2 : 4));
             dfree_(h1), dfree_(h2);
         }
         CU(ddp_cuda_set_bf16_gemm(0));
         char what[96];
-        static const char *const names[10] = {"z",      "dx",    "dw1", "dw2", "dgamma",
-                                              "dbeta", "h1",    "h2",  "dh1", "dh2"};
-        for (int k = 0; k < 6; k++) {
+        static const char *const names[11] = {"z",     "dx", "dw1", "dw2", "dgamma", "dbeta",
+                                              "dbias1", "h1", "h2",  "dh1", "dh2"};
+        for (int k = 0; k < 7; k++) {
             snprintf(what, sizeof what, "conv-BN-conv (%d) outputs in bf16: %s", (int)t, names[k]);
             same_bits_by_(what, r[1][k], r[0][k], cnt[k], 4, "with fp32 outputs");
         }
         uint16_t *want = hnew_(nh * 2);
-        for (int k = 6; k < 10; k++) {
-            for (size_t i = 0; i < nh; i++) want[i] = ddp_f32_to_bf16(r[0][k][i]);
+        for (int k = 7; k < 11; k++) {
             snprintf(what, sizeof what, "conv-BN-conv (%d) outputs in bf16: %s", (int)t, names[k]);
-            same_bits_by_(what, r[1][k], want, nh, 2, "the fp32 output rounded");
+            if (bias && k == 7) { /* without its bias: widened, plus the bias, fp32's */
+                float *back = hnew_(nh * 4);
+                const uint16_t *h16 = (const uint16_t *)r[1][k];
+                for (size_t i = 0; i < nh; i++)
+                    back[i] = ddp_bf16_to_f32(h16[i]) + hb1[(i / (size_t)hw) % nc];
+                same_bits_by_(what, back, r[0][k], nh, 4, "fp32's (bias added)");
+                free(back);
+            } else if (bias && k == 9) { /* fp32 either way */
+                same_bits_by_(what, r[1][k], r[0][k], nh, 4, "with fp32 outputs");
+            } else {
+                for (size_t i = 0; i < nh; i++) want[i] = ddp_f32_to_bf16(r[0][k][i]);
+                same_bits_by_(what, r[1][k], want, nh, 2, "the fp32 output rounded");
+            }
         }
+        /* one rounding and one widening fewer each way; with conv1's bias
+         * carried, the backward's rounding of dh1 for conv1 stays */
         for (int p = 0; p < 2; p++)
-            ck_assert_msg(rounds[1][p] == rounds[0][p] - 1 && widens[1][p] == widens[0][p] - 1,
+            ck_assert_msg(rounds[1][p] == rounds[0][p] - (p && bias ? 0 : 1) &&
+                              widens[1][p] == widens[0][p] - 1,
                           "conv-BN-conv (%d) %s: %d roundings and %d widenings with bf16 "
                           "outputs, %d and %d without",
                           (int)t, p ? "backward" : "forward", rounds[1][p], widens[1][p],
                           rounds[0][p], widens[0][p]);
         free(want);
         for (int a = 0; a < 2; a++)
-            for (int k = 0; k < 10; k++) free(r[a][k]);
+            for (int k = 0; k < 11; k++) free(r[a][k]);
+        if (bias) dfree_(b1), dfree_(db1);
+        free(hb1);
         void *dev[] = {x,  w1,   w2,  gam, bet, dz, z,  dh2, dh1, dx,
                        dw1, dw2, dg,  db,  mean, inv, rm, rv,  st,  gst, ws};
         for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
