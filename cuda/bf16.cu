@@ -61,6 +61,15 @@ struct Act {
 };
 std::unordered_map<const void *, Act> g_acts;
 
+// The plane sums of a gradient kept in bf16 (ddp_bf16_bias_sums_put_; dy
+// NULL: none).
+struct BiasSums {
+    const void *dy;
+    int n, oc;
+    double *part;
+};
+BiasSums g_sums = {};
+
 // [a, b) into fresh, merged with what it meets.
 void fresh_add_(size_t a, size_t b)
 {
@@ -283,8 +292,27 @@ const float *ddp_bf16_act_bias_(const void *p)
     return it == g_acts.end() ? nullptr : it->second.bias;
 }
 
+double *ddp_bf16_bias_sums_put_(const void *dy, int n, int oc)
+{
+    g_sums = BiasSums{};
+    double *part = (double *)ddp_bf16_scratch_(DDP_BF16_BIAS_SUMS,
+                                               (size_t)n * (size_t)oc * sizeof(double));
+    if (part) g_sums = BiasSums{dy, n, oc, part};
+    return part;
+}
+
+int ddp_bf16_bias_sums_take_(const void *dy, int n, int oc, const double **part)
+{
+    const BiasSums got = g_sums;
+    g_sums = BiasSums{};
+    if (!got.dy || got.dy != dy || got.n != n || got.oc != oc) return 0;
+    *part = got.part;
+    return 1;
+}
+
 void ddp_bf16_act_drop_(const void *p)
 {
+    if (g_sums.dy == p) g_sums = BiasSums{};
     if (g_dy.dy == p) g_dy = ddp_bf16_dy{};
     g_acts.erase(p);
 }
@@ -351,5 +379,6 @@ void ddp_bf16_release_(void)
     if (g_mirror.h) cudaFree(g_mirror.h);
     g_mirror = Mirror{};
     g_dy = ddp_bf16_dy{};
+    g_sums = BiasSums{};
     g_acts.clear();
 }

@@ -38,6 +38,8 @@ int ddp_bf16_convert_(size_t count, const float *x, uint16_t *h);
 // a group cuDNN did not run (conv.cu; DDP_BF16_EPILOGUE then holds its
 // fp32 output where that is kept in bf16, or in the backward its output
 // gradient widened, and DDP_BF16_CONV_DX its fp32 input gradient).
+// DDP_BF16_BIAS_SUMS: the plane sums of a convolution's output gradient
+// kept in bf16, for its bias gradient (ddp_bf16_bias_sums_put_).
 enum ddp_bf16_scratch {
     DDP_BF16_GEMM_IN,
     DDP_BF16_DY,
@@ -45,6 +47,7 @@ enum ddp_bf16_scratch {
     DDP_BF16_COLS,
     DDP_BF16_CONV_X,
     DDP_BF16_CONV_DX,
+    DDP_BF16_BIAS_SUMS,
     DDP_BF16_NSCRATCH
 };
 void *ddp_bf16_scratch_(enum ddp_bf16_scratch which, size_t bytes);
@@ -108,6 +111,17 @@ const uint16_t *ddp_bf16_act_at_(const void *p);
 const float *ddp_bf16_act_bias_(const void *p);
 // p was freed.
 void ddp_bf16_act_drop_(const void *p);
+
+// The gradient dy of a convolution's output that carries its bias, kept in
+// bf16: the pass that writes it (the BatchNorm's backward, bn.cu) also sums
+// each (sample i, channel o) plane of its fp32 values, in double, into
+// part[o n + i] as conv.cu's bias gradient would sum them, and the
+// convolution's backward takes those sums for its bias gradient instead of
+// reading dy.  put: the scratch for n x oc sums, recorded for dy (NULL on
+// failure, recorded); take: 1 with *part when sums for dy of that shape
+// were put since the last take, else 0 (forgotten either way).
+double *ddp_bf16_bias_sums_put_(const void *dy, int n, int oc);
+int ddp_bf16_bias_sums_take_(const void *dy, int n, int oc, const double **part);
 
 // The loss's gradient kept for a dense layer's backward (ddp_cuda_xent_dense):
 // dy's n x out gradient as bf16 in d16 (the DDP_BF16_DY scratch) and the

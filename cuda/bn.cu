@@ -331,6 +331,21 @@ __global__ void bn1d_bwd_stats_kernel(int n, int c, ddp_act_in x, ddp_act_in dy,
 // dx = A dy + B (x - mean) + C per channel: A = gamma invstd,
 // B = -A invstd mdyx, C = -A mdy (coefficients in double, as the CPU
 // backend); dy masked by a fused ReLU where rb is given (relu_dy).
+__device__ inline void bn_dx_coefs(int c, int ch, const float *invstd, const float *gamma,
+                                   const double *gstats, double count, float *A, float *B,
+                                   float *C)
+{
+    double a = (double)gamma[ch] * invstd[ch];
+    double mdy = count > 0 ? gstats[ch] / count : 0;
+    double mdyx = count > 0 ? gstats[c + ch] / count : 0;
+    *A = (float)a, *B = (float)(-a * invstd[ch] * mdyx), *C = (float)(-a * mdy);
+}
+// one element (one expression for every kernel: the same contraction)
+__device__ inline float bn_dx(float A, float B, float C, float g, float xv, float m)
+{
+    return A * g + B * (xv - m) + C;
+}
+
 template <class I, class Dy>
 __device__ void bn_bwd_data(int n, int c, int hw, ddp_act_in x, const Dy &dy, const float *mean,
                             const float *invstd, const float *gamma, const double *gstats,
@@ -341,15 +356,13 @@ __device__ void bn_bwd_data(int n, int c, int hw, ddp_act_in x, const Dy &dy, co
     {
         const I pl = idx / (I)hw;
         const int ch = (int)(pl % (I)c);
-        double a = (double)gamma[ch] * invstd[ch];
-        double mdy = count > 0 ? gstats[ch] / count : 0;
-        double mdyx = count > 0 ? gstats[c + ch] / count : 0;
-        float A = (float)a, B = (float)(-a * invstd[ch] * mdyx), C = (float)(-a * mdy);
+        float A, B, C;
+        bn_dx_coefs(c, ch, invstd, gamma, gstats, count, &A, &B, &C);
         float ra = 0.0f, rbc = 0.0f;
         if (rb) ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], rb[ch], &ra, &rbc);
         const float xv = x.at(idx, ch);
         float g = relu_dy(rb != nullptr, xv, ra, rbc, dy(idx, pl, (int)(idx - pl * (I)hw)));
-        dx.put(idx, A * g + B * (xv - mean[ch]) + C);
+        dx.put(idx, bn_dx(A, B, C, g, xv, mean[ch]));
     }
 }
 
@@ -370,6 +383,47 @@ __global__ void bn_maxpool_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, p
                                            double count, ddp_act_out dx, const float *rb)
 {
     bn_bwd_data<I>(n, c, hw, x, dy, mean, invstd, gamma, gstats, count, dx, rb);
+}
+
+// dx where x carries its convolution's bias and dx is kept in bf16 for that
+// convolution (ddp_bf16_bias_sums_put_): a block per (sample i, channel ch)
+// plane, which also sums the plane's fp32 dx into part[ch n + i] as
+// conv.cu's conv_bias_planes_kernel sums a plane of the fp32 gradient
+// (thread t the elements t, t + blockDim, ..., then the same tree): the
+// bias gradient's sums without dx in fp32.
+template <class Dy>
+__global__ void bn_bwd_data_planes_kernel(int n, int c, int hw, ddp_act_in x, Dy dy,
+                                          const float *mean, const float *invstd,
+                                          const float *gamma, const double *gstats,
+                                          double count, ddp_act_out dx, const float *rb,
+                                          double *part)
+{
+    __shared__ double sum[kDdpThreads];
+    for (int i = blockIdx.y; i < n; i += gridDim.y)
+        for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+            float A, B, C;
+            bn_dx_coefs(c, ch, invstd, gamma, gstats, count, &A, &B, &C);
+            float ra = 0.0f, rbc = 0.0f;
+            if (rb) ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], rb[ch], &ra, &rbc);
+            const size_t pl = (size_t)i * c + ch;
+            double t = 0.0;
+            for (size_t k = threadIdx.x; k < (size_t)hw; k += blockDim.x) {
+                const size_t idx = pl * hw + k;
+                const float xv = x.at(idx, ch);
+                float g = relu_dy(rb != nullptr, xv, ra, rbc, dy(idx, pl, (int)k));
+                const float v = bn_dx(A, B, C, g, xv, mean[ch]);
+                dx.put(idx, v);
+                t += (double)v;
+            }
+            sum[threadIdx.x] = t;
+            __syncthreads();
+            for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+                if (threadIdx.x < h) sum[threadIdx.x] += sum[threadIdx.x + h];
+                __syncthreads();
+            }
+            if (threadIdx.x == 0) part[(size_t)ch * n + i] = sum[0];
+            __syncthreads(); // sum[0] read before the next plane
+        }
 }
 
 unsigned channel_blocks(int c)
@@ -479,11 +533,26 @@ int bwd_data(int n, int c, int hw, const float *x, const float *dy, const ddp_cu
     const ddp_act_out dxout = ddp_act_out_(dx);
     const double dy_b = pool ? (dyin.bytes() + 4.0) * n * c * pool->oh * pool->ow
                              : dyin.bytes() * total;
+    // dx kept in bf16 for a convolution that carries its bias: its bias
+    // gradient's plane sums too (bn_bwd_data_planes_kernel)
+    const bool sums = xin.bias && dxout.h;
+    double *part = nullptr;
+    if (sums && !(part = ddp_bf16_bias_sums_put_(dx, n, c))) return -1;
     DDP_COST(xin.bytes() * total + xin.bias_bytes(c) + dy_b + 32.0 * c +
                  (relu_beta ? 4.0 * c : 0),
-             dxout.bytes() * total, (relu_beta ? 7.0 : 5.0) * total);
+             dxout.bytes() * total + (sums ? 8.0 * n * c : 0),
+             (relu_beta ? 7.0 : 5.0) * total + (sums ? 1.0 * total : 0));
     cudaStream_t s = ddp_cuda_state_.stream;
-    if (pool)
+    if (sums) {
+        const dim3 planes((unsigned)(c < 4096 ? c : 4096), (unsigned)(n < 65535 ? n : 65535));
+        if (pool)
+            DDP_LAUNCH(bn_bwd_data_planes_kernel<pooled_dy>, planes, kDdpThreads, s, n, c, hw, xin,
+                       (pooled_dy{*pool, dyin, argmax}), mean, invstd, gamma, gstats, count, dxout,
+                       relu_beta, part);
+        else
+            DDP_LAUNCH(bn_bwd_data_planes_kernel<plain_dy>, planes, kDdpThreads, s, n, c, hw, xin,
+                       plain_dy{dyin}, mean, invstd, gamma, gstats, count, dxout, relu_beta, part);
+    } else if (pool)
         DDP_LAUNCH_IDX(bn_maxpool_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads, s,
                        n, c, hw, xin, (pooled_dy{*pool, dyin, argmax}), mean, invstd, gamma,
                        gstats, count, dxout, relu_beta);

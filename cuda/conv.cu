@@ -661,18 +661,26 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     // the output gradient and the input gradient kept in bf16 (act16.h), NULL: fp32
     const uint16_t *dya = ddp_bf16_act_at_(dy);
     uint16_t *dxa = (uint16_t *)ddp_bf16_act_at_(dx);
-    if (db && dya)
+    // an output gradient kept in bf16 with a bias: the plane sums of its fp32
+    // values, from the pass that wrote it (ddp_bf16_bias_sums_put_)
+    const double *sums16 = nullptr;
+    if (db && dya && !ddp_bf16_bias_sums_take_(dy, d->n, d->oc, &sums16))
         return ddp_cuda_fail_("ddp_cuda_conv_bwd", __FILE__, __LINE__,
-                              "a convolution with a bias whose output gradient is kept in bf16");
+                              "a convolution with a bias whose output gradient is kept in bf16 "
+                              "without the sums of its values");
     if (db) {
-        double *part;
-        if (ddp_cuda_partials_((size_t)d->n * d->oc, &part) != 0) return -1;
+        const double *part = sums16;
         const dim3 planes((unsigned)(d->oc < 4096 ? d->oc : 4096),
                           (unsigned)(d->n < 65535 ? d->n : 65535));
         const double dyn = (double)d->n * d->oc * ohw, sums = (double)d->n * d->oc;
-        DDP_COST(4.0 * dyn, 8.0 * sums, dyn);
-        DDP_LAUNCH(conv_bias_planes_kernel, planes, kDdpThreads, s, d->n, d->oc, ohw, dy, part);
-        DDP_CU_LAUNCHED();
+        if (!part) {
+            double *p;
+            if (ddp_cuda_partials_((size_t)d->n * d->oc, &p) != 0) return -1;
+            DDP_COST(4.0 * dyn, 8.0 * sums, dyn);
+            DDP_LAUNCH(conv_bias_planes_kernel, planes, kDdpThreads, s, d->n, d->oc, ohw, dy, p);
+            DDP_CU_LAUNCHED();
+            part = p;
+        }
         DDP_COST(8.0 * sums + (beta != 0.0f ? 4.0 * d->oc : 0), 4.0 * d->oc, sums);
         DDP_LAUNCH(conv_bias_combine_kernel, planes.x, 32, s, d->n, d->oc, part, db, beta);
         DDP_CU_LAUNCHED();

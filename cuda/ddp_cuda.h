@@ -148,6 +148,10 @@ int ddp_cuda_act_bf16(float *y, size_t count);
 // launchers add to each value as they read it, in fp32 (act16.h): the
 // values the convolution's fp32 output would hold (its bf16 result
 // widened, plus the bias).  b NULL: none.  After ddp_cuda_act_bf16(y).
+// Where the gradient for y is kept in bf16 too (ddp_cuda_grad_bf16), the
+// BatchNorm's ddp_cuda_bn_bwd_data (or _maxpool_bwd_data) that writes it
+// also sums its fp32 values per plane, which the convolution's
+// ddp_cuda_conv_bwd, the next to read it, takes for its bias gradient.
 int ddp_cuda_act_bias(float *y, const float *b);
 // The gradient of such a convolution net's output: from now [g, g + 2 count
 // bytes) holds count bf16 values, which the convolution or BatchNorm

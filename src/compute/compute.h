@@ -173,9 +173,11 @@ typedef struct compute_ops {
      * convolution's bias b, which bn_stats, bn_fwd, bn_bwd_stats,
      * bn_bwd_data and the bn_maxpool ops add to each value of their x as
      * they read it, in fp32: the values an fp32 output would hold (its bf16
-     * result widened, plus the bias).  The gradient for such an output stays
-     * fp32 (the bias gradient sums it).  0 when done.  NULL: an output with
-     * a bias stays fp32 (optional). */
+     * result widened, plus the bias).  The gradient for such an output may
+     * be kept in bf16 too (grad_bf16): bn_bwd_data (or bn_maxpool_bwd_data)
+     * writing it then also sums its fp32 values for the convolution's bias
+     * gradient, which the convolution's conv_bwd, next, takes.  0 when
+     * done.  NULL: an output with a bias stays fp32 (optional). */
     int (*act_bias)(float *y, const float *b);
     /* With conv_acts_bf16: g, a gradient buffer of count values, holds the
      * gradient of such an output kept in bf16 (count bf16 values), which

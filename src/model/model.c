@@ -1294,13 +1294,13 @@ static int sums_in_relu_(const model_t *m, int i, int j)
 /* Whether layer i's gradient for its input is kept in bf16 (compute.h
  * grad_bf16): where a convolution or BatchNorm computes it for an output
  * kept in bf16 (model_out_bf16: a convolution net's), whose only reader it
- * is, so no other gradient is summed into it; not a convolution's with a
- * bias (carried by its output: its bias gradient sums the fp32 one). */
+ * is, so no other gradient is summed into it (a convolution's with a bias
+ * too: the BatchNorm's backward hands it the sums its bias gradient needs,
+ * compute.h act_bias). */
 static int grad16_(const model_t *m, const layer_t *L)
 {
     return m->bf16_conv_acts && m->compute->grad_bf16 &&
-           (L->kind == LAYER_CONV || L->kind == LAYER_BN) && model_out_bf16(m, L->src) &&
-           !(m->layers[L->src].kind == LAYER_CONV && m->layers[L->src].bias >= 0);
+           (L->kind == LAYER_CONV || L->kind == LAYER_BN) && model_out_bf16(m, L->src);
 }
 
 /* Every gradient buffer holds fp32 (at the start of a backward: also after

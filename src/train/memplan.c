@@ -280,7 +280,7 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
                 x = ((size_t)sh->batch * L->in.c * L->in.h * L->in.w + 127) / 128 * 128;
             memo += (w + x) * sizeof(uint16_t);
         }
-        size_t epi = 0, cx = 0;
+        size_t epi = 0, cx = 0, sums = 0;
         for (int i = 0; i < m->nlayers; i++) {
             const layer_t *L = &m->layers[i];
             const layer_t *C = L->kind == LAYER_RELU && L->fused_relu && L->src >= 0
@@ -307,8 +307,12 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
             if (model_out_bf16(m, L->src) && G * act_numel(L->in) * 4 > cx)
                 cx = G * act_numel(L->in) * 4;
             if (model_out_bf16(m, i) && G * outn * 4 > epi) epi = G * outn * 4;
+            /* the plane sums of its output gradient for its bias gradient,
+             * where the output carries the bias (cuda/bn.cu) */
+            if (model_out_bf16(m, i) && L->bias >= 0 && B * L->out.c * 8 > sums)
+                sums = B * L->out.c * 8;
         }
-        epi += 2 * cx;
+        epi += 2 * cx + sums;
         /* the column sums of the loss's gradient for a dense last layer
          * (cuda/loss.cu: at most 128 rows' groups) */
         size_t cols = model_dout_dense(m) ? (size_t)128 * m->outputs * sizeof(float) : 0;
