@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "act16.h"
+#include "block_reduce.h"
 #include "pool_window.h"
 
 #include "backend_math.h"
@@ -389,8 +390,8 @@ __global__ void bn_maxpool_bwd_data_kernel(int n, int c, int hw, ddp_act_in x, p
 // convolution (ddp_bf16_bias_sums_put_): a block per (sample i, channel ch)
 // plane, which also sums the plane's fp32 dx into part[ch n + i] as
 // conv.cu's conv_bias_planes_kernel sums a plane of the fp32 gradient
-// (thread t the elements t, t + blockDim, ..., then the same tree): the
-// bias gradient's sums without dx in fp32.
+// (thread t the elements t, t + blockDim, ..., then ddp_block_sum's tree):
+// the bias gradient's sums without dx in fp32.
 template <class Dy>
 __global__ void bn_bwd_data_planes_kernel(int n, int c, int hw, ddp_act_in x, Dy dy,
                                           const float *mean, const float *invstd,
@@ -415,14 +416,8 @@ __global__ void bn_bwd_data_planes_kernel(int n, int c, int hw, ddp_act_in x, Dy
                 dx.put(idx, v);
                 t += (double)v;
             }
-            sum[threadIdx.x] = t;
-            __syncthreads();
-            for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
-                if (threadIdx.x < h) sum[threadIdx.x] += sum[threadIdx.x + h];
-                __syncthreads();
-            }
-            if (threadIdx.x == 0) part[(size_t)ch * n + i] = sum[0];
-            __syncthreads(); // sum[0] read before the next plane
+            const double total = ddp_block_sum(sum, t); // sum reusable after it
+            if (threadIdx.x == 0) part[(size_t)ch * n + i] = total;
         }
 }
 

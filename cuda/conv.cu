@@ -43,6 +43,8 @@
 #include "gemm.h"
 #include "half.h"
 
+#include "block_reduce.h" // after ddp_cuda_rt.h (gemm.h)
+
 namespace
 {
 
@@ -275,7 +277,7 @@ __global__ void gather_bf16_kernel(int gn, int oc, size_t ohw_, const float *dy,
 // The bias gradient db[o] = beta db[o] + the sum over samples, in order, of
 // the float of the double sum of the sample's plane (as the CPU backend), in
 // two passes, so that few channels still fill the GPU: block (o, i) sums
-// channel o's plane of sample i in a fixed tree into part[o n + i]; then one
+// channel o's plane of sample i (ddp_block_sum's tree) into part[o n + i]; then one
 // thread per channel adds its n sums in order.
 __global__ void conv_bias_planes_kernel(int n, int oc, size_t ohw, const float *dy, double *part)
 {
@@ -285,14 +287,8 @@ __global__ void conv_bias_planes_kernel(int n, int oc, size_t ohw, const float *
             const float *p = dy + ((size_t)i * oc + o) * ohw;
             double t = 0.0;
             for (size_t k = threadIdx.x; k < ohw; k += blockDim.x) t += (double)p[k];
-            sum[threadIdx.x] = t;
-            __syncthreads();
-            for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
-                if (threadIdx.x < h) sum[threadIdx.x] += sum[threadIdx.x + h];
-                __syncthreads();
-            }
-            if (threadIdx.x == 0) part[(size_t)o * n + i] = sum[0];
-            __syncthreads(); // sum[0] read before the next plane
+            const double total = ddp_block_sum(sum, t); // sum reusable after it
+            if (threadIdx.x == 0) part[(size_t)o * n + i] = total;
         }
 }
 
