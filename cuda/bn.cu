@@ -214,6 +214,28 @@ __global__ void bn_finalize_kernel(int c, const double *stats, double count, flo
                        running_mean, running_var);
 }
 
+// bn_stats_combine_kernel then bn_finalize_kernel, a thread per channel:
+// the statistics in their order, then the parameters from them (the same
+// thread reads what it wrote).
+__global__ void bn_stats_finalize_kernel(int c, int chunks, const double *part, double *stats,
+                                         double count, float eps, float momentum,
+                                         int update_running, float *mean, float *invstd,
+                                         float *running_mean, float *running_var)
+{
+    GRID_STRIDE(ch, (size_t)c)
+    {
+        double a1 = 0.0, a2 = 0.0;
+        for (int s = 0; s < chunks; s++) {
+            a1 += part[2 * (ch * chunks + s)];
+            a2 += part[2 * (ch * chunks + s) + 1];
+        }
+        stats[ch] = a1;
+        stats[c + ch] = a2;
+        ddp_bn_finalize_ch((int)ch, c, stats, count, eps, momentum, update_running, mean, invstd,
+                           running_mean, running_var);
+    }
+}
+
 __global__ void bn_eval_params_kernel(int c, const float *running_mean, const float *running_var,
                                       float eps, float *mean, float *invstd)
 {
@@ -611,6 +633,30 @@ int ddp_cuda_bn_finalize(int c, const double *stats, double count, float eps, fl
              10.0 * c);
     DDP_LAUNCH(bn_finalize_kernel, ddp_blocks_for((size_t)c), kDdpThreads, ddp_cuda_state_.stream,
                c, stats, count, eps, momentum, update_running, mean, invstd, running_mean,
+               running_var);
+    DDP_CU_LAUNCHED();
+    return 0;
+}
+
+int ddp_cuda_bn_stats_finalize(int n, int c, int hw, const float *x, double *stats, double count,
+                               float eps, float momentum, int update_running, float *mean,
+                               float *invstd, float *running_mean, float *running_var)
+{
+    if (c <= 0) return 0;
+    if (n <= 0 || hw <= 1) // a fill or BatchNorm1d's kernel: nothing to combine
+        return ddp_cuda_bn_stats(n, c, hw, x, stats) ||
+               ddp_cuda_bn_finalize(c, stats, count, eps, momentum, update_running, mean, invstd,
+                                    running_mean, running_var);
+    cudaStream_t s = ddp_cuda_state_.stream;
+    const double *part = nullptr;
+    int chunks = 0;
+    if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                               nullptr, s, &part, &chunks))
+        return -1;
+    DDP_COST(16.0 * c * chunks + (update_running ? 8.0 * c : 0),
+             16.0 * c + (update_running ? 16.0 : 8.0) * c, 2.0 * c * chunks + 10.0 * c);
+    DDP_LAUNCH(bn_stats_finalize_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks, part,
+               stats, count, eps, momentum, update_running, mean, invstd, running_mean,
                running_var);
     DDP_CU_LAUNCHED();
     return 0;

@@ -209,6 +209,12 @@ int ddp_cuda_bn_finalize(int c, const double *stats, double count, float eps, fl
                          float *running_var);
 int ddp_cuda_bn_eval_params(int c, const float *running_mean, const float *running_var, float eps,
                             float *mean, float *invstd);
+/* ddp_cuda_bn_stats then ddp_cuda_bn_finalize on these statistics (no
+ * SyncBatchNorm between), the same values, the second pass of the sums and
+ * the parameters in one launch. */
+int ddp_cuda_bn_stats_finalize(int n, int c, int hw, const float *x, double *stats, double count,
+                               float eps, float momentum, int update_running, float *mean,
+                               float *invstd, float *running_mean, float *running_var);
 /* relu, relu_gamma, relu_beta: a ReLU fused after the BatchNorm (compute.h) */
 int ddp_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
                     const float *gamma, const float *beta_, float *y, int relu, const float *res);

@@ -283,6 +283,12 @@ typedef struct compute_ops {
     void (*bn_finalize)(int c, const double *stats, double count, float eps, float momentum,
                         int update_running, float *mean, float *invstd, float *running_mean,
                         float *running_var);
+    /* bn_stats then bn_finalize on this rank's statistics (no SyncBatchNorm
+     * between): the same values, in fewer launches.  NULL: the two
+     * (optional). */
+    void (*bn_stats_finalize)(int n, int c, int hw, const float *x, double *stats, double count,
+                              float eps, float momentum, int update_running, float *mean,
+                              float *invstd, float *running_mean, float *running_var);
     /* Eval mode: mean = running_mean, invstd = 1/sqrt(running_var + eps). */
     void (*bn_eval_params)(int c, const float *running_mean, const float *running_var, float eps,
                            float *mean, float *invstd);
@@ -411,7 +417,7 @@ extern const compute_ops_t compute_cuda_ops;
  * op missing (every op but those documented as optional: check,
  * device_id, device_count, set_bf16, set_tf32, bf16_params,
  * params_written, act_bf16, conv_input_bf16, conv_acts_bf16, act_bias,
- * conv_group_samples, grad_bf16, bn_maxpool, bn_maxpool_fwd,
+ * conv_group_samples, grad_bf16, bn_stats_finalize, bn_maxpool, bn_maxpool_fwd,
  * bn_maxpool_bwd_stats, bn_maxpool_bwd_data, sumsq_many, xent_dense,
  * mem_info, host_alloc, host_free, range_start, range_end) is refused with
  * DDP_ERR_INTERNAL naming the op, so a missing op is an error where the

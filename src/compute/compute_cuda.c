@@ -369,6 +369,15 @@ static void cuda_bn_finalize(int c, const double *stats, double count, float eps
                                   running_mean, running_var));
 }
 
+static void cuda_bn_stats_finalize(int n, int c, int hw, const float *x, double *stats,
+                                   double count, float eps, float momentum, int update_running,
+                                   float *mean, float *invstd, float *running_mean,
+                                   float *running_var)
+{
+    cuda_rc_(ddp_cuda_bn_stats_finalize(n, c, hw, x, stats, count, eps, momentum, update_running,
+                                        mean, invstd, running_mean, running_var));
+}
+
 static void cuda_bn_eval_params(int c, const float *running_mean, const float *running_var,
                                 float eps, float *mean, float *invstd)
 {
@@ -594,6 +603,7 @@ const compute_ops_t compute_cuda_ops = {
     .gap_bwd = cuda_gap_bwd,
     .bn_stats = cuda_bn_stats,
     .bn_finalize = cuda_bn_finalize,
+    .bn_stats_finalize = cuda_bn_stats_finalize,
     .bn_eval_params = cuda_bn_eval_params,
     .bn_fwd = cuda_bn_fwd,
     .bn_bwd_stats = cuda_bn_bwd_stats,

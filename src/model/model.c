@@ -1111,20 +1111,29 @@ static ddp_status_t bn_forward_(model_t *m, layer_t *L, const float *x, const st
     if (ctx->train) {
         double count = ctx->sync_bn ? (double)ctx->global_n * hw : (double)n * hw;
         if (ctx->sync_bn || n > 0) {
-            compute->bn_stats(n, c, hw, x, L->stats);
-            if (ctx->sync_bn) {
-                comm_desc_t d = {"syncbn-forward", L->index, ctx->step + 1};
-                /* the statistics are written (a stream-ordered backend waits on the device) */
-                if (!(comm_caps(ctx->sync_bn) & COMM_CAP_STREAM_ORDERED)) model_ops_wait(m);
-                DDP_TRY(comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
-            }
+            /* the same count on every rank of a SyncBatchNorm: all stop here */
             if (count <= 1)
                 return ddp_fail(DDP_ERR_USAGE,
                                 "BatchNorm layer %d ('%s') got %.0f value(s) per "
                                 "channel in training; it needs more than 1: raise --batch%s",
                                 L->index, L->token, count, ctx->sync_bn ? "" : " or use --sync-bn");
-            compute->bn_finalize(c, L->stats, count, BN_EPS, BN_MOMENTUM, 1, L->mean, L->invstd,
-                                 buffer_(m, L->running_mean), buffer_(m, L->running_var));
+            float *rm = buffer_(m, L->running_mean), *rv = buffer_(m, L->running_var);
+            if (!ctx->sync_bn && compute->bn_stats_finalize) {
+                compute->bn_stats_finalize(n, c, hw, x, L->stats, count, BN_EPS, BN_MOMENTUM, 1,
+                                           L->mean, L->invstd, rm, rv);
+            } else {
+                compute->bn_stats(n, c, hw, x, L->stats);
+                if (ctx->sync_bn) {
+                    comm_desc_t d = {"syncbn-forward", L->index, ctx->step + 1};
+                    /* the statistics are written (a stream-ordered backend waits on the
+                     * device) */
+                    if (!(comm_caps(ctx->sync_bn) & COMM_CAP_STREAM_ORDERED)) model_ops_wait(m);
+                    DDP_TRY(
+                        comm_allreduce(ctx->sync_bn, L->stats, (size_t)2 * c, COMM_DOUBLE, &d));
+                }
+                compute->bn_finalize(c, L->stats, count, BN_EPS, BN_MOMENTUM, 1, L->mean,
+                                     L->invstd, rm, rv);
+            }
             L->num_batches_tracked++;
         }
     } else {

@@ -97,7 +97,11 @@ DDP_CUDA_CONV=im2col DDP_EMU_DRY=1 DDP_CUDA_MODEL=1 "$EMU" "$T/img.h5" --model r
 grep -q "^im2col_bf16_kernel" "$T/d2.err" && ! grep -q "^cudnn" "$T/d2.err" &&
   grep -q "no cuDNN (im2col convolutions)" "$T/d2.out" ||
   { cat "$T/d2.out" "$T/d2.err"; fail "DDP_CUDA_CONV=im2col: ResNet-18's model not im2col's"; }
-# ... its 20 BatchNorms applied once each, the 8 blocks' last ones by the
+# ... its 20 BatchNorms' statistics combined and their parameters computed
+# in one launch each (bn_stats_finalize, no SyncBatchNorm between: the 5 on
+# planes of more than one cell here; the 15 on 1x1 planes, of 8x8 images,
+# take BatchNorm1d's statistics kernel, then the parameters) and applied
+# once each, the 8 blocks' last ones by the
 # block's add (fuse_bn_adds_), the stem's by its max pooling
 # (fuse_bn_pools_: no max pooling kernel of its own either way, and the
 # device plan 0.5 MiB less, the stem BatchNorm's output of 128 x 64 x 4 x 4
@@ -108,8 +112,10 @@ grep -q "^im2col_bf16_kernel" "$T/d2.err" && ! grep -q "^cudnn" "$T/d2.err" &&
 # (sums_in_relu_): 1 add left in the backward (the stem's max-pool output)
 dcalls() { awk -v k="$1" 'index($1, k) == 1 { print $2 }' "$T/d.err"; }
 [ "$(dcalls bn_fwd_kernel)" = 19 ] && [ "$(dcalls bn_maxpool_fwd_kernel)" = 1 ] &&
+  [ "$(dcalls bn_stats_finalize_kernel)" = 5 ] && [ -z "$(dcalls bn_stats_combine_kernel)" ] &&
+  [ "$(dcalls bn_finalize_kernel)" = "$(dcalls bn1d_stats_kernel)" ] &&
   [ "$(dcalls add_k)" = 1 ] && [ "$(dcalls relu_bwd_k)" = 8 ] && [ -z "$(dcalls maxpool_)" ] ||
-  { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls bn_fwd_kernel) BatchNorm passes, $(dcalls bn_maxpool_fwd_kernel) pooled ones, $(dcalls add_k) adds, $(dcalls relu_bwd_k) ReLU backward passes and max pooling rows '$(dcalls maxpool_)', expected 19, 1, 1, 8 and none"; }
+  { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls bn_stats_finalize_kernel) statistics-and-parameters launches (expected 5, no bn_stats_combine_kernel, one bn_finalize_kernel per bn1d_stats_kernel), $(dcalls bn_fwd_kernel) BatchNorm passes, $(dcalls bn_maxpool_fwd_kernel) pooled ones, $(dcalls add_k) adds, $(dcalls relu_bwd_k) ReLU backward passes and max pooling rows '$(dcalls maxpool_)', expected 19, 1, 1, 8 and none"; }
 DDP_CUDA_BN_MAXPOOL=0 DDP_EMU_DRY=1 "$EMU" "$T/img.h5" --model resnet18 --batch 128 --steps 1 \
   --precision bf16 --eval-every 0 --device cuda >"$T/d0.out" 2>&1 ||
   { cat "$T/d0.out"; fail "DDP_CUDA_BN_MAXPOOL=0 DDP_EMU_DRY=1: ResNet-18 failed"; }

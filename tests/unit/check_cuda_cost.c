@@ -352,6 +352,9 @@ static void bn_case(int n, int c, int hw, float beta, int relu)
                                           (double)n * hw, y, relu ? bt : NULL),
                      0);
     ck_assert_int_eq(ddp_cuda_bn_eval_params(c, rm, rv, 1e-5f, mean, invstd), 0);
+    ck_assert_int_eq(ddp_cuda_bn_stats_finalize(n, c, hw, x, stats, (double)n * hw, 1e-5f, 0.1f, 1,
+                                                mean, invstd, rm, rv),
+                     0);
     ddp_cuda_free(x), ddp_cuda_free(dy), ddp_cuda_free(y), ddp_cuda_free(gamma);
     ddp_cuda_free(bt), ddp_cuda_free(mean), ddp_cuda_free(invstd), ddp_cuda_free(rm);
     ddp_cuda_free(rv), ddp_cuda_free(dg), ddp_cuda_free(dbt), ddp_cuda_free(stats);
@@ -370,7 +373,7 @@ START_TEST(bn_costs)
     const char *want[] = {"bn_partials_kernel", "bn_stats_combine_kernel", "bn_finalize_kernel",
                           "bn_fwd_kernel", "bn_bwd_stats_combine_kernel", "bn_bwd_data_kernel",
                           "bn1d_stats_kernel", "bn1d_bwd_stats_kernel", "bn_eval_params_kernel",
-                          NULL};
+                          "bn_stats_finalize_kernel", NULL};
     end_(want);
 }
 END_TEST

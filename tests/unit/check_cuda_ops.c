@@ -1410,6 +1410,54 @@ static void bn_case_(int n, int c, int hw, float beta, int relu)
     for (size_t i = 0; i < sizeof hosts / sizeof *hosts; i++) free(hosts[i]);
 }
 
+/* ddp_cuda_bn_stats_finalize: the bits of ddp_cuda_bn_stats then
+ * ddp_cuda_bn_finalize on the device (the statistics, mean, invstd and the
+ * running statistics moved) */
+static void bn_stats_finalize_case_(int n, int c, int hw)
+{
+    const size_t nx = (size_t)n * c * hw;
+    const double count = (double)n * hw;
+    float *x = test_fvec(nx, 2.0f), *rm = test_fvec((size_t)c, 1.0f);
+    float *rv = test_fvec((size_t)c, 1.0f);
+    for (int i = 0; i < c; i++) rv[i] = 1.0f + fabsf(rv[i]);
+    float *xd = dput_(x, nx * 4), *r[2][4];
+    double *st[2];
+    for (int a = 0; a < 2; a++) {
+        float *md = dput_(NULL, c * 4), *id = dput_(NULL, c * 4), *rmd = dput_(rm, c * 4),
+              *rvd = dput_(rv, c * 4);
+        double *sd = dput_(NULL, 16 * (size_t)c);
+        if (a) {
+            CU(ddp_cuda_bn_stats_finalize(n, c, hw, xd, sd, count, 1e-5f, 0.1f, 1, md, id, rmd,
+                                          rvd));
+        } else {
+            CU(ddp_cuda_bn_stats(n, c, hw, xd, sd));
+            CU(ddp_cuda_bn_finalize(c, sd, count, 1e-5f, 0.1f, 1, md, id, rmd, rvd));
+        }
+        float *dev[4] = {md, id, rmd, rvd};
+        for (int k = 0; k < 4; k++) {
+            r[a][k] = hnew_(c * 4);
+            dget_(r[a][k], dev[k], c * 4);
+            dfree_(dev[k]);
+        }
+        st[a] = hnew_(16 * (size_t)c);
+        dget_(st[a], sd, 16 * (size_t)c);
+        dfree_(sd);
+    }
+    static const char *const names[4] = {"mean", "invstd", "running_mean", "running_var"};
+    char what[96];
+    for (int k = 0; k < 4; k++) {
+        snprintf(what, sizeof what, "bn_stats_finalize n=%d c=%d hw=%d %s", n, c, hw, names[k]);
+        same_bits_by_(what, r[1][k], r[0][k], c, 4, "bn_stats then bn_finalize");
+    }
+    snprintf(what, sizeof what, "bn_stats_finalize n=%d c=%d hw=%d stats", n, c, hw);
+    same_bits_by_(what, st[1], st[0], 2 * (size_t)c, 8, "bn_stats");
+    for (int a = 0; a < 2; a++) {
+        for (int k = 0; k < 4; k++) free(r[a][k]);
+        free(st[a]);
+    }
+    dfree_(xd), free(x), free(rm), free(rv);
+}
+
 START_TEST(bn_matches)
 {
     test_seed(150);
@@ -1425,6 +1473,11 @@ START_TEST(bn_matches)
     bn_case_(64, 300, 1, 0.0f, 1);
     bn_case_(8, 6, 49, 0.0f, 1);
     bn_case_(64, 12, 9, 1.0f, 1);
+    bn_stats_finalize_case_(8, 6, 49);
+    bn_stats_finalize_case_(64, 12, 9);
+    bn_stats_finalize_case_(3, 4, 1031);
+    bn_stats_finalize_case_(64, 300, 1); /* BatchNorm1d: its own kernel, then finalize */
+    bn_stats_finalize_case_(0, 3, 4);    /* no samples: zero sums */
 }
 END_TEST
 
