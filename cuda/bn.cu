@@ -144,16 +144,25 @@ __global__ void bn_maxpool_partials_kernel(int n, int c, int hw, int chunks, ddp
     bn_partials<true>(n, c, hw, chunks, x, dy, mean, invstd, rg, rb, part);
 }
 
+// Channel ch's partials (bn_partials: two per chunk) added in order.
+__device__ inline void combine_ch(size_t ch, int chunks, const double *part, double *a1,
+                                  double *a2)
+{
+    double s1 = 0.0, s2 = 0.0;
+    for (int s = 0; s < chunks; s++) {
+        s1 += part[2 * (ch * chunks + s)];
+        s2 += part[2 * (ch * chunks + s) + 1];
+    }
+    *a1 = s1, *a2 = s2;
+}
+
 // stats[ch] = sum x, stats[c + ch] = sum x^2: channel ch's partials in order.
 __global__ void bn_stats_combine_kernel(int c, int chunks, const double *part, double *stats)
 {
     GRID_STRIDE(ch, (size_t)c)
     {
-        double a1 = 0.0, a2 = 0.0;
-        for (int s = 0; s < chunks; s++) {
-            a1 += part[2 * (ch * chunks + s)];
-            a2 += part[2 * (ch * chunks + s) + 1];
-        }
+        double a1, a2;
+        combine_ch(ch, chunks, part, &a1, &a2);
         stats[ch] = a1;
         stats[c + ch] = a2;
     }
@@ -224,11 +233,8 @@ __global__ void bn_stats_finalize_kernel(int c, int chunks, const double *part, 
 {
     GRID_STRIDE(ch, (size_t)c)
     {
-        double a1 = 0.0, a2 = 0.0;
-        for (int s = 0; s < chunks; s++) {
-            a1 += part[2 * (ch * chunks + s)];
-            a2 += part[2 * (ch * chunks + s) + 1];
-        }
+        double a1, a2;
+        combine_ch(ch, chunks, part, &a1, &a2);
         stats[ch] = a1;
         stats[c + ch] = a2;
         ddp_bn_finalize_ch((int)ch, c, stats, count, eps, momentum, update_running, mean, invstd,
@@ -303,11 +309,8 @@ __global__ void bn_bwd_stats_combine_kernel(int c, int chunks, const double *par
 {
     GRID_STRIDE(ch, (size_t)c)
     {
-        double a1 = 0.0, a2 = 0.0;
-        for (int s = 0; s < chunks; s++) {
-            a1 += part[2 * (ch * chunks + s)];
-            a2 += part[2 * (ch * chunks + s) + 1];
-        }
+        double a1, a2;
+        combine_ch(ch, chunks, part, &a1, &a2);
         double g1 = a1, g2 = a2 * (double)invstd[ch];
         gstats[ch] = g1;
         gstats[c + ch] = g2;
