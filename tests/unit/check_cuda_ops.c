@@ -142,6 +142,27 @@ static void same_bits_by_(const char *what, const void *got, const void *ref, si
         }
 }
 
+/* same_bits_by_ of floats (elem 4) or doubles (8), where a NaN matches any
+ * NaN: two ways of computing with NaN operands (a NaN input and the NaN
+ * statistics of its channel) may return either operand's NaN, whose sign
+ * bit the host's x86 code keeps and a GPU's canonical NaN does not */
+static void same_values_by_(const char *what, const void *got, const void *ref, size_t n,
+                            size_t elem, const char *by)
+{
+    const unsigned char *g = got, *r = ref;
+    for (size_t i = 0; i < n; i++) {
+        double a, b;
+        if (elem == 4) {
+            float fa, fb;
+            memcpy(&fa, g + i * 4, 4), memcpy(&fb, r + i * 4, 4);
+            a = fa, b = fb;
+        } else {
+            memcpy(&a, g + i * 8, 8), memcpy(&b, r + i * 8, 8);
+        }
+        if (!(isnan(a) && isnan(b))) same_bits_by_(what, g + i * elem, r + i * elem, 1, elem, by);
+    }
+}
+
 static void same_bits_(const char *what, const void *got, const void *ref, size_t n, size_t elem)
 {
     same_bits_by_(what, got, ref, n, elem, "the CPU backend");
@@ -1489,7 +1510,8 @@ END_TEST
  * Windows: 2x2 (the CNN's), 3x3 stride 2 pad 1 (ResNet's stem: a cell
  * under up to four windows), 2x2 stride 1 pad 1, odd sizes (cells under no
  * window: dx of dy 0); values with ties (coarse x: equal outputs in a
- * window; with a ReLU, mostly negative outputs: windows of zeros), a NaN,
+ * window; with a ReLU, mostly negative outputs: windows of zeros), a NaN
+ * (NaN where the layers alone give NaN, of either sign: same_values_by_),
  * and sizes past one grid-stride pass.  bf16: x, the pooled output, its
  * gradient and dx kept in bf16 (act16.h) give the fp32 run's bits on the
  * same values (the outputs rounded). */
@@ -1580,13 +1602,13 @@ static void bn_maxpool_case_(const bnp_case_t *q)
                 for (size_t i = 0; i < cnt[k]; i++) want[i] = ddp_f32_to_bf16(r[1][k][i]);
                 same_bits_by_(what, r[2][k], want, cnt[k], 2, "the fp32 output rounded");
             } else {
-                same_bits_by_(what, r[a][k], r[a - 1][k], cnt[k], 4, by);
+                same_values_by_(what, r[a][k], r[a - 1][k], cnt[k], 4, by);
             }
         }
         BNP_WHAT("argmax");
         same_bits_by_(what, am[a], am[a - 1], ny, 4, by);
         BNP_WHAT("gradient sums");
-        same_bits_by_(what, gs[a], gs[a - 1], 2 * (size_t)c, 8, by);
+        same_values_by_(what, gs[a], gs[a - 1], 2 * (size_t)c, 8, by);
 #undef BNP_WHAT
     }
     for (int a = 0; a < (q->bf16 ? 4 : 2); a++) {
