@@ -471,6 +471,15 @@ int bn_chunks(int n, int c, int hw)
     return want < 1 ? 1 : (int)want;
 }
 
+// The bytes the backward kernels read of dy over n x c planes of hw: its
+// own, or under a max pooling (pool) the pooled gradient's and argmax's,
+// every window's once.
+double dy_bytes(const ddp_act_in &dy, const ddp_cuda_pool_t *pool, int n, int c, int hw)
+{
+    return pool ? (dy.bytes() + 4.0) * n * c * pool->oh * pool->ow
+                : dy.bytes() * n * c * (double)hw;
+}
+
 // Launches bn_partials_kernel<kBwd> over n x hw samples of c channels into
 // the partials buffer: *part and *chunks are what the combine kernel reads.
 // pool (kBwd only; NULL: none): dy is the gradient of the max pooling of
@@ -487,11 +496,7 @@ int launch_partials(int n, int c, int hw, const float *x_, const float *dy_,
     if (ddp_cuda_partials_(2 * (size_t)c * *chunks, &p)) return -1; // two per (channel, chunk)
     const double count = (double)n * c * hw;
     const ddp_act_in x = ddp_act_in_(x_), dy = ddp_act_in_(dy_);
-    // dy's bytes: its own, or the pooled gradient's and argmax's (every
-    // window's once)
-    const double dy_b = !kBwd ? 0
-                        : pool ? (dy.bytes() + 4.0) * n * c * pool->oh * pool->ow
-                               : dy.bytes() * count;
+    const double dy_b = kBwd ? dy_bytes(dy, pool, n, c, hw) : 0;
     DDP_COST(x.bytes() * count + x.bias_bytes(c) + dy_b + (kBwd ? 4.0 * c : 0) +
                  (rb ? 12.0 * c : 0),
              16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
@@ -551,8 +556,7 @@ int bwd_data(int n, int c, int hw, const float *x, const float *dy, const ddp_cu
     size_t total = (size_t)n * c * hw;
     const ddp_act_in xin = ddp_act_in_(x), dyin = ddp_act_in_(dy);
     const ddp_act_out dxout = ddp_act_out_(dx);
-    const double dy_b = pool ? (dyin.bytes() + 4.0) * n * c * pool->oh * pool->ow
-                             : dyin.bytes() * total;
+    const double dy_b = dy_bytes(dyin, pool, n, c, hw);
     // dx kept in bf16 for a convolution that carries its bias: its bias
     // gradient's plane sums too (bn_bwd_data_planes_kernel)
     const bool sums = xin.bias && dxout.h;
@@ -647,9 +651,10 @@ int ddp_cuda_bn_stats_finalize(int n, int c, int hw, const float *x, double *sta
 {
     if (c <= 0) return 0;
     if (n <= 0 || hw <= 1) // a fill or BatchNorm1d's kernel: nothing to combine
-        return ddp_cuda_bn_stats(n, c, hw, x, stats) ||
-               ddp_cuda_bn_finalize(c, stats, count, eps, momentum, update_running, mean, invstd,
-                                    running_mean, running_var);
+        return ddp_cuda_bn_stats(n, c, hw, x, stats) != 0
+                   ? -1
+                   : ddp_cuda_bn_finalize(c, stats, count, eps, momentum, update_running, mean,
+                                          invstd, running_mean, running_var);
     cudaStream_t s = ddp_cuda_state_.stream;
     const double *part = nullptr;
     int chunks = 0;
