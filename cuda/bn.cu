@@ -23,6 +23,9 @@
 // writes the pooled values and argmax, never the BatchNorm's output; the
 // backward kernels read the pooled gradient and gather each cell's dy as
 // maxpool_bwd does, never writing it: the bits of the two layers run alone.
+// The argmax may be left unwritten (NULL): the backward then finds each
+// window's maximum again from x as the forward found it (bn_out, the same
+// expression), instead of reading 4 bytes per window twice.
 #include "ddp_cuda_rt.h"
 
 #include <stdlib.h>
@@ -63,10 +66,31 @@ __device__ inline float relu_dy(bool relu, float x, float a, float b, float dy)
     return !relu || ddp_relu_keep(x * a + b) ? dy : 0.0f;
 }
 
+// The BatchNorm's output at a value xv of x: x a + b (ddp_bn_ab), and its
+// fused ReLU's where relu (bn_fwd_kernel's expression: the same bits).
+__device__ inline float bn_out(float xv, float a, float b, int relu)
+{
+    const float u = xv * a + b;
+    return relu && u < 0.0f ? 0.0f : u;
+}
+
+// What the backward under a max pooling reads of the forward
+// (ddp_cuda_bn_maxpool_*): the pooling d; its argmax, or NULL where the
+// forward kept none; the BatchNorm's gamma and beta_ and whether a ReLU
+// follows it (to find each window's maximum again without the argmax).
+struct pool_fwd {
+    const ddp_cuda_pool_t *d;
+    const int32_t *argmax;
+    const float *gamma, *beta_;
+    int relu;
+};
+
 // dy as the backward kernels read it, at element off of x (plane pl,
 // cell k): the gradient buffer's (plain_dy), or the gradient of the max
 // pooling of the BatchNorm's output gathered as maxpool_bwd does
-// (pooled_dy: d, the pooling; dy its output's gradient; argmax its forward's).
+// (pooled_dy: d, the pooling; dy its output's gradient; argmax its
+// forward's, or NULL: each window's found again as bn_maxpool_fwd_kernel
+// found it, from x and the statistics and parameters the forward used).
 struct plain_dy {
     ddp_act_in v;
     __device__ float operator()(size_t off, size_t, int) const { return v[off]; }
@@ -75,12 +99,33 @@ struct pooled_dy {
     ddp_cuda_pool_t d;
     ddp_act_in dy;
     const int32_t *argmax;
+    ddp_act_in x;
+    const float *mean, *invstd, *gamma, *beta_;
+    int relu;
     __device__ float operator()(size_t, size_t pl, int k) const
     {
         const size_t ohw = (size_t)d.oh * d.ow;
-        return ddp_pool_grad(d, dy, pl * ohw, argmax + pl * ohw, k);
+        if (argmax) {
+            const int32_t *ap = argmax + pl * ohw;
+            return ddp_pool_grad(d, dy, pl * ohw, [ap](int o) { return ap[o]; }, k);
+        }
+        const int ch = (int)(pl % (size_t)d.c);
+        float fa, fb; // the forward's a, b
+        ddp_bn_ab(mean[ch], invstd[ch], gamma[ch], beta_[ch], &fa, &fb);
+        const size_t base = pl * (size_t)d.h * d.w;
+        const auto v = [&](int i) { return bn_out(x.at(base + (size_t)i, ch), fa, fb, relu); };
+        return ddp_pool_grad(d, dy, pl * ohw, [&](int o) {
+            int32_t best;
+            ddp_pool_max(d, o, v, &best);
+            return best;
+        }, k);
     }
 };
+pooled_dy pooled_(const pool_fwd &p, ddp_act_in dy, ddp_act_in x, const float *mean,
+                  const float *invstd)
+{
+    return pooled_dy{*p.d, dy, p.argmax, x, mean, invstd, p.gamma, p.beta_, p.relu};
+}
 
 // BatchNorm2d's sums in two passes over many blocks: the samples of a
 // channel are cut into S chunks (bn_chunks: enough blocks to fill the GPU
@@ -273,9 +318,9 @@ __global__ void bn_fwd_kernel(int n, int c, int hw, ddp_act_in x, const float *m
 }
 
 // bn_fwd_kernel's output (no res) max-pooled over d (d's n, c, h, w are
-// the BatchNorm's): y and argmax as maxpool_fwd_kernel's of that output,
-// a thread per pooled output computing the BatchNorm of its window's
-// cells.  I: the index type (DDP_LAUNCH_IDX).
+// the BatchNorm's): y and argmax (unless NULL) as maxpool_fwd_kernel's of
+// that output, a thread per pooled output computing the BatchNorm of its
+// window's cells.  I: the index type (DDP_LAUNCH_IDX).
 template <class I>
 __global__ void bn_maxpool_fwd_kernel(ddp_cuda_pool_t d, ddp_act_in x, const float *mean,
                                       const float *invstd, const float *gamma,
@@ -293,11 +338,10 @@ __global__ void bn_maxpool_fwd_kernel(ddp_cuda_pool_t d, ddp_act_in x, const flo
         const I base = pl * hw;
         int32_t best;
         float v = ddp_pool_max(d, (int)(idx - pl * ohw), [&](int i) {
-            float u = x.at(base + (I)i, ch) * a + b;
-            return relu && u < 0.0f ? 0.0f : u;
+            return bn_out(x.at(base + (I)i, ch), a, b, relu);
         }, &best);
         y.put(idx, v);
-        argmax[idx] = best;
+        if (argmax) argmax[idx] = best;
     }
 }
 
@@ -473,23 +517,31 @@ int bn_chunks(int n, int c, int hw)
 
 // The bytes the backward kernels read of dy over n x c planes of hw: its
 // own, or under a max pooling (pool) the pooled gradient's and argmax's,
-// every window's once.
-double dy_bytes(const ddp_act_in &dy, const ddp_cuda_pool_t *pool, int n, int c, int hw)
+// every window's once (no argmax: gamma and beta_ to find it again).
+double dy_bytes(const ddp_act_in &dy, const pool_fwd *pool, int n, int c, int hw)
 {
-    return pool ? (dy.bytes() + 4.0) * n * c * pool->oh * pool->ow
-                : dy.bytes() * n * c * (double)hw;
+    if (!pool) return dy.bytes() * n * c * (double)hw;
+    return (dy.bytes() + (pool->argmax ? 4.0 : 0)) * n * c * pool->d->oh * pool->d->ow +
+           (pool->argmax ? 0 : 8.0 * c);
+}
+
+// The FLOPs of finding each window's argmax again (pool without one): a
+// window's cells scanned (bn_out: up to 3 each) once for each of them.
+double refind_flops(const pool_fwd *pool, int n, int c)
+{
+    if (!pool || pool->argmax) return 0;
+    const double kk = (double)pool->d->k * pool->d->k;
+    return 3.0 * kk * kk * n * c * pool->d->oh * pool->d->ow;
 }
 
 // Launches bn_partials_kernel<kBwd> over n x hw samples of c channels into
 // the partials buffer: *part and *chunks are what the combine kernel reads.
 // pool (kBwd only; NULL: none): dy is the gradient of the max pooling of
-// the BatchNorm's output over *pool, with its forward's argmax
-// (bn_maxpool_partials_kernel).
+// the BatchNorm's output over pool->d (bn_maxpool_partials_kernel).
 template <bool kBwd>
-int launch_partials(int n, int c, int hw, const float *x_, const float *dy_,
-                    const ddp_cuda_pool_t *pool, const int32_t *argmax, const float *mean,
-                    const float *invstd, const float *rg, const float *rb, cudaStream_t s,
-                    const double **part, int *chunks)
+int launch_partials(int n, int c, int hw, const float *x_, const float *dy_, const pool_fwd *pool,
+                    const float *mean, const float *invstd, const float *rg, const float *rb,
+                    cudaStream_t s, const double **part, int *chunks)
 {
     *chunks = bn_chunks(n, c, hw);
     double *p;
@@ -499,10 +551,11 @@ int launch_partials(int n, int c, int hw, const float *x_, const float *dy_,
     const double dy_b = kBwd ? dy_bytes(dy, pool, n, c, hw) : 0;
     DDP_COST(x.bytes() * count + x.bias_bytes(c) + dy_b + (kBwd ? 4.0 * c : 0) +
                  (rb ? 12.0 * c : 0),
-             16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count);
+             16.0 * c * *chunks, (rb ? 5.0 : 3.0) * count + refind_flops(pool, n, c));
     if (pool)
         DDP_LAUNCH(bn_maxpool_partials_kernel, dim3(channel_blocks(c), *chunks), kDdpThreads, s,
-                   n, c, hw, *chunks, x, (pooled_dy{*pool, dy, argmax}), mean, invstd, rg, rb, p);
+                   n, c, hw, *chunks, x, pooled_(*pool, dy, x, mean, invstd), mean, invstd, rg,
+                   rb, p);
     else
         DDP_LAUNCH(bn_partials_kernel<kBwd>, dim3(channel_blocks(c), *chunks), kDdpThreads, s, n,
                    c, hw, *chunks, x, plain_dy{dy}, mean, invstd, rg, rb, p);
@@ -512,10 +565,9 @@ int launch_partials(int n, int c, int hw, const float *x_, const float *dy_,
 }
 
 // bn_bwd_stats of compute.h; pool (NULL: none): as launch_partials
-int bwd_stats(int n, int c, int hw, const float *x, const float *dy, const ddp_cuda_pool_t *pool,
-              const int32_t *argmax, const float *mean, const float *invstd, double *gstats,
-              float *dgamma, float *dbeta, float beta, const float *relu_gamma,
-              const float *relu_beta)
+int bwd_stats(int n, int c, int hw, const float *x, const float *dy, const pool_fwd *pool,
+              const float *mean, const float *invstd, double *gstats, float *dgamma, float *dbeta,
+              float beta, const float *relu_gamma, const float *relu_beta)
 {
     if (c <= 0) return 0;
     // n == 0 or hw == 0: the block sums are 0 (no element), dgamma and dbeta
@@ -536,8 +588,8 @@ int bwd_stats(int n, int c, int hw, const float *x, const float *dy, const ddp_c
     }
     const double *part = nullptr;
     int chunks = 0;
-    if (launch_partials<true>(nn, c, hh, x, dy, pool, argmax, mean, invstd, relu_gamma, relu_beta,
-                              s, &part, &chunks))
+    if (launch_partials<true>(nn, c, hh, x, dy, pool, mean, invstd, relu_gamma, relu_beta, s, &part,
+                              &chunks))
         return -1;
     DDP_COST(16.0 * c * chunks + 4.0 * c + (beta != 0.0f ? gb : 0), 16.0 * c + gb,
              2.0 * c * chunks);
@@ -548,9 +600,9 @@ int bwd_stats(int n, int c, int hw, const float *x, const float *dy, const ddp_c
 }
 
 // bn_bwd_data of compute.h; pool (NULL: none): as launch_partials
-int bwd_data(int n, int c, int hw, const float *x, const float *dy, const ddp_cuda_pool_t *pool,
-             const int32_t *argmax, const float *mean, const float *invstd, const float *gamma,
-             const double *gstats, double count, float *dx, const float *relu_beta)
+int bwd_data(int n, int c, int hw, const float *x, const float *dy, const pool_fwd *pool,
+             const float *mean, const float *invstd, const float *gamma, const double *gstats,
+             double count, float *dx, const float *relu_beta)
 {
     if (n <= 0 || c <= 0 || hw <= 0 || !dx) return 0;
     size_t total = (size_t)n * c * hw;
@@ -565,21 +617,22 @@ int bwd_data(int n, int c, int hw, const float *x, const float *dy, const ddp_cu
     DDP_COST(xin.bytes() * total + xin.bias_bytes(c) + dy_b + 32.0 * c +
                  (relu_beta ? 4.0 * c : 0),
              dxout.bytes() * total + (sums ? 8.0 * n * c : 0),
-             (relu_beta ? 7.0 : 5.0) * total + (sums ? 1.0 * total : 0));
+             (relu_beta ? 7.0 : 5.0) * total + (sums ? 1.0 * total : 0) +
+                 refind_flops(pool, n, c));
     cudaStream_t s = ddp_cuda_state_.stream;
     if (sums) {
         const dim3 planes((unsigned)(c < 4096 ? c : 4096), (unsigned)(n < 65535 ? n : 65535));
         if (pool)
             DDP_LAUNCH(bn_bwd_data_planes_kernel<pooled_dy>, planes, kDdpThreads, s, n, c, hw, xin,
-                       (pooled_dy{*pool, dyin, argmax}), mean, invstd, gamma, gstats, count, dxout,
-                       relu_beta, part);
+                       pooled_(*pool, dyin, xin, mean, invstd), mean, invstd, gamma, gstats, count,
+                       dxout, relu_beta, part);
         else
             DDP_LAUNCH(bn_bwd_data_planes_kernel<plain_dy>, planes, kDdpThreads, s, n, c, hw, xin,
                        plain_dy{dyin}, mean, invstd, gamma, gstats, count, dxout, relu_beta, part);
     } else if (pool)
         DDP_LAUNCH_IDX(bn_maxpool_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads, s,
-                       n, c, hw, xin, (pooled_dy{*pool, dyin, argmax}), mean, invstd, gamma,
-                       gstats, count, dxout, relu_beta);
+                       n, c, hw, xin, pooled_(*pool, dyin, xin, mean, invstd), mean, invstd,
+                       gamma, gstats, count, dxout, relu_beta);
     else
         DDP_LAUNCH_IDX(bn_bwd_data_kernel, total, ddp_blocks_for(total), kDdpThreads, s, n, c, hw,
                        xin, plain_dy{dyin}, mean, invstd, gamma, gstats, count, dxout, relu_beta);
@@ -622,7 +675,7 @@ int ddp_cuda_bn_stats(int n, int c, int hw, const float *x, double *stats)
     const double *part = nullptr;
     int chunks = 0;
     if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                               nullptr, s, &part, &chunks))
+                               s, &part, &chunks))
         return -1;
     DDP_COST(16.0 * c * chunks, 16.0 * c, 2.0 * c * chunks);
     DDP_LAUNCH(bn_stats_combine_kernel, ddp_blocks_for((size_t)c), kDdpThreads, s, c, chunks,
@@ -659,7 +712,7 @@ int ddp_cuda_bn_stats_finalize(int n, int c, int hw, const float *x, double *sta
     const double *part = nullptr;
     int chunks = 0;
     if (launch_partials<false>(n, c, hw, x, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                               nullptr, s, &part, &chunks))
+                               s, &part, &chunks))
         return -1;
     DDP_COST(16.0 * c * chunks + (update_running ? 8.0 * c : 0),
              16.0 * c + (update_running ? 16.0 : 8.0) * c, 2.0 * c * chunks + 10.0 * c);
@@ -705,7 +758,7 @@ int ddp_cuda_bn_bwd_stats(int n, int c, int hw, const float *x, const float *dy,
                           const float *invstd, double *gstats, float *dgamma, float *dbeta,
                           float beta, const float *relu_gamma, const float *relu_beta)
 {
-    return bwd_stats(n, c, hw, x, dy, nullptr, nullptr, mean, invstd, gstats, dgamma, dbeta, beta,
+    return bwd_stats(n, c, hw, x, dy, nullptr, mean, invstd, gstats, dgamma, dbeta, beta,
                      relu_gamma, relu_beta);
 }
 
@@ -713,8 +766,7 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
                          const float *invstd, const float *gamma, const double *gstats,
                          double count, float *dx, const float *relu_beta)
 {
-    return bwd_data(n, c, hw, x, dy, nullptr, nullptr, mean, invstd, gamma, gstats, count, dx,
-                    relu_beta);
+    return bwd_data(n, c, hw, x, dy, nullptr, mean, invstd, gamma, gstats, count, dx, relu_beta);
 }
 
 int ddp_cuda_bn_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, const float *mean,
@@ -728,7 +780,7 @@ int ddp_cuda_bn_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, const floa
     const ddp_act_out yout = ddp_act_out_(y);
     // every cell under a window, once
     DDP_COST(xin.bytes() * d->n * d->c * d->h * d->w + xin.bias_bytes(d->c) + 16.0 * d->c,
-             (yout.bytes() + 4.0) * count,
+             (yout.bytes() + (argmax ? 4.0 : 0)) * count,
              (3.0 + (relu ? 1 : 0)) * count * d->k * d->k);
     DDP_LAUNCH_IDX(bn_maxpool_fwd_kernel, count, ddp_blocks_for(count), kDdpThreads,
                    ddp_cuda_state_.stream, *d, xin, mean, invstd, gamma, beta_, relu, yout,
@@ -739,23 +791,25 @@ int ddp_cuda_bn_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, const floa
 
 int ddp_cuda_bn_maxpool_bwd_stats(const ddp_cuda_pool_t *d, const int32_t *argmax,
                                   const float *x, const float *dy, const float *mean,
-                                  const float *invstd, double *gstats, float *dgamma,
-                                  float *dbeta, float beta, const float *relu_gamma,
-                                  const float *relu_beta)
+                                  const float *invstd, const float *gamma, const float *beta_,
+                                  int relu, double *gstats, float *dgamma, float *dbeta,
+                                  float beta)
 {
     if (pool_refused("ddp_cuda_bn_maxpool_bwd_stats", d)) return -1;
-    return bwd_stats(d->n, d->c, d->h * d->w, x, dy, d, argmax, mean, invstd, gstats, dgamma,
-                     dbeta, beta, relu_gamma, relu_beta);
+    const pool_fwd p = {d, argmax, gamma, beta_, relu};
+    return bwd_stats(d->n, d->c, d->h * d->w, x, dy, &p, mean, invstd, gstats, dgamma, dbeta,
+                     beta, relu ? gamma : nullptr, relu ? beta_ : nullptr);
 }
 
 int ddp_cuda_bn_maxpool_bwd_data(const ddp_cuda_pool_t *d, const int32_t *argmax,
                                  const float *x, const float *dy, const float *mean,
-                                 const float *invstd, const float *gamma, const double *gstats,
-                                 double count, float *dx, const float *relu_beta)
+                                 const float *invstd, const float *gamma, const float *beta_,
+                                 int relu, const double *gstats, double count, float *dx)
 {
     if (pool_refused("ddp_cuda_bn_maxpool_bwd_data", d)) return -1;
-    return bwd_data(d->n, d->c, d->h * d->w, x, dy, d, argmax, mean, invstd, gamma, gstats, count,
-                    dx, relu_beta);
+    const pool_fwd p = {d, argmax, gamma, beta_, relu};
+    return bwd_data(d->n, d->c, d->h * d->w, x, dy, &p, mean, invstd, gamma, gstats, count, dx,
+                    relu ? beta_ : nullptr);
 }
 
 int ddp_cuda_bn_maxpool(void)

@@ -229,19 +229,24 @@ int ddp_cuda_bn_bwd_data(int n, int c, int hw, const float *x, const float *dy, 
  * pooled output y and argmax of its output, which is never written (as
  * bn_fwd then maxpool_fwd, the same bits); and its backward with dy the
  * gradient of the pooled output (as maxpool_bwd then bn_bwd_stats and
- * bn_bwd_data, the same bits, without maxpool_bwd's dx). */
+ * bn_bwd_data, the same bits, without maxpool_bwd's dx).  argmax NULL:
+ * the forward writes none and the backward finds each window's maximum
+ * again from x, mean, invstd, gamma, beta_ and relu (the forward's): the
+ * same bits, for 4 bytes a window less written and twice less read, and
+ * a scan of the window for each cell (cheap where windows do not
+ * overlap: stride >= k). */
 int ddp_cuda_bn_maxpool_fwd(const ddp_cuda_pool_t *d, const float *x, const float *mean,
                             const float *invstd, const float *gamma, const float *beta_, int relu,
                             float *y, int32_t *argmax);
 int ddp_cuda_bn_maxpool_bwd_stats(const ddp_cuda_pool_t *d, const int32_t *argmax,
                                   const float *x, const float *dy, const float *mean,
-                                  const float *invstd, double *gstats, float *dgamma,
-                                  float *dbeta, float beta, const float *relu_gamma,
-                                  const float *relu_beta);
+                                  const float *invstd, const float *gamma, const float *beta_,
+                                  int relu, double *gstats, float *dgamma, float *dbeta,
+                                  float beta);
 int ddp_cuda_bn_maxpool_bwd_data(const ddp_cuda_pool_t *d, const int32_t *argmax,
                                  const float *x, const float *dy, const float *mean,
-                                 const float *invstd, const float *gamma, const double *gstats,
-                                 double count, float *dx, const float *relu_beta);
+                                 const float *invstd, const float *gamma, const float *beta_,
+                                 int relu, const double *gstats, double count, float *dx);
 /* 1 unless DDP_CUDA_BN_MAXPOOL=0 is in the environment: whether the model
  * runs a BatchNorm and the max pooling after it as the three above (0:
  * each layer alone, as before; for comparisons). */

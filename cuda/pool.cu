@@ -44,7 +44,8 @@ __global__ void maxpool_bwd_kernel(ddp_cuda_pool_t d, ddp_act_in dy, const int32
     GRID_STRIDE(idx, count)
     {
         size_t pl = idx / hw;
-        dx[idx] = ddp_pool_grad(d, dy, pl * ohw, argmax + pl * ohw, (int)(idx % hw));
+        const int32_t *ap = argmax + pl * ohw;
+        dx[idx] = ddp_pool_grad(d, dy, pl * ohw, [ap](int o) { return ap[o]; }, (int)(idx % hw));
     }
 }
 

@@ -55,10 +55,12 @@ __device__ inline void ddp_pool_covering(int i, int k, int stride, int on, int *
 
 // The gradient at cell i of a plane: the sum of the plane's gradient (dy[base + o]
 // for its output o; DY: a float pointer or act16.h's ddp_act_in) over the
-// windows whose argmax (ap) is i, in row-major window order from 0.
-template <class DY>
+// windows whose argmax is i, in row-major window order from 0.  am(o): the
+// argmax of the plane's window o (maxpool_fwd's, read back; or found again
+// by ddp_pool_max over the values it scanned).
+template <class DY, class AM>
 __device__ inline float ddp_pool_grad(const ddp_cuda_pool_t &d, const DY &dy, size_t base,
-                                      const int32_t *ap, int i)
+                                      const AM &am, int i)
 {
     const int iy = i / d.w, ix = i % d.w;
     int ylo, yhi, xlo, xhi;
@@ -68,7 +70,7 @@ __device__ inline float ddp_pool_grad(const ddp_cuda_pool_t &d, const DY &dy, si
     for (int oy = ylo; oy <= yhi; oy++)
         for (int ox = xlo; ox <= xhi; ox++) {
             int o = oy * d.ow + ox;
-            if (ap[o] == i) acc += dy[base + o];
+            if (am(o) == i) acc += dy[base + o];
         }
     return acc;
 }

@@ -323,20 +323,23 @@ typedef struct compute_ops {
      * bn_fwd's output (no res), without that output written;
      * bn_maxpool_bwd_stats and bn_maxpool_bwd_data: bn_bwd_stats and
      * bn_bwd_data with dy the gradient of the pooled output (argmax: the
-     * forward's), as maxpool_bwd gives the BatchNorm's, without writing it.
-     * The bits of the layers run alone. */
+     * forward's; gamma, beta_ and relu: the BatchNorm's), as maxpool_bwd
+     * gives the BatchNorm's, without writing it.  argmax NULL (the model
+     * keeps none where the windows do not overlap): the forward writes
+     * none and the backward finds each window's maximum again from x.  The
+     * bits of the layers run alone. */
     int (*bn_maxpool)(void);
     void (*bn_maxpool_fwd)(const pool_dims_t *d, const float *x, const float *mean,
                            const float *invstd, const float *gamma, const float *beta_, int relu,
                            float *y, int32_t *argmax);
     void (*bn_maxpool_bwd_stats)(const pool_dims_t *d, const int32_t *argmax, const float *x,
                                  const float *dy, const float *mean, const float *invstd,
-                                 double *gstats, float *dgamma, float *dbeta, float beta,
-                                 const float *relu_gamma, const float *relu_beta);
+                                 const float *gamma, const float *beta_, int relu, double *gstats,
+                                 float *dgamma, float *dbeta, float beta);
     void (*bn_maxpool_bwd_data)(const pool_dims_t *d, const int32_t *argmax, const float *x,
                                 const float *dy, const float *mean, const float *invstd,
-                                const float *gamma, const double *gstats, double count, float *dx,
-                                const float *relu_beta);
+                                const float *gamma, const float *beta_, int relu,
+                                const double *gstats, double count, float *dx);
 
     /* ---- elementwise ----------------------------------------------------- */
     /* y = a + b (a residual connection); y may be a or b; relu: y = relu(a +

@@ -423,24 +423,24 @@ static void cuda_bn_maxpool_fwd(const pool_dims_t *d, const float *x, const floa
 
 static void cuda_bn_maxpool_bwd_stats(const pool_dims_t *d, const int32_t *argmax,
                                       const float *x, const float *dy, const float *mean,
-                                      const float *invstd, double *gstats, float *dgamma,
-                                      float *dbeta, float beta, const float *relu_gamma,
-                                      const float *relu_beta)
+                                      const float *invstd, const float *gamma,
+                                      const float *beta_, int relu, double *gstats,
+                                      float *dgamma, float *dbeta, float beta)
 {
     ddp_cuda_pool_t p = cuda_pool_(d);
-    cuda_rc_(ddp_cuda_bn_maxpool_bwd_stats(&p, argmax, x, dy, mean, invstd, gstats, dgamma, dbeta,
-                                           beta, relu_gamma, relu_beta));
+    cuda_rc_(ddp_cuda_bn_maxpool_bwd_stats(&p, argmax, x, dy, mean, invstd, gamma, beta_, relu,
+                                           gstats, dgamma, dbeta, beta));
 }
 
 static void cuda_bn_maxpool_bwd_data(const pool_dims_t *d, const int32_t *argmax,
                                      const float *x, const float *dy, const float *mean,
                                      const float *invstd, const float *gamma,
-                                     const double *gstats, double count, float *dx,
-                                     const float *relu_beta)
+                                     const float *beta_, int relu, const double *gstats,
+                                     double count, float *dx)
 {
     ddp_cuda_pool_t p = cuda_pool_(d);
-    cuda_rc_(ddp_cuda_bn_maxpool_bwd_data(&p, argmax, x, dy, mean, invstd, gamma, gstats, count,
-                                          dx, relu_beta));
+    cuda_rc_(ddp_cuda_bn_maxpool_bwd_data(&p, argmax, x, dy, mean, invstd, gamma, beta_, relu,
+                                          gstats, count, dx));
 }
 
 /* ---- elementwise, losses, optimizers, reductions ------------------------------ */

@@ -638,6 +638,15 @@ static int owns_output_(const layer_t *L)
            !L->bn_in_add && !L->pooled;
 }
 
+/* Whether max pooling L keeps its argmax for its backward: not where it
+ * pools its BatchNorm's output (fuse_bn_pools_) over windows that do not
+ * overlap, where the backward finds each window's maximum again from the
+ * BatchNorm's input, a scan of one window a cell (compute.h bn_maxpool). */
+static int keeps_argmax_(const layer_t *L)
+{
+    return L->kind == LAYER_MAXPOOL && !(L->pool_bn && L->stride >= L->k);
+}
+
 /* A ReLU fused into the dense layer or BatchNorm below it: that layer's
  * backward masks the ReLU's gradient (the ReLU passes it through).  A ReLU
  * fused after an add runs its own backward. */
@@ -703,7 +712,7 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
         if (owns_output_(L))
             L->y = dev_alloc_(m, (size_t)m->batch * outn * (model_out_bf16(m, i) ? 2 : 4), &s,
                               L->token);
-        if (L->kind == LAYER_MAXPOOL)
+        if (keeps_argmax_(L))
             L->argmax = dev_alloc_(m, (size_t)m->batch * outn * sizeof(int32_t), &s, L->token);
         if (L->kind == LAYER_BN) {
             L->mean = dev_alloc_(m, (size_t)L->in.c * sizeof(float), &s, L->token);
@@ -780,7 +789,7 @@ size_t model_act_bytes_at(const model_t *m, int batch)
         const layer_t *L = &m->layers[i];
         size_t outn = act_numel(L->out);
         if (owns_output_(L)) bytes += B * outn * (model_out_bf16(m, i) ? 2 : 4);
-        if (L->kind == LAYER_MAXPOOL) bytes += B * outn * sizeof(int32_t);
+        if (keeps_argmax_(L)) bytes += B * outn * sizeof(int32_t);
     }
     return bytes + (size_t)m->ndact * B * model_max_act(m) * sizeof(float) +
            model_ws_bytes(m, batch);
@@ -1401,8 +1410,9 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             if (P) {
                 pool_dims_(P, n, &pd);
                 compute->bn_maxpool_bwd_stats(&pd, P->argmax, in, dy, L->mean, L->invstd,
-                                              L->stats, grad_(m, L->weight), grad_(m, L->bias),
-                                              beta, rg, rb);
+                                              param_(m, L->weight), param_(m, L->bias),
+                                              L->fused_relu, L->stats, grad_(m, L->weight),
+                                              grad_(m, L->bias), beta);
             } else {
                 compute->bn_bwd_stats(n, c, hw, in, dy, L->mean, L->invstd, L->stats,
                                       grad_(m, L->weight), grad_(m, L->bias), beta, rg, rb);
@@ -1417,7 +1427,8 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
             }
             if (dx && n > 0 && P)
                 compute->bn_maxpool_bwd_data(&pd, P->argmax, in, dy, L->mean, L->invstd,
-                                             param_(m, L->weight), L->stats, count_bn, dx, rb);
+                                             param_(m, L->weight), param_(m, L->bias),
+                                             L->fused_relu, L->stats, count_bn, dx);
             else if (dx && n > 0)
                 compute->bn_bwd_data(n, c, hw, in, dy, L->mean, L->invstd, param_(m, L->weight),
                                      L->stats, count_bn, dx, rb);

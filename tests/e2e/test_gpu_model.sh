@@ -20,7 +20,8 @@
 #   - DDP_EMU_DRY=1: ResNet-18's model, its convolutions (cuDNN's three
 #     calls; with DDP_CUDA_CONV=im2col, im2col and bf16 GEMMs) in the
 #     table, with no kernel run, each block's last BatchNorm
-#     applied by the block's add (no add pass in the forward);
+#     applied by the block's add (no add pass in the forward); a CNN's
+#     device plan without its 2x2 max poolings' argmaxes;
 #   - --precision bf16: a value used by two GEMMs is rounded once (the
 #     forward's weight and input kept for the backward, the output gradient
 #     shared by the backward's two GEMMs, rounded in the pass that masks it
@@ -122,6 +123,20 @@ DDP_CUDA_BN_MAXPOOL=0 DDP_EMU_DRY=1 "$EMU" "$T/img.h5" --model resnet18 --batch 
 acts() { sed -n 's/^  device\/rank .* activations \([0-9.]*\),.*/\1/p' "$1"; }
 awk -v a="$(acts "$T/d.out")" -v b="$(acts "$T/d0.out")" 'BEGIN { d = b - a; exit !(a != "" && d > 0.45 && d < 0.55) }' ||
   { grep "device/rank" "$T/d.out" "$T/d0.out"; fail "ResNet-18's device plan: activations $(acts "$T/d.out") MiB with the stem's BatchNorm in its max pooling, $(acts "$T/d0.out") without; expected 0.5 MiB less"; }
+# ... and a CNN's 2x2 poolings, whose windows do not overlap, keep no argmax
+# (the backward finds each window's maximum again): at batch 1024 on 1x8x8
+# images, the two BatchNorms' outputs (1024 x 8 x 8 x 8 and 1024 x 16 x 4 x
+# 4 floats, 3 MiB) and the two argmaxes (0.75 MiB) less than alone; 3 MiB
+# less, were the argmaxes kept
+"$MAKE_DECK" images "$T/img1k.h5" 1024 || fail "make_deck images (1024)"
+cnn="conv:8:3:1:1,bn,relu,maxpool:2,conv:16:3:1:1,bn,relu,maxpool:2,linear:auto"
+for f in 1 0; do
+  DDP_CUDA_BN_MAXPOOL=$f DDP_EMU_DRY=1 "$EMU" "$T/img1k.h5" --model "$cnn" --batch 1024 --steps 1 \
+    --precision bf16 --eval-every 0 --device cuda >"$T/p$f.out" 2>&1 ||
+    { cat "$T/p$f.out"; fail "DDP_CUDA_BN_MAXPOOL=$f DDP_EMU_DRY=1: the CNN failed"; }
+done
+awk -v a="$(acts "$T/p1.out")" -v b="$(acts "$T/p0.out")" 'BEGIN { d = b - a; exit !(a != "" && d > 3.6 && d < 3.9) }' ||
+  { grep "device/rank" "$T/p1.out" "$T/p0.out"; fail "the CNN's device plan: activations $(acts "$T/p1.out") MiB with its BatchNorms in their 2x2 max poolings, $(acts "$T/p0.out") without; expected 3.75 MiB less (no argmax kept)"; }
 # (d) bf16: each value rounded once (cuda/bf16.h): a step of 3 dense layers
 # rounds the first layer's input in its forward (1 to_bf16_kernel): the
 # hidden layers' outputs, which only the next dense layer reads, are kept in

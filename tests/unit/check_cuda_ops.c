@@ -1514,7 +1514,10 @@ END_TEST
  * (NaN where the layers alone give NaN, of either sign: same_values_by_),
  * and sizes past one grid-stride pass.  bf16: x, the pooled output, its
  * gradient and dx kept in bf16 (act16.h) give the fp32 run's bits on the
- * same values (the outputs rounded). */
+ * same values (the outputs rounded).  Without the argmax (NULL: the
+ * backward finds each window's maximum again; the model's choice where
+ * windows do not overlap, correct for any), fused on fp32 and on bf16
+ * buffers: the bits of the fused run with it. */
 typedef struct bnp_case {
     int n, c, h, w, k, stride, pad, relu;
     float shift; /* added to x (negative: most BatchNorm outputs below 0) */
@@ -1542,13 +1545,14 @@ static void bn_maxpool_case_(const bnp_case_t *q)
     float *inv = dput_(NULL, c * 4), *rm = dput_(NULL, c * 4), *rv = dput_(NULL, c * 4);
     float *full = dput_(NULL, nx * 4), *dfull = dput_(NULL, nx * 4);
     double *st = dput_(NULL, 16 * (size_t)c), *gst = dput_(NULL, 16 * (size_t)c);
-    /* [layers alone, fused, fused on bf16 buffers, alone on them][y, dgamma, dbeta, dx] */
-    float *r[4][BNP_N];
-    int32_t *am[4];
-    double *gs[4];
-    for (int a = 0; a < 4; a++) {
-        const int b16 = a >= 2, eb = b16 ? 2 : 4; /* bytes per value of x, y, dy, dx */
-        if (b16 && !q->bf16) break;
+    /* [layers alone, fused, fused on bf16 buffers, alone on them, fused
+     * without argmax, on bf16 buffers][y, dgamma, dbeta, dx] */
+    float *r[6][BNP_N] = {{NULL}};
+    int32_t *am[6] = {NULL};
+    double *gs[6] = {NULL};
+    for (int a = 0; a < 6; a++) {
+        const int b16 = a == 2 || a == 3 || a == 5, eb = b16 ? 2 : 4; /* bytes of x, y, dy, dx */
+        if (b16 && !q->bf16) continue;
         float *x = dput_(b16 ? (const void *)hx16 : hxw, nx * eb);
         float *dy = dput_(b16 ? (const void *)hdy16 : hdyw, ny * eb);
         float *y = dput_(NULL, ny * eb), *dx = dput_(NULL, nx * eb);
@@ -1569,10 +1573,12 @@ static void bn_maxpool_case_(const bnp_case_t *q)
             CU(ddp_cuda_bn_bwd_stats(q->n, c, hw, x, dfull, mean, inv, gst, dg, db, 1.0f, rg, rb));
             CU(ddp_cuda_bn_bwd_data(q->n, c, hw, x, dfull, mean, inv, gam, gst, count, dx, rb));
         } else {
-            CU(ddp_cuda_bn_maxpool_fwd(&g, x, mean, inv, gam, bet, q->relu, y, amd));
-            CU(ddp_cuda_bn_maxpool_bwd_stats(&g, amd, x, dy, mean, inv, gst, dg, db, 1.0f, rg,
-                                             rb));
-            CU(ddp_cuda_bn_maxpool_bwd_data(&g, amd, x, dy, mean, inv, gam, gst, count, dx, rb));
+            int32_t *ka = a >= 4 ? NULL : amd; /* the argmax kept, or none */
+            CU(ddp_cuda_bn_maxpool_fwd(&g, x, mean, inv, gam, bet, q->relu, y, ka));
+            CU(ddp_cuda_bn_maxpool_bwd_stats(&g, ka, x, dy, mean, inv, gam, bet, q->relu, gst, dg,
+                                             db, 1.0f));
+            CU(ddp_cuda_bn_maxpool_bwd_data(&g, ka, x, dy, mean, inv, gam, bet, q->relu, gst,
+                                            count, dx));
         }
         r[a][BNP_Y] = hnew_(ny * 4), r[a][BNP_DX] = hnew_(nx * 4);
         r[a][BNP_DG] = hnew_(c * 4), r[a][BNP_DB] = hnew_(c * 4);
@@ -1588,30 +1594,37 @@ static void bn_maxpool_case_(const bnp_case_t *q)
     static const char *const names[BNP_N] = {"y", "dgamma", "dbeta", "dx"};
     const size_t cnt[BNP_N] = {ny, (size_t)c, (size_t)c, nx};
     uint16_t *want = hnew_(nx * 2);
-    for (int a = 1; a < 4; a++) {
-        if (a >= 2 && !q->bf16) break;
-        const char *by = a == 1 ? "the layers alone" : a == 2 ? "the fp32 buffers'" : "fused";
+    for (int a = 1; a < 6; a++) {
+        if (!r[a][0]) continue; /* a bf16 run the case has not */
+        const int ref = a >= 4 ? a - 3 : a - 1; /* without the argmax: the fused run with it */
+        const char *by = a == 1   ? "the layers alone"
+                         : a == 2 ? "the fp32 buffers'"
+                         : a == 3 ? "fused"
+                                  : "fused with the argmax kept";
+        const int b16a = a == 2 || a == 3 || a == 5;
 #define BNP_WHAT(label)                                                                            \
     snprintf(what, sizeof what, "BN%s + maxpool n=%d c=%d %dx%d k=%d s=%d p=%d%s%s%s%s: %s",       \
              q->relu ? " + ReLU" : "", q->n, c, q->h, q->w, q->k, q->stride, q->pad,               \
-             q->ties ? " ties" : "", q->nan ? " NaN" : "", a >= 2 ? " bf16" : "",                  \
-             a == 3 ? " alone" : "", label)
+             q->ties ? " ties" : "", q->nan ? " NaN" : "", b16a ? " bf16" : "",                    \
+             a == 3 ? " alone" : a >= 4 ? " argmax found again" : "", label)
         for (int k = 0; k < BNP_N; k++) {
             BNP_WHAT(names[k]);
             if (a == 2 && (k == BNP_Y || k == BNP_DX)) {
                 for (size_t i = 0; i < cnt[k]; i++) want[i] = ddp_f32_to_bf16(r[1][k][i]);
                 same_bits_by_(what, r[2][k], want, cnt[k], 2, "the fp32 output rounded");
             } else {
-                same_values_by_(what, r[a][k], r[a - 1][k], cnt[k], 4, by);
+                same_values_by_(what, r[a][k], r[ref][k], cnt[k], 4, by);
             }
         }
-        BNP_WHAT("argmax");
-        same_bits_by_(what, am[a], am[a - 1], ny, 4, by);
+        if (a < 4) {
+            BNP_WHAT("argmax");
+            same_bits_by_(what, am[a], am[ref], ny, 4, by);
+        }
         BNP_WHAT("gradient sums");
-        same_values_by_(what, gs[a], gs[a - 1], 2 * (size_t)c, 8, by);
+        same_values_by_(what, gs[a], gs[ref], 2 * (size_t)c, 8, by);
 #undef BNP_WHAT
     }
-    for (int a = 0; a < (q->bf16 ? 4 : 2); a++) {
+    for (int a = 0; a < 6; a++) {
         for (int k = 0; k < BNP_N; k++) free(r[a][k]);
         free(am[a]), free(gs[a]);
     }
