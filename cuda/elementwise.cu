@@ -18,6 +18,7 @@
 
 #include <math.h>
 
+#include "act16.h"
 #include "half.h"
 #include "rng.h"
 
@@ -42,14 +43,15 @@ __global__ void relu_fwd_k(size_t count, const float *x, float *y)
         y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-// dx = x > 0 ? dy : 0 (x the input or the output: same mask); dy2: of
-// dy2 + dy (as add_k(dy2, dy))
-__global__ void relu_bwd_k(size_t count, const float *x, const float *dy, float *dx,
-                           const float *dy2)
+// dx = x > 0 ? dy : 0 (x the input or the output: same mask); dy2 (h or
+// f NULL: none): of dy2 + dy (as add_k(dy2, dy)).  dy and dy2 may be
+// gradients a convolution wrote in bf16 (act16.h), widened as read.
+__global__ void relu_bwd_k(size_t count, const float *x, ddp_act_in dy, float *dx, ddp_act_in dy2)
 {
+    const bool two = dy2.f || dy2.h;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x) {
-        float g = dy2 ? dy2[i] + dy[i] : dy[i];
+        float g = two ? dy2[i] + dy[i] : dy[i];
         dx[i] = x[i] <= 0.0f ? 0.0f : g;
     }
 }
@@ -169,9 +171,11 @@ extern "C" int ddp_cuda_relu_bwd(size_t count, const float *x, const float *dy, 
                                  const float *dy2)
 {
     if (count == 0) return 0;
-    DDP_COST((dy2 ? 12.0 : 8.0) * count, 4.0 * count, (dy2 ? 2.0 : 1.0) * count);
-    DDP_LAUNCH(relu_bwd_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x, dy,
-               dx, dy2);
+    const ddp_act_in g = ddp_act_in_(dy), g2 = ddp_act_in_(dy2);
+    DDP_COST((4.0 + g.bytes() + (dy2 ? g2.bytes() : 0)) * count, 4.0 * count,
+             (dy2 ? 2.0 : 1.0) * count);
+    DDP_LAUNCH(relu_bwd_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, x, g,
+               dx, g2);
     DDP_CU_LAUNCHED();
     return 0;
 }

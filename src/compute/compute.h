@@ -183,8 +183,10 @@ typedef struct compute_ops {
      * gradient of such an output kept in bf16 (count bf16 values), which
      * conv_bwd writes as its dx and bn_bwd_data (and bn_maxpool_bwd_data) as
      * its dx, and bn_bwd_stats, bn_bwd_data, maxpool_bwd, the bn_maxpool
-     * ops and conv_bwd read as their dy; count 0: g holds fp32 again.  0
-     * when done.  NULL: never (optional). */
+     * ops and conv_bwd read as their dy; or the gradient conv_bwd computes
+     * for a ReLU's output (after a block's add), which relu_bwd reads as
+     * its dy or dy2; count 0: g holds fp32 again.  0 when done.  NULL:
+     * never (optional). */
     int (*grad_bf16)(float *g, size_t count);
     /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
      * on the host thread and projects them onto the GPU work launched
@@ -349,7 +351,9 @@ typedef struct compute_ops {
     /* dx = x > 0 ? dy : 0 (x the ReLU's input or output: the same mask; NaN
      * passes); dy2 (NULL: none): of dy2 + dy instead (a ReLU output's two
      * gradients summed inside its mask: the bits of add(dy2, dy) then this);
-     * dx may be dy or dy2 */
+     * dx may be dy or dy2 when they hold fp32.  dy and dy2 may be held in
+     * bf16 (grad_bf16: a convolution's dx for the ReLU after a block's add),
+     * read as the fp32 values they round; dx is fp32 and then another buffer. */
     void (*relu_bwd)(size_t count, const float *x, const float *dy, float *dx, const float *dy2);
     void (*gelu_fwd)(size_t count, const float *x, float *y); /* erf form */
     void (*gelu_bwd)(size_t count, const float *x, const float *dy, float *dx);

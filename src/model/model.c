@@ -1309,16 +1309,34 @@ static int sums_in_relu_(const model_t *m, int i, int j)
     return J->kind == LAYER_RELU && !relu_in_below_(m, J) && J->gslot >= 0;
 }
 
+/* Whether a convolution's gradient for ReLU j's output is read only by
+ * the ReLU's own backward (relu_bwd, as dy or dy2): j, after a block's add
+ * (not fused into the layer below), has two readers, one of them the
+ * layer just after it, whose gradient comes last and is summed inside the
+ * mask (sums_in_relu_); the other's, first, is taken as it is
+ * (contribute_).  Nothing adds into either. */
+static int relu_reads_only_(const model_t *m, const layer_t *L)
+{
+    const int j = L->src;
+    if (L->kind != LAYER_CONV || j < 0 || j + 1 >= m->nlayers || m->unfused) return 0;
+    const layer_t *J = &m->layers[j];
+    return J->kind == LAYER_RELU && !relu_in_below_(m, J) && readers_(m, j) == 2 &&
+           m->layers[j + 1].src == j;
+}
+
 /* Whether layer i's gradient for its input is kept in bf16 (compute.h
  * grad_bf16): where a convolution or BatchNorm computes it for an output
  * kept in bf16 (model_out_bf16: a convolution net's), whose only reader it
  * is, so no other gradient is summed into it (a convolution's with a bias
  * too: the BatchNorm's backward hands it the sums its bias gradient needs,
- * compute.h act_bias). */
+ * compute.h act_bias); or where a convolution computes it for a ReLU
+ * whose backward alone reads it (relu_reads_only_: a residual block's
+ * input, whose gradient from cuDNN is bf16 either way). */
 static int grad16_(const model_t *m, const layer_t *L)
 {
     return m->bf16_conv_acts && m->compute->grad_bf16 &&
-           (L->kind == LAYER_CONV || L->kind == LAYER_BN) && model_out_bf16(m, L->src);
+           (((L->kind == LAYER_CONV || L->kind == LAYER_BN) && model_out_bf16(m, L->src)) ||
+            relu_reads_only_(m, L));
 }
 
 /* Every gradient buffer holds fp32 (at the start of a backward: also after
@@ -1355,9 +1373,10 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         int pass = /* dx is dy (a pooling its BatchNorm's backward gathers: the pooled one) */
             L->kind == LAYER_FLATTEN || L->kind == LAYER_ADD || relu_in_below_(m, L) ||
             L->pool_bn;
-        /* a ReLU holding a second gradient writes dx over it (sums_in_relu_) */
+        /* a ReLU holding a second gradient writes dx over it (sums_in_relu_),
+         * unless that is held in bf16 (its fp32 dx would overrun it) */
         int w = !pass && L->src >= 0 && m->layers[L->src].bwd
-                    ? (L->gslot2 >= 0 ? L->gslot2 : free_slot_(m, &g))
+                    ? (L->gslot2 >= 0 && !g.bf16[L->gslot2] ? L->gslot2 : free_slot_(m, &g))
                     : -1;
         if (!pass && L->src >= 0 && m->layers[L->src].bwd && w < 0)
             return ddp_fail(DDP_ERR_INTERNAL, "model backward: no free gradient buffer at layer %d",
@@ -1466,8 +1485,13 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         } else if (w >= 0) {
             DDP_TRY(contribute_(m, &g, L->src, w, 1, n));
         }
+        /* read: a buffer held in bf16 holds fp32 again for the next writer */
+        if (L->gslot2 >= 0 && g.bf16[L->gslot2]) {
+            compute->grad_bf16(m->dact[L->gslot2], 0);
+            g.bf16[L->gslot2] = 0;
+        }
         if (L->gslot2 >= 0) g.live[L->gslot2]--;
-        if (!pass && g.bf16[r]) { /* read: the buffer holds fp32 for the next writer */
+        if (!pass && g.bf16[r]) {
             compute->grad_bf16(m->dact[r], 0);
             g.bf16[r] = 0;
         }

@@ -179,7 +179,10 @@ done
 # gradients, written and read as such by cuDNN and the BatchNorm kernels:
 # the same weights after 10 steps, bit for bit, as with them in fp32
 # (DDP_CUDA_CONV_ACTS=fp32: rounded for and widened after each cuDNN call),
-# for the residual network of (a) and
+# for the residual network of (a) (a projection block after the ReLU of an
+# add: the gradients of its two convolutions for that ReLU's output kept in
+# bf16, which the ReLU's backward sums in its mask), for one with an
+# identity block after such a ReLU (rnb), and
 # for a CNN whose first convolution has a bias (its output kept in bf16
 # without it, which the BatchNorm adds as it reads: ddp_cuda_act_bias); in
 # effect: fewer widening passes in the model of the last step
@@ -188,7 +191,11 @@ done
 h5copy -i "$T/img.h5" -o "$T/imgtr.h5" -s /train -d /train || fail "h5copy /train"
 cnnb="--model conv:8:3:1:1,bn,relu,conv:8:3:1:1:nobias,bn,relu,maxpool:2,linear:auto"
 cnnb="$cnnb --lr 0.05 --seed 5 --batch 8"
-for net in rn cnnb; do
+blk="conv:8:3:1:1:nobias,bn,relu,conv:8:3:1:1:nobias,bn"
+rnb="--model conv:8:3:1:1:nobias,bn,relu,res($blk),relu,res($blk),relu"
+rnb="$rnb,res(conv:16:3:2:1:nobias,bn,relu,conv:16:3:1:1:nobias,bn),relu,gap,linear:auto"
+rnb="$rnb --lr 0.02 --seed 5 --batch 8"
+for net in rn rnb cnnb; do
   eval "spec=\$$net"
   for a in bf16 fp32; do
     DDP_CUDA_CONV_ACTS=$a DDP_CUDA_MODEL=1 run "acts-$net-$a" 1 "$EMU" "$T/imgtr.h5" $spec --steps 10 \

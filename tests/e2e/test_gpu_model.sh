@@ -110,8 +110,13 @@ grep -q "^im2col_bf16_kernel" "$T/d2.err" && ! grep -q "^cudnn" "$T/d2.err" &&
 # forward; the ReLU after each
 # add runs in it forward, alone backward (8), where 7 of them (the blocks'
 # outputs the next block reads) sum their two gradients in the mask
-# (sums_in_relu_): 1 add left in the backward (the stem's max-pool output)
+# (sums_in_relu_): 1 add left in the backward (the stem's max-pool output);
+# the gradients the convolutions compute for those 7 ReLUs' outputs are
+# kept in bf16 as cuDNN writes them, which the ReLUs' backward reads: 1
+# widening pass left (layer1.0's first convolution's, for the max pooling)
 dcalls() { awk -v k="$1" 'index($1, k) == 1 { print $2 }' "$T/d.err"; }
+[ "$(dcalls widen_kernel)" = 1 ] ||
+  { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls widen_kernel) widening passes, expected 1 (the convolutions' gradients for the blocks' inputs kept in bf16)"; }
 [ "$(dcalls bn_fwd_kernel)" = 19 ] && [ "$(dcalls bn_maxpool_fwd_kernel)" = 1 ] &&
   [ "$(dcalls bn_stats_finalize_kernel)" = 5 ] && [ -z "$(dcalls bn_stats_combine_kernel)" ] &&
   [ "$(dcalls bn_finalize_kernel)" = "$(dcalls bn1d_stats_kernel)" ] &&

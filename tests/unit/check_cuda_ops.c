@@ -1986,6 +1986,51 @@ START_TEST(bf16_act_outputs)
 }
 END_TEST
 
+/* The ReLU after a block's add reads the gradients convolutions computed
+ * for its output in bf16 (ddp_cuda_grad_bf16: dy, dy2 or both, the model's
+ * grad16_): dx is the bits relu_bwd gives on their values widened to fp32,
+ * for a mask with zeros, negatives and a NaN, over more than one
+ * grid-stride pass; and with one gradient only. */
+START_TEST(relu_bwd_bf16_grads)
+{
+    test_seed(157);
+    const size_t n = (size_t)3 * 1024 * 1024 + 17;
+    float *hx = test_fvec(n, 1.0f), *hdy = test_fvec(n, 4.0f), *hdy2 = test_fvec(n, 4.0f);
+    for (size_t i = 0; i < n; i += 7) hx[i] = 0.0f;
+    hx[n / 2] = NAN;
+    float *wdy, *wdy2;
+    uint16_t *h16 = bf16_of_(hdy, n, &wdy), *h16b = bf16_of_(hdy2, n, &wdy2);
+    float *x = dput_(hx, n * 4), *dx = dput_(NULL, n * 4);
+    float *fdy = dput_(wdy, n * 4), *fdy2 = dput_(wdy2, n * 4);
+    float *want = hnew_(n * 4), *got = hnew_(n * 4);
+    CU(ddp_cuda_set_bf16_gemm(1));
+    for (int two = 0; two < 2; two++)
+        for (int kept = 1; kept < (two ? 4 : 2); kept++) { /* bit 0: dy in bf16, bit 1: dy2 */
+            float *gdy = dput_(kept & 1 ? (const void *)h16 : wdy, n * (kept & 1 ? 2 : 4));
+            float *gdy2 = two ? dput_(kept & 2 ? (const void *)h16b : wdy2, n * (kept & 2 ? 2 : 4))
+                              : NULL;
+            if (kept & 1) CU(ddp_cuda_grad_bf16(gdy, n));
+            if (kept & 2) CU(ddp_cuda_grad_bf16(gdy2, n));
+            CU(ddp_cuda_relu_bwd(n, x, fdy, dx, two ? fdy2 : NULL));
+            dget_(want, dx, n * 4);
+            CU(ddp_cuda_relu_bwd(n, x, gdy, dx, gdy2));
+            dget_(got, dx, n * 4);
+            char what[80];
+            snprintf(what, sizeof what, "relu_bwd, %s in bf16%s", kept == 3 ? "dy and dy2"
+                     : kept == 2 ? "dy2" : "dy", two ? "" : " (no dy2)");
+            same_bits_by_(what, got, want, n, 4, "their fp32 values'");
+            if (kept & 1) CU(ddp_cuda_grad_bf16(gdy, 0));
+            if (kept & 2) CU(ddp_cuda_grad_bf16(gdy2, 0));
+            dfree_(gdy);
+            if (gdy2) dfree_(gdy2);
+        }
+    CU(ddp_cuda_set_bf16_gemm(0));
+    dfree_(x), dfree_(dx), dfree_(fdy), dfree_(fdy2);
+    free(hx), free(hdy), free(hdy2), free(wdy), free(wdy2), free(h16), free(h16b);
+    free(want), free(got);
+}
+END_TEST
+
 /* Under bf16 GEMMs through cuDNN, a convolution's output that only a
  * BatchNorm reads and the BatchNorm's (fused ReLU) output that only a
  * convolution reads are kept in bf16 (ddp_cuda_act_bf16, act16.h), and so
@@ -2420,6 +2465,7 @@ Suite *test_suite(void)
     tcase_add_test(t, bf16_params_mirror);
     tcase_add_test(t, bf16_act_outputs);
     tcase_add_test(t, bf16_act_conv_bn);
+    tcase_add_test(t, relu_bwd_bf16_grads);
     tcase_add_test(t, bf16_act_conv_im2col);
     tcase_add_test(t, xent_dense_bf16);
 #if EMU
