@@ -36,14 +36,17 @@ struct ddp_act_in {
 struct ddp_act_out {
     float *f;
     uint16_t *h;
+    uint16_t *copy; // fp32 f's bf16 copy, written beside it (ddp_bf16_copy_out_; NULL: none)
     __device__ void put(size_t i, float v) const
     {
-        if (h)
+        if (h) {
             h[i] = ddp_f32_to_bf16(v);
-        else
+        } else {
             f[i] = v;
+            if (copy) copy[i] = ddp_f32_to_bf16(v);
+        }
     }
-    double bytes() const { return h ? 2.0 : 4.0; }
+    double bytes() const { return h ? 2.0 : copy ? 6.0 : 4.0; }
 };
 
 // The buffer at p as the kernels read or write it.
@@ -53,7 +56,8 @@ inline ddp_act_in ddp_act_in_(const float *p)
 }
 inline ddp_act_out ddp_act_out_(float *p)
 {
-    return ddp_act_out{p, (uint16_t *)ddp_bf16_act_at_(p)};
+    uint16_t *h = (uint16_t *)ddp_bf16_act_at_(p);
+    return ddp_act_out{p, h, h ? nullptr : ddp_bf16_copy_out_(p)};
 }
 
 #endif

@@ -61,6 +61,15 @@ struct Act {
 };
 std::unordered_map<const void *, Act> g_acts;
 
+// fp32 outputs with a bf16 copy (ddp_bf16_copy_set_): the copy, its
+// count, and whether a writer wrote it since.
+struct Copy {
+    uint16_t *h;
+    size_t count;
+    bool written;
+};
+std::unordered_map<const void *, Copy> g_copies;
+
 // The plane sums of a gradient kept in bf16 (ddp_bf16_bias_sums_put_; dy
 // NULL: none).
 struct BiasSums {
@@ -315,6 +324,41 @@ void ddp_bf16_act_drop_(const void *p)
     if (g_sums.dy == p) g_sums = BiasSums{};
     if (g_dy.dy == p) g_dy = ddp_bf16_dy{};
     g_acts.erase(p);
+    ddp_bf16_copy_set_(p, 0);
+}
+
+int ddp_bf16_copy_set_(const void *y, size_t count)
+{
+    auto it = y ? g_copies.find(y) : g_copies.end();
+    if (it != g_copies.end()) {
+        cudaFree(it->second.h); // waits for the device: no kernel still writes it
+        g_copies.erase(it);
+    }
+    if (!y || !count) return 0;
+    void *h = nullptr;
+    DDP_CU(cudaMalloc(&h, count * sizeof(uint16_t)));
+    g_copies[y] = Copy{(uint16_t *)h, count, false};
+    return 0;
+}
+
+uint16_t *ddp_bf16_copy_out_(const void *y)
+{
+    if (!y || g_copies.empty()) return nullptr;
+    auto it = g_copies.find(y);
+    if (it == g_copies.end()) return nullptr;
+    it->second.written = true;
+    return it->second.h;
+}
+
+const uint16_t *ddp_bf16_copy_at_(const void *x, size_t count)
+{
+    if (!x || !ddp_cuda_state_.bf16_gemm || g_copies.empty()) return nullptr;
+    auto it = g_copies.find(x);
+    if (it == g_copies.end() || !it->second.written || count > it->second.count) return nullptr;
+#ifdef DDP_CUDA_EMU
+    memo_check_("input (its writer's copy)", (const float *)x, it->second.h, count);
+#endif
+    return it->second.h;
 }
 
 void ddp_bf16_memo_forget_(void)
@@ -381,4 +425,6 @@ void ddp_bf16_release_(void)
     g_dy = ddp_bf16_dy{};
     g_sums = BiasSums{};
     g_acts.clear();
+    for (auto &c : g_copies) cudaFree(c.second.h);
+    g_copies.clear();
 }

@@ -112,6 +112,20 @@ const float *ddp_bf16_act_bias_(const void *p);
 // p was freed.
 void ddp_bf16_act_drop_(const void *p);
 
+// fp32 layer outputs with a bf16 copy beside them (ddp_cuda_act_copy16):
+// the kernel that writes y through act16.h's ddp_act_out writes its
+// rounding to the copy too, and the convolutions that read y take the copy
+// as their bf16 operand, forward and backward, instead of each rounding y
+// into the memo.  set: count values (the copy allocated; 0: freed, none);
+// 0 or -1 (failure recorded).  out: the copy a writer of y writes (NULL:
+// none), from then on the readers'.  at: the copy of [x, x + count) for a
+// reader under bf16 GEMMs, NULL where there is none or its writer has not
+// run (on the emulation checked, when the stream reaches it, to be the
+// rounding of x: a writer that bypassed it aborts).
+int ddp_bf16_copy_set_(const void *y, size_t count);
+uint16_t *ddp_bf16_copy_out_(const void *y);
+const uint16_t *ddp_bf16_copy_at_(const void *x, size_t count);
+
 // The gradient dy of a convolution's output that carries its bias, kept in
 // bf16: the pass that writes it (the BatchNorm's backward, bn.cu) also sums
 // each (sample i, channel o) plane of its fp32 values, in double, into

@@ -159,6 +159,14 @@ int ddp_cuda_act_bias(float *y, const float *b);
 // count 0: g holds fp32 again (the reader ran).  g is a gradient buffer of
 // the trainer's, reused for other layers' fp32 gradients after.
 int ddp_cuda_grad_bf16(float *g, size_t count);
+// y, an fp32 layer output of count values that convolutions read (and
+// other layers, as fp32), gets a bf16 copy beside it (count * 2 bytes
+// allocated here), which the launcher that writes y through act16.h
+// (ddp_cuda_bn_fwd, _bn_maxpool_fwd, _maxpool_fwd, _add) writes too, the
+// rounding of each value; ddp_cuda_conv_fwd and _conv_bwd then take it as
+// their bf16 input under bf16 GEMMs instead of rounding y for each
+// convolution.  count 0: none (freed).  Forgotten when y is freed.
+int ddp_cuda_act_copy16(float *y, size_t count);
 int ddp_cuda_event_create(ddp_cuda_event_t **e);
 int ddp_cuda_event_destroy(ddp_cuda_event_t *e);
 int ddp_cuda_event_record(ddp_cuda_event_t *e); /* on the compute stream */

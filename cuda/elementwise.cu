@@ -25,13 +25,14 @@
 namespace
 {
 
-// y = a + b; relu: relu(a + b), as relu_fwd_k
-__global__ void add_k(size_t count, const float *a, const float *b, float *y, int relu)
+// y = a + b; relu: relu(a + b), as relu_fwd_k; y's bf16 copy beside it
+// where it has one (act16.h)
+__global__ void add_k(size_t count, const float *a, const float *b, ddp_act_out y, int relu)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x) {
         float v = a[i] + b[i];
-        y[i] = relu && v < 0.0f ? 0.0f : v;
+        y.put(i, relu && v < 0.0f ? 0.0f : v);
     }
 }
 
@@ -151,8 +152,9 @@ int dropout_apply(int n, size_t features, const float *in, float *out, float p, 
 extern "C" int ddp_cuda_add(size_t count, const float *a, const float *b, float *y, int relu)
 {
     if (count == 0) return 0;
-    DDP_COST(8.0 * count, 4.0 * count, (relu ? 2.0 : 1.0) * count);
-    DDP_LAUNCH(add_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, a, b, y,
+    const ddp_act_out yo = {y, nullptr, ddp_bf16_copy_out_(y)}; // fp32, maybe a copy
+    DDP_COST(8.0 * count, yo.bytes() * count, (relu ? 2.0 : 1.0) * count);
+    DDP_LAUNCH(add_k, ddp_blocks_for(count), kDdpThreads, ddp_cuda_state_.stream, count, a, b, yo,
                relu);
     DDP_CU_LAUNCHED();
     return 0;

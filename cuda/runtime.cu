@@ -309,6 +309,14 @@ int ddp_cuda_act_bias(float *y, const float *b)
     return 0;
 }
 
+int ddp_cuda_act_copy16(float *y, size_t count)
+{
+    if (not_bound("ddp_cuda_act_copy16")) return -1;
+    if (count && ddp_bf16_act_at_(y))
+        return DDP_FAIL("ddp_cuda_act_copy16", "a bf16 copy of an output kept in bf16");
+    return ddp_bf16_copy_set_(y, count);
+}
+
 int ddp_cuda_grad_bf16(float *g, size_t count)
 {
     if (not_bound("ddp_cuda_grad_bf16")) return -1;

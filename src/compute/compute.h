@@ -188,6 +188,14 @@ typedef struct compute_ops {
      * its dy or dy2; count 0: g holds fp32 again.  0 when done.  NULL:
      * never (optional). */
     int (*grad_bf16)(float *g, size_t count);
+    /* With conv_acts_bf16 and conv_input_bf16: y, an fp32 layer output of
+     * count values that convolutions read (as do other layers, in fp32),
+     * gets a bf16 copy beside it (count * 2 bytes, allocated by the
+     * backend), which bn_fwd, bn_maxpool_fwd, maxpool_fwd and add write with
+     * y, the rounding of each value, and which conv_fwd and conv_bwd take as
+     * the bf16 rounding of their input instead of rounding it again; count
+     * 0: none.  0 when done.  NULL: never (optional). */
+    int (*act_copy16)(float *y, size_t count);
     /* Profiler ranges (NVTX on the cuda backend: Nsight Systems shows them
      * on the host thread and projects them onto the GPU work launched
      * inside): range_start opens a range named `name` and returns its id,
@@ -424,7 +432,7 @@ extern const compute_ops_t compute_cuda_ops;
  * op missing (every op but those documented as optional: check,
  * device_id, device_count, set_bf16, set_tf32, bf16_params,
  * params_written, act_bf16, conv_input_bf16, conv_acts_bf16, act_bias,
- * conv_group_samples, grad_bf16, bn_stats_finalize, bn_maxpool, bn_maxpool_fwd,
+ * conv_group_samples, grad_bf16, act_copy16, bn_stats_finalize, bn_maxpool, bn_maxpool_fwd,
  * bn_maxpool_bwd_stats, bn_maxpool_bwd_data, sumsq_many, xent_dense,
  * mem_info, host_alloc, host_free, range_start, range_end) is refused with
  * DDP_ERR_INTERNAL naming the op, so a missing op is an error where the

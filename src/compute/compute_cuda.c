@@ -195,6 +195,13 @@ static int cuda_grad_bf16(float *g, size_t count)
     return rc;
 }
 
+static int cuda_act_copy16(float *y, size_t count)
+{
+    int rc = ddp_cuda_act_copy16(y, count);
+    cuda_rc_(rc);
+    return rc;
+}
+
 static int cuda_act_bf16(float *y, size_t count)
 {
     int rc = ddp_cuda_act_bf16(y, count);
@@ -569,6 +576,7 @@ const compute_ops_t compute_cuda_ops = {
     .conv_acts_bf16 = cuda_conv_acts_bf16,
     .act_bias = cuda_act_bias,
     .grad_bf16 = cuda_grad_bf16,
+    .act_copy16 = cuda_act_copy16,
     .set_tf32 = ddp_cuda_set_tf32,
     .range_start = ddp_cuda_range_start,
     .range_end = ddp_cuda_range_end,

@@ -684,6 +684,23 @@ int model_out_bf16(const model_t *m, int i)
     return 0;
 }
 
+int model_out_copy16(const model_t *m, int i)
+{
+    const compute_ops_t *c = m->compute;
+    if (!m->bf16_conv_acts || !c->act_copy16 || !c->conv_input_bf16 || !c->conv_input_bf16() ||
+        m->unfused || i < 0 || i >= m->nlayers)
+        return 0;
+    const layer_t *L = &m->layers[i];
+    if (!owns_output_(L) || model_out_bf16(m, i)) return 0;
+    /* the layer whose kernel writes the buffer: a fused ReLU's is its source's */
+    const layer_t *C = L->kind == LAYER_RELU && L->fused_relu && L->src >= 0 ? &m->layers[L->src]
+                                                                              : L;
+    if (C->kind != LAYER_BN && C->kind != LAYER_MAXPOOL && C->kind != LAYER_ADD) return 0;
+    for (int k = 0; k < m->nlayers; k++)
+        if (m->layers[k].src == i && m->layers[k].kind == LAYER_CONV) return 1;
+    return 0;
+}
+
 ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
 {
     ddp_status_t s = DDP_OK;
@@ -735,6 +752,11 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
                  m->layers[i].bias >= 0 &&
                  m->compute->act_bias(m->layers[i].y, param_(m, m->layers[i].bias)) != 0)
             s = ddp_fail(DDP_ERR_DEVICE, "the %s backend refused a carried bias (layer %d)",
+                         m->compute->name, i);
+        else if (model_out_copy16(m, i) &&
+                 m->compute->act_copy16(m->layers[i].y,
+                                        (size_t)m->batch * act_numel(m->layers[i].out)) != 0)
+            s = ddp_fail(DDP_ERR_DEVICE, "the %s backend refused a bf16 copy of layer %d's output",
                          m->compute->name, i);
     for (int k = 0; k < m->ndact; k++)
         m->dact[k] =
@@ -1386,6 +1408,10 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         if (dx && grad16_(m, L)) { /* written, and read by its reader, in bf16 */
             compute->grad_bf16(dx, count);
             g.bf16[w] = 1;
+        } else if (dx && g.bf16[w]) { /* its last reader did not release it */
+            return ddp_fail(DDP_ERR_INTERNAL,
+                            "model backward: gradient buffer %d still holds bf16 at layer %d", w,
+                            i);
         }
         switch (L->kind) {
         case LAYER_LINEAR:
@@ -1498,5 +1524,8 @@ ddp_status_t model_backward(model_t *m, const float *x, const step_ctx_t *ctx)
         g.live[r]--;
         L->gslot = L->gslot2 = -1;
     }
+    for (int k = 0; k < m->ndact; k++) /* each released by its reader */
+        if (g.bf16[k])
+            return ddp_fail(DDP_ERR_INTERNAL, "model backward: gradient buffer %d left in bf16", k);
     return DDP_OK;
 }

@@ -211,6 +211,12 @@ void model_ops_wait(model_t *m);
  * applies), or the ReLU's fused into it, or a max pooling's, whose only
  * reader is a convolution.  Its buffer then takes half the bytes. */
 int model_out_bf16(const model_t *m, int i);
+/* Whether layer i's output, kept in fp32, has a bf16 copy beside it
+ * (compute.h act_copy16; m->bf16_conv_acts with the backend keeping its
+ * convolutions' inputs rounded): a convolution reads it, beside other
+ * layers, and a BatchNorm (alone, with its fused ReLU, in its max pooling
+ * or in a block's add), a max pooling or an add writes it. */
+int model_out_copy16(const model_t *m, int i);
 
 /* model_layout + model_alloc(NULL). */
 ddp_status_t model_build(model_t *m, const model_opts_t *o, const compute_ops_t *compute);

@@ -249,8 +249,9 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
          * layer's output gradient, the mirror of all parameters (the
          * weights' copies, which the optimizer writes; memplan_bf16_mirror)
          * and the memo of every dense layer's input (and convolution's,
-         * where the backend keeps it) as its forward rounded it for its
-         * backward, or without the mirror the memo of every
+         * where the backend keeps it, or once, beside it, for an fp32
+         * output convolutions read: model_out_copy16) as its forward
+         * rounded it for its backward, or without the mirror the memo of every
          * dense layer's weight and input and every convolution's weight;
          * with outputs kept in bf16, the fp32 scratch of the largest dense
          * one and of a convolution's group (below), and
@@ -276,10 +277,16 @@ static void device_plan_at_(const trainer_t *t, const dev_shape_t *sh, memplan_d
             size_t x = L->kind == LAYER_LINEAR && !model_out_bf16(m, L->src)
                            ? (size_t)sh->batch * L->in.c
                            : 0;
-            if (L->kind == LAYER_CONV && conv_x && !model_out_bf16(m, L->src))
+            if (L->kind == LAYER_CONV && conv_x && !model_out_bf16(m, L->src) &&
+                !model_out_copy16(m, L->src))
                 x = ((size_t)sh->batch * L->in.c * L->in.h * L->in.w + 127) / 128 * 128;
             memo += (w + x) * sizeof(uint16_t);
         }
+        /* an fp32 output's bf16 copy beside it, which the convolutions that
+         * read it take instead of a copy in the memo each */
+        for (int i = 0; i < m->nlayers; i++)
+            if (model_out_copy16(m, i))
+                memo += (size_t)sh->batch * act_numel(m->layers[i].out) * sizeof(uint16_t);
         size_t epi = 0, cx = 0, sums = 0;
         for (int i = 0; i < m->nlayers; i++) {
             const layer_t *L = &m->layers[i];

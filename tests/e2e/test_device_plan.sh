@@ -15,7 +15,8 @@
 #      batches; with
 #      --precision bf16 the plan's bound on the bf16 GEMM inputs holds (the
 #      peak is not above it), for the CNN, for 32 convolutions whose inputs
-#      kept in bf16 for cuDNN outweigh the bound's slack, and for a deep MLP
+#      kept in bf16 for cuDNN outweigh the bound's slack, for 16 residual
+#      blocks whose outputs' bf16 copies outweigh it, and for a deep MLP
 #      whose parameters' bf16 copy outweighs it, whose activations
 #      in bf16 are 3 MiB less than in fp32 at batch 256 (hidden outputs kept
 #      in bf16);
@@ -97,6 +98,17 @@ deep="--model $(printf 'conv:16:3:1:1,%.0s' $(seq 32))gap,linear:auto
   --steps 2 --device cuda --eval-every 0 --batch 128 --precision bf16"
 run deep-cnn-bf16 1 "$EMU" "$T/img.h5" $deep
 fits "deep cnn bf16" "$T/deep-cnn-bf16.log" bound
+# ... and 16 residual blocks in bf16: each block's output, fp32 for its
+# shortcut and read by the next block's convolution, has a bf16 copy beside
+# it that its writer keeps (cuda/bf16.h, compute.h act_copy16), 8 MiB in
+# all at batch 256, in the plan where the memo's copies would be (a dry
+# run, DDP_EMU_DRY: every allocation, no kernel run)
+res="--model conv:16:3:1:1,bn,relu,$(printf 'res(conv:16:1:1:0,bn),relu,%.0s' $(seq 16))gap,linear:auto"
+export DDP_EMU_DRY=1
+run res-bf16 1 "$EMU" "$T/img.h5" $res --steps 2 --device cuda --eval-every 0 --batch 256 \
+  --precision bf16
+unset DDP_EMU_DRY
+fits "residual cnn bf16" "$T/res-bf16.log" bound
 # ... and the deep MLP of (b) in bf16 with 8 classes (every weight's copy
 # aligned, so the backend keeps the parameters' bf16 copy the optimizer
 # writes, cuda/bf16.h: 6 MiB, more than the bound's slack)

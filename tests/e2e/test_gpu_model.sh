@@ -117,6 +117,13 @@ grep -q "^im2col_bf16_kernel" "$T/d2.err" && ! grep -q "^cudnn" "$T/d2.err" &&
 dcalls() { awk -v k="$1" 'index($1, k) == 1 { print $2 }' "$T/d.err"; }
 [ "$(dcalls widen_kernel)" = 1 ] ||
   { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls widen_kernel) widening passes, expected 1 (the convolutions' gradients for the blocks' inputs kept in bf16)"; }
+# ... and the blocks' outputs (and the stem's max-pool output), fp32 for
+# the shortcuts, have a bf16 copy their writer (the block's add, the
+# pooling) keeps beside them, which the next block's convolutions take
+# (compute.h act_copy16): 2 rounding passes left, the input batch's for the
+# stem convolution and the pooled features' for the last dense layer
+[ "$(dcalls to_bf16_kernel)" = 2 ] ||
+  { cat "$T/d.err"; fail "ResNet-18's step: $(dcalls to_bf16_kernel) rounding passes, expected 2 (the blocks' inputs rounded by their writers)"; }
 [ "$(dcalls bn_fwd_kernel)" = 19 ] && [ "$(dcalls bn_maxpool_fwd_kernel)" = 1 ] &&
   [ "$(dcalls bn_stats_finalize_kernel)" = 5 ] && [ -z "$(dcalls bn_stats_combine_kernel)" ] &&
   [ "$(dcalls bn_finalize_kernel)" = "$(dcalls bn1d_stats_kernel)" ] &&

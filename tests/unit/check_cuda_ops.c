@@ -2031,6 +2031,89 @@ START_TEST(relu_bwd_bf16_grads)
 }
 END_TEST
 
+/* An fp32 output with a bf16 copy beside it (ddp_cuda_act_copy16): each
+ * writer -- add (with its ReLU), bn_fwd with a block's residual and ReLU,
+ * maxpool_fwd, bn_maxpool_fwd -- writes y's bits as without the copy, and
+ * a convolution through cuDNN reading y takes the copy (on the emulation
+ * checked against y's rounding when the stream reaches it: a wrong one
+ * aborts) instead of rounding y: one rounding fewer in its forward (its
+ * weight's only), and the same output, input gradient and weight
+ * gradient, bit for bit, as without one. */
+START_TEST(act_copy16_writers)
+{
+    test_seed(163);
+    const int n = 3, c = 4, h = 10, w = 10, oc = 5;
+    const size_t nx = (size_t)n * c * h * w;
+    ddp_cuda_pool_t pd = {n, c, h, w, 2, 2, 0, 5, 5};
+    const size_t np = (size_t)n * c * 5 * 5, nw = (size_t)oc * c * 9;
+    float *ha = test_fvec(nx, 2.0f), *hb = test_fvec(nx, 2.0f), *hg = test_fvec(c, 1.0f);
+    float *hbt = test_fvec(c, 1.0f), *hm = test_fvec(c, 0.5f), *hi = test_fvec(c, 1.0f);
+    float *hw = test_fvec(nw, 0.5f), *hdy = test_fvec((size_t)n * oc * h * w, 1.0f);
+    for (int i = 0; i < c; i++) hi[i] = 0.5f + fabsf(hi[i]);
+    float *a = dput_(ha, nx * 4), *b = dput_(hb, nx * 4), *gam = dput_(hg, c * 4);
+    float *bet = dput_(hbt, c * 4), *mean = dput_(hm, c * 4), *inv = dput_(hi, c * 4);
+    float *wt = dput_(hw, nw * 4), *dyc = dput_(hdy, (size_t)n * oc * h * w * 4);
+    int32_t *am = dput_(NULL, np * 4);
+    CU(ddp_cuda_set_bf16_gemm(1));
+    ddp_cuda_dnn_enable(1);
+    for (int op = 0; op < 4; op++) {
+        const int sh = op >= 2 ? 5 : h; /* the output's height and width */
+        const size_t ny = (size_t)n * c * sh * sh, nz = (size_t)n * oc * sh * sh;
+        ddp_cuda_conv_t g = {n, c, sh, sh, oc, 3, 1, 1, sh, sh};
+        void *ws = dput_(NULL, ddp_cuda_conv_ws_bytes(&g));
+        float *r[2][4]; /* [without, with the copy][y, the conv's z, dx, dw] */
+        const size_t cnt[4] = {ny, nz, ny, nw};
+        int rounds[2];
+        for (int with = 0; with < 2; with++) {
+            float *y = dput_(NULL, ny * 4), *z = dput_(NULL, nz * 4), *dx = dput_(NULL, ny * 4);
+            float *dw = dput_(NULL, nw * 4);
+            if (with) CU(ddp_cuda_act_copy16(y, ny));
+            switch (op) {
+            case 0: CU(ddp_cuda_add(nx, a, b, y, 1)); break;
+            case 1: CU(ddp_cuda_bn_fwd(n, c, h * w, a, mean, inv, gam, bet, y, 1, b)); break;
+            case 2: CU(ddp_cuda_maxpool_fwd(&pd, a, y, am)); break;
+            default: CU(ddp_cuda_bn_maxpool_fwd(&pd, a, mean, inv, gam, bet, 1, y, am)); break;
+            }
+            ddp_cuda_dnn_forget();
+            ddp_cuda_cost_record(1);
+            CU(ddp_cuda_conv_fwd(&g, y, wt, NULL, z, ws));
+            CU(ddp_cuda_sync());
+            rounds[with] = logged_("to_bf16_kernel");
+            ddp_cuda_cost_record(0);
+            CU(ddp_cuda_conv_bwd(&g, y, wt, dyc, dx, dw, NULL, 0.0f, ws));
+            float *out[4] = {y, z, dx, dw};
+            for (int k = 0; k < 4; k++) {
+                r[with][k] = hnew_(cnt[k] * 4);
+                dget_(r[with][k], out[k], cnt[k] * 4);
+            }
+            dfree_(y), dfree_(z), dfree_(dx), dfree_(dw); /* y's copy with it */
+        }
+        static const char *const ops[] = {"add + ReLU", "bn_fwd + residual + ReLU",
+                                          "maxpool_fwd", "bn_maxpool_fwd"};
+        static const char *const names[] = {"y", "the convolution's output", "its dx", "its dw"};
+        char what[112];
+        for (int k = 0; k < 4; k++) {
+            snprintf(what, sizeof what, "%s with a bf16 copy of y: %s", ops[op], names[k]);
+            same_bits_by_(what, r[1][k], r[0][k], cnt[k], 4, "without one");
+            free(r[0][k]), free(r[1][k]);
+        }
+#if EMU
+        ck_assert_msg(rounds[0] == 2 && rounds[1] == 1,
+                      "%s: the convolution's forward rounded %d values without y's copy, %d with "
+                      "it; expected 2 (weight, y) and 1 (weight)",
+                      ops[op], rounds[0], rounds[1]);
+#else
+        (void)rounds;
+#endif
+        dfree_(ws);
+    }
+    CU(ddp_cuda_set_bf16_gemm(0));
+    void *dev[] = {a, b, gam, bet, mean, inv, am, wt, dyc};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dfree_(dev[i]);
+    free(ha), free(hb), free(hg), free(hbt), free(hm), free(hi), free(hw), free(hdy);
+}
+END_TEST
+
 /* Under bf16 GEMMs through cuDNN, a convolution's output that only a
  * BatchNorm reads and the BatchNorm's (fused ReLU) output that only a
  * convolution reads are kept in bf16 (ddp_cuda_act_bf16, act16.h), and so
@@ -2466,6 +2549,7 @@ Suite *test_suite(void)
     tcase_add_test(t, bf16_act_outputs);
     tcase_add_test(t, bf16_act_conv_bn);
     tcase_add_test(t, relu_bwd_bf16_grads);
+    tcase_add_test(t, act_copy16_writers);
     tcase_add_test(t, bf16_act_conv_im2col);
     tcase_add_test(t, xent_dense_bf16);
 #if EMU
