@@ -8,7 +8,10 @@
 // the same values held in fp32, and a bf16 output is the rounding (to
 // nearest even) of the fp32 one.  A convolution's output with a bias that
 // only a BatchNorm reads is kept in bf16 without the bias, which the
-// BatchNorm kernels add as they read it (ddp_act_in::at).
+// BatchNorm kernels add as they read it (ddp_act_in::at).  An fp32 output
+// may have a bf16 copy beside it (ddp_bf16_copy_set_: a block's output the
+// next block's convolutions read), which ddp_act_out::put writes with each
+// value, its rounding.
 #ifndef DDP_CUDA_ACT16_H
 #define DDP_CUDA_ACT16_H
 
