@@ -658,10 +658,25 @@ static int relu_in_below_(const model_t *m, const layer_t *L)
 static int readers_(const model_t *m, int j);
 static float *param_(const model_t *m, int t);
 
+/* The layer that reads layer j's output when it has one reader, through
+ * flattens (whose buffer is their input's); NULL: none, or more than one. */
+static const layer_t *only_reader_(const model_t *m, int j)
+{
+    for (;;) {
+        if (readers_(m, j) != 1) return NULL;
+        const layer_t *R = NULL;
+        for (int k = 0; k < m->nlayers && !R; k++)
+            if (m->layers[k].src == j) R = &m->layers[k];
+        if (!R || R->kind != LAYER_FLATTEN) return R;
+        j = R->index;
+    }
+}
+
 int model_out_bf16(const model_t *m, int i)
 {
     if (!m->bf16_acts || m->unfused || i < 0 || i >= m->nlayers) return 0;
     const layer_t *L = &m->layers[i];
+    if (L->kind == LAYER_FLATTEN) return model_out_bf16(m, L->src); /* its input's buffer */
     /* the layer that computes the values: a fused ReLU's is its source's */
     const layer_t *C = L->kind == LAYER_RELU && L->fused_relu && L->src >= 0 ? &m->layers[L->src]
                                                                               : L;
@@ -675,12 +690,16 @@ int model_out_bf16(const model_t *m, int i)
              !C->bn_in_add)
         reader = LAYER_CONV;
     else if (m->bf16_conv_acts && C->kind == LAYER_MAXPOOL)
-        reader = LAYER_CONV;
+        reader = LAYER_CONV; /* or a dense layer, below */
     else
         return 0;
     if (readers_(m, i) != 1) return 0;
     for (int k = 0; k < m->nlayers; k++)
-        if (m->layers[k].src == i) return m->layers[k].kind == reader;
+        if (m->layers[k].src == i) {
+            /* a max pooling's read by a dense layer (through flattens) too */
+            const layer_t *R = C->kind == LAYER_MAXPOOL ? only_reader_(m, i) : &m->layers[k];
+            return R && (R->kind == reader || (C->kind == LAYER_MAXPOOL && R->kind == LAYER_LINEAR));
+        }
     return 0;
 }
 
@@ -743,7 +762,9 @@ ddp_status_t model_alloc(model_t *m, const model_mem_t *mem)
     for (int i = 0; i < m->nlayers; i++) /* nothing reads a BatchNorm an add applies */
         if (m->layers[i].add_bn) m->layers[m->layers[i].add_bn - 1].y = m->layers[i].y;
     for (int i = 0; i < m->nlayers && s == DDP_OK; i++) /* outputs kept in bf16 */
-        if (model_out_bf16(m, i) &&
+        if (!owns_output_(&m->layers[i])) /* a flatten's is its input's */
+            continue;
+        else if (model_out_bf16(m, i) &&
             m->compute->act_bf16(m->layers[i].y, (size_t)m->batch * act_numel(m->layers[i].out)) !=
                 0)
             s = ddp_fail(DDP_ERR_DEVICE, "the %s backend refused a bf16 layer output (layer %d)",

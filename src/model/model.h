@@ -209,7 +209,9 @@ void model_ops_wait(model_t *m);
  * or with one the backend carries to the reader: compute.h act_bias) whose
  * only reader is a BatchNorm, and a BatchNorm's (not one an add
  * applies), or the ReLU's fused into it, or a max pooling's, whose only
- * reader is a convolution.  Its buffer then takes half the bytes. */
+ * reader is a convolution (a max pooling's: or a dense layer, through
+ * flattens; a flatten's is its input's).  Its buffer then takes half the
+ * bytes. */
 int model_out_bf16(const model_t *m, int i);
 /* Whether layer i's output, kept in fp32, has a bf16 copy beside it
  * (compute.h act_copy16; m->bf16_conv_acts with the backend keeping its
