@@ -361,6 +361,12 @@ const uint16_t *ddp_bf16_copy_at_(const void *x, size_t count)
     return it->second.h;
 }
 
+const uint16_t *ddp_bf16_input_at_(const void *x, size_t count)
+{
+    const uint16_t *h = ddp_bf16_act_at_(x);
+    return h ? h : ddp_bf16_copy_at_(x, count);
+}
+
 void ddp_bf16_memo_forget_(void)
 {
     for (MemoEntry &e : g_memo) e.valid = false;

@@ -125,6 +125,10 @@ void ddp_bf16_act_drop_(const void *p);
 int ddp_bf16_copy_set_(const void *y, size_t count);
 uint16_t *ddp_bf16_copy_out_(const void *y);
 const uint16_t *ddp_bf16_copy_at_(const void *x, size_t count);
+// The bf16 values of [x, x + count) a reader takes as they lie: x itself
+// where it is kept in bf16 (ddp_bf16_act_at_), or the copy beside it
+// (ddp_bf16_copy_at_); NULL: neither (the reader rounds x itself).
+const uint16_t *ddp_bf16_input_at_(const void *x, size_t count);
 
 // The gradient dy of a convolution's output that carries its bias, kept in
 // bf16: the pass that writes it (the BatchNorm's backward, bn.cu) also sums

@@ -542,9 +542,9 @@ int ddp_cuda_conv_fwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
                               "a convolution with a bias whose output is kept in bf16 without "
                               "carrying it");
     if (ya) b = nullptr; // carried: its readers add it (ddp_cuda_act_bias)
-    // an fp32 input's bf16 copy its writer keeps beside it (ddp_cuda_act_copy16)
-    const uint16_t *xc = xa ? nullptr : ddp_bf16_copy_at_(x, (size_t)d->n * chw);
-    const uint16_t *x16 = xa ? xa : xc; // through cuDNN: the input rounded once, kept for dw
+    // through cuDNN: the input rounded once, kept for dw (or as it lies:
+    // kept in bf16, or an fp32 input's copy beside it, ddp_cuda_act_copy16)
+    const uint16_t *x16 = ddp_bf16_input_at_(x, (size_t)d->n * chw);
     if (w16) {
         const uint16_t *h, *xm;
         const bool keep_x = ddp_dnn_active_() && !x16;
@@ -689,15 +689,14 @@ int ddp_cuda_conv_bwd(const ddp_cuda_conv_t *d, const float *x, const float *w, 
     const void *wq = w;
     bool w16 = false;
     // the forward's roundings of w and (through cuDNN) of x, for cuDNN and the GEMMs
-    // (an input kept in bf16 is its own: act16.h)
-    // (or the copy its writer keeps beside it: ddp_cuda_act_copy16)
+    // (an input kept in bf16, or the copy its writer keeps beside it, as it
+    // lies: ddp_bf16_input_at_)
     const uint16_t *memo16 = nullptr, *x16 = nullptr, *xa = ddp_bf16_act_at_(x);
     if (b16) {
-        const uint16_t *xc = xa ? nullptr : ddp_bf16_copy_at_(x, (size_t)d->n * chw);
-        if (!xa && !xc)
-            ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, x, (size_t)d->n * chw, &memo16, &x16);
+        const uint16_t *xi = ddp_bf16_input_at_(x, (size_t)d->n * chw);
+        if (!xi) ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, x, (size_t)d->n * chw, &memo16, &x16);
         if (!memo16) ddp_bf16_memo_get_(w, (size_t)d->oc * ckk, nullptr, 0, &memo16, &x16);
-        if (xa || xc) x16 = xa ? xa : xc;
+        if (xi) x16 = xi;
         if (memo16 && dx && !dx_conv) wq = memo16, w16 = true; // dx_conv: the transposed weight
     }
     const size_t wsb = ddp_cuda_conv_ws_bytes(d);

@@ -658,6 +658,13 @@ static int relu_in_below_(const model_t *m, const layer_t *L)
 static int readers_(const model_t *m, int j);
 static float *param_(const model_t *m, int t);
 
+/* The layer whose kernel computes and writes layer L's output: a fused
+ * ReLU's is its source's. */
+static const layer_t *computes_(const model_t *m, const layer_t *L)
+{
+    return L->kind == LAYER_RELU && L->fused_relu && L->src >= 0 ? &m->layers[L->src] : L;
+}
+
 /* The layer that reads layer j's output when it has one reader, through
  * flattens (whose buffer is their input's); NULL: none, or more than one. */
 static const layer_t *only_reader_(const model_t *m, int j)
@@ -677,9 +684,7 @@ int model_out_bf16(const model_t *m, int i)
     if (!m->bf16_acts || m->unfused || i < 0 || i >= m->nlayers) return 0;
     const layer_t *L = &m->layers[i];
     if (L->kind == LAYER_FLATTEN) return model_out_bf16(m, L->src); /* its input's buffer */
-    /* the layer that computes the values: a fused ReLU's is its source's */
-    const layer_t *C = L->kind == LAYER_RELU && L->fused_relu && L->src >= 0 ? &m->layers[L->src]
-                                                                              : L;
+    const layer_t *C = computes_(m, L);
     if (C != L && C->kind != LAYER_LINEAR && C->kind != LAYER_BN) return 0;
     layer_kind_t reader;
     if (C->kind == LAYER_LINEAR && (C != L || !L->fused_relu))
@@ -711,9 +716,7 @@ int model_out_copy16(const model_t *m, int i)
         return 0;
     const layer_t *L = &m->layers[i];
     if (!owns_output_(L) || model_out_bf16(m, i)) return 0;
-    /* the layer whose kernel writes the buffer: a fused ReLU's is its source's */
-    const layer_t *C = L->kind == LAYER_RELU && L->fused_relu && L->src >= 0 ? &m->layers[L->src]
-                                                                              : L;
+    const layer_t *C = computes_(m, L);
     if (C->kind != LAYER_BN && C->kind != LAYER_MAXPOOL && C->kind != LAYER_ADD) return 0;
     for (int k = 0; k < m->nlayers; k++)
         if (m->layers[k].src == i && m->layers[k].kind == LAYER_CONV) return 1;

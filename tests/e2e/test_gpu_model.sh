@@ -21,7 +21,8 @@
 #     calls; with DDP_CUDA_CONV=im2col, im2col and bf16 GEMMs) in the
 #     table, with no kernel run, each block's last BatchNorm
 #     applied by the block's add (no add pass in the forward); a CNN's
-#     device plan without its 2x2 max poolings' argmaxes;
+#     device plan without its 2x2 max poolings' argmaxes, and its pooled
+#     features kept in bf16 for its dense layer;
 #   - --precision bf16: a value used by two GEMMs is rounded once (the
 #     forward's weight and input kept for the backward, the output gradient
 #     shared by the backward's two GEMMs, rounded in the pass that masks it
